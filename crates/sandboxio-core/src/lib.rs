@@ -1,0 +1,30 @@
+//! The vocabulary every other sandboxio crate speaks.
+//!
+//! This crate holds plain data and pure functions only: no OS calls, no I/O, no async
+//! runtime. Policy, budget, audit and sandbox crates depend on it and on nothing else
+//! internal; the gateway composes them.
+
+pub mod decision;
+pub mod error;
+pub mod exec;
+pub mod fingerprint;
+pub mod money;
+pub mod operation;
+pub mod record;
+pub mod telemetry;
+pub mod tier;
+pub mod units;
+
+pub use decision::{Decision, Layer, RuleRef, Verdict};
+pub use error::{CoreError, ErrorCode};
+pub use exec::{
+    Enforcement, ExecRequest, ExecResult, ExitStatus, Limits, Meter, NetworkMode, Usage,
+};
+pub use fingerprint::Fingerprint;
+pub use money::{CostCategory, Money};
+pub use operation::{
+    IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind, Principal,
+};
+pub use record::{CostEntry, OperationRecord, OperationStatus};
+pub use tier::{Capability, IsolationTier};
+pub use units::{ByteSize, HumanDuration};

@@ -1,0 +1,347 @@
+//! Operations: every request an agent makes, whatever it asks for.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::money::{CostCategory, Money};
+use crate::tier::IsolationTier;
+
+/// Unique id of one operation (a UUID-like hex string chosen by the gateway).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationId(pub String);
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A caller-chosen idempotency key, scoped by tenant. 1..=200 printable ASCII characters.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn new(s: impl Into<String>) -> Result<Self, CoreError> {
+        let s = s.into();
+        if s.is_empty() || s.len() > 200 || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(CoreError::InvalidIdentifier {
+                input: s.chars().take(64).collect(),
+                why: "an idempotency key is 1 to 200 printable ASCII characters without spaces",
+            });
+        }
+        Ok(IdempotencyKey(s))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = CoreError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        IdempotencyKey::new(s)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(k: IdempotencyKey) -> String {
+        k.0
+    }
+}
+
+/// Who is asking: tenant (mandatory), session and agent (optional).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Principal {
+    pub tenant: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+impl Principal {
+    pub fn tenant(tenant: impl Into<String>) -> Self {
+        Principal {
+            tenant: tenant.into(),
+            session: None,
+            agent: None,
+        }
+    }
+}
+
+impl Default for Principal {
+    fn default() -> Self {
+        Principal::tenant("default")
+    }
+}
+
+/// Languages `run_code` understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Node,
+    Bash,
+}
+
+impl Language {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Node => "node",
+            Language::Bash => "bash",
+        }
+    }
+    /// The interpreter argv prefix; the code file path is appended.
+    pub fn interpreter(&self) -> &'static [&'static str] {
+        match self {
+            Language::Python => &["python3", "-I"],
+            Language::Node => &["node"],
+            Language::Bash => &["bash", "--noprofile", "--norc"],
+        }
+    }
+    pub fn file_name(&self) -> &'static str {
+        match self {
+            Language::Python => "main.py",
+            Language::Node => "main.js",
+            Language::Bash => "main.sh",
+        }
+    }
+}
+
+impl FromStr for Language {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "python" | "python3" | "py" => Ok(Language::Python),
+            "node" | "js" | "javascript" => Ok(Language::Node),
+            "bash" | "sh" => Ok(Language::Bash),
+            _ => Err(CoreError::UnknownLanguage {
+                input: s.to_string(),
+            }),
+        }
+    }
+}
+
+/// The kind of an operation; derived from its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    Exec,
+    RunCode,
+    FileRead,
+    FileWrite,
+    FileDelete,
+    NetConnect,
+    ToolCall,
+}
+
+impl OperationKind {
+    pub const ALL: [OperationKind; 7] = [
+        OperationKind::Exec,
+        OperationKind::RunCode,
+        OperationKind::FileRead,
+        OperationKind::FileWrite,
+        OperationKind::FileDelete,
+        OperationKind::NetConnect,
+        OperationKind::ToolCall,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OperationKind::Exec => "exec",
+            OperationKind::RunCode => "run_code",
+            OperationKind::FileRead => "file_read",
+            OperationKind::FileWrite => "file_write",
+            OperationKind::FileDelete => "file_delete",
+            OperationKind::NetConnect => "net_connect",
+            OperationKind::ToolCall => "tool_call",
+        }
+    }
+
+    /// Whether an operation of this kind changes anything (and so takes an idempotency key).
+    pub fn is_mutating(&self) -> bool {
+        !matches!(self, OperationKind::FileRead)
+    }
+}
+
+impl FromStr for OperationKind {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OperationKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| CoreError::InvalidOperation {
+                why: format!("unknown operation kind `{s}`"),
+            })
+    }
+}
+
+impl fmt::Display for OperationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the operation asks for. The kind is derived from the variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OperationArgs {
+    Exec {
+        argv: Vec<String>,
+    },
+    RunCode {
+        language: Language,
+        code: String,
+    },
+    FileRead {
+        path: String,
+    },
+    FileWrite {
+        path: String,
+        #[serde(default)]
+        size: u64,
+    },
+    FileDelete {
+        path: String,
+    },
+    NetConnect {
+        host: String,
+        port: u16,
+    },
+    ToolCall {
+        tool: String,
+        #[serde(default)]
+        arguments: serde_json::Value,
+    },
+}
+
+impl OperationArgs {
+    pub fn kind(&self) -> OperationKind {
+        match self {
+            OperationArgs::Exec { .. } => OperationKind::Exec,
+            OperationArgs::RunCode { .. } => OperationKind::RunCode,
+            OperationArgs::FileRead { .. } => OperationKind::FileRead,
+            OperationArgs::FileWrite { .. } => OperationKind::FileWrite,
+            OperationArgs::FileDelete { .. } => OperationKind::FileDelete,
+            OperationArgs::NetConnect { .. } => OperationKind::NetConnect,
+            OperationArgs::ToolCall { .. } => OperationKind::ToolCall,
+        }
+    }
+
+    /// The tool name used for telemetry (`gen_ai.tool.name`) and policy matching.
+    pub fn tool_name(&self) -> &str {
+        match self {
+            OperationArgs::ToolCall { tool, .. } => tool,
+            other => other.kind().as_str(),
+        }
+    }
+
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            OperationArgs::FileRead { path }
+            | OperationArgs::FileWrite { path, .. }
+            | OperationArgs::FileDelete { path } => Some(path),
+            _ => None,
+        }
+    }
+
+    pub fn argv(&self) -> Option<&[String]> {
+        match self {
+            OperationArgs::Exec { argv } => Some(argv),
+            _ => None,
+        }
+    }
+}
+
+/// One request an agent makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operation {
+    #[serde(default)]
+    pub principal: Principal,
+    pub args: OperationArgs,
+    /// The isolation tier asked for; the policy decides whether it is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<IsolationTier>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Estimated cost, reserved from the budget before the operation runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_cost: Option<Money>,
+    #[serde(default = "default_category")]
+    pub cost_category: CostCategory,
+    /// Whether running it twice is harmless (so it may be retried without a key).
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Why the agent wants this; shown to approvers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+}
+
+fn default_category() -> CostCategory {
+    CostCategory::Compute
+}
+
+impl Operation {
+    pub fn new(principal: Principal, args: OperationArgs) -> Self {
+        Operation {
+            principal,
+            args,
+            tier: None,
+            idempotency_key: None,
+            estimated_cost: None,
+            cost_category: CostCategory::Compute,
+            idempotent: false,
+            rationale: None,
+        }
+    }
+
+    pub fn kind(&self) -> OperationKind {
+        self.args.kind()
+    }
+
+    /// Structural validation, independent of any policy.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let bad = |why: &str| {
+            Err(CoreError::InvalidOperation {
+                why: why.to_string(),
+            })
+        };
+        if self.principal.tenant.is_empty() || self.principal.tenant.len() > 128 {
+            return bad("tenant must be 1 to 128 characters");
+        }
+        match &self.args {
+            OperationArgs::Exec { argv } if argv.is_empty() => return bad("argv is empty"),
+            OperationArgs::Exec { argv } if argv.iter().any(|a| a.contains('\0')) => {
+                return bad("argv contains a NUL byte")
+            }
+            OperationArgs::FileRead { path }
+            | OperationArgs::FileWrite { path, .. }
+            | OperationArgs::FileDelete { path }
+                if path.is_empty() || path.contains('\0') =>
+            {
+                return bad("path is empty or contains a NUL byte")
+            }
+            OperationArgs::NetConnect { host, .. } if host.is_empty() => {
+                return bad("host is empty")
+            }
+            OperationArgs::ToolCall { tool, .. } if tool.is_empty() => {
+                return bad("tool name is empty")
+            }
+            _ => {}
+        }
+        if let Some(c) = &self.estimated_cost {
+            if c.is_negative() {
+                return bad("estimated cost is negative");
+            }
+        }
+        Ok(())
+    }
+}
