@@ -1,1 +1,85 @@
-//! placeholder
+//! `sandboxio.toml`: raw TOML in, validated typed configuration out.
+//!
+//! Parsing is one step: serde with `deny_unknown_fields` into types whose fields are
+//! already validated newtypes (sizes, durations, tiers), so a loaded `Config` is valid by
+//! construction. Errors carry the key and the line. Nothing here touches the filesystem
+//! except [`Config::load`] and [`write_default`].
+
+mod error;
+mod model;
+
+pub use error::ConfigError;
+pub use model::{
+    AuditSection, Config, FsyncPolicy, LimitsSection, NetworkModeName, NetworkSection,
+    OnSinkFailure, PolicySection, SandboxSection, StateSection, TelemetrySection,
+};
+
+use std::path::Path;
+
+/// The commented default configuration written by `sandboxio init`.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// Largest configuration file accepted.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+impl Config {
+    /// Parses configuration text. `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                origin: origin.to_string(),
+                limit: MAX_CONFIG_BYTES,
+            });
+        }
+        toml::from_str::<Config>(text).map_err(|e| ConfigError::from_toml(origin, text, &e))
+    }
+
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
+            path: origin.clone(),
+            source: e,
+        })?;
+        if bytes.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                origin,
+                limit: MAX_CONFIG_BYTES,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
+            origin: origin.clone(),
+            offset: e.utf8_error().valid_up_to(),
+        })?;
+        Config::parse(&text, &origin)
+    }
+}
+
+/// Writes the commented default file; refuses to overwrite an existing one.
+pub fn write_default(path: &Path) -> Result<(), ConfigError> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                ConfigError::AlreadyExists {
+                    path: path.display().to_string(),
+                }
+            } else {
+                ConfigError::Write {
+                    path: path.display().to_string(),
+                    source: e,
+                }
+            }
+        })?;
+    f.write_all(DEFAULT_TOML.as_bytes())
+        .map_err(|e| ConfigError::Write {
+            path: path.display().to_string(),
+            source: e,
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,287 @@
+//! The typed configuration. Every security-relevant struct denies unknown keys.
+
+use std::path::PathBuf;
+
+use sandboxio_core::exec::defaults;
+use sandboxio_core::{ByteSize, HumanDuration, IsolationTier, Limits, NetworkMode};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub network: NetworkSection,
+    #[serde(default)]
+    pub policy: PolicySection,
+    #[serde(default)]
+    pub state: StateSection,
+    #[serde(default)]
+    pub audit: AuditSection,
+    #[serde(default)]
+    pub telemetry: TelemetrySection,
+    /// Budget ceilings, rate card and latency budgets; validated by the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<toml::Table>,
+    /// Rate limits by action; validated by the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limits: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// Tier used when a request names none.
+    #[serde(default = "default_tier")]
+    pub tier: IsolationTier,
+    /// Allow the weaker `landlock` tier when user namespaces are unavailable.
+    #[serde(default)]
+    pub allow_landlock_fallback: bool,
+    /// Keep temporary workspaces after runs.
+    #[serde(default)]
+    pub keep_workspace: bool,
+    /// Where temporary workspaces are created (default: the system temp dir).
+    #[serde(default)]
+    pub work_root: Option<PathBuf>,
+    /// Host environment variables passed into sandboxes.
+    #[serde(default = "default_env_allowlist")]
+    pub env_allowlist: Vec<String>,
+}
+
+fn default_tier() -> IsolationTier {
+    IsolationTier::Namespace
+}
+
+fn default_env_allowlist() -> Vec<String> {
+    defaults::ENV_ALLOWLIST
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+impl Default for SandboxSection {
+    fn default() -> Self {
+        SandboxSection {
+            tier: default_tier(),
+            allow_landlock_fallback: false,
+            keep_workspace: false,
+            work_root: None,
+            env_allowlist: default_env_allowlist(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    #[serde(default = "d_timeout")]
+    pub timeout: HumanDuration,
+    #[serde(default = "d_memory")]
+    pub memory: ByteSize,
+    #[serde(default = "d_cpu_seconds")]
+    pub cpu_seconds: u64,
+    /// CPU quota in thousandths of a core (1000 = one core).
+    #[serde(default = "d_cpu_millis")]
+    pub cpu_millis: u32,
+    #[serde(default = "d_pids")]
+    pub pids: u32,
+    #[serde(default = "d_file_size")]
+    pub file_size: ByteSize,
+    #[serde(default = "d_open_files")]
+    pub open_files: u64,
+    #[serde(default = "d_stdout_cap")]
+    pub stdout_cap: ByteSize,
+    #[serde(default = "d_stderr_cap")]
+    pub stderr_cap: ByteSize,
+    #[serde(default = "d_tmp_size")]
+    pub tmp_size: ByteSize,
+    #[serde(default = "d_output_size")]
+    pub output_size: ByteSize,
+}
+
+fn d_timeout() -> HumanDuration {
+    HumanDuration(defaults::TIMEOUT)
+}
+fn d_memory() -> ByteSize {
+    defaults::MEMORY
+}
+fn d_cpu_seconds() -> u64 {
+    defaults::CPU_SECONDS
+}
+fn d_cpu_millis() -> u32 {
+    defaults::CPU_QUOTA_MILLIS
+}
+fn d_pids() -> u32 {
+    defaults::PIDS
+}
+fn d_file_size() -> ByteSize {
+    defaults::FILE_SIZE
+}
+fn d_open_files() -> u64 {
+    defaults::OPEN_FILES
+}
+fn d_stdout_cap() -> ByteSize {
+    defaults::STDOUT_CAP
+}
+fn d_stderr_cap() -> ByteSize {
+    defaults::STDERR_CAP
+}
+fn d_tmp_size() -> ByteSize {
+    defaults::TMP_SIZE
+}
+fn d_output_size() -> ByteSize {
+    defaults::OUTPUT_SIZE
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            timeout: d_timeout(),
+            memory: d_memory(),
+            cpu_seconds: d_cpu_seconds(),
+            cpu_millis: d_cpu_millis(),
+            pids: d_pids(),
+            file_size: d_file_size(),
+            open_files: d_open_files(),
+            stdout_cap: d_stdout_cap(),
+            stderr_cap: d_stderr_cap(),
+            tmp_size: d_tmp_size(),
+            output_size: d_output_size(),
+        }
+    }
+}
+
+impl LimitsSection {
+    pub fn to_limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout.0,
+            memory: self.memory,
+            cpu_seconds: self.cpu_seconds,
+            cpu_quota_millis: self.cpu_millis,
+            pids: self.pids,
+            file_size: self.file_size,
+            open_files: self.open_files,
+            stdout_cap: self.stdout_cap,
+            stderr_cap: self.stderr_cap,
+            tmp_size: self.tmp_size,
+            output_size: self.output_size,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSection {
+    /// `none` (default), `allowlist` or `full`.
+    #[serde(default)]
+    pub mode: NetworkModeName,
+    /// `host:port` patterns for `allowlist`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkModeName {
+    #[default]
+    None,
+    Allowlist,
+    Full,
+}
+
+impl Default for NetworkSection {
+    fn default() -> Self {
+        NetworkSection {
+            mode: NetworkModeName::None,
+            allow: Vec::new(),
+        }
+    }
+}
+
+impl NetworkSection {
+    pub fn to_mode(&self) -> NetworkMode {
+        match self.mode {
+            NetworkModeName::None => NetworkMode::None,
+            NetworkModeName::Allowlist => NetworkMode::Allowlist {
+                allow: self.allow.clone(),
+            },
+            NetworkModeName::Full => NetworkMode::Full,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    /// Policy files, composed in order. Empty means the built-in default policy.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSection {
+    /// Directory for the state database and audit trail. Default: `$SBX_STATE_DIR`, else
+    /// `/var/lib/sandboxio` for root, else `$XDG_STATE_HOME/sandboxio`.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSinkFailure {
+    #[default]
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// fsync after every record (durable, slowest).
+    #[default]
+    Always,
+    /// Leave flushing to the OS.
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Audit trail file (JSON lines, hash-chained). Default: `<state dir>/audit.jsonl`.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    #[serde(default)]
+    pub on_sink_failure: OnSinkFailure,
+    /// Add the (redacted) code to audit events and spans.
+    #[serde(default)]
+    pub capture_code: bool,
+    #[serde(default)]
+    pub fsync: FsyncPolicy,
+    /// Also log each event as a JSON line through the logger.
+    #[serde(default)]
+    pub log_events: bool,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            file: None,
+            on_sink_failure: OnSinkFailure::Warn,
+            capture_code: false,
+            fsync: FsyncPolicy::Always,
+            log_events: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// Same as `SBX_DEBUG=1`: raise log verbosity.
+    #[serde(default)]
+    pub debug: bool,
+}

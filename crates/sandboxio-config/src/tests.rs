@@ -1,0 +1,89 @@
+use super::*;
+use proptest::prelude::*;
+use sandboxio_core::ErrorCode;
+
+#[test]
+fn default_file_parses_to_defaults() {
+    let c = Config::parse(DEFAULT_TOML, "default.toml").unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn empty_file_is_safe_defaults() {
+    let c = Config::parse("", "x").unwrap();
+    assert_eq!(c.network.mode, NetworkModeName::None);
+    assert_eq!(c.sandbox.tier, sandboxio_core::IsolationTier::Namespace);
+    assert_eq!(c.limits.memory.bytes(), 512 << 20);
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let e = Config::parse("[limits]\ntimeout = \"5s\"\nmemroy = \"1GiB\"\n", "c.toml").unwrap_err();
+    assert_eq!(e.code(), "SBX_E1102");
+    let msg = e.to_string();
+    assert!(msg.contains("memroy"), "{msg}");
+    assert!(msg.starts_with("c.toml:3:"), "{msg}");
+}
+
+#[test]
+fn bad_size_names_key_and_line() {
+    let e = Config::parse("[limits]\n\nmemory = \"12 parsecs\"\n", "c.toml").unwrap_err();
+    assert_eq!(e.code(), "SBX_E1103");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("c.toml:3:") && msg.contains("`memory`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn syntax_error_has_its_own_code() {
+    let e = Config::parse("[limits\nx=", "c.toml").unwrap_err();
+    assert_eq!(e.code(), "SBX_E1101");
+}
+
+#[test]
+fn unknown_tier_is_rejected() {
+    let e = Config::parse("[sandbox]\ntier = \"docker\"\n", "c.toml").unwrap_err();
+    assert_eq!(e.code(), "SBX_E1103");
+}
+
+#[test]
+fn init_refuses_to_overwrite_and_changes_nothing() {
+    let dir = std::env::temp_dir().join(format!("sbx-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("sandboxio.toml");
+    std::fs::write(&p, "# mine\n").unwrap();
+    let e = write_default(&p).unwrap_err();
+    assert_eq!(e.code(), "SBX_E1108");
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "# mine\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn non_utf8_file_is_rejected() {
+    let dir = std::env::temp_dir().join(format!("sbx-cfg8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.toml");
+    std::fs::write(&p, b"[limits]\nmemory = \"\xff\xfe\"\n").unwrap();
+    assert_eq!(Config::load(&p).unwrap_err().code(), "SBX_E1107");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #[test]
+    fn parser_never_panics_on_arbitrary_text(s in "\\PC{0,200}") {
+        let _ = Config::parse(&s, "fuzz");
+    }
+
+    #[test]
+    fn parser_never_panics_on_mutated_default(pos in 0usize..2000, byte in any::<u8>()) {
+        let mut b = DEFAULT_TOML.as_bytes().to_vec();
+        let i = pos % b.len();
+        b[i] = byte;
+        if let Ok(s) = String::from_utf8(b) {
+            let _ = Config::parse(&s, "fuzz");
+        }
+    }
+}
