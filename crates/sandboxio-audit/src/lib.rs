@@ -1,1 +1,38 @@
-//! placeholder
+//! sandboxio audit: one [`OperationRecord`](sandboxio_core::OperationRecord), redacted once,
+//! rendered three ways: an [`AuditEvent`] for every sink, an OpenTelemetry span (and
+//! metrics), and a [`Meter`](sandboxio_core::Meter).
+//!
+//! ```text
+//! record -> Redactor -> AuditEvent -> every AuditSink (awaited inline, bounded by a timeout)
+//!                    -> execute_tool span + Metrics (OpenTelemetry API, global provider)
+//!                    -> meter_of(record)
+//! ```
+//!
+//! See the crate README for what each failure mode does.
+
+#![forbid(unsafe_code)]
+
+pub mod auditor;
+pub mod chain;
+pub mod checkpoint;
+pub mod error;
+pub mod event;
+pub mod otel;
+pub mod reader;
+pub mod redact;
+pub mod sink;
+pub mod verify;
+
+pub use auditor::{AuditConfig, Auditor, OnSinkFailure, RecordOutcome, SinkFailure};
+pub use checkpoint::{
+    export_public_key, load_public_key, parse_public_key, AuditKey, Checkpoint, CheckpointReason,
+};
+pub use error::AuditError;
+pub use event::{meter_of, AuditEvent};
+pub use otel::{emit_span, parent_from_record, parent_from_traceparent, Metrics};
+pub use reader::{query, read_events, tail, trail_files, Follower, Query, TrailEntry};
+pub use redact::{Redactor, RedactorBuilder, Secret};
+pub use sink::{
+    AuditSink, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink, QueueSink,
+};
+pub use verify::{verify, BadRecord, Tamper, VerifyReport};

@@ -1,0 +1,602 @@
+//! Redaction: applied once to the [`OperationRecord`], upstream of every sink.
+//!
+//! Three sources of secret values feed one [`Redactor`]:
+//! - explicit secrets ([`Secret`]) and values the caller marks sensitive, matched by value
+//!   wherever they appear, together with their encoded forms (base64 standard and URL-safe,
+//!   padded and unpadded, and at each of the three byte alignments so a secret inside a longer
+//!   base64 blob is caught; percent-encoded; JSON-escaped), with one Aho-Corasick automaton;
+//! - credential-shaped environment values (cloud keys, service tokens, JWTs, private keys),
+//!   and high-entropy values of variables whose name looks like a key, token, secret,
+//!   password, credential or auth value; these become literal secrets too;
+//! - credential shapes found anywhere in text (regular expressions), and high-entropy values
+//!   assigned to key-like names inside text (`API_KEY=...`, `--token ...` is not covered).
+//!
+//! A redacted value becomes `[REDACTED:hmac8]`, where `hmac8` is the first 8 hex digits of
+//! HMAC-SHA256 under a per-instance key, so auditors can correlate equal values without
+//! learning them. The encoded forms of a secret get the placeholder of the secret itself.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use regex::Regex;
+use sandboxio_core::OperationRecord;
+use sha2::{Digest, Sha256};
+
+use crate::error::AuditError;
+
+/// Literal secrets shorter than this are refused: they would redact ordinary words.
+pub const MIN_SECRET_LEN: usize = 4;
+/// Default Shannon-entropy threshold (bits per character) for key-like variables.
+pub const DEFAULT_ENTROPY_THRESHOLD: f64 = 3.0;
+/// Default minimum length of a value judged by entropy.
+pub const DEFAULT_MIN_ENTROPY_LEN: usize = 8;
+/// Encoded fragments (base64 at an offset) shorter than this are not searched for.
+const MIN_FRAGMENT_LEN: usize = 8;
+/// The text that replaces a secret in `Debug` and `Display` output.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// A secret value. Its `Debug` and `Display` print `[REDACTED]`, and it deliberately does
+/// not implement `serde::Serialize` (a compile-time assertion below keeps it that way), so
+/// it cannot end up in a serialised event by accident. Read it with [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The secret value. Callers must not log or serialise what this returns.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+/// Compile-time proof that `Secret` is not `Serialize` (the "impls" trick: an inherent
+/// associated const applies only when the bound holds; otherwise the trait's `false` does).
+#[doc(hidden)]
+pub mod not_serialize {
+    use std::marker::PhantomData;
+
+    pub trait Fallback {
+        const IS_SERIALIZE: bool = false;
+    }
+    pub struct Probe<T: ?Sized>(PhantomData<T>);
+    impl<T: ?Sized> Fallback for Probe<T> {}
+    impl<T: ?Sized + serde::Serialize> Probe<T> {
+        pub const IS_SERIALIZE: bool = true;
+    }
+    /// `Secret` must never become serialisable.
+    const _: () = assert!(!Probe::<super::Secret>::IS_SERIALIZE);
+    /// The probe itself works: a `String` is serialisable.
+    const _: () = assert!(Probe::<String>::IS_SERIALIZE);
+}
+
+/// Builds a [`Redactor`].
+#[derive(Default)]
+pub struct RedactorBuilder {
+    literals: Vec<String>,
+    env: Vec<(String, String)>,
+    entropy_threshold: Option<f64>,
+    min_entropy_len: Option<usize>,
+    key: Option<[u8; 32]>,
+}
+
+impl fmt::Debug for RedactorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedactorBuilder")
+            .field("literals", &self.literals.len())
+            .field("env", &self.env.len())
+            .finish()
+    }
+}
+
+impl RedactorBuilder {
+    /// An explicit secret, redacted by value wherever it appears (and in encoded forms).
+    pub fn secret(mut self, secret: &Secret) -> Self {
+        self.literals.push(secret.expose().to_string());
+        self
+    }
+    pub fn secrets<'a>(mut self, secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
+        self.literals
+            .extend(secrets.into_iter().map(|s| s.expose().to_string()));
+        self
+    }
+    /// A value the caller marks sensitive; treated exactly like a [`Secret`].
+    pub fn sensitive(mut self, value: impl Into<String>) -> Self {
+        self.literals.push(value.into());
+        self
+    }
+    /// Environment variables (name, value). Credential-shaped values, and high-entropy
+    /// values of key-like names, become literal secrets; the rest are ignored.
+    pub fn env<K: AsRef<str>, V: AsRef<str>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.env.extend(
+            vars.into_iter()
+                .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string())),
+        );
+        self
+    }
+    pub fn entropy_threshold(mut self, bits_per_char: f64) -> Self {
+        self.entropy_threshold = Some(bits_per_char);
+        self
+    }
+    pub fn min_entropy_len(mut self, len: usize) -> Self {
+        self.min_entropy_len = Some(len);
+        self
+    }
+    /// The HMAC key for placeholders. Default: 32 random bytes per instance. Set it to keep
+    /// placeholders comparable across restarts; keep it as secret as the values.
+    pub fn hmac_key(mut self, key: [u8; 32]) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    pub fn build(self) -> Result<Redactor, AuditError> {
+        let threshold = self
+            .entropy_threshold
+            .unwrap_or(DEFAULT_ENTROPY_THRESHOLD);
+        let min_len = self.min_entropy_len.unwrap_or(DEFAULT_MIN_ENTROPY_LEN);
+        let key = self.key.unwrap_or_else(|| {
+            let mut k = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut k);
+            k
+        });
+        let shapes = Shapes::get()?;
+        let mut literals: Vec<String> = Vec::new();
+        for lit in self.literals {
+            if lit.chars().count() < MIN_SECRET_LEN {
+                return Err(AuditError::SecretTooShort {
+                    min: MIN_SECRET_LEN,
+                });
+            }
+            literals.push(lit);
+        }
+        for (name, value) in self.env {
+            let v = value.trim();
+            if v.chars().count() < MIN_SECRET_LEN {
+                continue;
+            }
+            let shaped = shapes.credential.is_match(v);
+            let keyish = shapes.sensitive_name.is_match(&name)
+                && !shapes.not_sensitive_name.is_match(&name);
+            let entropic = v.chars().count() >= min_len && shannon_entropy(v) >= threshold;
+            if shaped || (keyish && entropic) {
+                literals.push(v.to_string());
+            }
+        }
+        literals.sort();
+        literals.dedup();
+
+        let mut patterns: Vec<String> = Vec::new();
+        let mut tags: Vec<String> = Vec::new();
+        for lit in &literals {
+            let tag = placeholder(&key, lit);
+            for form in encoded_forms(lit) {
+                patterns.push(form);
+                tags.push(tag.clone());
+            }
+        }
+        let literal_matcher = if patterns.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&patterns)
+                    .map_err(|e| AuditError::Render {
+                        why: format!("cannot build secret matcher: {e}"),
+                    })?,
+            )
+        };
+        Ok(Redactor {
+            literal_matcher,
+            tags,
+            secrets: literals.len(),
+            key,
+            entropy_threshold: threshold,
+            min_entropy_len: min_len,
+            total: AtomicU64::new(0),
+            shapes,
+        })
+    }
+}
+
+/// Redacts secrets from strings and records. Cheap to share behind an `Arc`.
+pub struct Redactor {
+    literal_matcher: Option<AhoCorasick>,
+    /// Placeholder for each literal pattern, by pattern id.
+    tags: Vec<String>,
+    secrets: usize,
+    key: [u8; 32],
+    entropy_threshold: f64,
+    min_entropy_len: usize,
+    total: AtomicU64,
+    shapes: &'static Shapes,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "<Redactor secrets={} patterns={} redactions={}>",
+            self.secrets,
+            self.tags.len(),
+            self.redactions_total()
+        )
+    }
+}
+
+impl Redactor {
+    pub fn builder() -> RedactorBuilder {
+        RedactorBuilder::default()
+    }
+
+    /// The placeholder this redactor writes for `value`: `[REDACTED:hmac8]`.
+    pub fn placeholder_for(&self, value: &str) -> String {
+        placeholder(&self.key, value)
+    }
+
+    /// Redactions applied by this instance so far (for the redactions metric).
+    pub fn redactions_total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Redacts one string; borrows when nothing matched.
+    pub fn redact_str<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        let (out, n) = self.redact_counted(s);
+        if n > 0 {
+            self.total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Redacts every string field of the record (argv, code, reason, path, labels, rules,
+    /// enforcement, identifiers).
+    pub fn redact_record(&self, rec: OperationRecord) -> OperationRecord {
+        self.redact_record_counted(rec).0
+    }
+
+    /// Like [`Redactor::redact_record`], also returning how many redactions were applied.
+    pub fn redact_record_counted(&self, mut rec: OperationRecord) -> (OperationRecord, usize) {
+        let mut n = 0usize;
+        {
+            let mut f = |s: &mut String| self.redact_in_place(s, &mut n);
+            f(&mut rec.operation_id);
+            f(&mut rec.event);
+            f(&mut rec.tool_name);
+            f(&mut rec.backend);
+            f(&mut rec.reason);
+            for s in [
+                &mut rec.tenant_id,
+                &mut rec.session_id,
+                &mut rec.agent_id,
+                &mut rec.sandbox_id,
+                &mut rec.code_sha256,
+                &mut rec.code,
+                &mut rec.path,
+                &mut rec.error_code,
+                &mut rec.fingerprint,
+                &mut rec.idempotency_key,
+                &mut rec.approval_id,
+                &mut rec.approver,
+                &mut rec.trace_id,
+                &mut rec.span_id,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                f(s);
+            }
+            for a in rec.argv.iter_mut().flatten() {
+                f(a);
+            }
+            for r in &mut rec.rules {
+                f(&mut r.id);
+                if let Some(file) = r.file.as_mut() {
+                    f(file);
+                }
+            }
+            if let Some(e) = rec.enforcement.as_mut() {
+                e.namespaces.iter_mut().for_each(&mut f);
+                e.limits.iter_mut().for_each(&mut f);
+                e.gaps.iter_mut().for_each(&mut f);
+                f(&mut e.network);
+                if let Some(c) = e.cgroup.as_mut() {
+                    f(c);
+                }
+            }
+            if !rec.labels.is_empty() {
+                let labels = std::mem::take(&mut rec.labels);
+                for (mut k, mut v) in labels {
+                    f(&mut k);
+                    f(&mut v);
+                    rec.labels.insert(k, v);
+                }
+            }
+        }
+        if n > 0 {
+            self.total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        (rec, n)
+    }
+
+    fn redact_in_place(&self, s: &mut String, n: &mut usize) {
+        let (out, k) = self.redact_counted(s);
+        if let Cow::Owned(o) = out {
+            *s = o;
+        }
+        *n += k;
+    }
+
+    /// The work: literal secrets first, then credential shapes, then key-like assignments.
+    fn redact_counted<'a>(&self, s: &'a str) -> (Cow<'a, str>, usize) {
+        let mut count = 0usize;
+        let mut cur: Cow<'a, str> = Cow::Borrowed(s);
+        if let Some(ac) = &self.literal_matcher {
+            let mut out: Option<String> = None;
+            let mut last = 0;
+            for m in ac.find_iter(cur.as_ref()) {
+                let o = out.get_or_insert_with(|| String::with_capacity(cur.len()));
+                o.push_str(&cur[last..m.start()]);
+                o.push_str(self.tags.get(m.pattern().as_usize()).map_or(REDACTED, |t| t));
+                last = m.end();
+                count += 1;
+            }
+            if let Some(mut o) = out {
+                o.push_str(&cur[last..]);
+                cur = Cow::Owned(o);
+            }
+        }
+        let shapes = self.shapes;
+        if shapes.credential_anywhere.is_match(&cur) {
+            let mut o = String::with_capacity(cur.len());
+            let mut last = 0;
+            for m in shapes.credential_anywhere.find_iter(&cur) {
+                o.push_str(&cur[last..m.start()]);
+                o.push_str(&placeholder(&self.key, m.as_str()));
+                last = m.end();
+                count += 1;
+            }
+            o.push_str(&cur[last..]);
+            cur = Cow::Owned(o);
+        }
+        if shapes.assignment.is_match(&cur) {
+            let mut o = String::with_capacity(cur.len());
+            let mut last = 0;
+            let mut changed = false;
+            for c in shapes.assignment.captures_iter(&cur) {
+                let Some(v) = c.get(2) else { continue };
+                let value = v.as_str();
+                if value.starts_with("[REDACTED")
+                    || value.chars().count() < self.min_entropy_len
+                    || shannon_entropy(value) < self.entropy_threshold
+                {
+                    continue;
+                }
+                o.push_str(&cur[last..v.start()]);
+                o.push_str(&placeholder(&self.key, value));
+                last = v.end();
+                count += 1;
+                changed = true;
+            }
+            if changed {
+                o.push_str(&cur[last..]);
+                cur = Cow::Owned(o);
+            }
+        }
+        (cur, count)
+    }
+}
+
+/// `[REDACTED:hmac8]` for a value under a key.
+fn placeholder(key: &[u8; 32], value: &str) -> String {
+    let digest: Vec<u8> = match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(value.as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+        // HMAC accepts any key length; this arm exists only to avoid a panic path.
+        Err(_) => {
+            let mut h = Sha256::new();
+            h.update(key);
+            h.update(value.as_bytes());
+            h.finalize().to_vec()
+        }
+    };
+    let hex8 = hex::encode(digest.get(..4).unwrap_or(&[]));
+    format!("[REDACTED:{hex8}]")
+}
+
+/// Shannon entropy of the characters of `s`, in bits per character.
+pub fn shannon_entropy(s: &str) -> f64 {
+    let mut counts = std::collections::HashMap::<char, usize>::new();
+    let mut n = 0usize;
+    for c in s.chars() {
+        *counts.entry(c).or_insert(0) += 1;
+        n += 1;
+    }
+    if n == 0 {
+        return 0.0;
+    }
+    let n = n as f64;
+    counts
+        .values()
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// Every form in which `secret` is searched for. The first is the secret itself.
+pub fn encoded_forms(secret: &str) -> Vec<String> {
+    let b = secret.as_bytes();
+    let mut forms = vec![secret.to_string()];
+    // JSON-escaped (as inside a JSON string), and doubly escaped (JSON inside JSON).
+    if let Ok(j) = serde_json::to_string(secret) {
+        let inner = j.get(1..j.len().saturating_sub(1)).unwrap_or("").to_string();
+        if let Ok(jj) = serde_json::to_string(&inner) {
+            forms.push(jj.get(1..jj.len().saturating_sub(1)).unwrap_or("").to_string());
+        }
+        forms.push(inner);
+    }
+    // Percent-encoded: upper- and lower-case hex, and form encoding (space as `+`).
+    let upper = percent_encode(b, false);
+    forms.push(upper.replace("%20", "+"));
+    forms.push(percent_encode(b, true));
+    forms.push(upper);
+    // base64, both alphabets, padded and unpadded, whole.
+    for engine in [&STANDARD, &URL_SAFE] {
+        forms.push(engine.encode(b));
+    }
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        forms.push(engine.encode(b));
+        // The characters fully determined by the secret when it starts `o` bytes into a
+        // larger base64-encoded blob.
+        for o in 0..3usize {
+            let mut buf = vec![0u8; o];
+            buf.extend_from_slice(b);
+            let enc = engine.encode(&buf);
+            let start = (8 * o).div_ceil(6);
+            let end = (8 * (o + b.len())) / 6;
+            if let Some(stem) = enc.get(start..end) {
+                if stem.len() >= MIN_FRAGMENT_LEN {
+                    forms.push(stem.to_string());
+                }
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    forms.retain(|f| !f.is_empty() && seen.insert(f.clone()));
+    forms
+}
+
+fn percent_encode(b: &[u8], lower: bool) -> String {
+    let mut s = String::with_capacity(b.len() * 3);
+    for &c in b {
+        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+            s.push(c as char);
+        } else if lower {
+            s.push_str(&format!("%{c:02x}"));
+        } else {
+            s.push_str(&format!("%{c:02X}"));
+        }
+    }
+    s
+}
+
+/// The compiled regular expressions, built once.
+struct Shapes {
+    /// A whole value that looks like a credential.
+    credential: Regex,
+    /// Credential shapes inside free text.
+    credential_anywhere: Regex,
+    sensitive_name: Regex,
+    not_sensitive_name: Regex,
+    /// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
+    assignment: Regex,
+}
+
+/// Credential shapes. Each is specific enough to have few false positives in text.
+pub const CREDENTIAL_PATTERNS: &[&str] = &[
+    // AWS access key ids.
+    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
+    // GitHub tokens.
+    r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b",
+    r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
+    // Slack tokens.
+    r"\bxox[abposr]-[A-Za-z0-9-]{10,250}",
+    // Stripe live keys.
+    r"\b(?:sk|rk)_live_[0-9A-Za-z]{16,247}\b",
+    // Google API keys.
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    // OpenAI / Anthropic style keys.
+    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}",
+    // JSON Web Tokens.
+    r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
+    // PEM private key blocks (also when their newlines are JSON-escaped).
+    r"-----BEGIN[A-Z ]{0,30} PRIVATE KEY-----(?s:.*?)-----END[A-Z ]{0,30} PRIVATE KEY-----",
+];
+
+/// Names of variables whose values are judged by entropy.
+const SENSITIVE_NAME: &str = r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)";
+const NOT_SENSITIVE_NAME: &str = r"(?i)^(KEYBOARD.*|.*AUTHOR.*)$";
+
+impl Shapes {
+    fn get() -> Result<&'static Shapes, AuditError> {
+        static SHAPES: std::sync::OnceLock<Result<Shapes, String>> = std::sync::OnceLock::new();
+        SHAPES
+            .get_or_init(|| Shapes::compile().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| AuditError::Render {
+                why: format!("redaction pattern does not compile: {e}"),
+            })
+    }
+
+    fn compile() -> Result<Shapes, regex::Error> {
+        let anywhere = CREDENTIAL_PATTERNS.join("|");
+        Ok(Shapes {
+            credential: Regex::new(&format!("^(?:{anywhere})$"))?,
+            credential_anywhere: Regex::new(&anywhere)?,
+            sensitive_name: Regex::new(SENSITIVE_NAME)?,
+            not_sensitive_name: Regex::new(NOT_SENSITIVE_NAME)?,
+            assignment: Regex::new(
+                r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn all_patterns_compile() {
+        for p in CREDENTIAL_PATTERNS {
+            Regex::new(p).unwrap();
+        }
+        Regex::new(SENSITIVE_NAME).unwrap();
+    }
+
+    #[test]
+    fn secret_prints_redacted() {
+        let s = Secret::new("hunter2hunter2");
+        assert_eq!(format!("{s} {s:?}"), "[REDACTED] [REDACTED]");
+    }
+
+    #[test]
+    fn offset_stems_catch_secret_inside_blob() {
+        let secret = "correct-horse-battery";
+        for pre in ["", "x", "xy", "xyz", "prefix-bytes"] {
+            let blob = STANDARD.encode(format!("{pre}{secret}tail"));
+            let r = Redactor::builder()
+                .secret(&Secret::new(secret))
+                .build()
+                .unwrap();
+            let out = r.redact_str(&blob);
+            assert!(out.contains("[REDACTED:"), "{pre}: {out}");
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Audit sinks: where rendered [`AuditEvent`]s go.
+//!
+//! `emit` must return promptly; buffering is the sink's job (see [`QueueSink`]). The
+//! `Auditor` awaits every sink inline, bounded by its timeout.
+
+mod file;
+pub(crate) mod file_paths;
+mod logging;
+mod queue;
+
+use async_trait::async_trait;
+
+pub use file::{FileSink, FileSinkOptions, FsyncPolicy};
+pub use logging::{LoggingSink, AUDIT_TARGET};
+pub use queue::QueueSink;
+
+use crate::error::AuditError;
+use crate::event::AuditEvent;
+
+/// A destination for audit events.
+#[async_trait]
+pub trait AuditSink: Send + Sync {
+    /// Records one event. Must return promptly.
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError>;
+    /// A short name for warnings, metrics and errors.
+    fn name(&self) -> &str;
+    /// Flushes and closes the sink (the file sink writes its closing checkpoint).
+    async fn close(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+/// Discards every event. The default sink.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopSink;
+
+#[async_trait]
+impl AuditSink for NoopSink {
+    async fn emit(&self, _event: &AuditEvent) -> Result<(), AuditError> {
+        Ok(())
+    }
+    fn name(&self) -> &str {
+        "noop"
+    }
+}
