@@ -1,0 +1,212 @@
+//! The one error type of this crate. Parsing and validation fail with a `PolicyError`;
+//! evaluation never does (it turns any problem into a deny).
+
+use sandboxio_core::{ErrorCode, Verdict};
+use thiserror::Error;
+
+/// Where in a policy file something is: file name, 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Location {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+impl Location {
+    /// The location of byte `offset` in `text` (clamped to the text).
+    pub fn at(file: &str, text: &str, offset: usize) -> Location {
+        let offset = floor_char_boundary(text, offset.min(text.len()));
+        let before = &text[..offset];
+        let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let column = before[line_start..].chars().count() + 1;
+        Location {
+            file: file.to_string(),
+            line: u32::try_from(line).unwrap_or(u32::MAX),
+            column: u32::try_from(column).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Errors found while reading, parsing or validating policy files.
+#[derive(Debug, Error)]
+pub enum PolicyError {
+    #[error("{at}: policy syntax error: {message}")]
+    Syntax { at: Location, message: String },
+    #[error("{at}: unknown key `{key}` in policy file")]
+    UnknownKey { at: Location, key: String },
+    #[error("{at}: rule `{rule}`: invalid glob `{pattern}`: {why}")]
+    InvalidGlob {
+        at: Location,
+        rule: String,
+        pattern: String,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}`: invalid money amount `{input}`: {why}")]
+    InvalidMoney {
+        at: Location,
+        rule: String,
+        input: String,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}`: invalid time window `{input}`: {why}")]
+    InvalidTimeWindow {
+        at: Location,
+        rule: String,
+        input: String,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}`: invalid value for `{key}`: {why}")]
+    InvalidValue {
+        at: Location,
+        rule: String,
+        key: String,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}`: unknown effect `{effect}` (expected allow, ask or deny)")]
+    UnknownEffect {
+        at: Location,
+        rule: String,
+        effect: String,
+    },
+    #[error("{at}: duplicate rule id `{rule}` (first defined at {first})")]
+    DuplicateRuleId {
+        at: Location,
+        rule: String,
+        first: Location,
+    },
+    #[error("{at}: rule `{rule}` has the same conditions as rule `{other}` ({other_at}) but effect `{effect}` instead of `{other_effect}`; one of them never decides anything")]
+    ContradictoryRules {
+        at: Location,
+        rule: String,
+        effect: Verdict,
+        other: String,
+        other_at: Box<Location>,
+        other_effect: Verdict,
+    },
+    #[error("{at}: rule `{rule}` is suspicious: {why}")]
+    Suspicious {
+        at: Location,
+        rule: String,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}` does not match its example {index}")]
+    ExampleNotMatched {
+        at: Location,
+        rule: String,
+        index: usize,
+    },
+    #[error("{at}: rule `{rule}` matches its counterexample {index}")]
+    CounterexampleMatched {
+        at: Location,
+        rule: String,
+        index: usize,
+    },
+    #[error("{at}: rule `{rule}`: example {index} is not a valid operation: {why}")]
+    InvalidExample {
+        at: Location,
+        rule: String,
+        index: usize,
+        why: String,
+    },
+    #[error("{at}: rule `{rule}`: `{key}` cannot match operations of kind `{kind}`")]
+    InapplicableMatcher {
+        at: Location,
+        rule: String,
+        key: String,
+        kind: String,
+    },
+    #[error("policy file `{file}` is {size} bytes, over the {limit}-byte limit")]
+    FileTooLarge { file: String, size: u64, limit: u64 },
+    #[error("{at}: policy file is not valid UTF-8")]
+    NotUtf8 { at: Location },
+    #[error("cannot read policy file `{file}`")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no policy files given")]
+    NoFiles,
+}
+
+impl ErrorCode for PolicyError {
+    fn code(&self) -> &'static str {
+        match self {
+            PolicyError::Syntax { .. } => "SBX_E1201",
+            PolicyError::UnknownKey { .. } => "SBX_E1202",
+            PolicyError::InvalidGlob { .. } => "SBX_E1203",
+            PolicyError::InvalidMoney { .. } => "SBX_E1204",
+            PolicyError::InvalidTimeWindow { .. } => "SBX_E1205",
+            PolicyError::InvalidValue { .. } => "SBX_E1206",
+            PolicyError::UnknownEffect { .. } => "SBX_E1207",
+            PolicyError::DuplicateRuleId { .. } => "SBX_E1208",
+            PolicyError::ContradictoryRules { .. } => "SBX_E1209",
+            PolicyError::Suspicious { .. } => "SBX_E1210",
+            PolicyError::ExampleNotMatched { .. } => "SBX_E1211",
+            PolicyError::CounterexampleMatched { .. } => "SBX_E1212",
+            PolicyError::InvalidExample { .. } => "SBX_E1213",
+            PolicyError::InapplicableMatcher { .. } => "SBX_E1214",
+            PolicyError::FileTooLarge { .. } => "SBX_E1215",
+            PolicyError::NotUtf8 { .. } => "SBX_E1216",
+            PolicyError::Read { .. } => "SBX_E1217",
+            PolicyError::NoFiles => "SBX_E1218",
+        }
+    }
+}
+
+impl PolicyError {
+    /// Where the error is, when it is in a file.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            PolicyError::Syntax { at, .. }
+            | PolicyError::UnknownKey { at, .. }
+            | PolicyError::InvalidGlob { at, .. }
+            | PolicyError::InvalidMoney { at, .. }
+            | PolicyError::InvalidTimeWindow { at, .. }
+            | PolicyError::InvalidValue { at, .. }
+            | PolicyError::UnknownEffect { at, .. }
+            | PolicyError::DuplicateRuleId { at, .. }
+            | PolicyError::ContradictoryRules { at, .. }
+            | PolicyError::Suspicious { at, .. }
+            | PolicyError::ExampleNotMatched { at, .. }
+            | PolicyError::CounterexampleMatched { at, .. }
+            | PolicyError::InvalidExample { at, .. }
+            | PolicyError::InapplicableMatcher { at, .. }
+            | PolicyError::NotUtf8 { at } => Some(at),
+            PolicyError::FileTooLarge { .. } | PolicyError::Read { .. } | PolicyError::NoFiles => {
+                None
+            }
+        }
+    }
+}
+
+/// Something worth a look that does not stop the policy from loading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyWarning {
+    pub at: Location,
+    pub rule: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for PolicyWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.rule {
+            Some(r) => write!(f, "{}: rule `{}`: {}", self.at, r, self.message),
+            None => write!(f, "{}: {}", self.at, self.message),
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! Compiled rules: validated matchers, precompiled globs, and the matching logic.
+
+use chrono::{DateTime, Datelike, Timelike, Utc};
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use sandboxio_core::{
+    IsolationTier, Language, Money, Operation, OperationArgs, OperationKind, RuleRef, Verdict,
+};
+
+use crate::context::{Context, NetAccess};
+use crate::path::{normalize, relative_to_root, NormalPath};
+
+/// A set of operation kinds as a bit mask (bit i = `OperationKind::ALL[i]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KindSet(pub u8);
+
+impl KindSet {
+    pub const ALL: KindSet = KindSet(0b111_1111);
+    pub const FILES: KindSet = KindSet(0b001_1100);
+    pub fn of(k: OperationKind) -> KindSet {
+        KindSet(1 << kind_index(k))
+    }
+    pub fn contains(self, k: OperationKind) -> bool {
+        self.0 & (1 << kind_index(k)) != 0
+    }
+    pub fn intersect(self, o: KindSet) -> KindSet {
+        KindSet(self.0 & o.0)
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn kinds(self) -> impl Iterator<Item = OperationKind> {
+        OperationKind::ALL
+            .into_iter()
+            .filter(move |k| self.contains(*k))
+    }
+}
+
+pub(crate) fn kind_index(k: OperationKind) -> usize {
+    match k {
+        OperationKind::Exec => 0,
+        OperationKind::RunCode => 1,
+        OperationKind::FileRead => 2,
+        OperationKind::FileWrite => 3,
+        OperationKind::FileDelete => 4,
+        OperationKind::NetConnect => 5,
+        OperationKind::ToolCall => 6,
+    }
+}
+
+/// A name pattern: a literal compared directly, or a glob.
+#[derive(Debug, Clone)]
+pub(crate) enum NamePattern {
+    Literal(String),
+    Glob(GlobMatcher),
+}
+
+impl NamePattern {
+    fn matches(&self, s: &str) -> bool {
+        match self {
+            NamePattern::Literal(l) => l == s,
+            NamePattern::Glob(g) => g.is_match(s),
+        }
+    }
+}
+
+pub(crate) fn has_glob_meta(s: &str) -> bool {
+    s.contains(['*', '?', '[', ']', '{', '}'])
+}
+
+pub(crate) fn name_pattern(p: &str) -> Result<NamePattern, String> {
+    if has_glob_meta(p) {
+        GlobBuilder::new(p)
+            .literal_separator(false)
+            .build()
+            .map(|g| NamePattern::Glob(g.compile_matcher()))
+            .map_err(|e| e.kind().to_string())
+    } else {
+        Ok(NamePattern::Literal(p.to_string()))
+    }
+}
+
+/// A host pattern: `example.com` (exact), `*.example.com` (any subdomain, not the apex)
+/// or `*` (any host). Hosts compare case-insensitively without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HostPattern {
+    Any,
+    Exact(String),
+    Suffix(String),
+}
+
+impl HostPattern {
+    pub fn parse(p: &str) -> Result<HostPattern, String> {
+        let p = p.trim_end_matches('.').to_ascii_lowercase();
+        if p == "*" {
+            return Ok(HostPattern::Any);
+        }
+        let (suffix, rest) = match p.strip_prefix("*.") {
+            Some(r) => (true, r.to_string()),
+            None => (false, p.clone()),
+        };
+        if rest.is_empty() {
+            return Err("empty host".into());
+        }
+        if !rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'))
+        {
+            return Err(
+                "a host is letters, digits, `.`, `-`, `_` or `:`; `*` only as a leading `*.`"
+                    .into(),
+            );
+        }
+        if rest.starts_with('.') || rest.contains("..") {
+            return Err("empty label in host".into());
+        }
+        Ok(if suffix {
+            HostPattern::Suffix(format!(".{rest}"))
+        } else {
+            HostPattern::Exact(rest)
+        })
+    }
+    fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Exact(h) => h == host,
+            HostPattern::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
+        }
+    }
+}
+
+/// A UTC time-of-day window in minutes since midnight, `[start, end)`, wrapping midnight
+/// when `start > end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeWindow {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl TimeWindow {
+    pub fn parse(s: &str) -> Result<TimeWindow, String> {
+        let (a, b) = s
+            .split_once('-')
+            .ok_or("expected `HH:MM-HH:MM` (UTC), such as `09:00-17:00`")?;
+        let start = parse_hhmm(a.trim())?;
+        let end = parse_hhmm(b.trim())?;
+        if start == end {
+            return Err("start and end are equal; omit `time` to match all day".into());
+        }
+        Ok(TimeWindow { start, end })
+    }
+    fn contains(&self, minute: u32) -> bool {
+        if self.start < self.end {
+            minute >= self.start && minute < self.end
+        } else {
+            minute >= self.start || minute < self.end
+        }
+    }
+}
+
+fn parse_hhmm(s: &str) -> Result<u32, String> {
+    let (h, m) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}` is not HH:MM"))?;
+    if h.len() != 2 || m.len() != 2 || !h.bytes().chain(m.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{s}` is not HH:MM"));
+    }
+    let h: u32 = h.parse().map_err(|_| format!("`{s}` is not HH:MM"))?;
+    let m: u32 = m.parse().map_err(|_| format!("`{s}` is not HH:MM"))?;
+    if h == 24 && m == 0 {
+        return Ok(24 * 60);
+    }
+    if h > 23 || m > 59 {
+        return Err(format!("`{s}` is not a time of day"));
+    }
+    Ok(h * 60 + m)
+}
+
+pub(crate) fn parse_weekday(s: &str) -> Result<u8, String> {
+    let i = match s.to_ascii_lowercase().as_str() {
+        "mon" | "monday" => 0,
+        "tue" | "tuesday" => 1,
+        "wed" | "wednesday" => 2,
+        "thu" | "thursday" => 3,
+        "fri" | "friday" => 4,
+        "sat" | "saturday" => 5,
+        "sun" | "sunday" => 6,
+        _ => {
+            return Err(format!(
+                "unknown weekday `{s}` (expected mon, tue, ..., sun)"
+            ))
+        }
+    };
+    Ok(1 << i)
+}
+
+/// One compiled rule. Absent matchers (`None`) do not constrain.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    pub id: String,
+    pub effect: Verdict,
+    pub reason: String,
+    pub file: String,
+    pub line: u32,
+    pub kinds: KindSet,
+    pub tool: Option<Vec<NamePattern>>,
+    pub tenant: Option<Vec<NamePattern>>,
+    pub agent: Option<Vec<NamePattern>>,
+    pub argv_exact: Option<Vec<String>>,
+    pub argv_prefix: Option<Vec<String>>,
+    /// Element-wise globs; a final `**` element matches any remaining arguments.
+    pub argv_glob: Option<(Vec<GlobMatcher>, bool)>,
+    pub language: Option<Vec<Language>>,
+    pub path: Option<GlobSet>,
+    pub path_not: Option<GlobSet>,
+    pub in_workspace: Option<bool>,
+    pub host: Option<Vec<HostPattern>>,
+    pub port: Option<Vec<(u16, u16)>>,
+    pub tier: Option<Vec<IsolationTier>>,
+    pub network: Option<Vec<NetAccess>>,
+    pub cost_above: Option<Money>,
+    pub cost_at_most: Option<Money>,
+    pub time: Option<TimeWindow>,
+    pub weekdays: Option<u8>,
+}
+
+/// The facts about one operation that rules look at, computed once per evaluation.
+pub(crate) struct Facts<'a> {
+    pub kind: OperationKind,
+    pub tool: &'a str,
+    pub tenant: &'a str,
+    pub agent: Option<&'a str>,
+    pub argv: Option<&'a [String]>,
+    pub language: Option<Language>,
+    /// Lexical form, then (if given) the resolved form.
+    pub paths: Vec<NormalPath>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub tier: IsolationTier,
+    pub network: NetAccess,
+    pub cost: Option<Money>,
+    pub minute: u32,
+    pub weekday: u8,
+}
+
+impl<'a> Facts<'a> {
+    pub fn new(op: &'a Operation, ctx: &Context<'_>) -> Facts<'a> {
+        let mut paths = Vec::new();
+        if let Some(p) = op.args.path() {
+            paths.push(normalize(p));
+            if let Some(r) = ctx.resolved_path {
+                paths.push(relative_to_root(r, ctx.workspace_root));
+            }
+        }
+        let (host, port) = match &op.args {
+            OperationArgs::NetConnect { host, port } => (
+                Some(host.trim_end_matches('.').to_ascii_lowercase()),
+                Some(*port),
+            ),
+            _ => (None, None),
+        };
+        let language = match &op.args {
+            OperationArgs::RunCode { language, .. } => Some(*language),
+            _ => None,
+        };
+        Facts {
+            kind: op.kind(),
+            tool: op.args.tool_name(),
+            tenant: &op.principal.tenant,
+            agent: op.principal.agent.as_deref(),
+            argv: op.args.argv(),
+            language,
+            paths,
+            host,
+            port,
+            tier: op.tier.unwrap_or(ctx.default_tier),
+            network: ctx.network,
+            cost: op.estimated_cost,
+            minute: minute_of_day(&ctx.now),
+            weekday: 1 << ctx.now.weekday().num_days_from_monday(),
+        }
+    }
+}
+
+fn minute_of_day(t: &DateTime<Utc>) -> u32 {
+    t.hour() * 60 + t.minute()
+}
+
+fn any_name(ps: &[NamePattern], s: &str) -> bool {
+    ps.iter().any(|p| p.matches(s))
+}
+
+impl Rule {
+    pub fn rule_ref(&self) -> RuleRef {
+        RuleRef {
+            id: self.id.clone(),
+            file: Some(self.file.clone()),
+            line: Some(self.line),
+        }
+    }
+
+    /// Whether unknown facts (no agent, no cost estimate) and disagreeing path forms count
+    /// as a match. True for `ask` and `deny`: uncertainty resolves toward the stricter outcome.
+    fn strict(&self) -> bool {
+        self.effect != Verdict::Allow
+    }
+
+    /// Whether this rule matches. Cheap matchers first, globs last.
+    pub fn matches(&self, f: &Facts<'_>) -> bool {
+        let strict = self.strict();
+        if !self.kinds.contains(f.kind) {
+            return false;
+        }
+        if let Some(t) = &self.tenant {
+            if !any_name(t, f.tenant) {
+                return false;
+            }
+        }
+        if let Some(a) = &self.agent {
+            match f.agent {
+                Some(agent) => {
+                    if !any_name(a, agent) {
+                        return false;
+                    }
+                }
+                None => {
+                    if !strict {
+                        return false;
+                    }
+                }
+            }
+        }
+        if let Some(t) = &self.tier {
+            if !t.contains(&f.tier) {
+                return false;
+            }
+        }
+        if let Some(n) = &self.network {
+            if !n.contains(&f.network) {
+                return false;
+            }
+        }
+        if self.cost_above.is_some() || self.cost_at_most.is_some() {
+            match f.cost {
+                Some(c) => {
+                    if let Some(above) = self.cost_above {
+                        if c <= above {
+                            return false;
+                        }
+                    }
+                    if let Some(most) = self.cost_at_most {
+                        if c > most {
+                            return false;
+                        }
+                    }
+                }
+                None => {
+                    if !strict {
+                        return false;
+                    }
+                }
+            }
+        }
+        if let Some(w) = &self.time {
+            if !w.contains(f.minute) {
+                return false;
+            }
+        }
+        if let Some(d) = self.weekdays {
+            if d & f.weekday == 0 {
+                return false;
+            }
+        }
+        if let Some(l) = &self.language {
+            match f.language {
+                Some(lang) if l.contains(&lang) => {}
+                _ => return false,
+            }
+        }
+        if let Some(ps) = &self.port {
+            match f.port {
+                Some(p) if ps.iter().any(|(lo, hi)| p >= *lo && p <= *hi) => {}
+                _ => return false,
+            }
+        }
+        if let Some(hs) = &self.host {
+            match &f.host {
+                Some(h) if hs.iter().any(|p| p.matches(h)) => {}
+                _ => return false,
+            }
+        }
+        if self.argv_exact.is_some() || self.argv_prefix.is_some() || self.argv_glob.is_some() {
+            let Some(argv) = f.argv else { return false };
+            if let Some(e) = &self.argv_exact {
+                if argv != e.as_slice() {
+                    return false;
+                }
+            }
+            if let Some(p) = &self.argv_prefix {
+                if !argv.starts_with(p) {
+                    return false;
+                }
+            }
+            if let Some((globs, rest)) = &self.argv_glob {
+                let ok_len = if *rest {
+                    argv.len() >= globs.len()
+                } else {
+                    argv.len() == globs.len()
+                };
+                if !ok_len || !globs.iter().zip(argv).all(|(g, a)| g.is_match(a)) {
+                    return false;
+                }
+            }
+        }
+        if let Some(t) = &self.tool {
+            if !any_name(t, f.tool) {
+                return false;
+            }
+        }
+        if self.path.is_some() || self.path_not.is_some() || self.in_workspace.is_some() {
+            if f.paths.is_empty() {
+                return false;
+            }
+            let pred = |p: &NormalPath| self.path_matches(p);
+            let ok = if strict {
+                f.paths.iter().any(pred)
+            } else {
+                f.paths.iter().all(pred)
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn path_matches(&self, p: &NormalPath) -> bool {
+        if let Some(w) = self.in_workspace {
+            if p.is_inside_workspace() != w {
+                return false;
+            }
+        }
+        if let Some(g) = &self.path {
+            if !g.is_match(p.as_str()) {
+                return false;
+            }
+        }
+        if let Some(g) = &self.path_not {
+            if g.is_match(p.as_str()) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Builds the glob set for path patterns: `*` stays within one component, `**` crosses
+/// components. Patterns are normalised like paths.
+pub(crate) fn path_globset(patterns: &[String]) -> Result<GlobSet, (String, String)> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let comps: Vec<&str> = p
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        let leading_dots = comps.iter().take_while(|c| **c == "..").count();
+        if comps.iter().skip(leading_dots).any(|c| *c == "..") {
+            return Err((p.clone(), "`..` may only lead a pattern".into()));
+        }
+        let n = normalize(p);
+        let g = GlobBuilder::new(n.as_str())
+            .literal_separator(true)
+            .build()
+            .map_err(|e| (p.clone(), e.kind().to_string()))?;
+        b.add(g);
+    }
+    b.build().map_err(|e| (String::new(), e.to_string()))
+}

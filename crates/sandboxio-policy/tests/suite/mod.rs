@@ -1,0 +1,5 @@
+pub mod common;
+mod default_policy;
+mod fixtures;
+// mod props;
+mod semantics;
