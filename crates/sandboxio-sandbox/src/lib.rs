@@ -1,6 +1,24 @@
 //! sandboxio isolation tiers. This is the only crate in the workspace allowed `unsafe`.
 //!
-//! Layout (see README.md): planning is pure (`plan`, `ns::plan`), applying is the only
-//! syscall code (`helper`, `ns::apply`, `cgroup`, ...).
+//! Layout (see README.md): planning is pure (`plan`, `cgroup::plan`, `ns::plan`), applying
+//! is the only syscall code (`helper`, `exec`, `cgroup`, `ns::apply`, `probe`).
+//!
+//! Embedding binaries must call [`helper::main`] first thing in `main` when
+//! [`helper::is_helper_invocation`] is true (before starting tokio or any thread).
 
+pub mod cgroup;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod helper;
 pub mod ns;
+pub mod plan;
+pub mod probe;
+pub mod protocol;
+
+pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
+pub use error::SandboxError;
+pub use exec::{run, CancelToken};
+pub use helper::HELPER_ARG;
+pub use plan::SandboxPlan;
+pub use probe::{probe, HostReport};

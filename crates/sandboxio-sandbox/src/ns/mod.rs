@@ -1,2 +1,22 @@
-//! Namespace tier: user, mount, pid, net, ipc, uts and cgroup namespaces, pivot_root,
-//! Landlock and seccomp. Owned by the namespace work; see README.md.
+//! Namespace tier: user, mount, pid, net, ipc, uts and cgroup namespaces, pivot_root into a
+//! fresh read-only root, Landlock and seccomp.
+//!
+//! - [`plan`] (pure): request + host paths -> [`NamespacePlan`] (mounts in order, id maps,
+//!   generated /etc, seccomp rules for the network mode, Landlock rules, tmpfs sizes).
+//! - [`spawn`] (syscalls, in the single-threaded helper, as root): starts the namespace init
+//!   and returns an [`NsChild`]; after reaping its pid, [`NsChild::finish`] gives the
+//!   payload's exact exit status and the enforcement achieved.
+
+mod apply;
+pub mod error;
+pub mod landlock;
+mod plan;
+pub mod report;
+pub mod seccomp;
+
+pub use apply::{spawn, NsChild, NsOutcome, Rlimits};
+pub use error::NsError;
+pub use plan::{
+    plan, FileSource, MountFlags, MountOp, NamespacePlan, NsHostPaths, Staged, DEFAULT_HOST_ID,
+    INSIDE_INPUT, INSIDE_OUTPUT, INSIDE_TMP, INSIDE_WORKSPACE, NAMESPACES,
+};

@@ -1,0 +1,727 @@
+//! The helper: a small single-threaded process that the supervisor starts by re-executing
+//! a binary with [`HELPER_ARG`]. It reads the plan from fd 3, becomes a subreaper in its own
+//! session, forks the payload, waits for it, and kills the whole tree on timeout, cancel or
+//! supervisor death, and after the payload exits. It reports over fd 4.
+//!
+//! Fixed order in the payload child: signal mask and SIGPIPE reset, join cgroups, rlimits,
+//! chdir, `no_new_privs`, execve.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sandboxio_core::{ErrorCode, ExitStatus, IsolationTier};
+
+use crate::cgroup;
+use crate::error::{last_os_error, SandboxError};
+use crate::plan::{SandboxPlan, MAX_PLAN_BYTES};
+use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
+
+/// The first argument that turns a binary into the helper.
+pub const HELPER_ARG: &str = "__sandboxio-helper";
+
+/// Whether this process was started as the helper (`argv[1] == HELPER_ARG`).
+pub fn is_helper_invocation() -> bool {
+    std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(HELPER_ARG))
+}
+
+/// Run the helper and exit. Call it first thing in `main`, before any runtime or thread
+/// starts, when [`is_helper_invocation`] is true.
+pub fn main() -> ! {
+    let mut rep = Reporter::new();
+    let code = match run(&mut rep) {
+        Ok(()) => 0,
+        Err(e) => {
+            rep.send(&HelperMsg::SetupError {
+                code: e.code().to_string(),
+                message: e.to_string(),
+            });
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+struct Reporter {
+    out: Option<File>,
+}
+
+impl Reporter {
+    fn new() -> Self {
+        Reporter { out: None }
+    }
+    fn send(&mut self, msg: &HelperMsg) {
+        if let Some(f) = self.out.as_mut() {
+            if let Ok(mut line) = serde_json::to_vec(msg) {
+                line.push(b'\n');
+                // The supervisor may be gone (EPIPE); nothing else to tell then.
+                let _ = f.write_all(&line);
+            }
+        }
+    }
+}
+
+fn check_fd(fd: i32) -> Result<(), SandboxError> {
+    // SAFETY: fcntl(F_GETFD/F_SETFD) on an integer fd has no memory effects; an invalid fd
+    // is reported through the return value.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(SandboxError::HelperFds { fd });
+    }
+    // SAFETY: as above; sets close-on-exec so the payload never inherits helper pipes.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+    Ok(())
+}
+
+fn prctl(option: libc::c_int, arg: libc::c_ulong, name: &'static str) -> Result<(), SandboxError> {
+    // SAFETY: the prctl options used here (PDEATHSIG, CHILD_SUBREAPER, NO_NEW_PRIVS) take
+    // plain integer arguments and touch no memory of ours.
+    let r = unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if r < 0 {
+        return Err(SandboxError::Prctl {
+            option: name,
+            source: last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
+    let fds = std::env::args()
+        .nth(2)
+        .and_then(|a| HelperFds::parse(&a))
+        .ok_or(SandboxError::HelperFds { fd: -1 })?;
+    check_fd(fds.report)?;
+    // SAFETY: the report fd was checked open above and is owned by the helper from here on.
+    rep.out = Some(unsafe { File::from_raw_fd(fds.report) });
+    check_fd(fds.plan)?;
+    check_fd(fds.control)?;
+    // Learn when the supervisor thread that spawned us dies (handled like a cancel).
+    prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGTERM as libc::c_ulong,
+        "PR_SET_PDEATHSIG",
+    )?;
+
+    let plan = read_plan(fds.plan)?;
+
+    // SAFETY: setsid has no arguments; it fails only if we already lead a process group.
+    if unsafe { libc::setsid() } < 0 {
+        let e = last_os_error();
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(SandboxError::Setsid { source: e });
+        }
+    }
+    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")?;
+    let signals = Signals::block()?;
+
+    let pid = match plan.tier {
+        IsolationTier::Process => spawn_process(&plan, &signals)?,
+        // The namespace engineer's `crate::ns` hook goes here; until it exists the helper
+        // refuses rather than silently running the payload unisolated.
+        tier => {
+            return Err(SandboxError::UnsupportedTier {
+                tier,
+                why: "the helper has no backend for this tier yet",
+            })
+        }
+    };
+    rep.send(&HelperMsg::Payload { pid });
+    let report = supervise(&plan, pid, &signals, fds.control)?;
+    rep.send(&HelperMsg::Final(report));
+    Ok(())
+}
+
+fn read_plan(fd: i32) -> Result<SandboxPlan, SandboxError> {
+    // SAFETY: the plan fd was checked open in `run`; the helper owns it and closes it here.
+    let f = unsafe { File::from_raw_fd(fd) };
+    let mut buf = Vec::new();
+    f.take(MAX_PLAN_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(|source| SandboxError::HelperIo {
+            what: "reading the plan",
+            source,
+        })?;
+    if buf.len() > MAX_PLAN_BYTES {
+        return Err(SandboxError::PlanTooLarge {
+            size: buf.len(),
+            max: MAX_PLAN_BYTES,
+        });
+    }
+    serde_json::from_slice(&buf).map_err(|e| SandboxError::PlanDecode { why: e.to_string() })
+}
+
+/// Blocked signals delivered through a signalfd instead of handlers.
+struct Signals {
+    fd: i32,
+    old_mask: libc::sigset_t,
+}
+
+impl Signals {
+    fn block() -> Result<Signals, SandboxError> {
+        // SAFETY: sigset_t is plain data; zeroed is a valid value before sigemptyset.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, exclusively borrowed sigset_t.
+        unsafe { libc::sigemptyset(&mut set) };
+        for s in [
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+        ] {
+            // SAFETY: `set` is valid; `s` is a valid signal number.
+            unsafe { libc::sigaddset(&mut set, s) };
+        }
+        // SAFETY: both pointers point to valid sigset_t values owned by this frame.
+        if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) } < 0 {
+            return Err(SandboxError::Signals {
+                what: "sigprocmask",
+                source: last_os_error(),
+            });
+        }
+        // SAFETY: `set` is valid; -1 asks for a new signalfd.
+        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(SandboxError::Signals {
+                what: "signalfd",
+                source: last_os_error(),
+            });
+        }
+        Ok(Signals { fd, old_mask: old })
+    }
+
+    /// Drain pending signals; returns the terminating ones seen.
+    fn drain(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: signalfd_siginfo is plain data.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reading at most `size` bytes into `info`, which is exactly that big.
+            let n = unsafe {
+                libc::read(
+                    self.fd,
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if n != size as isize {
+                break;
+            }
+            if info.ssi_signo != libc::SIGCHLD as u32 {
+                out.push(info.ssi_signo);
+            }
+        }
+        out
+    }
+}
+
+/// Find `argv[0]` the way execvp would, but in the plan's PATH (not the helper's).
+fn resolve_program(plan: &SandboxPlan) -> Result<PathBuf, SandboxError> {
+    let prog = &plan.argv[0];
+    if prog.contains('/') {
+        let p = Path::new(prog);
+        return Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            plan.cwd.join(p)
+        });
+    }
+    let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let dir = Path::new(dir);
+        let dir = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            plan.cwd.join(dir)
+        };
+        let cand = dir.join(prog);
+        if let Ok(m) = std::fs::metadata(&cand) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return Ok(cand);
+            }
+        }
+    }
+    Err(SandboxError::CommandNotFound {
+        program: prog.clone(),
+    })
+}
+
+fn cstring(s: &[u8]) -> Result<CString, SandboxError> {
+    CString::new(s).map_err(|_| SandboxError::PlanDecode {
+        why: "a string in the plan contains a NUL byte".into(),
+    })
+}
+
+// Stages reported by the payload child over its error pipe.
+const STAGE_CGROUP: u8 = 1;
+const STAGE_RLIMIT: u8 = 2;
+const STAGE_CHDIR: u8 = 3;
+const STAGE_NNP: u8 = 4;
+const STAGE_EXEC: u8 = 5;
+
+/// Fork and exec the payload of the process tier. Returns its pid once execve succeeded.
+fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxError> {
+    let prog_path = resolve_program(plan)?;
+    let prog = cstring(prog_path.as_os_str().as_bytes())?;
+    let args: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let envs: Vec<CString> = plan
+        .env
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
+    env_ptrs.push(std::ptr::null());
+    let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
+    let cgroup_procs: Vec<CString> = match &plan.cgroup {
+        Some(cg) => cg
+            .dirs
+            .iter()
+            .map(|d| cstring(d.join("cgroup.procs").as_os_str().as_bytes()))
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    let r = &plan.rlimits;
+    let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, r.core)];
+    if let Some(v) = r.cpu_seconds {
+        rlimits.push((libc::RLIMIT_CPU, v));
+    }
+    if let Some(v) = r.address_space {
+        rlimits.push((libc::RLIMIT_AS, v));
+    }
+    if let Some(v) = r.file_size {
+        rlimits.push((libc::RLIMIT_FSIZE, v));
+    }
+    if let Some(v) = r.open_files {
+        rlimits.push((libc::RLIMIT_NOFILE, v));
+    }
+
+    let mut errpipe = [0i32; 2];
+    // SAFETY: `errpipe` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(SandboxError::Pipe {
+            source: last_os_error(),
+        });
+    }
+    let [err_r, err_w] = errpipe;
+
+    // SAFETY: the helper is single-threaded, so the child may run any code; it only uses
+    // memory prepared above and ends in execve or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let source = last_os_error();
+        // SAFETY: closing the two fds this function just created.
+        unsafe {
+            libc::close(err_r);
+            libc::close(err_w);
+        }
+        return Err(SandboxError::Fork { source });
+    }
+    if pid == 0 {
+        // SAFETY: we are in the freshly forked child; every call below is a plain syscall on
+        // data prepared before fork, and the function never returns (execve or _exit).
+        unsafe {
+            payload_child(
+                err_w,
+                signals,
+                &cgroup_procs,
+                &rlimits,
+                &cwd,
+                plan.no_new_privs,
+                &prog,
+                &argv_ptrs,
+                &env_ptrs,
+            )
+        }
+    }
+    // SAFETY: closing our copy of the write end; the child holds its own.
+    unsafe { libc::close(err_w) };
+    let mut buf = [0u8; 5];
+    let mut got = 0usize;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled tail of `buf`, within its bounds.
+        let n = unsafe { libc::read(err_r, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 {
+            if last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: closing the read end created above.
+    unsafe { libc::close(err_r) };
+    if got == 0 {
+        return Ok(pid);
+    }
+    // The child failed before exec: reap it and say why.
+    let mut status = 0;
+    // SAFETY: waiting for our own child; `status` is a valid int.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    let source = std::io::Error::from_raw_os_error(errno);
+    Err(match buf[0] {
+        STAGE_CGROUP => SandboxError::CgroupWrite {
+            path: PathBuf::from("cgroup.procs"),
+            value: "0".into(),
+            source,
+        },
+        STAGE_RLIMIT => SandboxError::Setrlimit {
+            resource: "payload limits",
+            source,
+        },
+        STAGE_CHDIR => SandboxError::Chdir {
+            path: plan.cwd.clone(),
+            source,
+        },
+        STAGE_NNP => SandboxError::Prctl {
+            option: "PR_SET_NO_NEW_PRIVS",
+            source,
+        },
+        _ => SandboxError::Exec {
+            program: plan.argv[0].clone(),
+            source,
+        },
+    })
+}
+
+/// The payload side of fork. Never returns.
+///
+/// # Safety
+/// Must be called only in the child right after `fork()` in the single-threaded helper.
+#[allow(clippy::too_many_arguments)]
+unsafe fn payload_child(
+    err_w: i32,
+    signals: &Signals,
+    cgroup_procs: &[CString],
+    rlimits: &[(libc::__rlimit_resource_t, u64)],
+    cwd: &CString,
+    no_new_privs: bool,
+    prog: &CString,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> ! {
+    let fail = |stage: u8| -> ! {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let e = errno.to_ne_bytes();
+        let msg = [stage, e[0], e[1], e[2], e[3]];
+        // SAFETY: writing 5 bytes from a local array to our error pipe, then exiting
+        // without running any destructors or atexit handlers of the helper.
+        unsafe {
+            libc::write(err_w, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: all calls below are syscalls on valid pointers prepared before fork.
+    unsafe {
+        libc::sigprocmask(libc::SIG_SETMASK, &signals.old_mask, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for path in cgroup_procs {
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                fail(STAGE_CGROUP);
+            }
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                fail(STAGE_CGROUP);
+            }
+            libc::close(fd);
+        }
+        for &(res, v) in rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            };
+            // Lower only: never try to raise a hard limit above what we have.
+            let mut cur = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            let lim = if libc::getrlimit(res, &mut cur) == 0 && cur.rlim_max < v {
+                cur
+            } else {
+                lim
+            };
+            if libc::setrlimit(res, &lim) < 0 {
+                fail(STAGE_RLIMIT);
+            }
+        }
+        if libc::chdir(cwd.as_ptr()) < 0 {
+            fail(STAGE_CHDIR);
+        }
+        if no_new_privs
+            && libc::prctl(
+                libc::PR_SET_NO_NEW_PRIVS,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            ) < 0
+        {
+            fail(STAGE_NNP);
+        }
+        libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+    fail(STAGE_EXEC)
+}
+
+/// Every descendant of this process, found through /proc (children before grandchildren).
+fn descendants() -> Vec<i32> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            if let Some(ppid) = parse_ppid(&stat) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue = VecDeque::from([me]);
+    while let Some(p) = queue.pop_front() {
+        if let Some(kids) = children.get(&p) {
+            for &k in kids {
+                out.push(k);
+                queue.push_back(k);
+            }
+        }
+    }
+    out
+}
+
+/// The ppid field of `/proc/<pid>/stat` (the comm field may contain spaces and parens).
+pub(crate) fn parse_ppid(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut it = rest.split_whitespace();
+    let _state = it.next()?;
+    it.next()?.parse().ok()
+}
+
+/// Kill the whole tree: cgroup first (atomic where cgroup.kill exists), then every
+/// descendant found in /proc. Returns how many descendants were signalled.
+fn kill_tree(plan: &SandboxPlan) -> u32 {
+    if let Some(cg) = &plan.cgroup {
+        cgroup::kill(cg);
+    }
+    let mut n = 0;
+    for pid in descendants() {
+        // SAFETY: kill(2) with integer arguments; `pid` is a descendant of this helper.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn exit_status(status: i32) -> ExitStatus {
+    if libc::WIFSIGNALED(status) {
+        ExitStatus::Signal(libc::WTERMSIG(status))
+    } else {
+        ExitStatus::Code(libc::WEXITSTATUS(status))
+    }
+}
+
+fn supervise(
+    plan: &SandboxPlan,
+    pid: i32,
+    signals: &Signals,
+    control_fd: i32,
+) -> Result<FinalReport, SandboxError> {
+    let deadline = Instant::now() + plan.timeout;
+    let mut payload_status: Option<i32> = None;
+    let mut killing = false;
+    let mut timed_out = false;
+    let mut cancelled: Option<String> = None;
+    let mut leftovers = 0u32;
+    let mut control_open = true;
+    loop {
+        // Reap everything that exited; orphans of the tree come to us (subreaper).
+        let mut no_children = false;
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is a valid int; WNOHANG never blocks.
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if r > 0 {
+                if r == pid {
+                    payload_status = Some(status);
+                }
+                continue;
+            }
+            if r < 0 {
+                match last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ECHILD) => no_children = true,
+                    _ => {
+                        return Err(SandboxError::Wait {
+                            source: last_os_error(),
+                        })
+                    }
+                }
+            }
+            break;
+        }
+        if no_children {
+            break;
+        }
+        if payload_status.is_some() && !killing {
+            // The command is done; anything it left behind dies now.
+            killing = true;
+            leftovers = kill_tree(plan);
+        } else if killing {
+            kill_tree(plan);
+        }
+        let now = Instant::now();
+        if !killing && now >= deadline {
+            timed_out = true;
+            killing = true;
+            kill_tree(plan);
+        }
+        let timeout_ms: i32 = if killing {
+            5
+        } else {
+            let left = deadline.saturating_duration_since(now).as_millis() + 1;
+            i32::try_from(left).unwrap_or(i32::MAX)
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: signals.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if control_open { control_fd } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if n < 0 {
+            let e = last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(SandboxError::Poll { source: e });
+        }
+        if fds[0].revents != 0 {
+            for signo in signals.drain() {
+                if cancelled.is_none() {
+                    cancelled = Some(format!("helper received signal {signo}"));
+                }
+                if !killing {
+                    killing = true;
+                    kill_tree(plan);
+                }
+            }
+        }
+        if control_open && fds[1].revents != 0 {
+            let mut b = [0u8; 1];
+            // SAFETY: reading one byte into a local buffer from the control pipe.
+            let r = unsafe { libc::read(control_fd, b.as_mut_ptr().cast(), 1) };
+            let why = if r == 1 && b[0] == CANCEL_BYTE {
+                Some("cancelled by the supervisor")
+            } else if r == 0 || fds[1].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                control_open = false;
+                Some("the supervisor went away")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                if cancelled.is_none() && payload_status.is_none() {
+                    cancelled = Some(why.to_string());
+                }
+                if !killing {
+                    killing = true;
+                    kill_tree(plan);
+                }
+            }
+        }
+    }
+    let status = payload_status.ok_or_else(|| SandboxError::HelperProtocol {
+        why: "the payload was reaped without its status".into(),
+    })?;
+    let exit = exit_status(status);
+    // SAFETY: rusage is plain data.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage to fill.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let ru_cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
+        + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
+    let ru_peak = (ru.ru_maxrss as u64).saturating_mul(1024);
+    let (cpu, peak, oom, meter) = match &plan.cgroup {
+        Some(cg) => {
+            let u = cgroup::read_usage(cg);
+            let oom = match u.oom_kills {
+                Some(n) => n > 0,
+                None => {
+                    exit == ExitStatus::Signal(libc::SIGKILL) && u.memory_failcnt.unwrap_or(0) > 0
+                }
+            };
+            (
+                u.cpu_time_ms.or(Some(ru_cpu_ms)),
+                u.peak_memory_bytes.or(Some(ru_peak)),
+                oom,
+                if u.cpu_time_ms.is_some() {
+                    "cgroup"
+                } else {
+                    "rusage"
+                },
+            )
+        }
+        None => (Some(ru_cpu_ms), Some(ru_peak), false, "rusage"),
+    };
+    Ok(FinalReport {
+        exit,
+        timed_out,
+        cancelled,
+        oom_killed: oom,
+        cpu_time_ms: cpu,
+        peak_memory_bytes: peak,
+        meter: meter.to_string(),
+        leftovers_killed: leftovers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ppid_parsing_survives_odd_comm() {
+        assert_eq!(parse_ppid("123 (sh) S 45 123 123 0"), Some(45));
+        assert_eq!(parse_ppid("123 (a) b) c) R 7 1 1"), Some(7));
+        assert_eq!(parse_ppid("garbage"), None);
+    }
+}

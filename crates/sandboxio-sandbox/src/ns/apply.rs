@@ -1,0 +1,1190 @@
+//! Applying a `NamespacePlan`: the only syscall code of the namespace tier.
+//!
+//! Fixed order:
+//! 1. helper (host root, single-threaded): private mount namespace for itself, staging
+//!    tmpfs for workspace and output, bind sources opened as O_PATH fds, pipes;
+//! 2. `clone(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS)`; the helper writes uid_map/gid_map,
+//!    runs the caller's attach hook (cgroups), then releases the child;
+//! 3. init (pid 1 inside): PDEATHSIG, setresgid/setgroups/setresuid to 0, cgroup namespace,
+//!    hostname, rprivate, new root on tmpfs, mounts, pivot_root, detach old root, read-only
+//!    root, close stray fds, fork the payload, drop its own capabilities, reap everything and
+//!    report the payload's wait status, then exit (which kills whatever is left);
+//! 4. payload: signals reset, setsid, rlimits, chdir, no_new_privs, Landlock, securebits,
+//!    bounding/ambient/effective/permitted/inheritable capabilities to zero, close fds,
+//!    seccomp last, execve.
+
+use std::ffi::{CStr, CString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sandboxio_core::{Enforcement, ExitStatus, IsolationTier};
+
+use super::error::NsError;
+use super::landlock;
+use super::plan::{FileSource, MountFlags, MountOp, NamespacePlan, Staged};
+use super::report::{Report, Stage};
+use super::seccomp::{self, SockFilter};
+
+/// Limits applied with setrlimit in the payload: (resource, value).
+pub type Rlimits = Vec<(libc::__rlimit_resource_t, u64)>;
+
+/// The running sandbox, from the helper's side.
+pub struct NsChild {
+    pid: libc::pid_t,
+    report: OwnedFd,
+    staging: Staging,
+    output_host: PathBuf,
+    namespaces: Vec<String>,
+}
+
+/// How the payload ended and what was enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NsOutcome {
+    /// `None` when the init was killed before the payload finished (timeout, cancel).
+    pub exit: Option<ExitStatus>,
+    /// Tier, namespaces, Landlock ABI, seccomp, no_new_privs, network, gaps.
+    /// Cgroup fields are left for the caller.
+    pub enforcement: Enforcement,
+    /// Files and bytes copied to the host output directory.
+    pub output_files: u64,
+    pub output_bytes: u64,
+}
+
+fn io_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+fn errno() -> i32 {
+    io_err().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn cstr(p: &Path) -> Result<CString, NsError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| NsError::NulByte)
+}
+
+/// Size-capped tmpfs directories in the helper's private mount namespace.
+struct Staging {
+    base: PathBuf,
+    root: PathBuf,
+    workspace: PathBuf,
+    output: PathBuf,
+    mounted: Vec<PathBuf>,
+}
+
+impl Staging {
+    fn create(plan: &NamespacePlan) -> Result<Staging, NsError> {
+        let tmp = std::env::temp_dir();
+        let base = tmp.join(format!(
+            "sandboxio-ns-{}",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
+        let st = |path: &Path, source| NsError::Staging {
+            path: path.to_path_buf(),
+            source,
+        };
+        // 0711: the sandbox user may traverse (to reach its root) but not list.
+        std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(&base)
+            .map_err(|e| st(&base, e))?;
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| st(&base, e))?;
+        let mut s = Staging {
+            root: base.join("root"),
+            workspace: base.join("workspace"),
+            output: base.join("output"),
+            base,
+            mounted: Vec::new(),
+        };
+        for d in [&s.root, &s.workspace, &s.output] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| st(d, e))?;
+        }
+        let ws = s.workspace.clone();
+        s.mount_tmpfs(&ws, plan.workspace_size, plan.host_uid, plan.host_gid)?;
+        let out = s.output.clone();
+        s.mount_tmpfs(&out, plan.output_size, plan.host_uid, plan.host_gid)?;
+        Ok(s)
+    }
+
+    fn mount_tmpfs(&mut self, dir: &Path, size: u64, uid: u32, gid: u32) -> Result<(), NsError> {
+        let target = cstr(dir)?;
+        let data = CString::new(format!(
+            "size={size},nr_inodes={},mode=0755,uid={uid},gid={gid}",
+            super::plan::TMPFS_INODES
+        ))
+        .map_err(|_| NsError::NulByte)?;
+        // SAFETY: all pointers are valid NUL-terminated strings living across the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(NsError::StagingMount {
+                path: dir.to_path_buf(),
+                source: io_err(),
+            });
+        }
+        self.mounted.push(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn teardown(&mut self) {
+        for m in self.mounted.drain(..).rev() {
+            if let Ok(c) = cstr(&m) {
+                // SAFETY: plain umount of a path we mounted; MNT_DETACH never blocks.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Enters a private mount namespace for the helper itself, so staging mounts never reach
+/// the host and vanish with the helper even if it is killed.
+fn private_mount_namespace() -> Result<(), NsError> {
+    // SAFETY: unshare with a flag constant; affects only this (single-threaded) process.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(NsError::HelperMountNamespace { source: io_err() });
+    }
+    // SAFETY: constant, valid C strings; remounts propagation of our own namespace.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(NsError::HelperMountNamespace { source: io_err() });
+    }
+    Ok(())
+}
+
+/// Copies a tree without following symlinks (symlinks and special files are skipped),
+/// giving every entry to `owner` when set.
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    owner: Option<(u32, u32)>,
+    wrap: &dyn Fn(PathBuf, io::Error) -> NsError,
+    count: &mut (u64, u64),
+) -> Result<(), NsError> {
+    let rd = std::fs::read_dir(src).map_err(|e| wrap(src.to_path_buf(), e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| wrap(src.to_path_buf(), e))?;
+        let from = entry.path();
+        let to = dst.join(entry.file_name());
+        let meta = std::fs::symlink_metadata(&from).map_err(|e| wrap(from.clone(), e))?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&to)
+                .map_err(|e| wrap(to.clone(), e))?;
+            if let Some((u, g)) = owner {
+                std::os::unix::fs::lchown(&to, Some(u), Some(g))
+                    .map_err(|e| wrap(to.clone(), e))?;
+            }
+            copy_tree(&from, &to, owner, wrap, count)?;
+        } else if ft.is_file() {
+            let mut r = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&from)
+                .map_err(|e| wrap(from.clone(), e))?;
+            let mut w = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(meta.permissions().mode() & 0o755)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&to)
+                .map_err(|e| wrap(to.clone(), e))?;
+            let n = io::copy(&mut r, &mut w).map_err(|e| wrap(from.clone(), e))?;
+            if let Some((u, g)) = owner {
+                std::os::unix::fs::fchown(&w, Some(u), Some(g)).map_err(|e| wrap(to.clone(), e))?;
+            }
+            count.0 += 1;
+            count.1 += n;
+        }
+    }
+    Ok(())
+}
+
+/// Everything the child needs, prepared in the helper before clone.
+struct ChildCtx {
+    root: CString,
+    /// (op, target under the new root, source fd path for binds, contents for files)
+    steps: Vec<Step>,
+    hostname: CString,
+    cwd: CString,
+    rlimits: Rlimits,
+    landlock: Option<landlock::Prepared>,
+    filter: Vec<SockFilter>,
+    candidates: Vec<CString>,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    program: String,
+    root_size: u64,
+}
+
+enum Step {
+    Dir {
+        path: CString,
+        mode: u32,
+    },
+    Symlink {
+        path: CString,
+        target: CString,
+    },
+    File {
+        path: CString,
+        contents: Vec<u8>,
+        mode: u32,
+    },
+    Tmpfs {
+        path: CString,
+        data: CString,
+        flags: libc::c_ulong,
+    },
+    /// `host` is opened by the init before it changes its ids (so host directory
+    /// permissions are checked as the helper's), then bound through `/proc/self/fd`.
+    Bind {
+        host: CString,
+        path: CString,
+        flags: libc::c_ulong,
+        optional: bool,
+    },
+    Proc {
+        path: CString,
+    },
+    Devpts {
+        path: CString,
+    },
+    MaskWithNull {
+        null: CString,
+        path: CString,
+    },
+    ReadOnly {
+        path: CString,
+    },
+}
+
+fn ms_flags(f: MountFlags) -> libc::c_ulong {
+    let mut m = 0;
+    if f.readonly {
+        m |= libc::MS_RDONLY;
+    }
+    if f.nosuid {
+        m |= libc::MS_NOSUID;
+    }
+    if f.nodev {
+        m |= libc::MS_NODEV;
+    }
+    if f.noexec {
+        m |= libc::MS_NOEXEC;
+    }
+    m
+}
+
+fn under_root(root: &Path, inside: &Path) -> PathBuf {
+    root.join(inside.strip_prefix("/").unwrap_or(inside))
+}
+
+fn prepare_steps(plan: &NamespacePlan, staging: &Staging) -> Result<Vec<Step>, NsError> {
+    let root = &staging.root;
+    let mut steps = Vec::new();
+    for op in &plan.mounts {
+        let step = match op {
+            MountOp::Dir { path, mode } => Step::Dir {
+                path: cstr(&under_root(root, path))?,
+                mode: *mode,
+            },
+            MountOp::Symlink { path, target } => Step::Symlink {
+                path: cstr(&under_root(root, path))?,
+                target: cstr(target)?,
+            },
+            MountOp::File { path, source, mode } => Step::File {
+                path: cstr(&under_root(root, path))?,
+                contents: match source {
+                    FileSource::Inline(s) => s.as_bytes().to_vec(),
+                    // Missing host files (e.g. no ld.so.cache) become empty files.
+                    FileSource::CopyOf(p) => std::fs::read(p).unwrap_or_default(),
+                },
+                mode: *mode,
+            },
+            MountOp::Tmpfs {
+                path,
+                size,
+                mode,
+                flags,
+            } => Step::Tmpfs {
+                path: cstr(&under_root(root, path))?,
+                data: CString::new(format!(
+                    "size={size},nr_inodes={},mode={mode:o}",
+                    super::plan::TMPFS_INODES
+                ))
+                .map_err(|_| NsError::NulByte)?,
+                flags: ms_flags(*flags),
+            },
+            MountOp::Bind {
+                source,
+                path,
+                flags,
+                optional,
+            } => Step::Bind {
+                host: cstr(source)?,
+                path: cstr(&under_root(root, path))?,
+                flags: ms_flags(*flags),
+                optional: *optional,
+            },
+            MountOp::StagedBind { which, path, flags } => Step::Bind {
+                host: cstr(match which {
+                    Staged::Workspace => &staging.workspace,
+                    Staged::Output => &staging.output,
+                })?,
+                path: cstr(&under_root(root, path))?,
+                flags: ms_flags(*flags),
+                optional: false,
+            },
+            MountOp::Proc { path } => Step::Proc {
+                path: cstr(&under_root(root, path))?,
+            },
+            MountOp::Devpts { path } => Step::Devpts {
+                path: cstr(&under_root(root, path))?,
+            },
+            MountOp::MaskWithNull { path } => Step::MaskWithNull {
+                null: cstr(&under_root(root, Path::new("/dev/null")))?,
+                path: cstr(&under_root(root, path))?,
+            },
+            MountOp::ReadOnly { path } => Step::ReadOnly {
+                path: cstr(&under_root(root, path))?,
+            },
+        };
+        steps.push(step);
+    }
+    Ok(steps)
+}
+
+/// Resolves `argv[0]` into candidate paths inside the sandbox (execvp order).
+fn candidates(plan: &NamespacePlan) -> Result<Vec<CString>, NsError> {
+    let prog = plan.argv.first().ok_or(NsError::EmptyArgv)?;
+    if prog.contains('/') {
+        let p = if prog.starts_with('/') {
+            PathBuf::from(prog)
+        } else {
+            plan.cwd.join(prog)
+        };
+        return Ok(vec![cstr(&p)?]);
+    }
+    let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| cstr(&Path::new(d).join(prog)))
+        .collect()
+}
+
+/// Starts the sandbox. Must be called from the single-threaded helper running as root.
+///
+/// `attach` runs after the id maps are written and before the sandbox starts its setup,
+/// with the host pid of the namespace init: put that pid in the sandbox's cgroups there
+/// (the init then enters a cgroup namespace rooted at that cgroup, and everything it starts
+/// stays inside). If `attach` fails, the init is killed and reaped.
+pub fn spawn<E, F>(plan: &NamespacePlan, rlimits: Rlimits, attach: F) -> Result<NsChild, E>
+where
+    E: From<NsError>,
+    F: FnOnce(libc::pid_t) -> Result<(), E>,
+{
+    let filter = seccomp::compile(&plan.seccomp)?;
+    let landlock = landlock::prepare(&plan.landlock, plan.landlock_deny_tcp);
+    let argv: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| NsError::NulByte))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = plan
+        .env
+        .iter()
+        .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| NsError::NulByte))
+        .collect::<Result<_, _>>()?;
+    let candidates = candidates(plan)?;
+
+    private_mount_namespace()?;
+    let staging = Staging::create(plan)?;
+    let mut count = (0, 0);
+    let wrap = |path, source| NsError::CopyWorkspace { path, source };
+    if plan.workspace_host.is_dir() {
+        copy_tree(
+            &plan.workspace_host,
+            &staging.workspace,
+            Some((plan.host_uid, plan.host_gid)),
+            &wrap,
+            &mut count,
+        )?;
+    }
+    let ctx = ChildCtx {
+        root: cstr(&staging.root)?,
+        steps: prepare_steps(plan, &staging)?,
+        hostname: CString::new(plan.hostname.as_bytes()).map_err(|_| NsError::NulByte)?,
+        cwd: cstr(&plan.cwd)?,
+        rlimits,
+        landlock,
+        filter,
+        candidates,
+        argv,
+        envp,
+        program: plan.argv.first().cloned().unwrap_or_default(),
+        root_size: plan.root_size,
+    };
+
+    let (release_r, release_w) = pipe()?;
+    let (report_r, report_w) = pipe()?;
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    // SAFETY: clone without a new stack behaves like fork; the helper is single-threaded,
+    // so the child may keep running Rust code on its copy of the address space.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(NsError::Clone { source: io_err() }.into());
+    }
+    if pid == 0 {
+        drop(release_w);
+        drop(report_r);
+        init_main(&ctx, release_r.as_raw_fd(), report_w.as_raw_fd());
+    }
+    let pid = libc::pid_t::try_from(pid).unwrap_or(-1);
+    drop(release_r);
+    drop(report_w);
+    let kill = |pid: libc::pid_t| {
+        // SAFETY: signalling and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+        }
+    };
+    for (file, text) in [("uid_map", &plan.uid_map), ("gid_map", &plan.gid_map)] {
+        if let Err(source) = std::fs::write(format!("/proc/{pid}/{file}"), text.as_bytes()) {
+            kill(pid);
+            return Err(NsError::IdMap { pid, file, source }.into());
+        }
+    }
+    if let Err(e) = attach(pid) {
+        kill(pid);
+        return Err(e);
+    }
+    let mut w = std::fs::File::from(release_w);
+    if let Err(source) = w.write_all(b"g") {
+        kill(pid);
+        return Err(NsError::Release { source }.into());
+    }
+    drop(w);
+    Ok(NsChild {
+        pid,
+        report: report_r,
+        staging,
+        output_host: plan.output_host.clone(),
+        namespaces: plan.namespaces.clone(),
+    })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(NsError::Pipe { source: io_err() });
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl NsChild {
+    /// Host pid of the namespace init. SIGKILL to it ends the whole sandbox: the kernel
+    /// kills every process of a pid namespace when its init dies.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// The report pipe (readable; EOF once the init and the payload's pre-exec code are
+    /// gone). For poll loops; `finish` reads it.
+    pub fn report_fd(&self) -> RawFd {
+        self.report.as_raw_fd()
+    }
+
+    /// Call after the init has been reaped (waitpid by the caller). Reads the report,
+    /// copies the output directory to the host (regular files and directories only, never
+    /// following symlinks) and removes the staging mounts.
+    pub fn finish(mut self) -> Result<NsOutcome, NsError> {
+        let mut buf = Vec::new();
+        let f = std::fs::File::from(self.report);
+        f.take(1 << 20)
+            .read_to_end(&mut buf)
+            .map_err(|source| NsError::ReadReport { source })?;
+        let mut exit = None;
+        let mut applied = None;
+        let mut failure = None;
+        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let r: Report = serde_json::from_slice(line).map_err(|_| NsError::MalformedReport)?;
+            match r {
+                Report::Exited { code } => exit = Some(ExitStatus::Code(code)),
+                Report::Signaled { signal } => exit = Some(ExitStatus::Signal(signal)),
+                Report::Applied { .. } => applied = Some(r),
+                Report::Setup {
+                    stage,
+                    target,
+                    errno,
+                } => {
+                    failure.get_or_insert(NsError::ChildSetup {
+                        stage,
+                        target,
+                        errno,
+                    });
+                }
+                Report::ExecFailed { program, errno } => {
+                    failure.get_or_insert(NsError::Exec { program, errno });
+                }
+            }
+        }
+        let mut count = (0, 0);
+        let wrap = |path, source| NsError::CopyOutput { path, source };
+        let copied = if self.output_host.is_dir() {
+            copy_tree(
+                &self.staging.output,
+                &self.output_host,
+                None,
+                &wrap,
+                &mut count,
+            )
+        } else {
+            Ok(())
+        };
+        self.staging.teardown();
+        if let Some(f) = failure {
+            return Err(f);
+        }
+        copied?;
+        let mut enforcement = Enforcement {
+            tier: Some(IsolationTier::Namespace),
+            namespaces: self.namespaces.clone(),
+            network: "none".to_string(),
+            ..Enforcement::default()
+        };
+        match applied {
+            Some(Report::Applied {
+                landlock_abi,
+                seccomp,
+                no_new_privs,
+                caps_dropped,
+            }) => {
+                enforcement.landlock_abi = landlock_abi;
+                enforcement.seccomp = seccomp;
+                enforcement.no_new_privs = no_new_privs;
+                if landlock_abi.is_none() {
+                    enforcement
+                        .gaps
+                        .push("landlock unavailable on this kernel".to_string());
+                }
+                if !caps_dropped {
+                    enforcement
+                        .gaps
+                        .push("capabilities not dropped".to_string());
+                }
+            }
+            _ => enforcement
+                .gaps
+                .push("the payload never reached exec".to_string()),
+        }
+        Ok(NsOutcome {
+            exit,
+            enforcement,
+            output_files: count.0,
+            output_bytes: count.1,
+        })
+    }
+}
+
+// ---- inside the namespaces ----------------------------------------------------------------
+
+fn send(fd: RawFd, r: &Report) {
+    if let Ok(mut line) = serde_json::to_vec(r) {
+        line.push(b'\n');
+        // SAFETY: writing a local buffer to our report pipe; one write below PIPE_BUF.
+        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+    }
+}
+
+fn fail(fd: RawFd, stage: Stage, target: &CStr, err: i32) -> ! {
+    send(
+        fd,
+        &Report::Setup {
+            stage,
+            target: target.to_string_lossy().into_owned(),
+            errno: err,
+        },
+    );
+    // SAFETY: leaving the child without running the helper's destructors.
+    unsafe { libc::_exit(1) }
+}
+
+type StepResult = Result<(), (Stage, i32)>;
+
+fn check(rc: libc::c_int, stage: Stage) -> StepResult {
+    if rc < 0 {
+        Err((stage, errno()))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_l(rc: libc::c_long, stage: Stage) -> StepResult {
+    if rc < 0 {
+        Err((stage, errno()))
+    } else {
+        Ok(())
+    }
+}
+
+fn mount(
+    src: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> StepResult {
+    // SAFETY: every pointer is either null or a valid C string living across the call.
+    let rc = unsafe {
+        libc::mount(
+            src.map_or(std::ptr::null(), |s| s.as_ptr()),
+            target.as_ptr(),
+            fstype.map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            data.map_or(std::ptr::null(), |s| s.as_ptr().cast()),
+        )
+    };
+    check(rc, Stage::Mount)
+}
+
+/// Flags of the mount at `path` that a remount inside a user namespace must keep
+/// (they are locked when inherited from a more privileged namespace).
+fn locked_flags(path: &CStr) -> Result<libc::c_ulong, (Stage, i32)> {
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a valid C string; `s` is writable memory of the right size.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), s.as_mut_ptr()) };
+    check(rc, Stage::StatMountSource)?;
+    // SAFETY: statvfs succeeded and filled `s`.
+    let f = unsafe { s.assume_init() }.f_flag;
+    let mut m = 0;
+    for (st, ms) in [
+        (libc::ST_RDONLY, libc::MS_RDONLY),
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if f & st != 0 {
+            m |= ms;
+        }
+    }
+    Ok(m)
+}
+
+fn exists(path: &CStr) -> bool {
+    // SAFETY: `path` is a valid C string; F_OK only checks existence.
+    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+}
+
+fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage, i32)> {
+    match step {
+        Step::Dir { path, mode } => {
+            // SAFETY: valid C string.
+            let rc = unsafe { libc::mkdir(path.as_ptr(), *mode) };
+            if rc < 0 && errno() != libc::EEXIST {
+                return Err((Stage::Mkdir, errno()));
+            }
+            // mkdir applies the umask; set the exact mode (e.g. 1777 for /tmp).
+            // SAFETY: valid C string.
+            check(unsafe { libc::chmod(path.as_ptr(), *mode) }, Stage::Mkdir)
+        }
+        Step::Symlink { path, target } => {
+            // SAFETY: valid C strings.
+            check(
+                unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) },
+                Stage::Symlink,
+            )
+        }
+        Step::File {
+            path,
+            contents,
+            mode,
+        } => {
+            // SAFETY: valid C string; creating a new file on our own tmpfs.
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                    *mode,
+                )
+            };
+            check(fd, Stage::WriteFile)?;
+            let mut off = 0;
+            while off < contents.len() {
+                // SAFETY: writing the in-bounds tail of `contents`.
+                let n = unsafe {
+                    libc::write(fd, contents[off..].as_ptr().cast(), contents.len() - off)
+                };
+                if n <= 0 {
+                    let e = errno();
+                    // SAFETY: closing the fd opened above.
+                    unsafe { libc::close(fd) };
+                    return Err((Stage::WriteFile, e));
+                }
+                off += usize::try_from(n).unwrap_or(0);
+            }
+            // SAFETY: closing the fd opened above.
+            unsafe { libc::close(fd) };
+            Ok(())
+        }
+        Step::Tmpfs { path, data, flags } => {
+            mount(Some(c"tmpfs"), path, Some(c"tmpfs"), *flags, Some(data))
+        }
+        Step::Bind { path, flags, .. } => {
+            // No source: an optional host path that does not exist.
+            let Some((source, is_dir)) = source else {
+                return Ok(());
+            };
+            if !is_dir && !exists(path) {
+                // A file needs a file as its mount point.
+                // SAFETY: valid C string; creating an empty file on our tmpfs.
+                let fd = unsafe {
+                    libc::open(
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+                        0o644,
+                    )
+                };
+                check(fd, Stage::WriteFile)?;
+                // SAFETY: closing the fd just opened.
+                unsafe { libc::close(fd) };
+            }
+            mount(Some(source), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+            let keep = locked_flags(path)?;
+            mount(
+                None,
+                path,
+                None,
+                libc::MS_BIND | libc::MS_REMOUNT | flags | keep,
+                None,
+            )
+        }
+        Step::Proc { path } => mount(
+            Some(c"proc"),
+            path,
+            Some(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+        Step::Devpts { path } => mount(
+            Some(c"devpts"),
+            path,
+            Some(c"devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some(c"newinstance,ptmxmode=0666,mode=0620"),
+        ),
+        Step::MaskWithNull { null, path } => {
+            if !exists(path) {
+                return Ok(());
+            }
+            mount(Some(null), path, None, libc::MS_BIND, None)
+        }
+        Step::ReadOnly { path } => {
+            if !exists(path) {
+                return Ok(());
+            }
+            mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+            let keep = locked_flags(path)?;
+            mount(
+                None,
+                path,
+                None,
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                None,
+            )
+        }
+    }
+}
+
+/// Opens a bind source as O_PATH (kept open until the init closes its stray fds) and
+/// returns its `/proc/self/fd` path and whether it is a directory.
+fn open_source(host: &CStr) -> Result<(CString, bool), i32> {
+    // SAFETY: valid C string; O_PATH opens without reading.
+    let fd = unsafe { libc::open(host.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is open; `st` is writable memory of the right size.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } < 0 {
+        return Err(errno());
+    }
+    // SAFETY: fstat succeeded and filled `st`.
+    let is_dir = (unsafe { st.assume_init() }.st_mode & libc::S_IFMT) == libc::S_IFDIR;
+    let path = CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+    Ok((path, is_dir))
+}
+
+fn step_target(step: &Step) -> &CStr {
+    match step {
+        Step::Dir { path, .. }
+        | Step::Symlink { path, .. }
+        | Step::File { path, .. }
+        | Step::Tmpfs { path, .. }
+        | Step::Bind { path, .. }
+        | Step::Proc { path }
+        | Step::Devpts { path }
+        | Step::MaskWithNull { path, .. }
+        | Step::ReadOnly { path } => path,
+    }
+}
+
+fn prctl(option: libc::c_int, arg: libc::c_ulong) -> libc::c_int {
+    // SAFETY: the prctl options used here take integer arguments only.
+    unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    }
+}
+
+/// Drops every capability: bounding set, ambient, then effective/permitted/inheritable.
+fn drop_capabilities() -> StepResult {
+    for cap in 0..64 {
+        if prctl(libc::PR_CAPBSET_READ, cap) < 0 {
+            break; // past the last capability this kernel knows
+        }
+        check(prctl(libc::PR_CAPBSET_DROP, cap), Stage::DropBoundingSet)?;
+    }
+    // SAFETY: integer-only prctl.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    check(rc, Stage::ClearAmbient)?;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: header and two data structs of the v3 layout, valid for the call.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
+    check_l(rc, Stage::CapSet)
+}
+
+/// The init: pid 1 of the new pid namespace. Never returns.
+fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
+    let fail_at = |(stage, e): (Stage, i32), target: &CStr| -> ! { fail(report, stage, target, e) };
+    if prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {
+        fail_at((Stage::SetParentDeathSignal, errno()), c"");
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a local buffer.
+    let n = unsafe { libc::read(release, b.as_mut_ptr().cast(), 1) };
+    if n != 1 {
+        // The helper died or gave up before releasing us.
+        // SAFETY: plain exit of the child.
+        unsafe { libc::_exit(1) };
+    }
+    // SAFETY: closing the release pipe, no longer needed.
+    unsafe { libc::close(release) };
+    // Open bind sources while still holding the helper's host ids.
+    let mut sources: Vec<Option<(CString, bool)>> = Vec::with_capacity(ctx.steps.len());
+    for step in &ctx.steps {
+        let Step::Bind { host, optional, .. } = step else {
+            sources.push(None);
+            continue;
+        };
+        match open_source(host) {
+            Ok(s) => sources.push(Some(s)),
+            Err(e) if e == libc::ENOENT && *optional => sources.push(None),
+            Err(e) => fail_at((Stage::OpenBindSource, e), host),
+        }
+    }
+    if let Err(e) = init_setup(ctx) {
+        fail_at(e, c"setup");
+    }
+    for (step, source) in ctx.steps.iter().zip(&sources) {
+        if let Err(e) = run_step(step, source.as_ref()) {
+            fail_at(e, step_target(step));
+        }
+    }
+    if let Err(e) = enter_root(ctx) {
+        fail_at(e, &ctx.root);
+    }
+    // Only stdio and the report pipe survive in the init (the bind-source fds go too).
+    // SAFETY: close_range on integer bounds; fds 0..=2 and `report` are kept.
+    unsafe {
+        let r = u32::try_from(report).unwrap_or(3);
+        if r > 3 {
+            libc::close_range(3, r - 1, 0);
+        }
+        libc::close_range(r + 1, u32::MAX, 0);
+    }
+    // SAFETY: the init is single-threaded; the child runs `payload_main`, which ends in
+    // execve or _exit.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail_at((Stage::Fork, errno()), c"payload");
+    }
+    if child == 0 {
+        payload_main(ctx, report);
+    }
+    // The init does not need stdio or capabilities any more.
+    // SAFETY: closing our own stdio; the payload keeps its copies.
+    unsafe {
+        libc::close(0);
+        libc::close(1);
+        libc::close(2);
+    }
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1);
+    let _ = drop_capabilities();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for any child; `status` is a valid int.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == child {
+            let msg = if libc::WIFSIGNALED(status) {
+                Report::Signaled {
+                    signal: libc::WTERMSIG(status),
+                }
+            } else {
+                Report::Exited {
+                    code: libc::WEXITSTATUS(status),
+                }
+            };
+            send(report, &msg);
+            // Exiting kills every process left in the namespace.
+            // SAFETY: plain exit.
+            unsafe { libc::_exit(0) };
+        }
+        if r < 0 && errno() == libc::ECHILD {
+            // SAFETY: plain exit.
+            unsafe { libc::_exit(1) };
+        }
+    }
+}
+
+fn init_setup(ctx: &ChildCtx) -> StepResult {
+    // SAFETY: id syscalls with integer arguments; the maps are written, so 0 is mapped.
+    unsafe {
+        check(libc::setresgid(0, 0, 0), Stage::SetResGid)?;
+        check(libc::setgroups(0, std::ptr::null()), Stage::SetGroups)?;
+        check(libc::setresuid(0, 0, 0), Stage::SetResUid)?;
+        check(libc::unshare(libc::CLONE_NEWCGROUP), Stage::UnshareCgroup)?;
+        check(
+            libc::sethostname(ctx.hostname.as_ptr(), ctx.hostname.as_bytes().len()),
+            Stage::SetHostname,
+        )?;
+    }
+    let rc = mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None);
+    rc.map_err(|(_, e)| (Stage::MakeRootPrivate, e))?;
+    let data = CString::new(format!("size={},mode=0755", ctx.root_size))
+        .map_err(|_| (Stage::Mount, libc::EINVAL))?;
+    mount(
+        Some(c"tmpfs"),
+        &ctx.root,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&data),
+    )
+}
+
+fn enter_root(ctx: &ChildCtx) -> StepResult {
+    // SAFETY: valid C strings; the pivot_root(".", ".") idiom stacks the old root on top
+    // of the new one, and the detach below removes it.
+    unsafe {
+        check(libc::chdir(ctx.root.as_ptr()), Stage::Chdir)?;
+        check_l(
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()),
+            Stage::PivotRoot,
+        )?;
+        check(
+            libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
+            Stage::UnmountOldRoot,
+        )?;
+        check(libc::chdir(c"/".as_ptr()), Stage::Chdir)?;
+    }
+    mount(
+        None,
+        c"/",
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
+    .map_err(|(_, e)| (Stage::RemountRootReadOnly, e))
+}
+
+/// The payload, forked by the init. Never returns.
+fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
+    let fail_at = |(stage, e): (Stage, i32)| -> ! { fail(report, stage, c"payload", e) };
+    // SAFETY: resetting the signal state inherited from the helper (blocked mask, Rust's
+    // ignored SIGPIPE) with valid, local sigset values.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    // SAFETY: setsid has no arguments; detaches from any host controlling terminal.
+    if unsafe { libc::setsid() } < 0 {
+        fail_at((Stage::SetSid, errno()));
+    }
+    for &(res, v) in &ctx.rlimits {
+        let lim = libc::rlimit {
+            rlim_cur: v,
+            rlim_max: v,
+        };
+        // SAFETY: `lim` is a valid rlimit; lowering limits only needs no privilege.
+        unsafe { libc::setrlimit(res, &lim) };
+    }
+    // SAFETY: valid C string.
+    if unsafe { libc::chdir(ctx.cwd.as_ptr()) } < 0 {
+        fail_at((Stage::Chdir, errno()));
+    }
+    if prctl(libc::PR_SET_NO_NEW_PRIVS, 1) < 0 {
+        fail_at((Stage::NoNewPrivs, errno()));
+    }
+    let abi = match &ctx.landlock {
+        Some(p) => match landlock::apply(p) {
+            Ok(abi) => abi,
+            Err(f) => {
+                let e = match f {
+                    landlock::Failure::CreateRuleset(e)
+                    | landlock::Failure::OpenPath(_, e)
+                    | landlock::Failure::AddRule(_, e)
+                    | landlock::Failure::RestrictSelf(e) => e,
+                };
+                fail_at((Stage::Landlock, e))
+            }
+        },
+        None => None,
+    };
+    let bits = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_NO_SETUID_FIXUP
+        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    if prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong) < 0 {
+        fail_at((Stage::SecureBits, errno()));
+    }
+    if let Err(e) = drop_capabilities() {
+        fail_at(e);
+    }
+    // Everything but stdio and the (close-on-exec) report pipe closes at exec.
+    // SAFETY: integer arguments only.
+    if unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } < 0 {
+        fail_at((Stage::CloseFds, errno()));
+    }
+    let mut argv: Vec<*const libc::c_char> = ctx.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = ctx.envp.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let applied = serde_json::to_vec(&Report::Applied {
+        landlock_abi: abi,
+        seccomp: true,
+        no_new_privs: true,
+        caps_dropped: true,
+    })
+    .unwrap_or_default();
+    if let Err(e) = seccomp::install(&ctx.filter) {
+        fail_at((Stage::Seccomp, e));
+    }
+    // From here on only syscalls the filter allows.
+    // SAFETY: writing a prepared buffer and a newline to the report pipe.
+    unsafe {
+        libc::write(report, applied.as_ptr().cast(), applied.len());
+        libc::write(report, c"\n".as_ptr().cast(), 1);
+    }
+    let mut best = libc::ENOENT;
+    for cand in &ctx.candidates {
+        // SAFETY: NUL-terminated argv/envp arrays of valid C strings.
+        unsafe { libc::execve(cand.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        let e = errno();
+        if e != libc::ENOENT && e != libc::ENOTDIR {
+            best = e;
+        }
+    }
+    send(
+        report,
+        &Report::ExecFailed {
+            program: ctx.program.clone(),
+            errno: best,
+        },
+    );
+    // SAFETY: plain exit.
+    unsafe { libc::_exit(127) }
+}

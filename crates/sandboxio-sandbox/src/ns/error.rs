@@ -1,0 +1,124 @@
+//! Errors of the namespace tier. Every syscall that can fail has its own variant, with the
+//! path or value it worked on; codes live in the `SBX_E145x`..`SBX_E148x` range.
+
+use std::io;
+use std::path::PathBuf;
+
+use sandboxio_core::ErrorCode;
+use thiserror::Error;
+
+/// A failure while planning or applying the namespace tier.
+#[derive(Debug, Error)]
+pub enum NsError {
+    #[error("network mode `{mode}` is not supported by the namespace tier yet; use `none`")]
+    NetworkUnsupported { mode: &'static str },
+    #[error("invalid path `{path}` for the namespace tier: {why}")]
+    InvalidPath { path: PathBuf, why: &'static str },
+    #[error("the command is empty")]
+    EmptyArgv,
+    #[error("a command argument or environment entry contains a NUL byte")]
+    NulByte,
+    #[error("could not enter a private mount namespace for the helper")]
+    HelperMountNamespace {
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not prepare the staging directory `{path}`")]
+    Staging {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not mount the staging tmpfs at `{path}`")]
+    StagingMount {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not open the bind source `{path}`")]
+    OpenBindSource {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not copy the workspace entry `{path}` into the sandbox")]
+    CopyWorkspace {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not copy the output entry `{path}` out of the sandbox")]
+    CopyOutput {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not create a pipe")]
+    Pipe {
+        #[source]
+        source: io::Error,
+    },
+    #[error("clone with new namespaces failed")]
+    Clone {
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not write `{file}` for the sandbox init (pid {pid})")]
+    IdMap {
+        pid: i32,
+        file: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not signal the sandbox init to start")]
+    Release {
+        #[source]
+        source: io::Error,
+    },
+    #[error("could not read the report of the sandbox init")]
+    ReadReport {
+        #[source]
+        source: io::Error,
+    },
+    #[error("the sandbox init sent a malformed report")]
+    MalformedReport,
+    #[error("seccomp filter could not be compiled: {why}")]
+    SeccompCompile { why: &'static str },
+    #[error("sandbox setup failed inside the namespaces at {stage} `{target}`: errno {errno}")]
+    ChildSetup {
+        stage: super::report::Stage,
+        target: String,
+        errno: i32,
+    },
+    #[error("could not start `{program}` inside the sandbox: errno {errno}")]
+    Exec { program: String, errno: i32 },
+    #[error("landlock is not available on this kernel, and the plan requires it")]
+    LandlockRequired,
+}
+
+impl ErrorCode for NsError {
+    fn code(&self) -> &'static str {
+        match self {
+            NsError::NetworkUnsupported { .. } => "SBX_E1450",
+            NsError::InvalidPath { .. } => "SBX_E1451",
+            NsError::EmptyArgv => "SBX_E1452",
+            NsError::NulByte => "SBX_E1453",
+            NsError::HelperMountNamespace { .. } => "SBX_E1454",
+            NsError::Staging { .. } => "SBX_E1455",
+            NsError::StagingMount { .. } => "SBX_E1456",
+            NsError::OpenBindSource { .. } => "SBX_E1457",
+            NsError::CopyWorkspace { .. } => "SBX_E1458",
+            NsError::CopyOutput { .. } => "SBX_E1459",
+            NsError::Pipe { .. } => "SBX_E1460",
+            NsError::Clone { .. } => "SBX_E1461",
+            NsError::IdMap { .. } => "SBX_E1462",
+            NsError::Release { .. } => "SBX_E1463",
+            NsError::ReadReport { .. } => "SBX_E1464",
+            NsError::MalformedReport => "SBX_E1465",
+            NsError::SeccompCompile { .. } => "SBX_E1466",
+            NsError::ChildSetup { .. } => "SBX_E1467",
+            NsError::Exec { .. } => "SBX_E1468",
+            NsError::LandlockRequired => "SBX_E1469",
+        }
+    }
+}

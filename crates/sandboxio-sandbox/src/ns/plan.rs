@@ -1,0 +1,673 @@
+//! Pure planning of the namespace tier: from an `ExecRequest` and the host paths the
+//! framework prepared, the exact list of mounts, files, id maps, seccomp rules and Landlock
+//! rules. No syscalls, no I/O.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use sandboxio_core::{ExecRequest, NetworkMode};
+use serde::{Deserialize, Serialize};
+
+use super::error::NsError;
+use super::landlock::{Access, LandlockRule};
+use super::seccomp::{self, SeccompRule, SocketPolicy};
+
+/// Where things are inside the sandbox.
+pub const INSIDE_WORKSPACE: &str = "/workspace";
+pub const INSIDE_OUTPUT: &str = "/output";
+pub const INSIDE_INPUT: &str = "/input";
+pub const INSIDE_TMP: &str = "/tmp";
+pub const HOSTNAME: &str = "sandbox";
+/// Host uid and gid that uid/gid 0 inside maps to (`nobody`): owns nothing on the host.
+pub const DEFAULT_HOST_ID: u32 = 65534;
+/// Size of the tmpfs holding the new root (mount points and the generated /etc).
+pub const ROOT_TMPFS_SIZE: u64 = 8 << 20;
+/// Size of the tmpfs at /dev.
+pub const DEV_TMPFS_SIZE: u64 = 64 << 10;
+/// Inode cap of every size-capped tmpfs (small files cannot exhaust host memory either).
+pub const TMPFS_INODES: u64 = 16384;
+/// Namespaces entered, in the words `Enforcement.namespaces` uses.
+pub const NAMESPACES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];
+
+/// Host paths prepared by the framework before planning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NsHostPaths {
+    /// Host directory holding the workspace files; copied into a tmpfs at `/workspace`.
+    pub workspace: PathBuf,
+    /// Host directory that receives the output files after the run.
+    pub output: PathBuf,
+}
+
+/// Mount flags, as booleans so plans read well.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountFlags {
+    pub readonly: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl MountFlags {
+    pub const fn ro() -> Self {
+        MountFlags {
+            readonly: true,
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+        }
+    }
+    pub const fn writable(exec: bool) -> Self {
+        MountFlags {
+            readonly: false,
+            nosuid: true,
+            nodev: true,
+            noexec: !exec,
+        }
+    }
+}
+
+/// A directory the helper stages on a size-capped tmpfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Staged {
+    /// Filled from `NsHostPaths::workspace` before the run.
+    Workspace,
+    /// Copied to `NsHostPaths::output` after the run.
+    Output,
+}
+
+/// Contents of a generated file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileSource {
+    Inline(String),
+    /// A host file read by the helper (as root) before the namespaces are created.
+    CopyOf(PathBuf),
+}
+
+/// One step of building the new root. Paths are inside the sandbox (absolute); they are
+/// created under the new root before `pivot_root`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op", deny_unknown_fields)]
+pub enum MountOp {
+    Dir {
+        path: PathBuf,
+        mode: u32,
+    },
+    Symlink {
+        path: PathBuf,
+        target: PathBuf,
+    },
+    File {
+        path: PathBuf,
+        source: FileSource,
+        mode: u32,
+    },
+    Tmpfs {
+        path: PathBuf,
+        size: u64,
+        mode: u32,
+        flags: MountFlags,
+    },
+    /// Bind a host path (opened by the helper, so no lookup happens as the sandbox user).
+    /// A file source gets an empty file as its mount point.
+    Bind {
+        source: PathBuf,
+        path: PathBuf,
+        flags: MountFlags,
+        /// Skip silently when the host path does not exist.
+        optional: bool,
+    },
+    /// Bind a directory staged by the helper.
+    StagedBind {
+        which: Staged,
+        path: PathBuf,
+        flags: MountFlags,
+    },
+    Proc {
+        path: PathBuf,
+    },
+    Devpts {
+        path: PathBuf,
+    },
+    /// Bind the sandbox's own `/dev/null` over a file (hides it); skipped if absent.
+    MaskWithNull {
+        path: PathBuf,
+    },
+    /// Bind a path onto itself and make it read-only; skipped if absent.
+    ReadOnly {
+        path: PathBuf,
+    },
+}
+
+/// Everything the namespace tier needs to run one request. Serializable so it travels to
+/// the helper inside `SandboxPlan`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespacePlan {
+    pub argv: Vec<String>,
+    /// Final environment of the payload.
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside.
+    pub cwd: PathBuf,
+    pub hostname: String,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// Text written to `/proc/<pid>/uid_map` and `gid_map`.
+    pub uid_map: String,
+    pub gid_map: String,
+    pub root_size: u64,
+    /// Applied in order.
+    pub mounts: Vec<MountOp>,
+    pub workspace_host: PathBuf,
+    pub workspace_size: u64,
+    pub output_host: PathBuf,
+    pub output_size: u64,
+    pub sockets: SocketPolicy,
+    pub seccomp: Vec<SeccompRule>,
+    pub landlock: Vec<LandlockRule>,
+    /// Landlock denies TCP bind/connect (ABI 4+) when the network mode is `none`.
+    pub landlock_deny_tcp: bool,
+    pub namespaces: Vec<String>,
+}
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+fn check_host_path(path: &Path) -> Result<(), NsError> {
+    if !path.is_absolute() {
+        return Err(NsError::InvalidPath {
+            path: path.to_path_buf(),
+            why: "must be absolute",
+        });
+    }
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(NsError::InvalidPath {
+            path: path.to_path_buf(),
+            why: "must not contain `..`",
+        });
+    }
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(NsError::NulByte);
+    }
+    Ok(())
+}
+
+const PASSWD: &str =
+    "root:x:0:0:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+const HOSTS: &str = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
+const RESOLV_NONE: &str = "# no network in this sandbox\n";
+
+/// Plans the namespace tier for a request (pure).
+///
+/// `env` is the environment the framework computed (allowlisted host variables plus the
+/// request's own); the sandbox's path variables are set on top of it.
+pub fn plan(
+    req: &ExecRequest,
+    host: &NsHostPaths,
+    env: &BTreeMap<String, String>,
+) -> Result<NamespacePlan, NsError> {
+    if req.argv.is_empty() || req.argv[0].is_empty() {
+        return Err(NsError::EmptyArgv);
+    }
+    let sockets = match req.network {
+        NetworkMode::None => SocketPolicy::UnixOnly,
+        NetworkMode::Allowlist { .. } => {
+            return Err(NsError::NetworkUnsupported { mode: "allowlist" })
+        }
+        NetworkMode::Full => return Err(NsError::NetworkUnsupported { mode: "full" }),
+    };
+    if req
+        .argv
+        .iter()
+        .chain(env.keys())
+        .chain(env.values())
+        .any(|s| s.contains('\0'))
+    {
+        return Err(NsError::NulByte);
+    }
+    check_host_path(&host.workspace)?;
+    check_host_path(&host.output)?;
+    if let Some(input) = &req.input_dir {
+        check_host_path(input)?;
+    }
+    let exec = req.allow_exec_in_writable;
+    let lim = &req.limits;
+
+    let mut m: Vec<MountOp> = Vec::new();
+    let dir = |path: &str, mode: u32| MountOp::Dir {
+        path: p(path),
+        mode,
+    };
+    // 1. mount points and directories on the root tmpfs
+    for d in [
+        "/usr",
+        "/etc",
+        "/etc/ssl",
+        "/etc/ssl/certs",
+        "/etc/alternatives",
+        "/proc",
+    ] {
+        m.push(dir(d, 0o755));
+    }
+    m.push(dir("/dev", 0o755));
+    m.push(dir(INSIDE_TMP, 0o1777));
+    m.push(dir(INSIDE_WORKSPACE, 0o755));
+    m.push(dir(INSIDE_OUTPUT, 0o755));
+    if req.input_dir.is_some() {
+        m.push(dir(INSIDE_INPUT, 0o755));
+    }
+    // 2. merged-/usr symlinks
+    for (link, target) in [
+        ("/bin", "usr/bin"),
+        ("/sbin", "usr/sbin"),
+        ("/lib", "usr/lib"),
+        ("/lib64", "usr/lib64"),
+    ] {
+        m.push(MountOp::Symlink {
+            path: p(link),
+            target: p(target),
+        });
+    }
+    // 3. /usr read-only
+    m.push(MountOp::Bind {
+        source: p("/usr"),
+        path: p("/usr"),
+        flags: MountFlags::ro(),
+        optional: false,
+    });
+    // 4. generated /etc
+    let file = |path: &str, text: &str| MountOp::File {
+        path: p(path),
+        source: FileSource::Inline(text.to_string()),
+        mode: 0o644,
+    };
+    m.push(file("/etc/passwd", PASSWD));
+    m.push(file("/etc/group", GROUP));
+    m.push(file("/etc/hosts", HOSTS));
+    m.push(file("/etc/hostname", "sandbox\n"));
+    m.push(file("/etc/resolv.conf", RESOLV_NONE));
+    m.push(file("/etc/nsswitch.conf", NSSWITCH));
+    m.push(MountOp::File {
+        path: p("/etc/ld.so.cache"),
+        source: FileSource::CopyOf(p("/etc/ld.so.cache")),
+        mode: 0o644,
+    });
+    m.push(MountOp::Bind {
+        source: p("/etc/ssl/certs"),
+        path: p("/etc/ssl/certs"),
+        flags: MountFlags::ro(),
+        optional: true,
+    });
+    m.push(MountOp::Bind {
+        source: p("/etc/alternatives"),
+        path: p("/etc/alternatives"),
+        flags: MountFlags::ro(),
+        optional: true,
+    });
+    // 5. minimal /dev
+    m.push(MountOp::Tmpfs {
+        path: p("/dev"),
+        size: DEV_TMPFS_SIZE,
+        mode: 0o755,
+        flags: MountFlags {
+            readonly: false,
+            nosuid: true,
+            nodev: false,
+            noexec: true,
+        },
+    });
+    for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let path = format!("/dev/{dev}");
+        m.push(MountOp::Bind {
+            source: p(&path),
+            path: p(&path),
+            flags: MountFlags {
+                readonly: false,
+                nosuid: true,
+                nodev: false,
+                noexec: true,
+            },
+            optional: false,
+        });
+    }
+    m.push(dir("/dev/pts", 0o755));
+    m.push(MountOp::Devpts {
+        path: p("/dev/pts"),
+    });
+    m.push(MountOp::Symlink {
+        path: p("/dev/ptmx"),
+        target: p("pts/ptmx"),
+    });
+    m.push(dir("/dev/shm", 0o1777));
+    m.push(MountOp::Tmpfs {
+        path: p("/dev/shm"),
+        size: lim.tmp_size.bytes(),
+        mode: 0o1777,
+        flags: MountFlags::writable(exec),
+    });
+    for (link, target) in [
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        m.push(MountOp::Symlink {
+            path: p(link),
+            target: p(target),
+        });
+    }
+    // 6. fresh /proc for the new pid namespace, with the usual masks
+    m.push(MountOp::Proc { path: p("/proc") });
+    for masked in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+        "/proc/kallsyms",
+        "/proc/sysrq-trigger",
+    ] {
+        m.push(MountOp::MaskWithNull { path: p(masked) });
+    }
+    for ro in [
+        "/proc/sys",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+        "/proc/acpi",
+    ] {
+        m.push(MountOp::ReadOnly { path: p(ro) });
+    }
+    // 7. writable places
+    m.push(MountOp::Tmpfs {
+        path: p(INSIDE_TMP),
+        size: lim.tmp_size.bytes(),
+        mode: 0o1777,
+        flags: MountFlags::writable(exec),
+    });
+    m.push(MountOp::StagedBind {
+        which: Staged::Workspace,
+        path: p(INSIDE_WORKSPACE),
+        flags: MountFlags::writable(exec),
+    });
+    m.push(MountOp::StagedBind {
+        which: Staged::Output,
+        path: p(INSIDE_OUTPUT),
+        flags: MountFlags::writable(exec),
+    });
+    // 8. read-only input
+    if let Some(input) = &req.input_dir {
+        m.push(MountOp::Bind {
+            source: input.clone(),
+            path: p(INSIDE_INPUT),
+            flags: MountFlags::ro(),
+            optional: false,
+        });
+    }
+
+    let writable = if exec {
+        Access::ReadWriteExec
+    } else {
+        Access::ReadWrite
+    };
+    let rule = |path: &str, access| LandlockRule {
+        path: p(path),
+        access,
+    };
+    let mut landlock = vec![
+        rule("/", Access::ListDir),
+        rule("/usr", Access::ReadExec),
+        rule("/etc", Access::Read),
+        rule("/proc", Access::Read),
+        rule("/dev/null", Access::Device),
+        rule("/dev/zero", Access::Device),
+        rule("/dev/full", Access::Device),
+        rule("/dev/random", Access::Device),
+        rule("/dev/urandom", Access::Device),
+        rule("/dev/tty", Access::Device),
+        rule("/dev/pts", Access::Device),
+        rule("/dev/shm", writable),
+        rule(INSIDE_TMP, writable),
+        rule(INSIDE_WORKSPACE, writable),
+        rule(INSIDE_OUTPUT, writable),
+    ];
+    if req.input_dir.is_some() {
+        landlock.push(rule(INSIDE_INPUT, Access::Read));
+    }
+
+    let mut env = env.clone();
+    env.entry("PATH".to_string())
+        .or_insert_with(|| sandboxio_core::exec::defaults::PATH.to_string());
+    env.insert("HOME".to_string(), INSIDE_TMP.to_string());
+    env.insert("TMPDIR".to_string(), INSIDE_TMP.to_string());
+    env.insert("SANDBOX_OUTPUT".to_string(), INSIDE_OUTPUT.to_string());
+    env.insert(
+        "SANDBOX_WORKSPACE".to_string(),
+        INSIDE_WORKSPACE.to_string(),
+    );
+    if req.input_dir.is_some() {
+        env.insert("SANDBOX_INPUT".to_string(), INSIDE_INPUT.to_string());
+    } else {
+        env.remove("SANDBOX_INPUT");
+    }
+
+    let id_map = format!("0 {DEFAULT_HOST_ID} 1\n");
+    Ok(NamespacePlan {
+        argv: req.argv.clone(),
+        env,
+        cwd: p(INSIDE_WORKSPACE),
+        hostname: HOSTNAME.to_string(),
+        host_uid: DEFAULT_HOST_ID,
+        host_gid: DEFAULT_HOST_ID,
+        uid_map: id_map.clone(),
+        gid_map: id_map,
+        root_size: ROOT_TMPFS_SIZE,
+        mounts: m,
+        workspace_host: host.workspace.clone(),
+        workspace_size: lim.tmp_size.bytes(),
+        output_host: host.output.clone(),
+        output_size: lim.output_size.bytes(),
+        sockets,
+        seccomp: seccomp::rules_for(sockets),
+        landlock,
+        landlock_deny_tcp: sockets == SocketPolicy::UnixOnly,
+        namespaces: NAMESPACES.iter().map(|s| s.to_string()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn host() -> NsHostPaths {
+        NsHostPaths {
+            workspace: p("/tmp/ws"),
+            output: p("/tmp/out"),
+        }
+    }
+
+    fn plan_for(req: &ExecRequest) -> NamespacePlan {
+        plan(req, &host(), &BTreeMap::new()).unwrap()
+    }
+
+    fn index(plan: &NamespacePlan, pred: impl Fn(&MountOp) -> bool) -> usize {
+        plan.mounts.iter().position(pred).unwrap()
+    }
+
+    #[test]
+    fn uid_and_gid_zero_map_to_nobody() {
+        let pl = plan_for(&ExecRequest::new(["true"]));
+        assert_eq!(pl.uid_map, "0 65534 1\n");
+        assert_eq!(pl.gid_map, "0 65534 1\n");
+        assert_eq!(pl.namespaces, NAMESPACES.to_vec());
+    }
+
+    #[test]
+    fn usr_is_read_only_and_etc_is_generated() {
+        let pl = plan_for(&ExecRequest::new(["true"]));
+        let usr = pl
+            .mounts
+            .iter()
+            .find(|m| matches!(m, MountOp::Bind { path, .. } if path == Path::new("/usr")))
+            .unwrap();
+        assert!(
+            matches!(usr, MountOp::Bind { flags, optional: false, .. } if flags.readonly && flags.nosuid)
+        );
+        // no bind of the host /etc, only generated files and the certificate directory
+        for m in &pl.mounts {
+            if let MountOp::Bind { source, .. } = m {
+                assert!(
+                    !source.starts_with("/etc")
+                        || source.starts_with("/etc/ssl/certs")
+                        || source == Path::new("/etc/alternatives"),
+                    "{source:?}"
+                );
+                assert!(!source.starts_with("/root") && !source.starts_with("/home"));
+            }
+        }
+        let files: Vec<&Path> = pl
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountOp::File { path, .. } => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        for f in [
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/hosts",
+            "/etc/resolv.conf",
+            "/etc/nsswitch.conf",
+            "/etc/ld.so.cache",
+        ] {
+            assert!(files.contains(&Path::new(f)), "{f}");
+        }
+    }
+
+    #[test]
+    fn mount_points_exist_before_their_mounts_and_proc_masks_follow_proc() {
+        let pl = plan_for(&ExecRequest::new(["true"]));
+        let dir = |d: &'static str| move |m: &MountOp| matches!(m, MountOp::Dir { path, .. } if path == Path::new(d));
+        assert!(
+            index(&pl, dir("/usr"))
+                < index(
+                    &pl,
+                    |m| matches!(m, MountOp::Bind { path, .. } if path == Path::new("/usr"))
+                )
+        );
+        let dev = index(
+            &pl,
+            |m| matches!(m, MountOp::Tmpfs { path, .. } if path == Path::new("/dev")),
+        );
+        let null = index(
+            &pl,
+            |m| matches!(m, MountOp::Bind { path, .. } if path == Path::new("/dev/null")),
+        );
+        let proc = index(&pl, |m| matches!(m, MountOp::Proc { .. }));
+        let kcore = index(
+            &pl,
+            |m| matches!(m, MountOp::MaskWithNull { path } if path == Path::new("/proc/kcore")),
+        );
+        let sys = index(
+            &pl,
+            |m| matches!(m, MountOp::ReadOnly { path } if path == Path::new("/proc/sys")),
+        );
+        assert!(dev < null && null < proc && proc < kcore && proc < sys);
+    }
+
+    #[test]
+    fn writable_places_are_noexec_unless_allowed() {
+        let pl = plan_for(&ExecRequest::new(["true"]));
+        let writable: Vec<MountFlags> = pl
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountOp::Tmpfs { path, flags, .. } if path != Path::new("/dev") => Some(*flags),
+                MountOp::StagedBind { flags, .. } => Some(*flags),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writable.len(), 4); // /dev/shm, /tmp, workspace, output
+        assert!(writable
+            .iter()
+            .all(|f| f.noexec && f.nosuid && f.nodev && !f.readonly));
+        let mut req = ExecRequest::new(["true"]);
+        req.allow_exec_in_writable = true;
+        let pl = plan_for(&req);
+        assert!(pl
+            .mounts
+            .iter()
+            .all(|m| !matches!(m, MountOp::StagedBind { flags, .. } if flags.noexec)));
+    }
+
+    #[test]
+    fn input_is_read_only_and_sandbox_paths_are_in_env() {
+        let mut req = ExecRequest::new(["true"]);
+        req.input_dir = Some(p("/data/in"));
+        let pl = plan_for(&req);
+        assert!(pl.mounts.iter().any(|m| matches!(m, MountOp::Bind { source, path, flags, .. }
+            if source == Path::new("/data/in") && path == Path::new(INSIDE_INPUT) && flags.readonly)));
+        assert_eq!(pl.env["SANDBOX_INPUT"], INSIDE_INPUT);
+        assert_eq!(pl.env["SANDBOX_OUTPUT"], INSIDE_OUTPUT);
+        assert_eq!(pl.cwd, p(INSIDE_WORKSPACE));
+        assert!(pl
+            .landlock
+            .iter()
+            .any(|r| r.path == p(INSIDE_INPUT) && r.access == Access::Read));
+    }
+
+    #[test]
+    fn network_other_than_none_is_refused() {
+        let mut req = ExecRequest::new(["true"]);
+        req.network = NetworkMode::Full;
+        assert!(matches!(
+            plan(&req, &host(), &BTreeMap::new()),
+            Err(NsError::NetworkUnsupported { mode: "full" })
+        ));
+        req.network = NetworkMode::Allowlist {
+            allow: vec!["example.com:443".into()],
+        };
+        assert!(matches!(
+            plan(&req, &host(), &BTreeMap::new()),
+            Err(NsError::NetworkUnsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_inputs_are_rejected() {
+        assert!(matches!(
+            plan(
+                &ExecRequest::new(Vec::<String>::new()),
+                &host(),
+                &BTreeMap::new()
+            ),
+            Err(NsError::EmptyArgv)
+        ));
+        let mut req = ExecRequest::new(["true"]);
+        req.input_dir = Some(p("relative"));
+        assert!(matches!(
+            plan(&req, &host(), &BTreeMap::new()),
+            Err(NsError::InvalidPath { .. })
+        ));
+        req.input_dir = Some(p("/a/../etc"));
+        assert!(matches!(
+            plan(&req, &host(), &BTreeMap::new()),
+            Err(NsError::InvalidPath { .. })
+        ));
+    }
+
+    #[test]
+    fn plan_round_trips_through_json() {
+        let pl = plan_for(&ExecRequest::new(["true"]));
+        let back: NamespacePlan =
+            serde_json::from_slice(&serde_json::to_vec(&pl).unwrap()).unwrap();
+        assert_eq!(pl, back);
+    }
+}

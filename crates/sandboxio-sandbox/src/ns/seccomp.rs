@@ -1,0 +1,905 @@
+//! The seccomp filter of the namespace tier, kept as reviewed data.
+//!
+//! `DENY_TABLE` is the list of syscalls the payload may never make, one row per syscall with
+//! the reason. `conditional_rules` adds the rules that look at arguments (clone flags, ioctl
+//! requests, socket families and types, personality). `rules_for` (pure) turns a network mode
+//! into the full rule set carried in the plan; `compile` (pure) turns it into classic BPF;
+//! `install` (the only syscall here) loads it, last, just before `execve`.
+//!
+//! Everything not listed is allowed: this is a deny list on top of namespaces, capabilities
+//! dropped to zero, `no_new_privs` and Landlock, not the only line of defence.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::NsError;
+
+/// What a rule applies to and what the payload gets back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeccompRule {
+    /// Syscall name, for humans and reports.
+    pub syscall: String,
+    /// x86_64 syscall number.
+    pub nr: u32,
+    pub action: RuleAction,
+    /// Why the rule exists (reviewed text).
+    pub why: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RuleAction {
+    /// Always fail with this errno.
+    Errno(i32),
+    /// Check the arguments in order; the first check that matches decides its errno;
+    /// when none matches, the call is allowed.
+    Checks(Vec<ArgCheck>),
+}
+
+/// One test on the low 32 bits of a syscall argument.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgCheck {
+    /// Argument index, 0..=5.
+    pub arg: u8,
+    pub test: ArgTest,
+    pub errno: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArgTest {
+    /// Matches when `arg & mask != 0`.
+    AnyBitOf(u32),
+    /// Matches when `arg & mask == value`.
+    MaskedEq { mask: u32, value: u32 },
+    /// Matches when `arg` is none of these values.
+    NotIn(Vec<u32>),
+}
+
+/// Syscalls denied outright. One row per syscall: (name, number, errno, why).
+/// Reviewed data: adding or removing a row is a security change.
+pub const DENY_TABLE: &[(&str, i64, i32, &str)] = &[
+    // --- looking into or controlling other processes
+    (
+        "ptrace",
+        libc::SYS_ptrace,
+        libc::EPERM,
+        "debugging other processes reads and rewrites their memory",
+    ),
+    (
+        "process_vm_readv",
+        libc::SYS_process_vm_readv,
+        libc::EPERM,
+        "reads another process's memory",
+    ),
+    (
+        "process_vm_writev",
+        libc::SYS_process_vm_writev,
+        libc::EPERM,
+        "writes another process's memory",
+    ),
+    (
+        "pidfd_getfd",
+        libc::SYS_pidfd_getfd,
+        libc::EPERM,
+        "steals file descriptors from another process",
+    ),
+    // --- the mount family: the filesystem view is fixed before the payload starts
+    (
+        "mount",
+        libc::SYS_mount,
+        libc::EPERM,
+        "changes the filesystem view",
+    ),
+    (
+        "umount2",
+        libc::SYS_umount2,
+        libc::EPERM,
+        "could uncover what the sandbox mounts hide",
+    ),
+    ("fsopen", libc::SYS_fsopen, libc::EPERM, "new mount API"),
+    ("fsconfig", libc::SYS_fsconfig, libc::EPERM, "new mount API"),
+    ("fsmount", libc::SYS_fsmount, libc::EPERM, "new mount API"),
+    (
+        "fspick",
+        libc::SYS_fspick,
+        libc::EPERM,
+        "new mount API: reconfigures an existing mount",
+    ),
+    (
+        "move_mount",
+        libc::SYS_move_mount,
+        libc::EPERM,
+        "new mount API",
+    ),
+    (
+        "open_tree",
+        libc::SYS_open_tree,
+        libc::EPERM,
+        "new mount API: clones mount trees",
+    ),
+    (
+        "mount_setattr",
+        libc::SYS_mount_setattr,
+        libc::EPERM,
+        "changes mount flags such as read-only",
+    ),
+    (
+        "pivot_root",
+        libc::SYS_pivot_root,
+        libc::EPERM,
+        "changes the root filesystem",
+    ),
+    (
+        "chroot",
+        libc::SYS_chroot,
+        libc::EPERM,
+        "changes the root directory",
+    ),
+    (
+        "open_by_handle_at",
+        libc::SYS_open_by_handle_at,
+        libc::EPERM,
+        "opens files by handle, bypassing path checks (the `shocker` escape)",
+    ),
+    // --- namespaces: no new ones, no joining others
+    (
+        "unshare",
+        libc::SYS_unshare,
+        libc::EPERM,
+        "creates namespaces; nested user namespaces widen the kernel attack surface",
+    ),
+    (
+        "setns",
+        libc::SYS_setns,
+        libc::EPERM,
+        "joins other namespaces",
+    ),
+    // --- large kernel attack surfaces the payload does not need
+    ("bpf", libc::SYS_bpf, libc::EPERM, "eBPF programs and maps"),
+    (
+        "perf_event_open",
+        libc::SYS_perf_event_open,
+        libc::EPERM,
+        "performance counters: side channels and a history of kernel bugs",
+    ),
+    (
+        "userfaultfd",
+        libc::SYS_userfaultfd,
+        libc::EPERM,
+        "lets an exploit pause the kernel at a chosen page fault",
+    ),
+    (
+        "io_uring_setup",
+        libc::SYS_io_uring_setup,
+        libc::EPERM,
+        "io_uring bypasses per-syscall filtering",
+    ),
+    (
+        "io_uring_enter",
+        libc::SYS_io_uring_enter,
+        libc::EPERM,
+        "io_uring bypasses per-syscall filtering",
+    ),
+    (
+        "io_uring_register",
+        libc::SYS_io_uring_register,
+        libc::EPERM,
+        "io_uring bypasses per-syscall filtering",
+    ),
+    (
+        "add_key",
+        libc::SYS_add_key,
+        libc::EPERM,
+        "kernel keyrings are not namespaced",
+    ),
+    (
+        "request_key",
+        libc::SYS_request_key,
+        libc::EPERM,
+        "kernel keyrings are not namespaced",
+    ),
+    (
+        "keyctl",
+        libc::SYS_keyctl,
+        libc::EPERM,
+        "kernel keyrings are not namespaced",
+    ),
+    (
+        "fanotify_init",
+        libc::SYS_fanotify_init,
+        libc::EPERM,
+        "filesystem-wide event monitoring",
+    ),
+    // --- the kernel and the machine itself
+    (
+        "kexec_load",
+        libc::SYS_kexec_load,
+        libc::EPERM,
+        "loads a new kernel",
+    ),
+    (
+        "kexec_file_load",
+        libc::SYS_kexec_file_load,
+        libc::EPERM,
+        "loads a new kernel",
+    ),
+    (
+        "init_module",
+        libc::SYS_init_module,
+        libc::EPERM,
+        "loads a kernel module",
+    ),
+    (
+        "finit_module",
+        libc::SYS_finit_module,
+        libc::EPERM,
+        "loads a kernel module",
+    ),
+    (
+        "delete_module",
+        libc::SYS_delete_module,
+        libc::EPERM,
+        "unloads a kernel module",
+    ),
+    (
+        "reboot",
+        libc::SYS_reboot,
+        libc::EPERM,
+        "reboots the machine",
+    ),
+    (
+        "syslog",
+        libc::SYS_syslog,
+        libc::EPERM,
+        "reads the kernel log (addresses, other tenants' messages)",
+    ),
+    (
+        "acct",
+        libc::SYS_acct,
+        libc::EPERM,
+        "process accounting is host-wide",
+    ),
+    ("swapon", libc::SYS_swapon, libc::EPERM, "host-wide swap"),
+    ("swapoff", libc::SYS_swapoff, libc::EPERM, "host-wide swap"),
+    (
+        "quotactl",
+        libc::SYS_quotactl,
+        libc::EPERM,
+        "filesystem quotas are host-wide",
+    ),
+    (
+        "quotactl_fd",
+        libc::SYS_quotactl_fd,
+        libc::EPERM,
+        "filesystem quotas are host-wide",
+    ),
+    ("iopl", libc::SYS_iopl, libc::EPERM, "raw I/O port access"),
+    (
+        "ioperm",
+        libc::SYS_ioperm,
+        libc::EPERM,
+        "raw I/O port access",
+    ),
+    // --- the clock is host-wide (no time namespace is used)
+    (
+        "settimeofday",
+        libc::SYS_settimeofday,
+        libc::EPERM,
+        "sets the host clock",
+    ),
+    (
+        "clock_settime",
+        libc::SYS_clock_settime,
+        libc::EPERM,
+        "sets the host clock",
+    ),
+    (
+        "clock_adjtime",
+        libc::SYS_clock_adjtime,
+        libc::EPERM,
+        "adjusts the host clock",
+    ),
+    (
+        "adjtimex",
+        libc::SYS_adjtimex,
+        libc::EPERM,
+        "adjusts the host clock",
+    ),
+    // --- clone3 passes flags in memory, where seccomp cannot look: ENOSYS makes libc
+    //     fall back to clone, whose flags are checked below
+    (
+        "clone3",
+        libc::SYS_clone3,
+        libc::ENOSYS,
+        "flags live in memory seccomp cannot inspect; libc falls back to clone",
+    ),
+];
+
+/// Namespace flags that `clone` may not carry.
+pub const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32;
+
+/// `socket(2)` type bits (the rest are SOCK_NONBLOCK / SOCK_CLOEXEC).
+const SOCK_TYPE_MASK: u32 = 0xf;
+/// The obsolete `SOCK_PACKET` type (libc deprecates the constant).
+const SOCK_PACKET: u32 = 10;
+
+/// The network modes seccomp knows how to express.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SocketPolicy {
+    /// Only AF_UNIX sockets (no network).
+    UnixOnly,
+    /// AF_UNIX, AF_INET and AF_INET6 (network through the namespace's interfaces).
+    Inet,
+}
+
+fn rule(syscall: &str, nr: i64, action: RuleAction, why: &str) -> SeccompRule {
+    SeccompRule {
+        syscall: syscall.to_string(),
+        nr: u32::try_from(nr).unwrap_or(u32::MAX),
+        action,
+        why: why.to_string(),
+    }
+}
+
+/// Rules that look at arguments.
+fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
+    let families: Vec<u32> = match sockets {
+        SocketPolicy::UnixOnly => vec![libc::AF_UNIX as u32],
+        SocketPolicy::Inet => vec![
+            libc::AF_UNIX as u32,
+            libc::AF_INET as u32,
+            libc::AF_INET6 as u32,
+        ],
+    };
+    let socket_checks = vec![
+        // Families beyond the network mode (netlink, packet, vsock, bluetooth, ...).
+        ArgCheck {
+            arg: 0,
+            test: ArgTest::NotIn(families.clone()),
+            errno: libc::EAFNOSUPPORT,
+        },
+        // Raw sockets craft arbitrary packets.
+        ArgCheck {
+            arg: 1,
+            test: ArgTest::MaskedEq {
+                mask: SOCK_TYPE_MASK,
+                value: libc::SOCK_RAW as u32,
+            },
+            errno: libc::EPERM,
+        },
+        // SOCK_PACKET (10) is the obsolete raw link-layer type.
+        ArgCheck {
+            arg: 1,
+            test: ArgTest::MaskedEq {
+                mask: SOCK_TYPE_MASK,
+                value: SOCK_PACKET,
+            },
+            errno: libc::EPERM,
+        },
+    ];
+    vec![
+        rule(
+            "clone",
+            libc::SYS_clone,
+            RuleAction::Checks(vec![ArgCheck {
+                arg: 0,
+                test: ArgTest::AnyBitOf(CLONE_NAMESPACE_FLAGS),
+                errno: libc::EPERM,
+            }]),
+            "threads and processes yes, new namespaces no",
+        ),
+        rule(
+            "ioctl",
+            libc::SYS_ioctl,
+            RuleAction::Checks(vec![
+                ArgCheck {
+                    arg: 1,
+                    test: ArgTest::MaskedEq {
+                        mask: u32::MAX,
+                        value: libc::TIOCSTI as u32,
+                    },
+                    errno: libc::EPERM,
+                },
+                ArgCheck {
+                    arg: 1,
+                    test: ArgTest::MaskedEq {
+                        mask: u32::MAX,
+                        value: libc::TIOCLINUX as u32,
+                    },
+                    errno: libc::EPERM,
+                },
+            ]),
+            "TIOCSTI and TIOCLINUX inject input into a terminal shared with the host",
+        ),
+        rule(
+            "personality",
+            libc::SYS_personality,
+            RuleAction::Checks(vec![ArgCheck {
+                arg: 0,
+                // 0 = PER_LINUX (the default), 0xffffffff = query only.
+                test: ArgTest::NotIn(vec![0, u32::MAX]),
+                errno: libc::EPERM,
+            }]),
+            "other personas disable ASLR or change the syscall ABI",
+        ),
+        rule(
+            "socket",
+            libc::SYS_socket,
+            RuleAction::Checks(socket_checks.clone()),
+            "socket families and types follow the network mode",
+        ),
+        rule(
+            "socketpair",
+            libc::SYS_socketpair,
+            RuleAction::Checks(socket_checks),
+            "same as socket",
+        ),
+    ]
+}
+
+/// The full rule set for a network mode (pure).
+pub fn rules_for(sockets: SocketPolicy) -> Vec<SeccompRule> {
+    let mut rules: Vec<SeccompRule> = DENY_TABLE
+        .iter()
+        .map(|(name, nr, errno, why)| rule(name, *nr, RuleAction::Errno(*errno), why))
+        .collect();
+    rules.extend(conditional_rules(sockets));
+    rules
+}
+
+// ---- classic BPF ------------------------------------------------------------------------
+
+/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockFilter {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const BPF_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
+const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+/// `struct seccomp_data` offsets.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const OFF_ARGS: u32 = 16;
+
+/// `AUDIT_ARCH_X86_64`.
+pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+/// Syscall numbers at or above this are the x32 ABI, which shares the x86_64 arch value.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+fn ret_errno(errno: i32) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (u32::try_from(errno).unwrap_or(1) & libc::SECCOMP_RET_DATA)
+}
+
+fn stmt(code: u16, k: u32) -> SockFilter {
+    SockFilter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: usize, jf: usize) -> Result<SockFilter, NsError> {
+    let jt = u8::try_from(jt).map_err(|_| NsError::SeccompCompile {
+        why: "a jump is longer than 255 instructions",
+    })?;
+    let jf = u8::try_from(jf).map_err(|_| NsError::SeccompCompile {
+        why: "a jump is longer than 255 instructions",
+    })?;
+    Ok(SockFilter { code, jt, jf, k })
+}
+
+/// Instructions that evaluate one rule's checks, assuming the syscall number matched.
+/// Ends with `ret` on every path.
+fn compile_checks(checks: &[ArgCheck]) -> Result<Vec<SockFilter>, NsError> {
+    let mut out = Vec::new();
+    for c in checks {
+        if c.arg > 5 {
+            return Err(NsError::SeccompCompile {
+                why: "argument index above 5",
+            });
+        }
+        let off = OFF_ARGS + u32::from(c.arg) * 8; // low 32 bits on little-endian
+        out.push(stmt(BPF_LD_W_ABS, off));
+        match &c.test {
+            ArgTest::AnyBitOf(mask) => {
+                // match -> next (ret errno); no match -> skip it
+                out.push(jump(BPF_JSET_K, *mask, 0, 1)?);
+                out.push(stmt(BPF_RET_K, ret_errno(c.errno)));
+            }
+            ArgTest::MaskedEq { mask, value } => {
+                out.push(stmt(BPF_AND_K, *mask));
+                out.push(jump(BPF_JEQ_K, *value, 0, 1)?);
+                out.push(stmt(BPF_RET_K, ret_errno(c.errno)));
+            }
+            ArgTest::NotIn(values) => {
+                // each jeq: equal -> jump past the ret errno to the next check
+                let n = values.len();
+                for (i, v) in values.iter().enumerate() {
+                    let remaining = n - i - 1; // jeq's still after this one
+                    out.push(jump(BPF_JEQ_K, *v, remaining + 1, 0)?);
+                }
+                out.push(stmt(BPF_RET_K, ret_errno(c.errno)));
+            }
+        }
+    }
+    out.push(stmt(BPF_RET_K, RET_ALLOW));
+    Ok(out)
+}
+
+/// Compiles a rule set into a BPF program (pure).
+///
+/// Layout: architecture check (kill the process on anything but x86_64), x32 check
+/// (ENOSYS), then one block per rule, then allow.
+pub fn compile(rules: &[SeccompRule]) -> Result<Vec<SockFilter>, NsError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut prog = vec![
+        stmt(BPF_LD_W_ABS, OFF_ARCH),
+        jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0)?,
+        stmt(BPF_RET_K, RET_KILL_PROCESS),
+        stmt(BPF_LD_W_ABS, OFF_NR),
+        jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1)?,
+        stmt(BPF_RET_K, ret_errno(libc::ENOSYS)),
+    ];
+    for r in rules {
+        if !seen.insert(r.nr) {
+            return Err(NsError::SeccompCompile {
+                why: "a syscall appears in two rules",
+            });
+        }
+        let body = match &r.action {
+            RuleAction::Errno(e) => vec![stmt(BPF_RET_K, ret_errno(*e))],
+            RuleAction::Checks(checks) => compile_checks(checks)?,
+        };
+        // The accumulator holds the syscall number here: every block either returns or
+        // is skipped without touching it.
+        prog.push(jump(BPF_JEQ_K, r.nr, 0, body.len())?);
+        prog.extend(body);
+    }
+    prog.push(stmt(BPF_RET_K, RET_ALLOW));
+    if prog.len() > usize::from(u16::MAX) || prog.len() > 4096 {
+        return Err(NsError::SeccompCompile {
+            why: "the program is longer than the kernel accepts",
+        });
+    }
+    Ok(prog)
+}
+
+#[repr(C)]
+struct SockFprog {
+    len: u16,
+    filter: *const SockFilter,
+}
+
+/// Installs a compiled filter on the calling thread. `no_new_privs` must already be set.
+/// Does not allocate, so it is safe between fork and exec.
+pub fn install(prog: &[SockFilter]) -> Result<(), i32> {
+    let len = u16::try_from(prog.len()).map_err(|_| libc::EINVAL)?;
+    let fprog = SockFprog {
+        len,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
+    // program and does not keep the pointer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u64,
+            &fprog as *const SockFprog,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn every_listed_syscall_has_a_reason_and_a_unique_number() {
+        let mut nrs = std::collections::BTreeSet::new();
+        for (name, nr, errno, why) in DENY_TABLE {
+            assert!(!why.is_empty(), "{name} has no reason");
+            assert!(*errno == libc::EPERM || *errno == libc::ENOSYS, "{name}");
+            assert!(nrs.insert(*nr), "{name} listed twice");
+        }
+    }
+
+    #[test]
+    fn rule_set_contains_the_required_denials() {
+        let rules = rules_for(SocketPolicy::UnixOnly);
+        let names: Vec<&str> = rules.iter().map(|r| r.syscall.as_str()).collect();
+        for required in [
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "mount",
+            "umount2",
+            "fsopen",
+            "fsmount",
+            "fsconfig",
+            "move_mount",
+            "open_tree",
+            "fspick",
+            "mount_setattr",
+            "pivot_root",
+            "chroot",
+            "bpf",
+            "perf_event_open",
+            "add_key",
+            "request_key",
+            "keyctl",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "userfaultfd",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "unshare",
+            "setns",
+            "personality",
+            "clone",
+            "clone3",
+            "ioctl",
+            "syslog",
+            "acct",
+            "swapon",
+            "swapoff",
+            "reboot",
+            "settimeofday",
+            "clock_settime",
+            "socket",
+        ] {
+            assert!(names.contains(&required), "{required} missing");
+        }
+        let clone3 = rules.iter().find(|r| r.syscall == "clone3").unwrap();
+        assert_eq!(clone3.action, RuleAction::Errno(libc::ENOSYS));
+    }
+
+    #[test]
+    fn socket_families_follow_the_network_mode() {
+        let fams = |p| {
+            rules_for(p)
+                .into_iter()
+                .find(|r| r.syscall == "socket")
+                .map(|r| match r.action {
+                    RuleAction::Checks(c) => c[0].test.clone(),
+                    RuleAction::Errno(_) => panic!("socket must be conditional"),
+                })
+                .unwrap()
+        };
+        assert_eq!(fams(SocketPolicy::UnixOnly), ArgTest::NotIn(vec![1]));
+        assert_eq!(fams(SocketPolicy::Inet), ArgTest::NotIn(vec![1, 2, 10]));
+    }
+
+    #[test]
+    fn program_starts_with_the_architecture_check() {
+        let prog = compile(&rules_for(SocketPolicy::UnixOnly)).unwrap();
+        assert_eq!(prog[0], stmt(BPF_LD_W_ABS, OFF_ARCH));
+        assert_eq!(prog[1].k, AUDIT_ARCH_X86_64);
+        assert_eq!(prog[2], stmt(BPF_RET_K, RET_KILL_PROCESS));
+        assert_eq!(prog.last().copied(), Some(stmt(BPF_RET_K, RET_ALLOW)));
+    }
+
+    /// Runs `nr(args)` in a forked child, optionally under `prog`; returns 0 on success
+    /// or the errno. The child only makes raw syscalls (no allocation after fork).
+    fn probe(prog: Option<&[SockFilter]>, nr: i64, a: [u64; 6]) -> i32 {
+        // SAFETY: test-only fork; the child makes raw syscalls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: raw syscalls in the forked child, then _exit.
+            unsafe {
+                if let Some(p) = prog {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1u64, 0u64, 0u64, 0u64);
+                    if install(p).is_err() {
+                        libc::_exit(254);
+                    }
+                }
+                let r = libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+                let code = if r < 0 { *libc::__errno_location() } else { 0 };
+                libc::_exit(code.min(250));
+            }
+        }
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert!(libc::WIFEXITED(st), "probe of {nr} died: {st}");
+        libc::WEXITSTATUS(st)
+    }
+
+    /// Harmless arguments for each rule: invalid pointers, fds and flags, so that without
+    /// the filter the kernel fails the call with a different errno (or succeeds harmlessly).
+    fn harmless_args(name: &str) -> [u64; 6] {
+        let m = u64::MAX;
+        match name {
+            "clone" => [(libc::CLONE_NEWUSER | libc::CLONE_FS) as u64, 0, 0, 0, 0, 0],
+            "personality" => [8, 0, 0, 0, 0, 0], // PER_LINUX32
+            "ioctl" => [m, libc::TIOCSTI, 0, 0, 0, 0],
+            "socket" | "socketpair" => [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, m, 0, 0],
+            "init_module" => [m, 0, m, 0, 0, 0],
+            _ => [m; 6],
+        }
+    }
+
+    #[test]
+    fn every_rule_fires_and_the_kernel_alone_would_answer_differently() {
+        let rules = rules_for(SocketPolicy::UnixOnly);
+        let prog = compile(&rules).unwrap();
+        for r in &rules {
+            let expected = match &r.action {
+                RuleAction::Errno(e) => *e,
+                RuleAction::Checks(c) => c[0].errno,
+            };
+            let args = harmless_args(&r.syscall);
+            let got = probe(Some(&prog), i64::from(r.nr), args);
+            assert_eq!(got, expected, "rule `{}` did not fire", r.syscall);
+            let control = probe(None, i64::from(r.nr), args);
+            assert_ne!(
+                control, expected,
+                "`{}`: the kernel gives the same answer unfiltered",
+                r.syscall
+            );
+        }
+    }
+
+    #[test]
+    fn conditional_rules_let_the_allowed_cases_through() {
+        let prog = compile(&rules_for(SocketPolicy::UnixOnly)).unwrap();
+        let sock = |d: i32, t: i32| [d as u64, t as u64, 0, 0, 0, 0];
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_UNIX, libc::SOCK_STREAM)
+            ),
+            0
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC)
+            ),
+            0
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_UNIX, libc::SOCK_RAW)
+            ),
+            libc::EPERM
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_INET6, libc::SOCK_DGRAM)
+            ),
+            libc::EAFNOSUPPORT
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_NETLINK, libc::SOCK_RAW)
+            ),
+            libc::EAFNOSUPPORT
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_socket,
+                sock(libc::AF_PACKET, libc::SOCK_RAW)
+            ),
+            libc::EAFNOSUPPORT
+        );
+        // personality query and default persona are allowed
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_personality,
+                [u64::from(u32::MAX), 0, 0, 0, 0, 0]
+            ),
+            0
+        );
+        assert_eq!(probe(Some(&prog), libc::SYS_personality, [0; 6]), 0);
+        // other ioctls reach the kernel (EBADF for fd -1)
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_ioctl,
+                [u64::MAX, libc::TCGETS, 0, 0, 0, 0]
+            ),
+            libc::EBADF
+        );
+        assert_eq!(
+            probe(
+                Some(&prog),
+                libc::SYS_ioctl,
+                [u64::MAX, libc::TIOCLINUX, 0, 0, 0, 0]
+            ),
+            libc::EPERM
+        );
+        // x32 syscalls are refused
+        assert_eq!(
+            probe(Some(&prog), 0x4000_0000 | libc::SYS_getpid, [0; 6]),
+            libc::ENOSYS
+        );
+
+        let inet = compile(&rules_for(SocketPolicy::Inet)).unwrap();
+        assert_eq!(
+            probe(
+                Some(&inet),
+                libc::SYS_socket,
+                sock(libc::AF_INET, libc::SOCK_STREAM)
+            ),
+            0
+        );
+        assert_eq!(
+            probe(
+                Some(&inet),
+                libc::SYS_socket,
+                sock(libc::AF_INET6, libc::SOCK_DGRAM)
+            ),
+            0
+        );
+        assert_eq!(
+            probe(
+                Some(&inet),
+                libc::SYS_socket,
+                sock(libc::AF_INET, libc::SOCK_RAW)
+            ),
+            libc::EPERM
+        );
+        assert_eq!(
+            probe(
+                Some(&inet),
+                libc::SYS_socket,
+                sock(libc::AF_PACKET, libc::SOCK_DGRAM)
+            ),
+            libc::EAFNOSUPPORT
+        );
+    }
+
+    #[test]
+    fn duplicate_rules_are_rejected() {
+        let mut rules = rules_for(SocketPolicy::UnixOnly);
+        rules.push(rules[0].clone());
+        assert!(compile(&rules).is_err());
+    }
+}

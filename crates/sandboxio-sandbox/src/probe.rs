@@ -1,0 +1,382 @@
+//! What isolation this host can give, and for anything missing, why and what to change.
+//! Used by `sandboxio doctor`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{self, CgroupLayout};
+
+/// One mechanism: there or not, in words, and how to get it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub available: bool,
+    pub detail: String,
+    /// What to change on the host when it is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn yes(detail: impl Into<String>) -> Check {
+        Check {
+            available: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn no(detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            available: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// Cgroup facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupReport {
+    pub check: Check,
+    /// `v1`, `v2`, `hybrid` or `none`.
+    pub mode: String,
+    pub v1_controllers: Vec<String>,
+    pub v2_mount: Option<PathBuf>,
+    pub v2_controllers: Vec<String>,
+    /// Whether `cgroup.kill` (whole-tree kill, Linux 5.14+) can be used.
+    pub cgroup_kill: bool,
+    /// Where sandbox cgroups are created on this host.
+    pub base_dirs: Vec<PathBuf>,
+}
+
+/// Everything `sandboxio doctor` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub kernel: String,
+    pub uid: u32,
+    pub user_namespaces: Check,
+    pub landlock: Check,
+    pub landlock_abi: Option<u32>,
+    pub seccomp: Check,
+    pub cgroups: CgroupReport,
+    pub kvm: Check,
+    pub bwrap: Check,
+    /// Tier name -> whether this host can run it, and why not.
+    pub tiers: Vec<(String, Check)>,
+}
+
+fn read_trim(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Probe this host. Never fails: what cannot be determined is reported as missing.
+pub fn probe() -> HostReport {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let kernel = read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into());
+    let user_namespaces = probe_userns(uid);
+    let (landlock, landlock_abi) = probe_landlock();
+    let seccomp = probe_seccomp();
+    let cgroups = probe_cgroups(cgroup::host_layout());
+    let kvm = probe_kvm();
+    let bwrap = probe_bwrap();
+    let mut tiers = vec![(
+        "process".to_string(),
+        Check::yes("always available (not a security boundary)"),
+    )];
+    let ns_ok = user_namespaces.available && seccomp.available;
+    tiers.push((
+        "namespace".into(),
+        if ns_ok {
+            Check::yes("user namespaces and seccomp available")
+        } else {
+            Check::no(
+                "needs user namespaces and seccomp",
+                "see the user_namespaces and seccomp entries",
+            )
+        },
+    ));
+    tiers.push((
+        "landlock".into(),
+        if landlock.available && seccomp.available {
+            Check::yes(format!(
+                "Landlock ABI {} and seccomp available",
+                landlock_abi.unwrap_or(0)
+            ))
+        } else {
+            Check::no(
+                "needs Landlock and seccomp",
+                "see the landlock and seccomp entries",
+            )
+        },
+    ));
+    tiers.push((
+        "microvm".into(),
+        Check::no(
+            if kvm.available {
+                "/dev/kvm is usable but the microvm tier is not built yet"
+            } else {
+                "not built yet, and /dev/kvm is not usable"
+            },
+            "wait for the microvm tier",
+        ),
+    ));
+    HostReport {
+        kernel,
+        uid,
+        user_namespaces,
+        landlock,
+        landlock_abi,
+        seccomp,
+        cgroups,
+        kvm,
+        bwrap,
+        tiers,
+    }
+}
+
+fn probe_userns(uid: u32) -> Check {
+    let max = read_trim("/proc/sys/user/max_user_namespaces");
+    if max.as_deref() == Some("0") {
+        return Check::no(
+            "user.max_user_namespaces is 0",
+            "sysctl -w user.max_user_namespaces=15000",
+        );
+    }
+    if uid != 0 && read_trim("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return Check::no(
+            "kernel.unprivileged_userns_clone is 0",
+            "sysctl -w kernel.unprivileged_userns_clone=1",
+        );
+    }
+    // SAFETY: the child only calls unshare(2) and _exit(2), both async-signal-safe, so
+    // forking from a multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Check::no(
+            format!(
+                "fork failed while probing: {}",
+                std::io::Error::last_os_error()
+            ),
+            "retry",
+        );
+    }
+    if pid == 0 {
+        // SAFETY: in the forked child; see above.
+        unsafe {
+            let code = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                0
+            } else {
+                (*libc::__errno_location()).clamp(1, 255)
+            };
+            libc::_exit(code)
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child; `status` is a valid int.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    if code == 0 {
+        return Check::yes(format!("unshare(CLONE_NEWUSER) works as uid {uid}"));
+    }
+    let why = std::io::Error::from_raw_os_error(code);
+    let apparmor = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    let fix = if apparmor.as_deref() == Some("1") {
+        "AppArmor restricts unprivileged user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or add an AppArmor profile for sandboxio"
+    } else {
+        "allow user namespaces (sysctl user.max_user_namespaces > 0; in a container, run with a seccomp profile that permits unshare/clone with CLONE_NEWUSER)"
+    };
+    Check::no(format!("unshare(CLONE_NEWUSER) failed: {why}"), fix)
+}
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+fn probe_landlock() -> (Check, Option<u32>) {
+    // SAFETY: with a NULL attr, size 0 and the VERSION flag, landlock_create_ruleset only
+    // returns the ABI version (or an error); it reads and writes no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r > 0 {
+        let abi = u32::try_from(r).unwrap_or(0);
+        return (Check::yes(format!("Landlock ABI {abi}")), Some(abi));
+    }
+    let e = std::io::Error::last_os_error();
+    let fix = match e.raw_os_error() {
+        Some(libc::ENOSYS) => {
+            "kernel built without Landlock: use Linux 5.13+ with CONFIG_SECURITY_LANDLOCK=y"
+        }
+        Some(libc::EOPNOTSUPP) => {
+            "Landlock is built but not enabled: add `landlock` to the lsm= kernel command line"
+        }
+        _ => "check the kernel's Landlock support",
+    };
+    (
+        Check::no(format!("landlock_create_ruleset failed: {e}"), fix),
+        None,
+    )
+}
+
+const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+
+fn probe_seccomp() -> Check {
+    let action: u32 = SECCOMP_RET_KILL_PROCESS;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL only reads the u32 we point to.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &action as *const u32,
+        )
+    };
+    if r == 0 {
+        return Check::yes("seccomp filters available (SECCOMP_RET_KILL_PROCESS supported)");
+    }
+    let e = std::io::Error::last_os_error();
+    Check::no(
+        format!("seccomp(SECCOMP_GET_ACTION_AVAIL) failed: {e}"),
+        "use a kernel with CONFIG_SECCOMP_FILTER=y",
+    )
+}
+
+fn probe_cgroups(layout: &CgroupLayout) -> CgroupReport {
+    let v1: Vec<String> = layout.v1.keys().cloned().collect();
+    let cgroup_kill = layout
+        .unified
+        .as_ref()
+        .is_some_and(|u| kernel_has_cgroup_kill(u));
+    let mode = match (v1.is_empty(), layout.unified.is_some()) {
+        (false, true) => "hybrid",
+        (false, false) => "v1",
+        (true, true) => "v2",
+        (true, false) => "none",
+    };
+    let has_mem = layout.v1.contains_key("memory")
+        || layout.unified_controllers.iter().any(|c| c == "memory");
+    let has_pids =
+        layout.v1.contains_key("pids") || layout.unified_controllers.iter().any(|c| c == "pids");
+    let bases = cgroup::base_dirs(layout);
+    let writable = bases
+        .iter()
+        .any(|b| b.parent().is_some_and(|p| p.exists() && is_writable(p)));
+    let check = if has_mem && has_pids && writable {
+        Check::yes(format!(
+            "{mode}: memory and pids controllers available, sandbox cgroups under {}",
+            bases
+                .first()
+                .map(|b| b.display().to_string())
+                .unwrap_or_default()
+        ))
+    } else if !writable {
+        Check::no(
+            format!("{mode}: cannot create cgroups here (not writable)"),
+            "run as root, or delegate a cgroup subtree to this user (systemd: Delegate=yes)",
+        )
+    } else {
+        Check::no(
+            format!("{mode}: memory or pids controller missing"),
+            "enable the memory and pids controllers (v2: echo +memory +pids > cgroup.subtree_control; v1: mount them)",
+        )
+    };
+    CgroupReport {
+        check,
+        mode: mode.into(),
+        v1_controllers: v1,
+        v2_mount: layout.unified.clone(),
+        v2_controllers: layout.unified_controllers.clone(),
+        cgroup_kill,
+        base_dirs: bases,
+    }
+}
+
+fn kernel_has_cgroup_kill(mount: &Path) -> bool {
+    // The root cgroup has no cgroup.kill; any child shows it when the kernel supports it.
+    if let Ok(rd) = std::fs::read_dir(mount) {
+        for e in rd.flatten() {
+            if e.path().join("cgroup.kill").exists() {
+                return true;
+            }
+        }
+    }
+    read_trim("/proc/sys/kernel/osrelease")
+        .and_then(|r| {
+            let mut it = r.split(|c: char| !c.is_ascii_digit());
+            let major: u32 = it.next()?.parse().ok()?;
+            let minor: u32 = it.next()?.parse().ok()?;
+            Some((major, minor) >= (5, 14))
+        })
+        .unwrap_or(false)
+}
+
+fn is_writable(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+fn probe_kvm() -> Check {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => Check::yes("/dev/kvm is usable"),
+        Err(e) => Check::no(
+            format!("/dev/kvm: {e}"),
+            "enable virtualization (KVM) and give this user access to /dev/kvm (group kvm)",
+        ),
+    }
+}
+
+fn probe_bwrap() -> Check {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let cand = Path::new(dir).join("bwrap");
+        if cand.is_file() {
+            return Check::yes(format!("bwrap at {}", cand.display()));
+        }
+    }
+    Check::no(
+        "bwrap not found in PATH (optional: sandboxio does not need it)",
+        "apt-get install bubblewrap (only for comparison; not required)",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_never_panics_and_process_tier_is_always_there() {
+        let r = probe();
+        assert!(r.tiers.iter().any(|(t, c)| t == "process" && c.available));
+        for (_, c) in &r.tiers {
+            assert!(c.available || c.fix.is_some());
+        }
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("user_namespaces"));
+    }
+
+    #[test]
+    fn cgroup_mode_words() {
+        let r = probe_cgroups(&CgroupLayout::default());
+        assert_eq!(r.mode, "none");
+        assert!(!r.check.available);
+        assert!(r.check.fix.is_some());
+    }
+}

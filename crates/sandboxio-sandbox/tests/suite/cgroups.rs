@@ -1,0 +1,94 @@
+//! Cgroup limits on this host (root only; skipped with a printed reason otherwise).
+
+use std::time::Duration;
+
+use sandboxio_core::{ByteSize, ExitStatus};
+use sandboxio_sandbox::CgroupUsage;
+
+use super::{cgroups_usable, run_process, sh};
+
+#[tokio::test]
+async fn memory_bomb_is_oom_killed() {
+    if !cgroups_usable() {
+        return;
+    }
+    let mut req = sh("x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived");
+    req.limits.memory = ByteSize::mib(64);
+    req.limits.timeout = Duration::from_secs(30);
+    let res = run_process(&req, CgroupUsage::Required, None)
+        .await
+        .unwrap();
+    assert!(res.oom_killed, "{res:?}");
+    assert!(!res.stdout.contains("survived"));
+    assert!(res.enforcement.cgroup.is_some());
+    assert!(res
+        .enforcement
+        .limits
+        .iter()
+        .any(|l| l.starts_with("memory=64MiB (cgroup")));
+}
+
+#[tokio::test]
+async fn peak_memory_and_cpu_are_read_back() {
+    if !cgroups_usable() {
+        return;
+    }
+    // ~80 MB held in a shell variable.
+    let mut req = sh("x=$(head -c 80000000 /dev/zero | tr '\\0' a); echo ${#x}");
+    req.limits.memory = ByteSize::mib(512);
+    let res = run_process(&req, CgroupUsage::Required, None)
+        .await
+        .unwrap();
+    assert_eq!(res.exit, ExitStatus::Code(0), "{}", res.stderr);
+    assert_eq!(res.stdout.trim(), "80000000");
+    assert!(!res.oom_killed);
+    let peak = res.usage.peak_memory_bytes.unwrap();
+    assert!(peak >= 80_000_000, "peak {peak}");
+    assert!(res.usage.cpu_time_ms.is_some());
+    assert!(res
+        .enforcement
+        .limits
+        .iter()
+        .any(|l| l.contains("cpuacct.usage")
+            || l.contains("cpu.stat")
+            || l.contains("usage from cgroup")));
+}
+
+#[tokio::test]
+async fn pids_limit_stops_a_bounded_fork_loop() {
+    if !cgroups_usable() {
+        return;
+    }
+    // At most 200 children; with pids.max=32 the shell must fail to fork long before that.
+    let mut req = sh(
+        "i=0; ok=0; while [ $i -lt 200 ]; do sleep 3 & if [ $? -eq 0 ]; then ok=$((ok+1)); fi; i=$((i+1)); done; echo started=$ok; wait",
+    );
+    req.limits.pids = 32;
+    req.limits.timeout = Duration::from_secs(20);
+    let res = run_process(&req, CgroupUsage::Required, None)
+        .await
+        .unwrap();
+    let forked_everything = res.stdout.contains("started=200") && res.exit == ExitStatus::Code(0);
+    assert!(!forked_everything, "pids limit not enforced: {res:?}");
+    assert!(
+        res.stderr.to_lowercase().contains("fork") || res.exit != ExitStatus::Code(0),
+        "{res:?}"
+    );
+    assert!(res
+        .enforcement
+        .limits
+        .iter()
+        .any(|l| l.starts_with("pids=32 (cgroup")));
+}
+
+#[tokio::test]
+async fn cleanup_stale_keeps_live_cgroups() {
+    if !cgroups_usable() {
+        return;
+    }
+    let removed = sandboxio_sandbox::cgroup::cleanup_stale();
+    // Nothing this test suite creates is 30 s old and empty while in use.
+    for d in &removed {
+        assert!(!d.exists());
+    }
+}
