@@ -83,7 +83,8 @@ struct CheckpointWrap {
 
 fn hash32(s: &str) -> Result<[u8; 32], String> {
     let v = hex::decode(s).map_err(|e| format!("bad hash `{s}`: {e}"))?;
-    v.try_into().map_err(|_| format!("bad hash `{s}`: not 32 bytes"))
+    v.try_into()
+        .map_err(|_| format!("bad hash `{s}`: not 32 bytes"))
 }
 
 /// Parses one line (without newline). Errors are human-readable reasons.
@@ -112,8 +113,7 @@ pub fn parse_line(line: &str) -> Result<TrailLine, String> {
     body.push_str(head);
     body.push('}');
     let computed_hash = record_hash(body.as_bytes());
-    let h: RecordHead =
-        serde_json::from_str(&body).map_err(|e| format!("bad record line: {e}"))?;
+    let h: RecordHead = serde_json::from_str(&body).map_err(|e| format!("bad record line: {e}"))?;
     let event: AuditEvent =
         serde_json::from_str(&body).map_err(|e| format!("bad audit event: {e}"))?;
     Ok(TrailLine::Record(Box::new(RecordLine {

@@ -91,9 +91,8 @@ impl Checkpoint {
         struct Wrap<'a> {
             checkpoint: &'a Checkpoint,
         }
-        serde_json::to_string(&Wrap { checkpoint: self }).map_err(|e| AuditError::Render {
-            why: e.to_string(),
-        })
+        serde_json::to_string(&Wrap { checkpoint: self })
+            .map_err(|e| AuditError::Render { why: e.to_string() })
     }
 
     /// Whether the signature verifies under `key`.
@@ -280,7 +279,12 @@ impl AuditKey {
 pub fn export_public_key(origin: &str, key: &VerifyingKey) -> String {
     let mut raw = vec![1u8];
     raw.extend_from_slice(key.as_bytes());
-    format!("{}+{}+{}", origin, key_id(origin, key), STANDARD.encode(raw))
+    format!(
+        "{}+{}+{}",
+        origin,
+        key_id(origin, key),
+        STANDARD.encode(raw)
+    )
 }
 
 /// Parses a public key: a C2SP verifier key, or 64 hex characters.
@@ -290,7 +294,8 @@ pub fn parse_public_key(s: &str) -> Result<VerifyingKey, AuditError> {
         path: PathBuf::from("<public key>"),
         why: why.to_string(),
     };
-    let raw: Vec<u8> = if let Some(b64) = s.rsplit('+').next().filter(|_| s.contains('+')) {
+    // `<name>+<key id>+<base64>`: the name has no `+`, the base64 may.
+    let raw: Vec<u8> = if let Some(b64) = s.splitn(3, '+').nth(2) {
         let v = STANDARD
             .decode(b64)
             .map_err(|_| bad("bad base64 in verifier key"))?;

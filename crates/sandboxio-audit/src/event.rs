@@ -144,9 +144,7 @@ impl AuditEvent {
 
     /// The one JSON line (without newline) every sink writes.
     pub fn as_json(&self) -> Result<String, AuditError> {
-        serde_json::to_string(self).map_err(|e| AuditError::Render {
-            why: e.to_string(),
-        })
+        serde_json::to_string(self).map_err(|e| AuditError::Render { why: e.to_string() })
     }
 }
 

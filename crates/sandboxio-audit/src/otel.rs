@@ -11,8 +11,8 @@
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
-    Span, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
-    TraceState, Tracer,
+    Span, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer,
 };
 use opentelemetry::{global, Context, KeyValue, Value};
 use sandboxio_core::telemetry as t;
@@ -53,7 +53,10 @@ pub fn span_attributes(rec: &OperationRecord, capture_code: bool) -> Vec<KeyValu
     let mut a = Vec::with_capacity(24);
     a.push(KeyValue::new(t::GEN_AI_OPERATION_NAME, t::OP_EXECUTE_TOOL));
     a.push(KeyValue::new(t::GEN_AI_TOOL_NAME, rec.tool_name.clone()));
-    a.push(KeyValue::new(t::GEN_AI_TOOL_CALL_ID, rec.operation_id.clone()));
+    a.push(KeyValue::new(
+        t::GEN_AI_TOOL_CALL_ID,
+        rec.operation_id.clone(),
+    ));
     a.push(KeyValue::new(t::GEN_AI_TOOL_TYPE, TOOL_TYPE_EXTENSION));
     a.push(KeyValue::new(t::SBX_BACKEND, rec.backend.clone()));
     if let Some(i) = rec.isolation {
@@ -68,7 +71,10 @@ pub fn span_attributes(rec: &OperationRecord, capture_code: bool) -> Vec<KeyValu
     a.push(KeyValue::new(t::SBX_DURATION_MS, i64_of(rec.duration_ms)));
     a.push(KeyValue::new(t::SBX_BYTES_IN, i64_of(rec.bytes_in)));
     a.push(KeyValue::new(t::SBX_BYTES_OUT, i64_of(rec.bytes_out)));
-    a.push(KeyValue::new(t::SBX_NETWORK_DENIALS, i64_of(rec.network_denials)));
+    a.push(KeyValue::new(
+        t::SBX_NETWORK_DENIALS,
+        i64_of(rec.network_denials),
+    ));
     a.push(KeyValue::new(t::SBX_DECISION, rec.verdict.as_str()));
     a.push(KeyValue::new(t::SBX_LAYER, rec.layer.as_str()));
     a.push(KeyValue::new(t::SBX_STATUS, rec.status.as_str()));
@@ -128,9 +134,19 @@ pub fn emit_span(rec: &OperationRecord, parent: &Context, capture_code: bool) {
 /// `None` when it is malformed or carries all-zero ids.
 pub fn parent_from_traceparent(traceparent: &str) -> Option<Context> {
     let mut parts = traceparent.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let ok_hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-    if !ok_hex(version, 2) || version == "ff" || !ok_hex(trace, 32) || !ok_hex(span, 16) || !ok_hex(flags, 2) {
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let ok_hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    };
+    if !ok_hex(version, 2)
+        || version == "ff"
+        || !ok_hex(trace, 32)
+        || !ok_hex(span, 16)
+        || !ok_hex(flags, 2)
+    {
         return None;
     }
     // Version 00 has exactly four fields; later versions may append more.
@@ -208,9 +224,10 @@ impl Metrics {
                 .add(1, &[KeyValue::new(SBX_EVENT, rec.event.clone())]);
         }
         if rec.network_denials > 0 {
-            m.u64_counter(t::M_NETWORK_DENIALS)
-                .build()
-                .add(rec.network_denials, &[KeyValue::new(SBX_EVENT, rec.event.clone())]);
+            m.u64_counter(t::M_NETWORK_DENIALS).build().add(
+                rec.network_denials,
+                &[KeyValue::new(SBX_EVENT, rec.event.clone())],
+            );
         }
     }
 
@@ -226,7 +243,10 @@ impl Metrics {
 
     pub fn redactions(&self, n: u64) {
         if n > 0 {
-            Self::meter().u64_counter(t::M_REDACTIONS).build().add(n, &[]);
+            Self::meter()
+                .u64_counter(t::M_REDACTIONS)
+                .build()
+                .add(n, &[]);
         }
     }
 }

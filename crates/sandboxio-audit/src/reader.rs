@@ -13,7 +13,7 @@ use sandboxio_core::Verdict;
 use crate::chain::{parse_line, TrailLine};
 use crate::error::AuditError;
 use crate::event::AuditEvent;
-use crate::sink::file_paths::{rotated_name_of, rotation_index_of};
+use crate::sink::file_paths::rotation_index_of;
 
 /// One record of a trail, with where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,15 +181,25 @@ impl Follower {
         let mut out = Vec::new();
         let now = ident(&self.base);
         if now != self.ident && self.ident.is_some() {
-            // Rotated: finish the file we were reading, now under its rotated name.
+            // Rotated (maybe several times): finish the file we were reading, now under its
+            // rotated name, then every later rotated file, then the new active file.
             let files = trail_files(&self.base)?;
-            if let Some(old) = files
+            let rotated: Vec<(u64, PathBuf)> = files
                 .iter()
-                .rev()
-                .find(|p| ident(p) == self.ident && rotated_name_of(&self.base, p))
-            {
-                let old = old.clone();
-                self.read_from(&old, &mut out)?;
+                .filter_map(|p| rotation_index_of(&self.base, p).map(|n| (n, p.clone())))
+                .collect();
+            let old = rotated
+                .iter()
+                .find(|(_, p)| ident(p) == self.ident)
+                .cloned();
+            if let Some((k, old_path)) = old {
+                self.read_from(&old_path, &mut out)?;
+                for (_, p) in rotated.iter().filter(|(n, _)| *n > k) {
+                    self.pos = 0;
+                    self.line = 0;
+                    self.partial.clear();
+                    self.read_from(p, &mut out)?;
+                }
             }
             self.pos = 0;
             self.line = 0;

@@ -152,9 +152,7 @@ impl RedactorBuilder {
     }
 
     pub fn build(self) -> Result<Redactor, AuditError> {
-        let threshold = self
-            .entropy_threshold
-            .unwrap_or(DEFAULT_ENTROPY_THRESHOLD);
+        let threshold = self.entropy_threshold.unwrap_or(DEFAULT_ENTROPY_THRESHOLD);
         let min_len = self.min_entropy_len.unwrap_or(DEFAULT_MIN_ENTROPY_LEN);
         let key = self.key.unwrap_or_else(|| {
             let mut k = [0u8; 32];
@@ -177,8 +175,8 @@ impl RedactorBuilder {
                 continue;
             }
             let shaped = shapes.credential.is_match(v);
-            let keyish = shapes.sensitive_name.is_match(&name)
-                && !shapes.not_sensitive_name.is_match(&name);
+            let keyish =
+                shapes.sensitive_name.is_match(&name) && !shapes.not_sensitive_name.is_match(&name);
             let entropic = v.chars().count() >= min_len && shannon_entropy(v) >= threshold;
             if shaped || (keyish && entropic) {
                 literals.push(v.to_string());
@@ -358,7 +356,11 @@ impl Redactor {
             for m in ac.find_iter(cur.as_ref()) {
                 let o = out.get_or_insert_with(|| String::with_capacity(cur.len()));
                 o.push_str(&cur[last..m.start()]);
-                o.push_str(self.tags.get(m.pattern().as_usize()).map_or(REDACTED, |t| t));
+                o.push_str(
+                    self.tags
+                        .get(m.pattern().as_usize())
+                        .map_or(REDACTED, |t| t),
+                );
                 last = m.end();
                 count += 1;
             }
@@ -454,9 +456,16 @@ pub fn encoded_forms(secret: &str) -> Vec<String> {
     let mut forms = vec![secret.to_string()];
     // JSON-escaped (as inside a JSON string), and doubly escaped (JSON inside JSON).
     if let Ok(j) = serde_json::to_string(secret) {
-        let inner = j.get(1..j.len().saturating_sub(1)).unwrap_or("").to_string();
+        let inner = j
+            .get(1..j.len().saturating_sub(1))
+            .unwrap_or("")
+            .to_string();
         if let Ok(jj) = serde_json::to_string(&inner) {
-            forms.push(jj.get(1..jj.len().saturating_sub(1)).unwrap_or("").to_string());
+            forms.push(
+                jj.get(1..jj.len().saturating_sub(1))
+                    .unwrap_or("")
+                    .to_string(),
+            );
         }
         forms.push(inner);
     }

@@ -171,7 +171,7 @@ pub fn verify<P: AsRef<Path>>(paths: &[P], public_key: Option<&VerifyingKey>) ->
                             Tamper::Missing,
                             Some(r.seq),
                             format!(
-                                "expected seq {expected}, found {}: {} record(s) missing (deleted)",
+                                "expected seq {expected}, found {}: {} record(s) missing (deleted or reordered)",
                                 r.seq,
                                 r.seq - expected
                             ),

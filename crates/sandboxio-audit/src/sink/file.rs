@@ -296,7 +296,6 @@ impl AuditSink for FileSink {
     }
 }
 
-
 /// Recovers (merkle, prev, bytes) from an existing active file; cuts a torn last line.
 fn recover(
     path: &Path,
@@ -346,7 +345,12 @@ fn recover(
                     merkle = m;
                     prev = h;
                 }
-                _ => return Err(broken(i, "checkpoint frontier does not match its root".into())),
+                _ => {
+                    return Err(broken(
+                        i,
+                        "checkpoint frontier does not match its root".into(),
+                    ))
+                }
             }
             start = i + 1;
             break;

@@ -18,7 +18,3 @@ pub(crate) fn rotation_index_of(base: &Path, p: &Path) -> Option<u64> {
         None
     }
 }
-
-pub(crate) fn rotated_name_of(base: &Path, p: &Path) -> bool {
-    rotation_index_of(base, p).is_some()
-}

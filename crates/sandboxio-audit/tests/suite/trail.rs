@@ -1,0 +1,230 @@
+//! The file trail: rotation, reopening, crash recovery, tail/query/follow, the queue sink.
+
+use std::sync::Arc;
+
+use sandboxio_audit::sink::FileSinkOptions;
+use sandboxio_audit::{
+    query, tail, trail_files, verify, AuditEvent, AuditKey, AuditSink, FileSink, Follower,
+    FsyncPolicy, Query, QueueSink,
+};
+use sandboxio_core::Verdict;
+
+use super::common::{capture_logs, exec_record, CollectSink};
+
+fn ev(i: u64) -> AuditEvent {
+    let mut r = exec_record(&format!("op-{i}"));
+    r.tenant_id = Some(
+        if i.is_multiple_of(2) {
+            "acme"
+        } else {
+            "globex"
+        }
+        .into(),
+    );
+    if i.is_multiple_of(3) {
+        r.verdict = Verdict::Deny;
+        r.status = sandboxio_core::OperationStatus::Denied;
+    }
+    r.ts += chrono::Duration::seconds(i as i64);
+    AuditEvent::from_record(&r, false)
+}
+
+fn opts(path: &std::path::Path) -> FileSinkOptions {
+    FileSinkOptions::new(path)
+        .fsync(FsyncPolicy::Never)
+        .checkpoint_every(5)
+        .rotate_bytes(Some(4000))
+}
+
+#[tokio::test]
+async fn rotated_trail_verifies_and_chains_across_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let sink = FileSink::open(opts(&path), key.clone()).unwrap();
+    for i in 0..40 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    let files = trail_files(&path).unwrap();
+    assert!(files.len() >= 3, "rotated into {files:?}");
+    let rep = verify(&files, Some(&key.verifying_key()));
+    assert!(rep.ok && rep.sealed, "{rep:?}");
+    assert_eq!(rep.records, 40);
+    // Deleting a whole middle file is a gap at the first record of the next file.
+    let rep = verify(&[&files[0], &files[2]], Some(&key.verifying_key()));
+    assert!(!rep.ok);
+    assert_eq!(rep.first_bad.unwrap().file, files[2]);
+    // A later file verifies alone, anchored on its opening checkpoint.
+    let rep = verify(&files[1..], Some(&key.verifying_key()));
+    assert!(rep.ok && rep.starts_at > 0, "{rep:?}");
+    // Dropping the newest files is truncation.
+    let rep = verify(&files[..1], Some(&key.verifying_key()));
+    assert_eq!(
+        rep.first_bad.unwrap().kind,
+        sandboxio_audit::Tamper::Truncated
+    );
+}
+
+#[tokio::test]
+async fn reopening_continues_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    for round in 0..3u64 {
+        let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+        assert_eq!(sink.tree_size(), round * 3);
+        for i in 0..3 {
+            sink.emit(&ev(round * 3 + i)).await.unwrap();
+        }
+        sink.close().await.unwrap();
+    }
+    let rep = verify(&[&path], Some(&key.verifying_key()));
+    assert!(rep.ok && rep.records == 9, "{rep:?}");
+}
+
+#[tokio::test]
+async fn reopening_after_a_crash_cuts_a_torn_line_and_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    {
+        let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+        for i in 0..3 {
+            sink.emit(&ev(i)).await.unwrap();
+        }
+        sink.close().await.unwrap();
+    }
+    // Simulate a crash: no closing checkpoint, and half a line.
+    let mut s = std::fs::read_to_string(&path).unwrap();
+    let last = s.trim_end().rfind('\n').unwrap();
+    s.truncate(last + 1);
+    s.push_str("{\"seq\":3,\"prev_hash\":\"00");
+    std::fs::write(&path, s).unwrap();
+    assert!(!verify(&[&path], Some(&key.verifying_key())).ok);
+
+    let (logs, _g) = capture_logs();
+    let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+    assert!(logs.text().contains("partial line"));
+    assert_eq!(sink.tree_size(), 3);
+    sink.emit(&ev(3)).await.unwrap();
+    sink.close().await.unwrap();
+    let rep = verify(&[&path], Some(&key.verifying_key()));
+    assert!(rep.ok && rep.records == 4, "{rep:?}");
+}
+
+#[tokio::test]
+async fn opening_a_trail_signed_by_another_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    drop(FileSink::open(opts(&path), Arc::new(AuditKey::generate())).unwrap());
+    let e = FileSink::open(opts(&path), Arc::new(AuditKey::generate())).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1604");
+}
+
+#[tokio::test]
+async fn key_file_is_generated_then_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let kp = dir.path().join("audit.key");
+    let a = AuditKey::load_or_generate(&kp).unwrap();
+    let b = AuditKey::load_or_generate(&kp).unwrap();
+    assert_eq!(a.verifying_key(), b.verifying_key());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&kp).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let pubfile = dir.path().join("audit.pub");
+    std::fs::write(&pubfile, a.export_public("sandboxio-audit")).unwrap();
+    assert_eq!(
+        sandboxio_audit::load_public_key(&pubfile).unwrap(),
+        a.verifying_key()
+    );
+    std::fs::write(&kp, "not a key").unwrap();
+    let e = AuditKey::load_or_generate(&kp).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1605");
+}
+
+#[tokio::test]
+async fn tail_query_and_follow_span_rotated_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let sink = FileSink::open(opts(&path), key).unwrap();
+    for i in 0..30 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    let files = trail_files(&path).unwrap();
+    assert!(files.len() >= 2);
+    let last = tail(&files, 5).unwrap();
+    let ids: Vec<u64> = last.iter().map(|e| e.seq).collect();
+    assert_eq!(ids, vec![25, 26, 27, 28, 29]);
+    assert_eq!(last[4].event.operation_id, "op-29");
+
+    let base = ev(0).ts;
+    let q = Query {
+        since: Some(base + chrono::Duration::seconds(10)),
+        until: Some(base + chrono::Duration::seconds(20)),
+        tenant: Some("acme".into()),
+        decision: Some(Verdict::Deny),
+        event: Some("exec".into()),
+    };
+    let got: Vec<u64> = query(&files, &q).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(got, vec![12, 18]);
+
+    // Follow: new records, across a rotation.
+    let mut f = Follower::from_end(&path).unwrap();
+    assert!(f.poll().unwrap().is_empty());
+    for i in 30..60 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    let mut seen = f.poll().unwrap();
+    seen.extend(f.poll().unwrap());
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (30..60).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn queue_overflow_drops_the_oldest_with_a_warning() {
+    let (logs, _g) = capture_logs();
+    let inner = Arc::new(CollectSink::default());
+    let q = QueueSink::new(inner.clone(), 3);
+    for i in 0..5 {
+        q.emit(&ev(i)).await.unwrap();
+    }
+    assert_eq!(q.dropped(), 2);
+    assert_eq!(q.len(), 3);
+    assert!(logs.text().contains("dropped the oldest event"));
+    assert!(logs.text().contains("op-0") && logs.text().contains("op-1"));
+    assert_eq!(q.drain_available().await, 3);
+    let got: Vec<String> = inner
+        .all()
+        .iter()
+        .map(|l| serde_json::from_str::<AuditEvent>(l).unwrap().operation_id)
+        .collect();
+    assert_eq!(got, vec!["op-2", "op-3", "op-4"]);
+}
+
+#[tokio::test]
+async fn queue_drain_runs_in_the_hosts_task_until_closed() {
+    let inner = Arc::new(CollectSink::default());
+    let q = Arc::new(QueueSink::new(inner.clone(), 100));
+    let drainer = {
+        let q = q.clone();
+        tokio::spawn(async move { q.drain().await })
+    };
+    for i in 0..10 {
+        q.emit(&ev(i)).await.unwrap();
+    }
+    q.close().await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), drainer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(inner.all().len(), 10);
+    assert!(
+        q.emit(&ev(11)).await.is_err(),
+        "closed queue refuses events"
+    );
+}
