@@ -1,1 +1,22 @@
-//! placeholder
+//! The gateway: the one chain every operation passes, and the state behind it.
+//!
+//! Only this crate knows the order of the layers (DESIGN.md section 1). Policy, budget,
+//! audit and sandbox crates never depend on each other; this crate composes them.
+
+pub mod approval;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod policy;
+pub mod redaction;
+pub mod retry;
+pub mod store;
+pub mod tool;
+
+pub use approval::{ApprovalAnswer, ApprovalCallback, Approver};
+pub use config::GatewayConfig;
+pub use error::GatewayError;
+pub use gateway::{owner_alive, process_owner, Gateway, Outcome, Submission};
+pub use policy::PolicyEngine;
+pub use redaction::Redaction;
+pub use tool::{Tool, ToolError};

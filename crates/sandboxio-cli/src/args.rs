@@ -1,0 +1,271 @@
+//! Command-line arguments (raw); validated into typed values in `setup`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandboxio",
+    version,
+    about = "Run agent code and tools without letting them break things"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Configuration file (default: ./sandboxio.toml if present, else built-in defaults).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Policy file(s), composed in order (default: the config's, else the built-in policy).
+    #[arg(long = "policy", global = true)]
+    pub policies: Vec<PathBuf>,
+    /// State directory (database and audit trail). Overrides config and $SBX_STATE_DIR.
+    #[arg(long, global = true)]
+    pub state_dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RunOpts {
+    /// Isolation tier: namespace (default), process or landlock.
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// Wall-clock timeout, e.g. 30s, 5m.
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Memory limit, e.g. 512MiB.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Process/thread limit.
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// Environment variable for the program (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Environment variable whose value is a secret: passed in, never recorded (repeatable).
+    #[arg(long = "secret-env", value_name = "K=V")]
+    pub secret_env: Vec<String>,
+    /// Read-only input directory ($SANDBOX_INPUT inside).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Directory that receives the program's output ($SANDBOX_OUTPUT inside).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// File whose contents are the program's standard input.
+    #[arg(long)]
+    pub stdin_file: Option<PathBuf>,
+    /// Keep the temporary workspace.
+    #[arg(long)]
+    pub keep: bool,
+    /// Idempotency key: the same key and request return the recorded outcome.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Declare the operation safe to run twice (may be retried, re-run after a crash).
+    #[arg(long)]
+    pub idempotent: bool,
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Estimated cost to reserve from the budget (decimal, e.g. 0.25).
+    #[arg(long)]
+    pub estimated_cost: Option<String>,
+    /// Why the agent wants this (shown to approvers).
+    #[arg(long)]
+    pub rationale: Option<String>,
+    /// W3C traceparent of the caller's span (also read from $TRACEPARENT).
+    #[arg(long, env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
+    /// Seconds to wait for a person to approve an `ask` (default from config: 300).
+    #[arg(long)]
+    pub approval_timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in a sandbox, through the gateway.
+    Run {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        opts: RunOpts,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Run code (python, node or bash) in a sandbox, through the gateway.
+    RunCode {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        opts: RunOpts,
+        #[arg(long)]
+        lang: String,
+        /// File holding the code, or `-` for standard input.
+        file: String,
+    },
+    /// Write a commented default sandboxio.toml.
+    Init {
+        #[arg(default_value = "sandboxio.toml")]
+        path: PathBuf,
+    },
+    /// What isolation this host can give, and how to fix what is missing.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check, explain and replay policies.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
+    /// Verify, tail and query the audit trail.
+    Audit {
+        #[command(subcommand)]
+        cmd: AuditCmd,
+    },
+    /// List and decide pending approvals.
+    Approvals {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        cmd: ApprovalsCmd,
+    },
+    /// Engage the kill switch: deny everything and stop running sandboxes.
+    Kill {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Release the kill switch.
+    Resume {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Settled costs from the ledger, as cost entries.
+    Costs {
+        #[command(flatten)]
+        common: Common,
+        /// Start (RFC 3339 or a duration ago such as 24h).
+        #[arg(long, default_value = "24h")]
+        since: String,
+        #[arg(long)]
+        until: Option<String>,
+        /// Only entries with this label (k=v, repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+    },
+    /// Budget summary by scope and category.
+    Budget {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Validate policy files and run their examples.
+    Check {
+        #[arg(long)]
+        json: bool,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// The decision for one operation and every rule that decided.
+    Explain {
+        #[arg(long)]
+        json: bool,
+        /// The operation as JSON (or @FILE).
+        #[arg(long)]
+        op: String,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Re-decide recorded operations under candidate policies; list what would change.
+    Replay {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        audit: Vec<PathBuf>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// Verify the hash chain and signed checkpoints, offline.
+    Verify {
+        #[arg(long)]
+        json: bool,
+        /// Public key file to check checkpoint signatures.
+        #[arg(long)]
+        key: Option<PathBuf>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// The last events (and, with -f, new ones as they come).
+    Tail {
+        #[command(flatten)]
+        common: Common,
+        #[arg(short = 'n', default_value_t = 20)]
+        lines: usize,
+        #[arg(short = 'f', long)]
+        follow: bool,
+        file: Option<PathBuf>,
+    },
+    /// Events filtered by time, tenant, event and decision.
+    Query {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        event: Option<String>,
+        #[arg(long)]
+        decision: Option<String>,
+        file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCmd {
+    /// Pending approvals (all with --all).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    Approve {
+        id: String,
+        #[arg(long, default_value_t = default_user())]
+        by: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Deny {
+        id: String,
+        #[arg(long, default_value_t = default_user())]
+        by: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+fn default_user() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "operator".into())
+}

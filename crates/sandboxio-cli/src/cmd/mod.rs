@@ -1,0 +1,84 @@
+//! One module per command; `dispatch` maps errors to exit codes in one place.
+
+mod doctor;
+mod run;
+mod state;
+
+use sandboxio_core::ErrorCode;
+
+use crate::args::{Cli, Command};
+use crate::exit;
+
+pub async fn dispatch(cli: Cli) -> i32 {
+    let res = match cli.command {
+        Command::Run { common, opts, argv } => run::run(common, opts, run::What::Argv(argv)).await,
+        Command::RunCode {
+            common,
+            opts,
+            lang,
+            file,
+        } => run::run(common, opts, run::What::Code { lang, file }).await,
+        Command::Init { path } => init(&path),
+        Command::Doctor { json } => doctor::doctor(json),
+        Command::Kill { common, reason } => state::kill(&common, &reason),
+        Command::Resume { common } => state::resume(&common),
+        Command::Approvals { common, cmd } => state::approvals(&common, cmd),
+        Command::Costs {
+            common,
+            since,
+            until,
+            labels,
+        } => state::costs(&common, &since, until.as_deref(), &labels),
+        Command::Budget { common, tenant } => state::budget(&common, &tenant),
+        Command::Policy { .. } | Command::Audit { .. } => {
+            eprintln!("error: not built yet");
+            Ok(exit::FAILURE)
+        }
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => report(&e),
+    }
+}
+
+/// Prints an error with its stable code and picks the exit status.
+pub fn report(e: &anyhow::Error) -> i32 {
+    let code = error_code(e);
+    match code {
+        Some(c) => eprintln!("error[{c}]: {e:#}"),
+        None => eprintln!("error: {e:#}"),
+    }
+    match code {
+        Some(c)
+            if c.starts_with("SBX_E11") || c.starts_with("SBX_E12") || c.starts_with("SBX_E10") =>
+        {
+            exit::USAGE
+        }
+        Some(c) if c.starts_with("SBX_E14") => exit::INTERNAL,
+        _ => exit::FAILURE,
+    }
+}
+
+fn error_code(e: &anyhow::Error) -> Option<&'static str> {
+    for cause in e.chain() {
+        if let Some(x) = cause.downcast_ref::<sandboxio_config::ConfigError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_core::CoreError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_gateway::GatewayError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_sandbox::SandboxError>() {
+            return Some(x.code());
+        }
+    }
+    None
+}
+
+fn init(path: &std::path::Path) -> anyhow::Result<i32> {
+    sandboxio_config::write_default(path)?;
+    println!("wrote {}", path.display());
+    Ok(exit::OK)
+}

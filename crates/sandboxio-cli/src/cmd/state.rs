@@ -1,0 +1,171 @@
+//! Commands on the shared state: kill switch, approvals, costs, budget.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use chrono::{DateTime, Utc};
+use sandboxio_core::{CostEntry, HumanDuration};
+use sandboxio_gateway::store::{ApprovalState, Store};
+
+use crate::args::{ApprovalsCmd, Common};
+use crate::exit;
+use crate::setup;
+
+pub fn kill(common: &Common, reason: &str) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    let store = loaded.open_store()?;
+    let by = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    store.set_kill(reason, &by, Utc::now())?;
+    println!("kill switch engaged: {reason}");
+    Ok(exit::OK)
+}
+
+pub fn resume(common: &Common) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    loaded.open_store()?.clear_kill()?;
+    println!("kill switch released");
+    Ok(exit::OK)
+}
+
+pub fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    let store = loaded.open_store()?;
+    store.expire_approvals(Utc::now())?;
+    match cmd {
+        ApprovalsCmd::List { all } => {
+            let list = store.list_approvals(if all {
+                None
+            } else {
+                Some(ApprovalState::Pending)
+            })?;
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                println!("no {}approvals", if all { "" } else { "pending " });
+            } else {
+                for a in list {
+                    println!(
+                        "{}  {:8}  tenant={}  expires={}  {}\n    why: {}\n    op: {}",
+                        a.id,
+                        a.state.as_str(),
+                        a.tenant,
+                        a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                        a.reason,
+                        if a.rationale.is_empty() {
+                            "-"
+                        } else {
+                            &a.rationale
+                        },
+                        a.operation
+                    );
+                }
+            }
+        }
+        ApprovalsCmd::Approve { id, by, reason } => {
+            let a = store.decide_approval(&id, true, &by, reason.as_deref(), Utc::now())?;
+            println!("approved {} (by {})", a.id, by);
+        }
+        ApprovalsCmd::Deny { id, by, reason } => {
+            let a = store.decide_approval(&id, false, &by, reason.as_deref(), Utc::now())?;
+            println!("denied {} (by {})", a.id, by);
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// RFC 3339, or a duration meaning that long ago.
+pub fn parse_time(s: &str) -> Result<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let d: HumanDuration = s.parse()?;
+    Ok(Utc::now() - chrono::Duration::from_std(d.0)?)
+}
+
+pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String]) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    let store = loaded.open_store()?;
+    let since = parse_time(since)?;
+    let until = until.map(parse_time).transpose()?.unwrap_or_else(Utc::now);
+    let mut want = BTreeMap::new();
+    for l in labels {
+        let Some((k, v)) = l.split_once('=') else {
+            bail!("--label expects k=v, got `{l}`")
+        };
+        want.insert(k.to_string(), v.to_string());
+    }
+    let entries: Vec<CostEntry> = store
+        .ledger(since, until)?
+        .into_iter()
+        .filter(|l| {
+            want.iter()
+                .all(|(k, v)| l.labels.get(k) == Some(v) || (k == "tenant_id" && &l.tenant == v))
+        })
+        .map(|l| {
+            let mut labels = l.labels.clone();
+            labels.insert("tenant_id".into(), l.tenant.clone());
+            labels.insert("category".into(), l.category.as_str().into());
+            CostEntry {
+                object_id: l.operation_id,
+                description: l.description,
+                interval_start: l.at,
+                cost_usd: l.amount,
+                labels,
+            }
+        })
+        .collect();
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+    } else {
+        let mut total = sandboxio_core::Money::ZERO;
+        for e in &entries {
+            println!(
+                "{}  {}  {:>12}  {}",
+                e.interval_start.format("%Y-%m-%dT%H:%M:%SZ"),
+                e.object_id,
+                e.cost_usd.to_string(),
+                e.description
+            );
+            total = total.checked_add(e.cost_usd)?;
+        }
+        println!(
+            "{} entries, total {} (resolution: per operation, from the settled ledger)",
+            entries.len(),
+            total
+        );
+    }
+    Ok(exit::OK)
+}
+
+pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    let gw_cfg = setup::gateway_config(&loaded, None)?;
+    let store = loaded.open_store()?;
+    let scopes = setup::scopes_for(&gw_cfg, tenant);
+    let summary = store.summary(&scopes)?;
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else if summary.is_empty() {
+        println!("no budget ceilings configured");
+    } else {
+        for s in summary {
+            let ceiling = s
+                .ceiling
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "unlimited".into());
+            let remaining = s
+                .ceiling
+                .and_then(|c| c.checked_sub(s.spent).ok())
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into());
+            println!(
+                "{}: spent {} reserved {} of {} (remaining {})",
+                s.scope, s.spent, s.reserved, ceiling, remaining
+            );
+            for (c, v) in s.by_category {
+                println!("    {:8} {}", c.as_str(), v);
+            }
+        }
+    }
+    Ok(exit::OK)
+}

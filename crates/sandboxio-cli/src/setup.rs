@@ -1,0 +1,305 @@
+//! From flags and config files to a ready gateway.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use sandboxio_config::Config;
+use sandboxio_gateway::store::{SqliteStore, SyncMode};
+
+use crate::args::Common;
+
+/// A loaded configuration with where it came from.
+pub struct Loaded {
+    pub config: Config,
+    pub state_dir: PathBuf,
+}
+
+/// Loads `--config`, else `./sandboxio.toml` when present, else the defaults.
+pub fn load(common: &Common) -> Result<Loaded> {
+    let config = match &common.config {
+        Some(p) => Config::load(p)?,
+        None if Path::new("sandboxio.toml").exists() => Config::load(Path::new("sandboxio.toml"))?,
+        None => Config::default(),
+    };
+    let state_dir = state_dir(common, &config);
+    Ok(Loaded { config, state_dir })
+}
+
+fn state_dir(common: &Common, config: &Config) -> PathBuf {
+    if let Some(d) = &common.state_dir {
+        return d.clone();
+    }
+    if let Some(d) = std::env::var_os("SBX_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = &config.state.dir {
+        return d.clone();
+    }
+    if is_root() {
+        return PathBuf::from("/var/lib/sandboxio");
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("sandboxio");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join(".local/state/sandboxio")
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+impl Loaded {
+    pub fn open_store(&self) -> Result<Arc<SqliteStore>> {
+        std::fs::create_dir_all(&self.state_dir).with_context(|| {
+            format!(
+                "cannot create state directory `{}`",
+                self.state_dir.display()
+            )
+        })?;
+        let store = SqliteStore::open(&self.state_dir.join("state.db"), SyncMode::Full)?;
+        Ok(Arc::new(store))
+    }
+
+    pub fn audit_file(&self) -> PathBuf {
+        self.config
+            .audit
+            .file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("audit.jsonl"))
+    }
+}
+
+use std::time::Duration;
+
+use sandboxio_audit::{
+    AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
+};
+use sandboxio_core::{Money, OperationKind};
+use sandboxio_gateway::config::{BudgetSettings, RateCard, RateRule};
+use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
+use serde::Deserialize;
+
+/// The built-in default policy (also at `policies/default.toml`).
+pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetToml {
+    #[serde(default)]
+    global: Option<Money>,
+    #[serde(default)]
+    per_tenant: Option<Money>,
+    #[serde(default)]
+    per_session: Option<Money>,
+    #[serde(default)]
+    tenants: std::collections::BTreeMap<String, Money>,
+    #[serde(default)]
+    warn_fraction: Option<String>,
+    #[serde(default)]
+    rate_card: Option<RateCardToml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateCardToml {
+    cpu_second: Money,
+    gib_second: Money,
+    #[serde(default)]
+    per_call: Option<Money>,
+}
+
+/// Parses `N/second|minute|hour|day`.
+pub fn parse_rate(s: &str) -> Result<(u32, Duration)> {
+    let (n, unit) = s
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("rate limit `{s}` must look like 20/minute"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("rate limit `{s}`: `{n}` is not a count"))?;
+    let window = match unit.trim() {
+        "second" | "s" => Duration::from_secs(1),
+        "minute" | "min" | "m" => Duration::from_secs(60),
+        "hour" | "h" => Duration::from_secs(3600),
+        "day" | "d" => Duration::from_secs(86400),
+        u => anyhow::bail!("rate limit `{s}`: unknown unit `{u}` (second, minute, hour, day)"),
+    };
+    if n == 0 {
+        anyhow::bail!("rate limit `{s}`: the count must be at least 1");
+    }
+    Ok((n, window))
+}
+
+pub fn gateway_config(
+    loaded: &Loaded,
+    approval_timeout: Option<Duration>,
+) -> Result<GatewayConfig> {
+    let c = &loaded.config;
+    let mut g = GatewayConfig {
+        default_tier: c.sandbox.tier,
+        ..GatewayConfig::default()
+    };
+    if let Some(t) = approval_timeout {
+        g.approval_timeout = t;
+    }
+    if let Some(b) = &c.budget {
+        let b: BudgetToml = toml::Value::Table(b.clone())
+            .try_into()
+            .context("invalid [budget] section")?;
+        let mut s = BudgetSettings {
+            global: b.global,
+            per_tenant: b.per_tenant,
+            per_session: b.per_session,
+            tenants: b.tenants,
+            ..BudgetSettings::default()
+        };
+        if let Some(w) = b.warn_fraction {
+            s.warn_fraction = w
+                .parse()
+                .map_err(|_| anyhow::anyhow!("[budget] warn_fraction `{w}` is not a decimal"))?;
+        }
+        if let Some(rc) = b.rate_card {
+            s.rate_card = RateCard {
+                cpu_second: rc.cpu_second,
+                gib_second: rc.gib_second,
+                per_call: rc.per_call.unwrap_or(Money::ZERO),
+            };
+        }
+        g.budget = s;
+    }
+    if let Some(r) = &c.rate_limits {
+        for (action, v) in r {
+            let kind = match action.as_str() {
+                "*" | "all" => None,
+                k => Some(k.parse::<OperationKind>()?),
+            };
+            let s = v.as_str().ok_or_else(|| {
+                anyhow::anyhow!("[rate_limits] `{action}` must be a string like \"20/minute\"")
+            })?;
+            let (limit, window) = parse_rate(s)?;
+            g.rate_limits.push(RateRule {
+                kind,
+                limit,
+                window,
+            });
+        }
+    }
+    Ok(g)
+}
+
+pub fn scopes_for(g: &GatewayConfig, tenant: &str) -> Vec<sandboxio_gateway::store::ScopeCeiling> {
+    use sandboxio_gateway::store::ScopeCeiling;
+    let mut v = Vec::new();
+    if let Some(c) = g.budget.global {
+        v.push(ScopeCeiling {
+            scope: "global".into(),
+            ceiling: c,
+        });
+    }
+    if let Some(c) = g
+        .budget
+        .tenants
+        .get(tenant)
+        .copied()
+        .or(g.budget.per_tenant)
+    {
+        v.push(ScopeCeiling {
+            scope: format!("tenant:{tenant}"),
+            ceiling: c,
+        });
+    }
+    v
+}
+
+/// Loads the policy files named by flags, else config, else the built-in default.
+pub fn policy(loaded: &Loaded, common: &Common) -> Result<sandboxio_policy::PolicySet> {
+    let files = if !common.policies.is_empty() {
+        common.policies.clone()
+    } else {
+        loaded.config.policy.files.clone()
+    };
+    if files.is_empty() {
+        let src = sandboxio_policy::PolicySource::new(
+            "<built-in default policy>",
+            DEFAULT_POLICY.as_bytes(),
+        );
+        return Ok(sandboxio_policy::PolicySet::from_sources(&[src])?);
+    }
+    Ok(sandboxio_policy::PolicySet::load_files(&files)?)
+}
+
+pub fn auditor(loaded: &Loaded, redactor: Arc<Redactor>) -> Result<Auditor> {
+    let a = &loaded.config.audit;
+    std::fs::create_dir_all(&loaded.state_dir).with_context(|| {
+        format!(
+            "cannot create state directory `{}`",
+            loaded.state_dir.display()
+        )
+    })?;
+    let key = Arc::new(AuditKey::load_or_generate(
+        &loaded.state_dir.join("audit.key"),
+    )?);
+    let fsync = match a.fsync {
+        sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
+        sandboxio_config::FsyncPolicy::Never => sandboxio_audit::FsyncPolicy::Never,
+    };
+    let file = FileSink::open(FileSinkOptions::new(loaded.audit_file()).fsync(fsync), key)?;
+    let mut sinks: Vec<Arc<dyn sandboxio_audit::AuditSink>> = vec![Arc::new(file)];
+    if a.log_events {
+        sinks.push(Arc::new(LoggingSink::new()));
+    }
+    let mode = match a.on_sink_failure {
+        sandboxio_config::OnSinkFailure::Warn => sandboxio_audit::OnSinkFailure::Warn,
+        sandboxio_config::OnSinkFailure::Fail => sandboxio_audit::OnSinkFailure::Fail,
+    };
+    let cfg = AuditConfig::from_env()?
+        .with_sinks(sinks)
+        .on_sink_failure(mode)
+        .capture_code(a.capture_code);
+    Ok(Auditor::new(cfg, redactor))
+}
+
+/// The whole chain, ready to submit operations.
+pub fn gateway(
+    loaded: &Loaded,
+    common: &Common,
+    approval_timeout: Option<Duration>,
+) -> Result<Gateway> {
+    let cfg = gateway_config(loaded, approval_timeout)?;
+    let store = loaded.open_store()?;
+    let policy = policy(loaded, common)?;
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let redaction = sandboxio_gateway::Redaction::from_env(env);
+    let auditor = auditor(loaded, redaction.base()?)?;
+    let sandbox = sandboxio_sandbox::SandboxConfig {
+        work_root: loaded.config.sandbox.work_root.clone(),
+        landlock_fallback: loaded.config.sandbox.allow_landlock_fallback,
+        ..Default::default()
+    };
+    let engine = Arc::new(sandboxio_gateway::policy::PolicySetEngine::new(
+        policy,
+        cfg.default_tier,
+    ));
+    Ok(Gateway::new(
+        cfg,
+        store,
+        engine,
+        auditor,
+        redaction,
+        sandbox,
+        Approver::Store {
+            poll: Duration::from_millis(200),
+        },
+    ))
+}

@@ -1,0 +1,797 @@
+//! SQLite implementation of [`Store`]: WAL, one IMMEDIATE transaction per call.
+//!
+//! Durability: with `SyncMode::Full` (default) SQLite fsyncs the WAL on every commit, so
+//! a state change is on disk when the method returns. `SyncMode::Normal` fsyncs only at
+//! checkpoints: a power loss may lose the last commits (a process crash loses nothing).
+//! Several processes may share one file: SQLite's lock serialises writers and
+//! `busy_timeout` makes a writer wait instead of failing.
+//!
+//! Money is stored as decimal TEXT and summed in Rust, never by SQL (which would use
+//! floating point). SQL is kept portable (ON CONFLICT, no INSERT OR REPLACE) so a
+//! PostgreSQL store can share it.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rust_decimal::Decimal;
+use sandboxio_core::{CostCategory, Money};
+
+use super::*;
+use crate::error::{db, GatewayError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// fsync the WAL on every commit.
+    #[default]
+    Full,
+    /// fsync at checkpoints only.
+    Normal,
+}
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS kill_switch (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    reason TEXT NOT NULL, by_whom TEXT NOT NULL, at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_events (
+    key TEXT NOT NULL, at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rate_events_key ON rate_events (key, at_ms);
+CREATE TABLE IF NOT EXISTS budget_totals (
+    scope TEXT PRIMARY KEY, spent TEXT NOT NULL, reserved TEXT NOT NULL,
+    warned INTEGER NOT NULL DEFAULT 0, ceiling TEXT
+);
+CREATE TABLE IF NOT EXISTS budget_category (
+    scope TEXT NOT NULL, category TEXT NOT NULL, spent TEXT NOT NULL,
+    PRIMARY KEY (scope, category)
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    operation_id TEXT PRIMARY KEY, scopes TEXT NOT NULL, category TEXT NOT NULL,
+    amount TEXT NOT NULL, created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger (
+    operation_id TEXT NOT NULL, tenant TEXT NOT NULL, category TEXT NOT NULL,
+    amount TEXT NOT NULL, at_ms INTEGER NOT NULL, description TEXT NOT NULL, labels TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_at ON ledger (at_ms);
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, fingerprint TEXT NOT NULL, operation TEXT NOT NULL,
+    rationale TEXT NOT NULL, reason TEXT NOT NULL, state TEXT NOT NULL,
+    created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+    decided_by TEXT, decided_ms INTEGER, decision_reason TEXT
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, operation_id TEXT NOT NULL,
+    state TEXT NOT NULL, outcome TEXT, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+CREATE TABLE IF NOT EXISTS journal (
+    operation_id TEXT PRIMARY KEY, intent TEXT NOT NULL, started_ms INTEGER NOT NULL,
+    owner TEXT NOT NULL, idempotent INTEGER NOT NULL, status TEXT, ended_ms INTEGER,
+    idem_tenant TEXT, idem_key TEXT
+);
+CREATE INDEX IF NOT EXISTS journal_open ON journal (status);
+"#;
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(v: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(v).single().unwrap_or_default()
+}
+
+fn money(table: &'static str, column: &'static str, s: &str) -> StoreResult<Money> {
+    Money::from_str(s).map_err(|_| GatewayError::Corrupt {
+        table,
+        column,
+        value: s.to_string(),
+    })
+}
+
+fn category(s: &str) -> StoreResult<CostCategory> {
+    CostCategory::ALL
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| GatewayError::Corrupt {
+            table: "ledger",
+            column: "category",
+            value: s.to_string(),
+        })
+}
+
+fn add(a: Money, b: Money) -> StoreResult<Money> {
+    a.checked_add(b).map_err(|_| GatewayError::Corrupt {
+        table: "budget_totals",
+        column: "spent",
+        value: "overflow".into(),
+    })
+}
+
+fn sub(a: Money, b: Money) -> StoreResult<Money> {
+    a.checked_sub(b).map_err(|_| GatewayError::Corrupt {
+        table: "budget_totals",
+        column: "reserved",
+        value: "overflow".into(),
+    })
+}
+
+impl SqliteStore {
+    pub fn open(path: &Path, sync: SyncMode) -> StoreResult<SqliteStore> {
+        let conn = Connection::open(path).map_err(|e| GatewayError::StoreOpen {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        Self::init(conn, sync)
+    }
+
+    pub fn open_in_memory() -> StoreResult<SqliteStore> {
+        let conn = Connection::open_in_memory().map_err(db("opening in-memory store"))?;
+        Self::init(conn, SyncMode::Full)
+    }
+
+    fn init(conn: Connection, sync: SyncMode) -> StoreResult<SqliteStore> {
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(db("setting busy timeout"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(db("enabling WAL"))?;
+        let s = match sync {
+            SyncMode::Full => "FULL",
+            SyncMode::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", s)
+            .map_err(db("setting synchronous"))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(db("enabling foreign keys"))?;
+        conn.execute_batch(SCHEMA).map_err(db("creating schema"))?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn with_tx<T>(
+        &self,
+        action: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(action))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(db(action))?;
+        Ok(out)
+    }
+
+    fn totals(tx: &rusqlite::Transaction<'_>, scope: &str) -> StoreResult<(Money, Money, bool)> {
+        let row: Option<(String, String, i64)> = tx
+            .query_row(
+                "SELECT spent, reserved, warned FROM budget_totals WHERE scope = ?1",
+                params![scope],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(db("reading budget totals"))?;
+        match row {
+            Some((s, r, w)) => Ok((
+                money("budget_totals", "spent", &s)?,
+                money("budget_totals", "reserved", &r)?,
+                w != 0,
+            )),
+            None => Ok((Money::ZERO, Money::ZERO, false)),
+        }
+    }
+
+    fn put_totals(
+        tx: &rusqlite::Transaction<'_>,
+        scope: &str,
+        spent: Money,
+        reserved: Money,
+        warned: bool,
+        ceiling: Option<Money>,
+    ) -> StoreResult<()> {
+        tx.execute(
+            "INSERT INTO budget_totals (scope, spent, reserved, warned, ceiling) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (scope) DO UPDATE SET spent = excluded.spent, reserved = excluded.reserved,
+               warned = excluded.warned, ceiling = COALESCE(excluded.ceiling, budget_totals.ceiling)",
+            params![scope, spent.to_string(), reserved.to_string(), warned as i64, ceiling.map(|c| c.to_string())],
+        )
+        .map_err(db("writing budget totals"))?;
+        Ok(())
+    }
+
+    fn row_to_approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<(Approval, String)> {
+        let state: String = r.get(6)?;
+        Ok((
+            Approval {
+                id: r.get(0)?,
+                tenant: r.get(1)?,
+                fingerprint: r.get(2)?,
+                operation: r.get(3)?,
+                rationale: r.get(4)?,
+                reason: r.get(5)?,
+                state: ApprovalState::Pending,
+                created_at: from_ms(r.get(7)?),
+                expires_at: from_ms(r.get(8)?),
+                decided_by: r.get(9)?,
+                decided_at: r.get::<_, Option<i64>>(10)?.map(from_ms),
+                decision_reason: r.get(11)?,
+            },
+            state,
+        ))
+    }
+
+    fn fix_state((mut a, state): (Approval, String)) -> StoreResult<Approval> {
+        a.state = ApprovalState::parse(&state).ok_or(GatewayError::Corrupt {
+            table: "approvals",
+            column: "state",
+            value: state,
+        })?;
+        Ok(a)
+    }
+
+    fn release_in(tx: &rusqlite::Transaction<'_>, operation_id: &str) -> StoreResult<Money> {
+        let row: Option<(String, String)> = tx
+            .query_row(
+                "SELECT scopes, amount FROM reservations WHERE operation_id = ?1",
+                params![operation_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db("reading reservation"))?;
+        let Some((scopes, amount)) = row else {
+            return Ok(Money::ZERO);
+        };
+        let amount = money("reservations", "amount", &amount)?;
+        let scopes: Vec<String> =
+            serde_json::from_str(&scopes).map_err(|_| GatewayError::Corrupt {
+                table: "reservations",
+                column: "scopes",
+                value: scopes.clone(),
+            })?;
+        for scope in &scopes {
+            let (spent, reserved, warned) = Self::totals(tx, scope)?;
+            Self::put_totals(
+                tx,
+                scope,
+                spent,
+                sub(reserved, amount)?.clamp_non_negative(),
+                warned,
+                None,
+            )?;
+        }
+        tx.execute(
+            "DELETE FROM reservations WHERE operation_id = ?1",
+            params![operation_id],
+        )
+        .map_err(db("deleting reservation"))?;
+        Ok(amount)
+    }
+}
+
+const APPROVAL_COLS: &str = "id, tenant, fingerprint, operation, rationale, reason, state, created_ms, expires_ms, decided_by, decided_ms, decision_reason";
+
+impl Store for SqliteStore {
+    fn kill_state(&self) -> StoreResult<Option<KillState>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.query_row(
+            "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
+            [],
+            |r| {
+                Ok(KillState {
+                    reason: r.get(0)?,
+                    by: r.get(1)?,
+                    at: from_ms(r.get(2)?),
+                })
+            },
+        )
+        .optional()
+        .map_err(db("reading the kill switch"))
+    }
+
+    fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()> {
+        self.with_tx("setting the kill switch", |tx| {
+            tx.execute(
+                "INSERT INTO kill_switch (id, reason, by_whom, at_ms) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, by_whom = excluded.by_whom, at_ms = excluded.at_ms",
+                params![reason, by, ms(now)],
+            )
+            .map_err(db("setting the kill switch"))?;
+            Ok(())
+        })
+    }
+
+    fn clear_kill(&self) -> StoreResult<()> {
+        self.with_tx("clearing the kill switch", |tx| {
+            tx.execute("DELETE FROM kill_switch", [])
+                .map_err(db("clearing the kill switch"))?;
+            Ok(())
+        })
+    }
+
+    fn rate_take(
+        &self,
+        key: &str,
+        limit: u32,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> StoreResult<Option<u64>> {
+        self.with_tx("taking a rate-limit token", |tx| {
+            let cutoff = now_ms.saturating_sub(window_ms);
+            tx.execute(
+                "DELETE FROM rate_events WHERE key = ?1 AND at_ms <= ?2",
+                params![key, cutoff],
+            )
+            .map_err(db("pruning rate events"))?;
+            let (count, oldest): (i64, Option<i64>) = tx
+                .query_row(
+                    "SELECT COUNT(*), MIN(at_ms) FROM rate_events WHERE key = ?1",
+                    params![key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(db("counting rate events"))?;
+            if count >= i64::from(limit) {
+                let retry = oldest
+                    .map(|o| o.saturating_add(window_ms).saturating_sub(now_ms))
+                    .unwrap_or(window_ms);
+                return Ok(Some(u64::try_from(retry.max(1)).unwrap_or(1)));
+            }
+            tx.execute(
+                "INSERT INTO rate_events (key, at_ms) VALUES (?1, ?2)",
+                params![key, now_ms],
+            )
+            .map_err(db("recording a rate event"))?;
+            Ok(None)
+        })
+    }
+
+    fn reserve(
+        &self,
+        operation_id: &str,
+        scopes: &[ScopeCeiling],
+        category: CostCategory,
+        amount: Money,
+        now: DateTime<Utc>,
+    ) -> StoreResult<ReserveOutcome> {
+        self.with_tx("reserving budget", |tx| {
+            let mut updates = Vec::with_capacity(scopes.len());
+            for sc in scopes {
+                let (spent, reserved, warned) = Self::totals(tx, &sc.scope)?;
+                let after = spent.checked_add(reserved).and_then(|x| x.checked_add(amount));
+                match after {
+                    Ok(total) if total <= sc.ceiling => updates.push((sc, spent, reserved, warned)),
+                    _ => {
+                        return Ok(ReserveOutcome::Denied { scope: sc.scope.clone(), spent, reserved, ceiling: sc.ceiling, amount });
+                    }
+                }
+            }
+            for (sc, spent, reserved, warned) in updates {
+                Self::put_totals(tx, &sc.scope, spent, add(reserved, amount)?, warned, Some(sc.ceiling))?;
+            }
+            let names: Vec<&str> = scopes.iter().map(|s| s.scope.as_str()).collect();
+            let names = serde_json::to_string(&names).unwrap_or_else(|_| "[]".into());
+            tx.execute(
+                "INSERT INTO reservations (operation_id, scopes, category, amount, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![operation_id, names, category.as_str(), amount.to_string(), ms(now)],
+            )
+            .map_err(db("recording reservation"))?;
+            Ok(ReserveOutcome::Reserved)
+        })
+    }
+
+    fn settle(
+        &self,
+        operation_id: &str,
+        charge: Money,
+        warn_fraction: Decimal,
+        line: Option<LedgerLine>,
+    ) -> StoreResult<SettleOutcome> {
+        self.with_tx("settling budget", |tx| {
+            let row: Option<(String, String, String)> = tx
+                .query_row(
+                    "SELECT scopes, category, amount FROM reservations WHERE operation_id = ?1",
+                    params![operation_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()
+                .map_err(db("reading reservation"))?;
+            let Some((scopes, cat, amount)) = row else { return Ok(SettleOutcome::default()) };
+            let amount = money("reservations", "amount", &amount)?;
+            let cat = category(&cat)?;
+            // Never charge more than was reserved: the ceiling check was made on the reservation.
+            let charged = charge.clamp_non_negative().min(amount);
+            let released = sub(amount, charged)?;
+            let scopes: Vec<String> = serde_json::from_str(&scopes)
+                .map_err(|_| GatewayError::Corrupt { table: "reservations", column: "scopes", value: scopes.clone() })?;
+            let mut out = SettleOutcome { charged, released, warn_crossed: Vec::new() };
+            for scope in &scopes {
+                let (spent, reserved, warned) = Self::totals(tx, scope)?;
+                let ceiling: Option<String> = tx
+                    .query_row("SELECT ceiling FROM budget_totals WHERE scope = ?1", params![scope], |r| r.get(0))
+                    .optional()
+                    .map_err(db("reading ceiling"))?
+                    .flatten();
+                let new_spent = add(spent, charged)?;
+                let mut now_warned = warned;
+                if let Some(c) = ceiling {
+                    let c = money("budget_totals", "ceiling", &c)?;
+                    let threshold = c.checked_mul(warn_fraction).map_err(|_| GatewayError::Corrupt { table: "budget_totals", column: "ceiling", value: c.to_string() })?;
+                    if !warned && new_spent >= threshold && !charged.is_zero() {
+                        now_warned = true;
+                        out.warn_crossed.push((scope.clone(), new_spent, c));
+                    }
+                }
+                Self::put_totals(tx, scope, new_spent, sub(reserved, amount)?.clamp_non_negative(), now_warned, None)?;
+                let prev: Option<String> = tx
+                    .query_row("SELECT spent FROM budget_category WHERE scope = ?1 AND category = ?2", params![scope, cat.as_str()], |r| r.get(0))
+                    .optional()
+                    .map_err(db("reading category spend"))?;
+                let prev = match prev {
+                    Some(p) => money("budget_category", "spent", &p)?,
+                    None => Money::ZERO,
+                };
+                tx.execute(
+                    "INSERT INTO budget_category (scope, category, spent) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (scope, category) DO UPDATE SET spent = excluded.spent",
+                    params![scope, cat.as_str(), add(prev, charged)?.to_string()],
+                )
+                .map_err(db("writing category spend"))?;
+            }
+            tx.execute("DELETE FROM reservations WHERE operation_id = ?1", params![operation_id])
+                .map_err(db("deleting reservation"))?;
+            if let Some(l) = line {
+                if !charged.is_zero() {
+                    tx.execute(
+                        "INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![l.operation_id, l.tenant, cat.as_str(), charged.to_string(), ms(l.at), l.description, serde_json::to_string(&l.labels).unwrap_or_else(|_| "{}".into())],
+                    )
+                    .map_err(db("writing ledger"))?;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn release(&self, operation_id: &str) -> StoreResult<Money> {
+        self.with_tx("releasing budget", |tx| Self::release_in(tx, operation_id))
+    }
+
+    fn summary(&self, scopes: &[ScopeCeiling]) -> StoreResult<Vec<ScopeSummary>> {
+        self.with_tx("summarising budget", |tx| {
+            let mut out = Vec::new();
+            for sc in scopes {
+                let (spent, reserved, _) = Self::totals(tx, &sc.scope)?;
+                let mut by_category = Vec::new();
+                for c in CostCategory::ALL {
+                    let v: Option<String> = tx
+                        .query_row(
+                            "SELECT spent FROM budget_category WHERE scope = ?1 AND category = ?2",
+                            params![sc.scope, c.as_str()],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                        .map_err(db("reading category spend"))?;
+                    let v = match v {
+                        Some(v) => money("budget_category", "spent", &v)?,
+                        None => Money::ZERO,
+                    };
+                    by_category.push((c, v));
+                }
+                out.push(ScopeSummary {
+                    scope: sc.scope.clone(),
+                    ceiling: Some(sc.ceiling),
+                    spent,
+                    reserved,
+                    by_category,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn ledger(&self, since: DateTime<Utc>, until: DateTime<Utc>) -> StoreResult<Vec<LedgerLine>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare("SELECT operation_id, tenant, category, amount, at_ms, description, labels FROM ledger WHERE at_ms >= ?1 AND at_ms < ?2 ORDER BY at_ms")
+            .map_err(db("reading ledger"))?;
+        let rows = stmt
+            .query_map(params![ms(since), ms(until)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .map_err(db("reading ledger"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (operation_id, tenant, cat, amount, at, description, labels) =
+                row.map_err(db("reading ledger"))?;
+            out.push(LedgerLine {
+                operation_id,
+                tenant,
+                category: category(&cat)?,
+                amount: money("ledger", "amount", &amount)?,
+                at: from_ms(at),
+                description,
+                labels: serde_json::from_str(&labels).unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn create_approval(&self, a: &Approval) -> StoreResult<()> {
+        self.with_tx("creating an approval", |tx| {
+            tx.execute(
+                &format!("INSERT INTO approvals ({APPROVAL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+                params![a.id, a.tenant, a.fingerprint, a.operation, a.rationale, a.reason, a.state.as_str(), ms(a.created_at), ms(a.expires_at), a.decided_by, a.decided_at.map(ms), a.decision_reason],
+            )
+            .map_err(db("creating an approval"))?;
+            Ok(())
+        })
+    }
+
+    fn get_approval(&self, id: &str) -> StoreResult<Option<Approval>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let row = conn
+            .query_row(
+                &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"),
+                params![id],
+                Self::row_to_approval,
+            )
+            .optional()
+            .map_err(db("reading an approval"))?;
+        row.map(Self::fix_state).transpose()
+    }
+
+    fn list_approvals(&self, state: Option<ApprovalState>) -> StoreResult<Vec<Approval>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare(&format!("SELECT {APPROVAL_COLS} FROM approvals WHERE (?1 IS NULL OR state = ?1) ORDER BY created_ms"))
+            .map_err(db("listing approvals"))?;
+        let rows = stmt
+            .query_map(params![state.map(|s| s.as_str())], Self::row_to_approval)
+            .map_err(db("listing approvals"))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(Self::fix_state(r.map_err(db("listing approvals"))?)?);
+        }
+        Ok(out)
+    }
+
+    fn decide_approval(
+        &self,
+        id: &str,
+        approve: bool,
+        by: &str,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Approval> {
+        self.with_tx("deciding an approval", |tx| {
+            let row = tx
+                .query_row(&format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"), params![id], Self::row_to_approval)
+                .optional()
+                .map_err(db("reading an approval"))?;
+            let mut a = match row {
+                Some(r) => Self::fix_state(r)?,
+                None => return Err(GatewayError::ApprovalNotFound { id: id.to_string() }),
+            };
+            if a.state == ApprovalState::Pending && a.expires_at <= now {
+                tx.execute("UPDATE approvals SET state = 'expired' WHERE id = ?1", params![id]).map_err(db("expiring an approval"))?;
+                a.state = ApprovalState::Expired;
+            }
+            if a.state != ApprovalState::Pending {
+                return Err(GatewayError::ApprovalNotPending { id: id.to_string(), state: a.state.as_str().to_string() });
+            }
+            let state = if approve { ApprovalState::Approved } else { ApprovalState::Denied };
+            tx.execute(
+                "UPDATE approvals SET state = ?2, decided_by = ?3, decided_ms = ?4, decision_reason = ?5 WHERE id = ?1 AND state = 'pending'",
+                params![id, state.as_str(), by, ms(now), reason],
+            )
+            .map_err(db("deciding an approval"))?;
+            a.state = state;
+            a.decided_by = Some(by.to_string());
+            a.decided_at = Some(now);
+            a.decision_reason = reason.map(str::to_string);
+            Ok(a)
+        })
+    }
+
+    fn consume_approval(
+        &self,
+        id: &str,
+        fingerprint: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        self.with_tx("using an approval", |tx| {
+            let n = tx
+                .execute(
+                    "UPDATE approvals SET state = 'used' WHERE id = ?1 AND fingerprint = ?2 AND state = 'approved' AND expires_ms > ?3",
+                    params![id, fingerprint, ms(now)],
+                )
+                .map_err(db("using an approval"))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn expire_approvals(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        self.with_tx("expiring approvals", |tx| {
+            let n = tx
+                .execute("UPDATE approvals SET state = 'expired' WHERE state IN ('pending', 'approved') AND expires_ms <= ?1", params![ms(now)])
+                .map_err(db("expiring approvals"))?;
+            Ok(n as u64)
+        })
+    }
+
+    fn expire_approval(&self, id: &str) -> StoreResult<()> {
+        self.with_tx("expiring an approval", |tx| {
+            tx.execute("UPDATE approvals SET state = 'expired' WHERE id = ?1 AND state IN ('pending', 'approved')", params![id])
+                .map_err(db("expiring an approval"))?;
+            Ok(())
+        })
+    }
+
+    fn idem_begin(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        operation_id: &str,
+        now: DateTime<Utc>,
+        retention_s: u64,
+    ) -> StoreResult<IdemBegin> {
+        self.with_tx("checking an idempotency key", |tx| {
+            tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND expires_ms <= ?3 AND state = 'done'", params![tenant, key, ms(now)])
+                .map_err(db("expiring idempotency keys"))?;
+            let row: Option<(String, String, Option<String>, String)> = tx
+                .query_row(
+                    "SELECT fingerprint, state, outcome, operation_id FROM idempotency WHERE tenant = ?1 AND key = ?2",
+                    params![tenant, key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()
+                .map_err(db("reading an idempotency key"))?;
+            match row {
+                Some((fp, _, _, _)) if fp != fingerprint => Ok(IdemBegin::Conflict),
+                Some((_, state, Some(outcome), op)) if state == "done" => Ok(IdemBegin::Replay { outcome, operation_id: op }),
+                Some(_) => Ok(IdemBegin::InProgress),
+                None => {
+                    let exp = ms(now).saturating_add(i64::try_from(retention_s.saturating_mul(1000)).unwrap_or(i64::MAX));
+                    tx.execute(
+                        "INSERT INTO idempotency (tenant, key, fingerprint, operation_id, state, outcome, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, 'running', NULL, ?5, ?6)",
+                        params![tenant, key, fingerprint, operation_id, ms(now), exp],
+                    )
+                    .map_err(db("recording an idempotency key"))?;
+                    Ok(IdemBegin::New)
+                }
+            }
+        })
+    }
+
+    fn idem_finish(&self, tenant: &str, key: &str, outcome: &str) -> StoreResult<()> {
+        self.with_tx("finishing an idempotency key", |tx| {
+            tx.execute("UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2", params![tenant, key, outcome])
+                .map_err(db("finishing an idempotency key"))?;
+            Ok(())
+        })
+    }
+
+    fn idem_abandon(&self, tenant: &str, key: &str) -> StoreResult<()> {
+        self.with_tx("abandoning an idempotency key", |tx| {
+            tx.execute(
+                "DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running'",
+                params![tenant, key],
+            )
+            .map_err(db("abandoning an idempotency key"))?;
+            Ok(())
+        })
+    }
+
+    fn journal_intent(&self, e: &JournalEntry) -> StoreResult<()> {
+        self.with_tx("journaling an intent", |tx| {
+            tx.execute(
+                "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
+                params![e.operation_id, e.intent, ms(e.started_at), e.owner, e.idempotent as i64, e.idem.as_ref().map(|i| &i.0), e.idem.as_ref().map(|i| &i.1)],
+            )
+            .map_err(db("journaling an intent"))?;
+            Ok(())
+        })
+    }
+
+    fn journal_outcome(
+        &self,
+        operation_id: &str,
+        status: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        self.with_tx("journaling an outcome", |tx| {
+            tx.execute(
+                "UPDATE journal SET status = ?2, ended_ms = ?3 WHERE operation_id = ?1",
+                params![operation_id, status, ms(now)],
+            )
+            .map_err(db("journaling an outcome"))?;
+            Ok(())
+        })
+    }
+
+    fn recover(
+        &self,
+        now: DateTime<Utc>,
+        is_alive: &dyn Fn(&str) -> bool,
+        interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        self.with_tx("recovering interrupted work", |tx| {
+            let mut stmt = tx
+                .prepare("SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key FROM journal WHERE status IS NULL")
+                .map_err(db("reading open intents"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(JournalEntry {
+                        operation_id: r.get(0)?,
+                        intent: r.get(1)?,
+                        started_at: from_ms(r.get(2)?),
+                        owner: r.get(3)?,
+                        idempotent: r.get::<_, i64>(4)? != 0,
+                        idem: match (r.get::<_, Option<String>>(5)?, r.get::<_, Option<String>>(6)?) {
+                            (Some(t), Some(k)) => Some((t, k)),
+                            _ => None,
+                        },
+                    })
+                })
+                .map_err(db("reading open intents"))?;
+            let mut open = Vec::new();
+            for r in rows {
+                let e = r.map_err(db("reading open intents"))?;
+                if !is_alive(&e.owner) {
+                    open.push(e);
+                }
+            }
+            drop(stmt);
+            for e in &open {
+                Self::release_in(tx, &e.operation_id)?;
+                tx.execute("UPDATE journal SET status = 'interrupted', ended_ms = ?2 WHERE operation_id = ?1", params![e.operation_id, ms(now)])
+                    .map_err(db("marking an intent interrupted"))?;
+                if let Some((tenant, key)) = &e.idem {
+                    if e.idempotent {
+                        tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running'", params![tenant, key])
+                            .map_err(db("forgetting an interrupted key"))?;
+                    } else {
+                        tx.execute(
+                            "UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2 AND state = 'running'",
+                            params![tenant, key, interrupted_outcome(e)],
+                        )
+                        .map_err(db("settling an interrupted key"))?;
+                    }
+                }
+            }
+            Ok(open)
+        })
+    }
+
+    fn live_counts(&self) -> StoreResult<LiveCounts> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let count = |sql: &str| -> StoreResult<u64> {
+            conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(db("counting live state"))
+        };
+        Ok(LiveCounts {
+            reservations: count("SELECT COUNT(*) FROM reservations")?,
+            pending_approvals: count("SELECT COUNT(*) FROM approvals WHERE state = 'pending'")?,
+            running_keys: count("SELECT COUNT(*) FROM idempotency WHERE state = 'running'")?,
+            open_intents: count("SELECT COUNT(*) FROM journal WHERE status IS NULL")?,
+        })
+    }
+}

@@ -1,0 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Integration tests of the gateway crate: one binary, modules under `suite/`.
+
+mod suite;

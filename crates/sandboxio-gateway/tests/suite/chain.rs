@@ -1,0 +1,541 @@
+//! The chain, driven through tools (no sandbox needed): every layer stops with one record,
+//! internal errors deny, approvals bind to one request, keys replay, retries stay bounded.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sandboxio_audit::{AuditConfig, AuditError, AuditEvent, AuditSink, Auditor, Secret};
+use sandboxio_core::{
+    Decision, IdempotencyKey, Layer, Money, Operation, OperationArgs, OperationKind,
+    OperationStatus, Principal, Verdict,
+};
+use sandboxio_gateway::config::{RateRule, RetrySettings};
+use sandboxio_gateway::store::{SqliteStore, Store, SyncMode};
+use sandboxio_gateway::*;
+use sandboxio_sandbox::SandboxConfig;
+
+#[derive(Default)]
+pub struct MemSink(pub Mutex<Vec<AuditEvent>>);
+
+#[async_trait]
+impl AuditSink for MemSink {
+    async fn emit(&self, e: &AuditEvent) -> Result<(), AuditError> {
+        self.0.lock().unwrap().push(e.clone());
+        Ok(())
+    }
+    fn name(&self) -> &str {
+        "mem"
+    }
+}
+
+impl MemSink {
+    fn json(&self) -> String {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// Decides by tool name: `ok*` allow, `ask*` ask, anything else deny.
+struct ByName;
+impl PolicyEngine for ByName {
+    fn decide(&self, op: &Operation, _now: DateTime<Utc>) -> Decision {
+        let name = op.args.tool_name();
+        let mut d = Decision::allow(Layer::Policy);
+        if name.starts_with("ask") {
+            d.verdict = Verdict::Ask;
+            d.reason = "asks a person".into();
+        } else if !name.starts_with("ok") {
+            d = Decision::deny(Layer::Policy, format!("no rule allows `{name}`"));
+        }
+        d
+    }
+}
+
+struct Counter {
+    calls: AtomicU64,
+    fail: bool,
+}
+
+#[async_trait]
+impl Tool for Counter {
+    async fn call(&self, a: &serde_json::Value) -> Result<serde_json::Value, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.fail {
+            return Err(ToolError {
+                message: "upstream unavailable".into(),
+                transient: true,
+            });
+        }
+        Ok(serde_json::json!({ "echo": a }))
+    }
+}
+
+struct Answer(bool);
+#[async_trait]
+impl ApprovalCallback for Answer {
+    async fn decide(&self, _a: &store::Approval) -> Option<ApprovalAnswer> {
+        Some(ApprovalAnswer {
+            approve: self.0,
+            approver: "alice".into(),
+            reason: None,
+        })
+    }
+}
+
+struct Fixture {
+    gw: Gateway,
+    sink: Arc<MemSink>,
+    tool: Arc<Counter>,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture_with(
+    cfg: GatewayConfig,
+    store: Option<Arc<dyn Store>>,
+    approver: Approver,
+    fail: bool,
+) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = store.unwrap_or_else(|| {
+        Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap())
+    });
+    let sink = Arc::new(MemSink::default());
+    let redaction = Redaction::from_env(vec![]);
+    let auditor = Auditor::new(
+        AuditConfig::default().with_sinks(vec![sink.clone()]),
+        redaction.base().unwrap(),
+    );
+    let tool = Arc::new(Counter {
+        calls: AtomicU64::new(0),
+        fail,
+    });
+    let gw = Gateway::new(
+        cfg,
+        store,
+        Arc::new(ByName),
+        auditor,
+        redaction,
+        SandboxConfig::default(),
+        approver,
+    );
+    let gw = gw
+        .with_tool("ok_tool", tool.clone())
+        .with_tool("ask_tool", tool.clone())
+        .with_tool("no_tool", tool.clone());
+    Fixture {
+        gw,
+        sink,
+        tool,
+        _dir: dir,
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(GatewayConfig::default(), None, Approver::Nobody, false)
+}
+
+fn call(tool: &str, arg: &str) -> Submission {
+    Submission::new(Operation::new(
+        Principal::tenant("acme"),
+        OperationArgs::ToolCall {
+            tool: tool.into(),
+            arguments: serde_json::json!({ "q": arg }),
+        },
+    ))
+}
+
+fn calls(f: &Fixture) -> u64 {
+    f.tool.calls.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn allowed_call_runs_once_and_is_recorded_once() {
+    let f = fixture();
+    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
+    assert_eq!(out.record.status, OperationStatus::Ok);
+    assert_eq!(calls(&f), 1);
+    assert_eq!(f.sink.len(), 1);
+}
+
+#[tokio::test]
+async fn policy_deny_runs_nothing_and_is_recorded_with_reason() {
+    let f = fixture();
+    let out = f.gw.submit(call("no_tool", "x")).await.unwrap();
+    assert_eq!(out.record.verdict, Verdict::Deny);
+    assert_eq!(out.record.layer, Layer::Policy);
+    assert!(out.record.reason.contains("no rule allows"));
+    assert_eq!(calls(&f), 0);
+    assert_eq!(f.sink.len(), 1, "every attempt is recorded, allowed or not");
+}
+
+#[tokio::test]
+async fn kill_switch_denies_before_policy_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    SqliteStore::open(&path, SyncMode::Full)
+        .unwrap()
+        .set_kill("runaway", "ops", Utc::now())
+        .unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, SyncMode::Full).unwrap());
+    let f = fixture_with(
+        GatewayConfig::default(),
+        Some(store),
+        Approver::Nobody,
+        false,
+    );
+    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
+    assert_eq!(out.record.layer, Layer::KillSwitch);
+    assert!(out.record.reason.contains("runaway"));
+    assert_eq!(calls(&f), 0);
+}
+
+#[tokio::test]
+async fn rate_limit_denies_with_retry_time() {
+    let cfg = GatewayConfig {
+        rate_limits: vec![RateRule {
+            kind: Some(OperationKind::ToolCall),
+            limit: 2,
+            window: Duration::from_secs(60),
+        }],
+        ..GatewayConfig::default()
+    };
+    let f = fixture_with(cfg, None, Approver::Nobody, false);
+    for _ in 0..2 {
+        assert_eq!(
+            f.gw.submit(call("ok_tool", "x"))
+                .await
+                .unwrap()
+                .record
+                .status,
+            OperationStatus::Ok
+        );
+    }
+    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
+    assert_eq!(out.record.layer, Layer::RateLimit);
+    assert!(
+        out.record.reason.contains("retry in"),
+        "{}",
+        out.record.reason
+    );
+    assert_eq!(calls(&f), 2);
+}
+
+#[tokio::test]
+async fn budget_denies_with_numbers_and_leaks_nothing() {
+    let mut cfg = GatewayConfig::default();
+    cfg.budget.per_tenant = Some("1.00".parse().unwrap());
+    let f = fixture_with(cfg, None, Approver::Nobody, false);
+    let mut sub = call("ok_tool", "x");
+    sub.op.estimated_cost = Some("0.70".parse::<Money>().unwrap());
+    assert_eq!(
+        f.gw.submit(sub).await.unwrap().record.status,
+        OperationStatus::Ok
+    );
+    let mut sub = call("ok_tool", "y");
+    sub.op.estimated_cost = Some("0.70".parse::<Money>().unwrap());
+    let out = f.gw.submit(sub).await.unwrap();
+    assert_eq!(out.record.layer, Layer::Budget);
+    assert!(
+        out.record.reason.contains("to 1.4 of its 1 ceiling"),
+        "{}",
+        out.record.reason
+    );
+    assert_eq!(f.gw.store().live_counts().unwrap().reservations, 0);
+}
+
+/// A store whose budget layer always fails: the gateway must deny, not run.
+struct BrokenBudget(SqliteStore);
+impl Store for BrokenBudget {
+    fn kill_state(&self) -> store::StoreResult<Option<store::KillState>> {
+        self.0.kill_state()
+    }
+    fn set_kill(&self, r: &str, b: &str, n: DateTime<Utc>) -> store::StoreResult<()> {
+        self.0.set_kill(r, b, n)
+    }
+    fn clear_kill(&self) -> store::StoreResult<()> {
+        self.0.clear_kill()
+    }
+    fn rate_take(&self, k: &str, l: u32, w: i64, n: i64) -> store::StoreResult<Option<u64>> {
+        self.0.rate_take(k, l, w, n)
+    }
+    fn reserve(
+        &self,
+        _: &str,
+        _: &[store::ScopeCeiling],
+        _: sandboxio_core::CostCategory,
+        _: Money,
+        _: DateTime<Utc>,
+    ) -> store::StoreResult<store::ReserveOutcome> {
+        Err(GatewayError::StoreBusy {
+            action: "reserving budget",
+        })
+    }
+    fn settle(
+        &self,
+        o: &str,
+        c: Money,
+        w: rust_decimal::Decimal,
+        l: Option<store::LedgerLine>,
+    ) -> store::StoreResult<store::SettleOutcome> {
+        self.0.settle(o, c, w, l)
+    }
+    fn release(&self, o: &str) -> store::StoreResult<Money> {
+        self.0.release(o)
+    }
+    fn summary(&self, s: &[store::ScopeCeiling]) -> store::StoreResult<Vec<store::ScopeSummary>> {
+        self.0.summary(s)
+    }
+    fn ledger(
+        &self,
+        a: DateTime<Utc>,
+        b: DateTime<Utc>,
+    ) -> store::StoreResult<Vec<store::LedgerLine>> {
+        self.0.ledger(a, b)
+    }
+    fn create_approval(&self, a: &store::Approval) -> store::StoreResult<()> {
+        self.0.create_approval(a)
+    }
+    fn get_approval(&self, id: &str) -> store::StoreResult<Option<store::Approval>> {
+        self.0.get_approval(id)
+    }
+    fn list_approvals(
+        &self,
+        s: Option<store::ApprovalState>,
+    ) -> store::StoreResult<Vec<store::Approval>> {
+        self.0.list_approvals(s)
+    }
+    fn decide_approval(
+        &self,
+        id: &str,
+        a: bool,
+        b: &str,
+        r: Option<&str>,
+        n: DateTime<Utc>,
+    ) -> store::StoreResult<store::Approval> {
+        self.0.decide_approval(id, a, b, r, n)
+    }
+    fn consume_approval(&self, id: &str, f: &str, n: DateTime<Utc>) -> store::StoreResult<bool> {
+        self.0.consume_approval(id, f, n)
+    }
+    fn expire_approvals(&self, n: DateTime<Utc>) -> store::StoreResult<u64> {
+        self.0.expire_approvals(n)
+    }
+    fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
+        self.0.expire_approval(id)
+    }
+    fn idem_begin(
+        &self,
+        t: &str,
+        k: &str,
+        f: &str,
+        o: &str,
+        n: DateTime<Utc>,
+        r: u64,
+    ) -> store::StoreResult<store::IdemBegin> {
+        self.0.idem_begin(t, k, f, o, n, r)
+    }
+    fn idem_finish(&self, t: &str, k: &str, o: &str) -> store::StoreResult<()> {
+        self.0.idem_finish(t, k, o)
+    }
+    fn idem_abandon(&self, t: &str, k: &str) -> store::StoreResult<()> {
+        self.0.idem_abandon(t, k)
+    }
+    fn journal_intent(&self, e: &store::JournalEntry) -> store::StoreResult<()> {
+        self.0.journal_intent(e)
+    }
+    fn journal_outcome(&self, o: &str, s: &str, n: DateTime<Utc>) -> store::StoreResult<()> {
+        self.0.journal_outcome(o, s, n)
+    }
+    fn recover(
+        &self,
+        n: DateTime<Utc>,
+        a: &dyn Fn(&str) -> bool,
+        i: &dyn Fn(&store::JournalEntry) -> String,
+    ) -> store::StoreResult<Vec<store::JournalEntry>> {
+        self.0.recover(n, a, i)
+    }
+    fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
+        self.0.live_counts()
+    }
+}
+
+#[tokio::test]
+async fn internal_error_in_a_layer_is_a_deny() {
+    let mut cfg = GatewayConfig::default();
+    cfg.budget.global = Some("100".parse().unwrap());
+    let store: Arc<dyn Store> = Arc::new(BrokenBudget(SqliteStore::open_in_memory().unwrap()));
+    let f = fixture_with(cfg, Some(store), Approver::Nobody, false);
+    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
+    assert_eq!(out.record.verdict, Verdict::Deny);
+    assert_eq!(out.record.layer, Layer::Budget);
+    assert_eq!(out.record.status, OperationStatus::Error);
+    assert_eq!(out.record.error_code.as_deref(), Some("SBX_E1502"));
+    assert_eq!(calls(&f), 0);
+    assert_eq!(f.sink.len(), 1);
+}
+
+#[tokio::test]
+async fn ask_without_approver_is_denied_and_records_approval() {
+    let f = fixture();
+    let out = f.gw.submit(call("ask_tool", "x")).await.unwrap();
+    assert_eq!(out.record.layer, Layer::Approval);
+    assert!(out.record.approval_id.is_some());
+    assert_eq!(calls(&f), 0);
+}
+
+#[tokio::test]
+async fn approval_callback_allows_and_denies_and_each_request_asks_anew() {
+    let f = fixture_with(
+        GatewayConfig::default(),
+        None,
+        Approver::Callback(Arc::new(Answer(true))),
+        false,
+    );
+    let a = f.gw.submit(call("ask_tool", "x")).await.unwrap();
+    assert_eq!(a.record.status, OperationStatus::Ok);
+    assert_eq!(a.record.approver.as_deref(), Some("alice"));
+    let b = f.gw.submit(call("ask_tool", "x")).await.unwrap();
+    assert_ne!(
+        a.record.approval_id, b.record.approval_id,
+        "an approval is used once; a repeat asks again"
+    );
+    assert_eq!(calls(&f), 2);
+    let g = fixture_with(
+        GatewayConfig::default(),
+        None,
+        Approver::Callback(Arc::new(Answer(false))),
+        false,
+    );
+    let out = g.gw.submit(call("ask_tool", "x")).await.unwrap();
+    assert_eq!(out.record.layer, Layer::Approval);
+    assert!(out.record.reason.contains("denied by alice"));
+    assert_eq!(calls(&g), 0);
+}
+
+#[tokio::test]
+async fn an_approval_granted_for_one_request_cannot_run_another() {
+    // A person approves request A through the store while request B waits on its own id.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Full).unwrap());
+    let cfg = GatewayConfig {
+        approval_timeout: Duration::from_secs(5),
+        ..GatewayConfig::default()
+    };
+    let f = fixture_with(
+        cfg,
+        Some(store.clone()),
+        Approver::Store {
+            poll: Duration::from_millis(20),
+        },
+        false,
+    );
+    let gw = Arc::new(f.gw);
+    let g2 = gw.clone();
+    let task = tokio::spawn(async move { g2.submit(call("ask_tool", "A")).await.unwrap() });
+    let pending = loop {
+        let p = store
+            .list_approvals(Some(store::ApprovalState::Pending))
+            .unwrap();
+        if let Some(a) = p.into_iter().next() {
+            break a;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    store
+        .decide_approval(&pending.id, true, "alice", None, Utc::now())
+        .unwrap();
+    let out = task.await.unwrap();
+    assert_eq!(out.record.status, OperationStatus::Ok);
+    // The approval is now used: consuming it for another fingerprint (or again) fails.
+    assert!(!store
+        .consume_approval(&pending.id, "another-request", Utc::now())
+        .unwrap());
+    assert!(!store
+        .consume_approval(&pending.id, &pending.fingerprint, Utc::now())
+        .unwrap());
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_without_running_and_conflicts_on_different_request() {
+    let f = fixture();
+    let key = IdempotencyKey::new("order-42").unwrap();
+    let mut a = call("ok_tool", "x");
+    a.op.idempotency_key = Some(key.clone());
+    let first = f.gw.submit(a).await.unwrap();
+    let mut b = call("ok_tool", "x");
+    b.op.idempotency_key = Some(key.clone());
+    let second = f.gw.submit(b).await.unwrap();
+    assert_eq!(calls(&f), 1);
+    assert!(second.record.replayed);
+    assert_eq!(second.record.status, OperationStatus::Replayed);
+    assert_eq!(second.tool_output, first.tool_output);
+    assert_eq!(second.record.idempotency_retention_s, Some(24 * 3600));
+    let mut c = call("ok_tool", "DIFFERENT");
+    c.op.idempotency_key = Some(key);
+    let third = f.gw.submit(c).await.unwrap();
+    assert_eq!(third.record.error_code.as_deref(), Some("SBX_E1505"));
+    assert_eq!(calls(&f), 1);
+    assert_eq!(f.sink.len(), 3);
+}
+
+#[tokio::test]
+async fn retry_storm_stays_within_the_retry_budget() {
+    let cfg = GatewayConfig {
+        retry: RetrySettings {
+            base_delay: Duration::from_millis(0),
+            max_delay: Duration::from_millis(0),
+            ..RetrySettings::default()
+        },
+        ..GatewayConfig::default()
+    };
+    let f = fixture_with(cfg, None, Approver::Nobody, true);
+    let n = 300u64;
+    for i in 0..n {
+        let mut s = call("ok_tool", &i.to_string());
+        s.op.idempotent = true;
+        let out = f.gw.submit(s).await.unwrap();
+        assert_eq!(out.record.status, OperationStatus::Failed);
+    }
+    // Without a budget: 3 attempts each = 900 calls. With it: n + capacity + n * 0.1.
+    let bound = n + 10 + n / 10;
+    assert!(calls(&f) <= bound, "calls {} > bound {bound}", calls(&f));
+    assert!(calls(&f) > n, "some retries happen");
+}
+
+#[tokio::test]
+async fn non_idempotent_unkeyed_calls_are_never_retried() {
+    let f = fixture_with(GatewayConfig::default(), None, Approver::Nobody, true);
+    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
+    assert_eq!(out.record.attempts, 1);
+    assert_eq!(calls(&f), 1);
+}
+
+#[tokio::test]
+async fn a_secret_never_reaches_the_sink_or_the_outcome() {
+    let f = fixture();
+    let canary = "canary-Zq8v3K1mXw9RtY2pLs";
+    let mut s = call("ok_tool", canary);
+    s.secrets = vec![Secret::new(canary)];
+    let out = f.gw.submit(s).await.unwrap();
+    assert_eq!(calls(&f), 1);
+    let shown = serde_json::to_string(&out).unwrap();
+    assert!(!shown.contains(canary), "{shown}");
+    assert!(!f.sink.json().contains(canary));
+    // Denied requests carrying the secret are redacted too.
+    let mut d = call("no_tool", canary);
+    d.secrets = vec![Secret::new(canary)];
+    let out = f.gw.submit(d).await.unwrap();
+    assert!(!serde_json::to_string(&out).unwrap().contains(canary));
+    assert!(!f.sink.json().contains(canary));
+}

@@ -1,0 +1,2 @@
+mod chain;
+mod store;
