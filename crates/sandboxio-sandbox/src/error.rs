@@ -151,6 +151,9 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// The namespace tier (`crate::ns`); its variants carry their own codes (SBX_E1450..).
+    #[error(transparent)]
+    Namespace(#[from] crate::ns::NsError),
 }
 
 /// Every code this crate defines, with a short meaning (the rows of `docs/ERRORS.md`).
@@ -187,6 +190,51 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E1430", "waiting for the helper failed"),
     ("SBX_E1431", "I/O on a helper pipe failed"),
     ("SBX_E1432", "poll() failed in the helper"),
+    // namespace tier (crate::ns::NsError)
+    (
+        "SBX_E1450",
+        "network mode not supported by the namespace tier yet",
+    ),
+    ("SBX_E1451", "invalid host path for the namespace tier"),
+    ("SBX_E1452", "namespace tier: empty command"),
+    (
+        "SBX_E1453",
+        "namespace tier: NUL byte in an argument, variable or path",
+    ),
+    (
+        "SBX_E1454",
+        "could not enter the helper's private mount namespace",
+    ),
+    (
+        "SBX_E1455",
+        "could not prepare the namespace staging directory",
+    ),
+    (
+        "SBX_E1456",
+        "could not mount a staging tmpfs (workspace or output)",
+    ),
+    ("SBX_E1457", "could not open a bind-mount source"),
+    ("SBX_E1458", "could not copy the workspace into the sandbox"),
+    ("SBX_E1459", "could not copy the output out of the sandbox"),
+    ("SBX_E1460", "namespace tier: pipe() failed"),
+    ("SBX_E1461", "clone() with new namespaces failed"),
+    (
+        "SBX_E1462",
+        "could not write the sandbox's uid_map or gid_map",
+    ),
+    ("SBX_E1463", "could not release the sandbox init"),
+    ("SBX_E1464", "could not read the sandbox init's report"),
+    ("SBX_E1465", "the sandbox init sent a malformed report"),
+    ("SBX_E1466", "seccomp filter could not be compiled"),
+    (
+        "SBX_E1467",
+        "setup inside the namespaces failed (stage, target and errno given)",
+    ),
+    (
+        "SBX_E1468",
+        "the program could not be executed inside the sandbox",
+    ),
+    ("SBX_E1469", "Landlock required but unavailable"),
 ];
 
 impl SandboxError {
@@ -236,6 +284,7 @@ impl ErrorCode for SandboxError {
             SandboxError::Wait { .. } => "SBX_E1430",
             SandboxError::HelperIo { .. } => "SBX_E1431",
             SandboxError::Poll { .. } => "SBX_E1432",
+            SandboxError::Namespace(e) => e.code(),
         }
     }
 

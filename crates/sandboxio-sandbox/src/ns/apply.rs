@@ -27,9 +27,41 @@ use super::landlock;
 use super::plan::{FileSource, MountFlags, MountOp, NamespacePlan, Staged};
 use super::report::{Report, Stage};
 use super::seccomp::{self, SockFilter};
+use crate::error::SandboxError;
 
-/// Limits applied with setrlimit in the payload: (resource, value).
+/// Limits applied with setrlimit in the payload: (resource, value). Only ever lowered.
 pub type Rlimits = Vec<(libc::__rlimit_resource_t, u64)>;
+
+/// The framework's rlimit plan as the list the payload applies (pure).
+pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
+    let mut out: Rlimits = vec![(libc::RLIMIT_CORE, r.core)];
+    for (res, v) in [
+        (libc::RLIMIT_CPU, r.cpu_seconds),
+        (libc::RLIMIT_AS, r.address_space),
+        (libc::RLIMIT_FSIZE, r.file_size),
+        (libc::RLIMIT_NOFILE, r.open_files),
+    ] {
+        if let Some(v) = v {
+            out.push((res, v));
+        }
+    }
+    out
+}
+
+/// The helper's entry for the namespace tier: `plan.namespace` must be set (by `ns::plan`).
+/// See [`spawn`] for `attach`.
+pub fn spawn_plan<F>(plan: &crate::plan::SandboxPlan, attach: F) -> Result<NsChild, SandboxError>
+where
+    F: FnOnce(libc::pid_t) -> Result<(), SandboxError>,
+{
+    let Some(ns) = plan.namespace.as_ref() else {
+        return Err(SandboxError::UnsupportedTier {
+            tier: plan.tier,
+            why: "the plan has no namespace section (ns::plan was not run)",
+        });
+    };
+    spawn(ns, rlimits_from(&plan.rlimits), attach)
+}
 
 /// The running sandbox, from the helper's side.
 pub struct NsChild {
@@ -1102,12 +1134,21 @@ fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
         fail_at((Stage::SetSid, errno()));
     }
     for &(res, v) in &ctx.rlimits {
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `cur` is a valid, writable rlimit.
+        let have = unsafe { libc::getrlimit(res, &mut cur) } == 0;
+        let v = if have { v.min(cur.rlim_max) } else { v };
         let lim = libc::rlimit {
             rlim_cur: v,
             rlim_max: v,
         };
-        // SAFETY: `lim` is a valid rlimit; lowering limits only needs no privilege.
-        unsafe { libc::setrlimit(res, &lim) };
+        // SAFETY: `lim` is a valid rlimit; it only lowers limits.
+        if unsafe { libc::setrlimit(res, &lim) } < 0 {
+            fail_at((Stage::SetRlimit, errno()));
+        }
     }
     // SAFETY: valid C string.
     if unsafe { libc::chdir(ctx.cwd.as_ptr()) } < 0 {

@@ -122,3 +122,85 @@ impl ErrorCode for NsError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn every_code_is_in_the_crate_table() {
+        let all = [
+            NsError::NetworkUnsupported { mode: "full" },
+            NsError::InvalidPath {
+                path: PathBuf::new(),
+                why: "",
+            },
+            NsError::EmptyArgv,
+            NsError::NulByte,
+            NsError::HelperMountNamespace {
+                source: io::Error::other("x"),
+            },
+            NsError::Staging {
+                path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::StagingMount {
+                path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::OpenBindSource {
+                path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::CopyWorkspace {
+                path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::CopyOutput {
+                path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::Pipe {
+                source: io::Error::other("x"),
+            },
+            NsError::Clone {
+                source: io::Error::other("x"),
+            },
+            NsError::IdMap {
+                pid: 1,
+                file: "uid_map",
+                source: io::Error::other("x"),
+            },
+            NsError::Release {
+                source: io::Error::other("x"),
+            },
+            NsError::ReadReport {
+                source: io::Error::other("x"),
+            },
+            NsError::MalformedReport,
+            NsError::SeccompCompile { why: "" },
+            NsError::ChildSetup {
+                stage: super::super::report::Stage::Mount,
+                target: String::new(),
+                errno: 1,
+            },
+            NsError::Exec {
+                program: String::new(),
+                errno: 2,
+            },
+            NsError::LandlockRequired,
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &all {
+            assert!(seen.insert(e.code()), "duplicate {}", e.code());
+            assert!(
+                crate::error::CODES.iter().any(|(c, _)| *c == e.code()),
+                "{} missing",
+                e.code()
+            );
+            let wrapped: crate::error::SandboxError = NsError::EmptyArgv.into();
+            assert_eq!(wrapped.code(), "SBX_E1452");
+        }
+    }
+}

@@ -29,6 +29,7 @@ pub enum Stage {
     Chdir,
     Fork,
     SetSid,
+    SetRlimit,
     NoNewPrivs,
     Landlock,
     SecureBits,
