@@ -1,0 +1,510 @@
+//! The budget ledger: reserve before, settle or release after. Pure state transitions on
+//! plain serde values, so the gateway can load the touched scopes from its store, apply a
+//! transition inside one transaction, and write them back.
+//!
+//! Invariant (per scope with a ceiling): `spent + reserved <= ceiling` after every
+//! transition this module performs, given it held before and the ceiling did not shrink.
+//! - `reserve` admits an estimate only if `spent + reserved + estimate <= ceiling` in
+//!   every scope (global, tenant, session), otherwise nothing changes.
+//! - `settle` charges the measured cost, capped at the reservation plus the unreserved
+//!   headroom of every scope; what does not fit is recorded as `unbilled_overrun` (visible,
+//!   never charged). So settled spend never exceeds a ceiling.
+//! - `release` returns the whole reservation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use sandboxio_core::{CostCategory, Decision, Layer, Money};
+use serde::{Deserialize, Serialize};
+
+use crate::config::BudgetConfig;
+use crate::error::BudgetError;
+
+/// A budget scope: everything, one tenant, or one session.
+/// Written as `global`, `tenant:<id>`, `session:<id>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ScopeKey {
+    Global,
+    Tenant(String),
+    Session(String),
+}
+
+impl fmt::Display for ScopeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScopeKey::Global => f.write_str("global"),
+            ScopeKey::Tenant(t) => write!(f, "tenant:{t}"),
+            ScopeKey::Session(s) => write!(f, "session:{s}"),
+        }
+    }
+}
+
+impl ScopeKey {
+    /// Words for reasons: "the global budget", "tenant `acme`", "session `s1`".
+    pub fn describe(&self) -> String {
+        match self {
+            ScopeKey::Global => "the global budget".into(),
+            ScopeKey::Tenant(t) => format!("tenant `{t}`"),
+            ScopeKey::Session(s) => format!("session `{s}`"),
+        }
+    }
+}
+
+impl FromStr for ScopeKey {
+    type Err = BudgetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "global" {
+            return Ok(ScopeKey::Global);
+        }
+        match s.split_once(':') {
+            Some(("tenant", t)) if !t.is_empty() => Ok(ScopeKey::Tenant(t.into())),
+            Some(("session", v)) if !v.is_empty() => Ok(ScopeKey::Session(v.into())),
+            _ => Err(BudgetError::InvalidConfig {
+                key: "scope".into(),
+                why: format!("`{s}` is not global, tenant:<id> or session:<id>"),
+            }),
+        }
+    }
+}
+
+impl TryFrom<String> for ScopeKey {
+    type Error = BudgetError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<ScopeKey> for String {
+    fn from(k: ScopeKey) -> String {
+        k.to_string()
+    }
+}
+
+/// The persisted state of one scope.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScopeState {
+    /// Settled spend by category.
+    #[serde(default)]
+    pub spent: BTreeMap<CostCategory, Money>,
+    /// Sum of the open reservations that include this scope.
+    #[serde(default)]
+    pub reserved: Money,
+    /// Measured cost that did not fit under a ceiling and was not charged.
+    #[serde(default)]
+    pub unbilled_overrun: Money,
+    /// Whether the warn fraction has been crossed (and reported) already.
+    #[serde(default)]
+    pub warned: bool,
+}
+
+impl ScopeState {
+    pub fn spent_total(&self) -> Result<Money, BudgetError> {
+        self.spent
+            .values()
+            .try_fold(Money::ZERO, |acc, m| acc.checked_add(*m))
+            .map_err(|_| BudgetError::Overflow)
+    }
+}
+
+/// An open reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub id: String,
+    pub scopes: Vec<ScopeKey>,
+    pub category: CostCategory,
+    pub amount: Money,
+}
+
+/// What to reserve, for whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveRequest {
+    /// Unique id (the gateway uses the operation id).
+    pub id: String,
+    pub tenant: String,
+    #[serde(default)]
+    pub session: Option<String>,
+    pub category: CostCategory,
+    /// The estimate; `None` reserves the configured `default_estimate`.
+    #[serde(default)]
+    pub estimate: Option<Money>,
+}
+
+impl ReserveRequest {
+    /// The scopes the request is charged to: global, tenant and (if any) session.
+    pub fn scopes(&self) -> Vec<ScopeKey> {
+        let mut v = vec![ScopeKey::Global, ScopeKey::Tenant(self.tenant.clone())];
+        if let Some(s) = &self.session {
+            v.push(ScopeKey::Session(s.clone()));
+        }
+        v
+    }
+}
+
+/// Why a reservation was refused: a value, turned into a budget-layer deny.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetDenial {
+    /// The scope that refused, when one did.
+    pub scope: Option<ScopeKey>,
+    pub reason: String,
+}
+
+impl BudgetDenial {
+    pub fn to_decision(&self) -> Decision {
+        Decision::deny(Layer::Budget, self.reason.clone())
+    }
+}
+
+/// A scope's spend crossed its warn fraction (reported once per crossing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarningCrossed {
+    pub scope: ScopeKey,
+    pub spent: Money,
+    pub ceiling: Money,
+    pub threshold: Money,
+}
+
+impl fmt::Display for WarningCrossed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} has spent {} of its {} ceiling (warning at {})",
+            self.scope.describe(),
+            self.spent,
+            self.ceiling,
+            self.threshold
+        )
+    }
+}
+
+/// The outcome of settling a reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settlement {
+    pub id: String,
+    pub measured: Money,
+    pub reserved: Money,
+    /// What was added to spend.
+    pub charged: Money,
+    /// Measured cost that did not fit under a ceiling.
+    pub unbilled_overrun: Money,
+    pub warnings: Vec<WarningCrossed>,
+}
+
+/// Spend of one scope by category, with total, reservations and what remains.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub scope: ScopeKey,
+    pub currency: String,
+    pub by_category: BTreeMap<CostCategory, Money>,
+    pub total: Money,
+    pub reserved: Money,
+    pub unbilled_overrun: Money,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Money>,
+    /// `ceiling - total - reserved`, at least zero; `None` without a ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<Money>,
+    pub warned: bool,
+}
+
+/// The whole ledger (or the part of it a transaction loaded): scopes and open reservations.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BudgetState {
+    #[serde(default)]
+    pub scopes: BTreeMap<ScopeKey, ScopeState>,
+    #[serde(default)]
+    pub reservations: BTreeMap<String, Reservation>,
+}
+
+fn overflow_denial() -> BudgetDenial {
+    BudgetDenial {
+        scope: None,
+        reason: "budget arithmetic overflowed; the reservation is refused".into(),
+    }
+}
+
+impl BudgetState {
+    pub fn new() -> BudgetState {
+        BudgetState::default()
+    }
+
+    pub fn scope(&self, key: &ScopeKey) -> ScopeState {
+        self.scopes.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Reserves the estimate in every scope of the request, or changes nothing and says why.
+    pub fn reserve(
+        &mut self,
+        cfg: &BudgetConfig,
+        req: &ReserveRequest,
+    ) -> Result<Reservation, BudgetDenial> {
+        let amount = req.estimate.unwrap_or(cfg.default_estimate);
+        if amount.is_negative() {
+            return Err(BudgetDenial {
+                scope: None,
+                reason: format!("the estimated cost {amount} is negative"),
+            });
+        }
+        if self.reservations.contains_key(&req.id) {
+            return Err(BudgetDenial {
+                scope: None,
+                reason: format!("reservation `{}` already exists", req.id),
+            });
+        }
+        let scopes = req.scopes();
+        let mut updated = Vec::with_capacity(scopes.len());
+        for key in &scopes {
+            let mut st = self.scope(key);
+            let spent = st.spent_total().map_err(|_| overflow_denial())?;
+            let reserved = st
+                .reserved
+                .checked_add(amount)
+                .map_err(|_| overflow_denial())?;
+            let committed = spent.checked_add(reserved).map_err(|_| overflow_denial())?;
+            if let Some(ceiling) = cfg.ceiling(key) {
+                if committed > ceiling {
+                    return Err(BudgetDenial {
+                        scope: Some(key.clone()),
+                        reason: format!(
+                            "reserving {amount} would bring {} to {committed} of its {ceiling} ceiling (spent {spent}, reserved {})",
+                            key.describe(),
+                            st.reserved
+                        ),
+                    });
+                }
+            }
+            st.reserved = reserved;
+            updated.push((key.clone(), st));
+        }
+        for (k, st) in updated {
+            self.scopes.insert(k, st);
+        }
+        let r = Reservation {
+            id: req.id.clone(),
+            scopes,
+            category: req.category,
+            amount,
+        };
+        self.reservations.insert(r.id.clone(), r.clone());
+        Ok(r)
+    }
+
+    /// Charges the measured cost of reservation `id` and closes it. See the module docs for
+    /// the cap. Errors leave the state unchanged.
+    pub fn settle(
+        &mut self,
+        cfg: &BudgetConfig,
+        id: &str,
+        measured: Money,
+    ) -> Result<Settlement, BudgetError> {
+        if measured.is_negative() {
+            return Err(BudgetError::InvalidAmount {
+                amount: measured.to_string(),
+                why: "a measured cost cannot be negative",
+            });
+        }
+        let r = self
+            .reservations
+            .get(id)
+            .cloned()
+            .ok_or_else(|| BudgetError::UnknownReservation { id: id.into() })?;
+        // The most that fits: the reservation plus the smallest unreserved headroom.
+        let mut cap: Option<Money> = None;
+        for key in &r.scopes {
+            if let Some(ceiling) = cfg.ceiling(key) {
+                let st = self.scope(key);
+                let headroom = ceiling
+                    .checked_sub(st.spent_total()?)?
+                    .checked_sub(st.reserved)?
+                    .clamp_non_negative();
+                let fits = r.amount.checked_add(headroom)?;
+                cap = Some(match cap {
+                    Some(c) if c < fits => c,
+                    _ => fits,
+                });
+            }
+        }
+        let charged = match cap {
+            Some(c) if measured > c => c,
+            _ => measured,
+        };
+        let overrun = measured.checked_sub(charged)?;
+        let threshold_fraction = cfg.warn_fraction_decimal();
+        let mut updated = Vec::with_capacity(r.scopes.len());
+        let mut warnings = Vec::new();
+        for key in &r.scopes {
+            let mut st = self.scope(key);
+            st.reserved = st.reserved.checked_sub(r.amount)?;
+            if st.reserved.is_negative() {
+                return Err(BudgetError::InconsistentState {
+                    why: format!("{} would have negative reservations", key.describe()),
+                });
+            }
+            let cat = st.spent.entry(r.category).or_insert(Money::ZERO);
+            *cat = cat.checked_add(charged)?;
+            st.unbilled_overrun = st.unbilled_overrun.checked_add(overrun)?;
+            if let Some(ceiling) = cfg.ceiling(key) {
+                let threshold = ceiling.checked_mul(threshold_fraction)?;
+                let spent = st.spent_total()?;
+                if spent >= threshold && !st.warned {
+                    st.warned = true;
+                    warnings.push(WarningCrossed {
+                        scope: key.clone(),
+                        spent,
+                        ceiling,
+                        threshold,
+                    });
+                } else if spent < threshold {
+                    // Re-armed (e.g. the ceiling was raised): the next crossing warns again.
+                    st.warned = false;
+                }
+            }
+            updated.push((key.clone(), st));
+        }
+        for (k, st) in updated {
+            self.scopes.insert(k, st);
+        }
+        self.reservations.remove(id);
+        Ok(Settlement {
+            id: id.into(),
+            measured,
+            reserved: r.amount,
+            charged,
+            unbilled_overrun: overrun,
+            warnings,
+        })
+    }
+
+    /// Returns a reservation without charging anything (failure or cancel).
+    pub fn release(&mut self, id: &str) -> Result<Money, BudgetError> {
+        let r = self
+            .reservations
+            .get(id)
+            .cloned()
+            .ok_or_else(|| BudgetError::UnknownReservation { id: id.into() })?;
+        let mut updated = Vec::with_capacity(r.scopes.len());
+        for key in &r.scopes {
+            let mut st = self.scope(key);
+            st.reserved = st.reserved.checked_sub(r.amount)?;
+            if st.reserved.is_negative() {
+                return Err(BudgetError::InconsistentState {
+                    why: format!("{} would have negative reservations", key.describe()),
+                });
+            }
+            updated.push((key.clone(), st));
+        }
+        for (k, st) in updated {
+            self.scopes.insert(k, st);
+        }
+        self.reservations.remove(id);
+        Ok(r.amount)
+    }
+
+    /// Spend of one scope by category, total, reserved and remaining.
+    pub fn summary(&self, cfg: &BudgetConfig, key: &ScopeKey) -> Result<Summary, BudgetError> {
+        let st = self.scope(key);
+        let mut by_category = BTreeMap::new();
+        for c in CostCategory::ALL {
+            by_category.insert(c, st.spent.get(&c).copied().unwrap_or(Money::ZERO));
+        }
+        let total = st.spent_total()?;
+        let ceiling = cfg.ceiling(key);
+        let remaining = match ceiling {
+            Some(c) => Some(
+                c.checked_sub(total)?
+                    .checked_sub(st.reserved)?
+                    .clamp_non_negative(),
+            ),
+            None => None,
+        };
+        Ok(Summary {
+            scope: key.clone(),
+            currency: cfg.currency.clone(),
+            by_category,
+            total,
+            reserved: st.reserved,
+            unbilled_overrun: st.unbilled_overrun,
+            ceiling,
+            remaining,
+            warned: st.warned,
+        })
+    }
+
+    /// Checks the ledger's internal consistency: every scope's `reserved` equals the sum of
+    /// the open reservations that name it, and no amount is negative.
+    pub fn check_consistency(&self) -> Result<(), BudgetError> {
+        let mut sums: BTreeMap<&ScopeKey, Money> = BTreeMap::new();
+        for r in self.reservations.values() {
+            if r.amount.is_negative() {
+                return Err(BudgetError::InconsistentState {
+                    why: format!("reservation `{}` is negative", r.id),
+                });
+            }
+            for k in &r.scopes {
+                let e = sums.entry(k).or_insert(Money::ZERO);
+                *e = e.checked_add(r.amount)?;
+            }
+        }
+        for (k, st) in &self.scopes {
+            let want = sums.get(k).copied().unwrap_or(Money::ZERO);
+            if st.reserved != want {
+                return Err(BudgetError::InconsistentState {
+                    why: format!(
+                        "{} has {} reserved but its open reservations sum to {want}",
+                        k.describe(),
+                        st.reserved
+                    ),
+                });
+            }
+            if st.spent.values().any(Money::is_negative) || st.unbilled_overrun.is_negative() {
+                return Err(BudgetError::InconsistentState {
+                    why: format!("{} has a negative amount", k.describe()),
+                });
+            }
+        }
+        for k in sums.keys() {
+            if !self.scopes.contains_key(*k) {
+                return Err(BudgetError::InconsistentState {
+                    why: format!("{} has reservations but no state", k.describe()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`BudgetState::check_consistency`] passes.
+    pub fn is_valid(&self) -> bool {
+        self.check_consistency().is_ok()
+    }
+}
+
+/// An in-memory budget guard: configuration plus state, for tests and embedders without a
+/// store. The gateway uses [`BudgetState`] transitions against its own store instead.
+#[derive(Debug, Clone, Default)]
+pub struct BudgetGuard {
+    pub config: BudgetConfig,
+    pub state: BudgetState,
+}
+
+impl BudgetGuard {
+    pub fn new(config: BudgetConfig) -> Result<BudgetGuard, BudgetError> {
+        config.validate()?;
+        Ok(BudgetGuard {
+            config,
+            state: BudgetState::new(),
+        })
+    }
+    pub fn reserve(&mut self, req: &ReserveRequest) -> Result<Reservation, BudgetDenial> {
+        self.state.reserve(&self.config, req)
+    }
+    pub fn settle(&mut self, id: &str, measured: Money) -> Result<Settlement, BudgetError> {
+        self.state.settle(&self.config, id, measured)
+    }
+    pub fn release(&mut self, id: &str) -> Result<Money, BudgetError> {
+        self.state.release(id)
+    }
+    pub fn summary(&self, key: &ScopeKey) -> Result<Summary, BudgetError> {
+        self.state.summary(&self.config, key)
+    }
+}

@@ -1,0 +1,207 @@
+use sandboxio_budget::{
+    BudgetConfig, BudgetGuard, MeasuredUsage, RateCard, ReserveRequest, ScopeKey,
+};
+use sandboxio_core::{CostCategory, ErrorCode, Money, Verdict};
+
+fn m(s: &str) -> Money {
+    s.parse().unwrap()
+}
+
+fn req(id: &str, tenant: &str, est: &str) -> ReserveRequest {
+    ReserveRequest {
+        id: id.into(),
+        tenant: tenant.into(),
+        session: None,
+        category: CostCategory::Compute,
+        estimate: Some(m(est)),
+    }
+}
+
+fn guard() -> BudgetGuard {
+    let mut cfg = BudgetConfig {
+        global: Some(m("100")),
+        per_tenant: Some(m("5")),
+        per_session: Some(m("2")),
+        ..Default::default()
+    };
+    cfg.tenants.insert("acme".into(), m("10.00"));
+    BudgetGuard::new(cfg).unwrap()
+}
+
+#[test]
+fn denial_states_the_numbers() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "9.70")).unwrap();
+    g.settle("a", m("9.70")).unwrap();
+    let d = g.reserve(&req("b", "acme", "0.50")).unwrap_err();
+    assert_eq!(
+        d.reason,
+        "reserving 0.5 would bring tenant `acme` to 10.2 of its 10 ceiling (spent 9.7, reserved 0)"
+    );
+    assert_eq!(d.scope, Some(ScopeKey::Tenant("acme".into())));
+    let dec = d.to_decision();
+    assert_eq!(dec.verdict, Verdict::Deny);
+    assert!(g.state.is_valid());
+}
+
+#[test]
+fn reservation_up_to_the_ceiling_exactly_is_allowed() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "10.00")).unwrap();
+    assert!(g.reserve(&req("b", "acme", "0.000001")).is_err());
+    g.release("a").unwrap();
+    g.reserve(&req("b", "acme", "0.000001")).unwrap();
+}
+
+#[test]
+fn session_ceiling_applies_with_the_tenant_one() {
+    let mut g = guard();
+    let mut r = req("a", "acme", "2.5");
+    r.session = Some("s1".into());
+    let d = g.reserve(&r).unwrap_err();
+    assert!(d.reason.contains("session `s1`"), "{}", d.reason);
+    // Nothing changed: the global and tenant scopes hold no reservation.
+    assert!(g.state.scope(&ScopeKey::Global).reserved.is_zero());
+    assert!(g.state.reservations.is_empty());
+}
+
+#[test]
+fn settle_charges_measured_cost_capped_by_headroom() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "1")).unwrap();
+    // Measured above the reservation but within the ceiling: charged in full.
+    let s = g.settle("a", m("3")).unwrap();
+    assert_eq!(s.charged, m("3"));
+    assert!(s.unbilled_overrun.is_zero());
+    // Reserve the rest, then overrun far beyond the ceiling: capped.
+    g.reserve(&req("b", "acme", "6")).unwrap();
+    let s = g.settle("b", m("20")).unwrap();
+    assert_eq!(s.charged, m("7"));
+    assert_eq!(s.unbilled_overrun, m("13"));
+    let sum = g.summary(&ScopeKey::Tenant("acme".into())).unwrap();
+    assert_eq!(sum.total, m("10"));
+    assert_eq!(sum.remaining, Some(Money::ZERO));
+    assert_eq!(sum.unbilled_overrun, m("13"));
+    assert!(g.state.is_valid());
+}
+
+#[test]
+fn settle_below_reservation_releases_the_rest() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "4")).unwrap();
+    let s = g.settle("a", m("1.25")).unwrap();
+    assert_eq!(s.charged, m("1.25"));
+    let sum = g.summary(&ScopeKey::Tenant("acme".into())).unwrap();
+    assert!(sum.reserved.is_zero());
+    assert_eq!(sum.remaining, Some(m("8.75")));
+    assert_eq!(sum.by_category[&CostCategory::Compute], m("1.25"));
+    assert_eq!(sum.by_category[&CostCategory::Api], Money::ZERO);
+}
+
+#[test]
+fn warning_fires_once_per_crossing() {
+    let mut g = guard();
+    let mut fired = 0;
+    for i in 0..9 {
+        let id = format!("r{i}");
+        g.reserve(&req(&id, "acme", "1")).unwrap();
+        let s = g.settle(&id, m("1")).unwrap();
+        fired += s
+            .warnings
+            .iter()
+            .filter(|w| w.scope == ScopeKey::Tenant("acme".into()))
+            .count();
+        if i == 7 {
+            // 8.00 of 10.00 crosses 0.8.
+            assert_eq!(fired, 1);
+            assert_eq!(
+                s.warnings[0].to_string(),
+                "tenant `acme` has spent 8 of its 10 ceiling (warning at 8)"
+            );
+        }
+    }
+    assert_eq!(fired, 1);
+    assert!(g.summary(&ScopeKey::Tenant("acme".into())).unwrap().warned);
+}
+
+#[test]
+fn unknown_and_double_settle_are_errors_and_change_nothing() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "1")).unwrap();
+    g.settle("a", m("1")).unwrap();
+    let before = g.state.clone();
+    assert_eq!(g.settle("a", m("1")).unwrap_err().code(), "SBX_E1303");
+    assert_eq!(g.release("a").unwrap_err().code(), "SBX_E1303");
+    g.reserve(&req("b", "acme", "1")).unwrap();
+    assert_eq!(g.settle("b", m("-1")).unwrap_err().code(), "SBX_E1306");
+    g.release("b").unwrap();
+    assert_eq!(g.state, before);
+}
+
+#[test]
+fn duplicate_and_negative_reservations_are_denied() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "1")).unwrap();
+    assert!(g
+        .reserve(&req("a", "acme", "1"))
+        .unwrap_err()
+        .reason
+        .contains("already exists"));
+    assert!(g
+        .reserve(&req("n", "acme", "-1"))
+        .unwrap_err()
+        .reason
+        .contains("negative"));
+}
+
+#[test]
+fn overflow_denies_instead_of_wrapping() {
+    let mut g = BudgetGuard::new(BudgetConfig::default()).unwrap();
+    let huge = Money::from_decimal(rust_decimal::Decimal::MAX);
+    let mut r = req("a", "t", "1");
+    r.estimate = Some(huge);
+    g.reserve(&r).unwrap();
+    let mut r2 = req("b", "t", "1");
+    r2.estimate = Some(huge);
+    let d = g.reserve(&r2).unwrap_err();
+    assert!(d.reason.contains("overflowed"), "{}", d.reason);
+    assert!(g.state.is_valid());
+}
+
+#[test]
+fn state_round_trips_through_json() {
+    let mut g = guard();
+    let mut r = req("a", "acme", "1");
+    r.session = Some("s".into());
+    g.reserve(&r).unwrap();
+    let json = serde_json::to_string(&g.state).unwrap();
+    assert!(json.contains("\"tenant:acme\""), "{json}");
+    let back: sandboxio_budget::BudgetState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, g.state);
+}
+
+#[test]
+fn rate_card_computes_compute_cost() {
+    let card = RateCard {
+        cpu_second: m("0.0001"),
+        gib_second: m("0.00002"),
+        per_call: m("0.001"),
+    };
+    let u = MeasuredUsage {
+        cpu_time_ms: 2_500,
+        peak_memory_bytes: 512 << 20,
+        wall_time_ms: 4_000,
+    };
+    // 2.5 * 0.0001 + 0.5 GiB * 4 s * 0.00002 + 0.001 = 0.00025 + 0.00004 + 0.001
+    assert_eq!(card.cost(&u).unwrap(), m("0.00129"));
+    let max = MeasuredUsage {
+        cpu_time_ms: u64::MAX,
+        peak_memory_bytes: u64::MAX,
+        wall_time_ms: u64::MAX,
+    };
+    let big = RateCard {
+        cpu_second: Money::from_decimal(rust_decimal::Decimal::MAX),
+        ..card
+    };
+    assert_eq!(big.cost(&max).unwrap_err().code(), "SBX_E1305");
+}

@@ -1,0 +1,5 @@
+mod config;
+mod latency;
+mod ledger;
+mod props;
+mod ratelimit;

@@ -1,0 +1,104 @@
+use sandboxio_budget::{
+    Clock, ManualClock, RateDecision, RateLimit, RateLimiter, RateLimitsConfig, SlidingLog,
+};
+use sandboxio_core::ErrorCode;
+
+#[test]
+fn parses_human_rates() {
+    for (s, n, w) in [
+        ("50/hour", 50, 3_600_000),
+        ("20/minute", 20, 60_000),
+        ("5/second", 5, 1_000),
+        ("1000/day", 1000, 86_400_000),
+        (" 7 / h ", 7, 3_600_000),
+    ] {
+        let r: RateLimit = s.parse().unwrap();
+        assert_eq!((r.count(), r.window_ms()), (n, w), "{s}");
+        assert!(r.is_valid());
+    }
+    for bad in [
+        "",
+        "50",
+        "0/hour",
+        "-1/hour",
+        "5/fortnight",
+        "1.5/s",
+        "999999999999/s",
+        "200000/s",
+    ] {
+        let e = bad.parse::<RateLimit>().unwrap_err();
+        assert_eq!(e.code(), "SBX_E1302", "{bad}");
+    }
+    assert_eq!(
+        "20/minute".parse::<RateLimit>().unwrap().to_string(),
+        "20/minute"
+    );
+}
+
+#[test]
+fn denies_over_the_limit_with_retry_after() {
+    let clock = ManualClock::new(1_000_000);
+    let limit: RateLimit = "3/minute".parse().unwrap();
+    let mut log = SlidingLog::new();
+    for _ in 0..3 {
+        assert!(log.check(&limit, clock.now_ms()).is_allow());
+        clock.advance(10_000);
+    }
+    // Events at +0, +10 s, +20 s; now +30 s: the first leaves at +60 s.
+    assert_eq!(
+        log.check(&limit, clock.now_ms()),
+        RateDecision::Deny {
+            retry_after_ms: 30_000
+        }
+    );
+    clock.advance(29_999);
+    assert!(!log.check(&limit, clock.now_ms()).is_allow());
+    clock.advance(1);
+    assert!(log.check(&limit, clock.now_ms()).is_allow());
+    assert!(log.is_valid(&limit));
+}
+
+#[test]
+fn limiter_keys_by_tenant_agent_and_action() {
+    let cfg: RateLimitsConfig =
+        toml::from_str("[[limit]]\naction = \"exec\"\nlimit = \"2/second\"\n").unwrap();
+    let mut rl = RateLimiter::new(cfg).unwrap();
+    assert!(rl.check("a", Some("x"), "exec", 0).is_allow());
+    assert!(rl.check("a", Some("x"), "exec", 1).is_allow());
+    let d = rl.check("a", Some("x"), "exec", 2);
+    assert_eq!(
+        d,
+        RateDecision::Deny {
+            retry_after_ms: 998
+        }
+    );
+    let dec = d.to_decision("`exec`");
+    assert_eq!(dec.retry_after_ms, Some(998));
+    assert!(rl.check("a", Some("y"), "exec", 2).is_allow());
+    assert!(rl.check("b", Some("x"), "exec", 2).is_allow());
+    assert!(rl.check("a", Some("x"), "run_code", 2).is_allow());
+}
+
+#[test]
+fn denied_events_do_not_consume_any_limit() {
+    let cfg: RateLimitsConfig = toml::from_str(
+        "[[limit]]\naction = \"exec\"\nlimit = \"1/second\"\n[[limit]]\naction = \"*\"\nlimit = \"10/minute\"\n",
+    )
+    .unwrap();
+    let mut rl = RateLimiter::new(cfg).unwrap();
+    assert!(rl.check("t", None, "exec", 0).is_allow());
+    for i in 1..100 {
+        assert!(!rl.check("t", None, "exec", i).is_allow());
+    }
+    // The per-minute limit was only charged once.
+    assert_eq!(rl.log("1|t||exec").unwrap().len(), 1);
+}
+
+#[test]
+fn clock_going_backwards_does_not_reopen_the_window() {
+    let limit: RateLimit = "2/second".parse().unwrap();
+    let mut log = SlidingLog::new();
+    assert!(log.check(&limit, 5_000).is_allow());
+    assert!(log.check(&limit, 5_500).is_allow());
+    assert!(!log.check(&limit, 1_000).is_allow());
+}
