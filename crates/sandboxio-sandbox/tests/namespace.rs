@@ -58,6 +58,17 @@ fn read_all(fd: i32) -> Vec<u8> {
 /// Runs `req` in the namespace tier from a forked, single-threaded child that plays the
 /// helper. stdout and stderr of the payload are merged.
 fn run_in(req: &ExecRequest, ws: &Path, out_dir: &Path) -> Run {
+    run_with(req, ws, out_dir, None)
+}
+
+/// Like `run_in`; with `kill_after`, the helper SIGKILLs the namespace init after that long
+/// (what the framework does at a timeout).
+fn run_with(
+    req: &ExecRequest,
+    ws: &Path,
+    out_dir: &Path,
+    kill_after: Option<std::time::Duration>,
+) -> Run {
     let host = NsHostPaths {
         workspace: ws.to_path_buf(),
         output: out_dir.to_path_buf(),
@@ -80,6 +91,11 @@ fn run_in(req: &ExecRequest, ws: &Path, out_dir: &Path) -> Run {
         let value = match ns::spawn(&plan, vec![], |_| Ok::<(), NsError>(())) {
             Err(e) => serde_json::json!({"error": e.to_string()}),
             Ok(child) => {
+                if let Some(d) = kill_after {
+                    std::thread::sleep(d);
+                    // SAFETY: killing our own child, the namespace init.
+                    unsafe { libc::kill(child.pid(), libc::SIGKILL) };
+                }
                 let mut st = 0;
                 // SAFETY: reaping our own child.
                 unsafe { libc::waitpid(child.pid(), &mut st, 0) };
@@ -388,4 +404,72 @@ fn missing_program_is_an_exec_error() {
     );
     let err = r.error.unwrap();
     assert!(err.contains("no-such-program"), "{err}");
+}
+
+/// Processes on the host whose command line is exactly `argv` (read-only scan of /proc).
+fn host_processes_with_cmdline(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .count()
+}
+
+#[test]
+fn a_double_forked_daemon_dies_with_the_payload() {
+    require_ns!();
+    let r = sh("(sleep 9876 &) ; echo started");
+    assert_lines(&r, &["started"]);
+    assert_eq!(r.exit, Some(ExitStatus::Code(0)));
+    // The init exited with the payload, so the kernel killed the rest of the namespace.
+    assert_eq!(host_processes_with_cmdline(&["sleep", "9876"]), 0);
+}
+
+#[test]
+fn killing_the_init_ends_the_whole_sandbox() {
+    require_ns!();
+    let ws = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let req = ExecRequest::new(["/bin/sh", "-c", "sleep 9875 & sleep 9875; echo never"]);
+    let started = std::time::Instant::now();
+    let r = run_with(
+        &req,
+        ws.path(),
+        out.path(),
+        Some(std::time::Duration::from_millis(300)),
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(r.exit, None, "{:?} {}", r.error, r.out);
+    assert!(!r.out.contains("never"));
+    assert_eq!(host_processes_with_cmdline(&["sleep", "9875"]), 0);
+}
+
+#[test]
+fn host_root_files_are_foreign_to_root_inside() {
+    require_ns!();
+    let r = sh(
+        "stat -c owner:%u:%g /usr/bin/env; \
+         (chmod 777 /usr/bin/env 2>/dev/null && echo chmod-ok) || echo chmod-denied; \
+         (echo x > /dev/shm/f && echo shm-ok); (cat /proc/kcore | head -c1 | wc -c | sed 's/^/kcore:/')",
+    );
+    assert_lines(
+        &r,
+        &["owner:65534:65534", "chmod-denied", "shm-ok", "kcore:0"],
+    );
+}
+
+#[test]
+fn the_init_is_not_readable_by_the_payload() {
+    require_ns!();
+    let r = sh(
+        "(cat /proc/1/environ >/dev/null 2>&1 && echo environ-read) || echo environ-denied; \
+         (head -c1 /proc/1/mem >/dev/null 2>&1 && echo mem-read) || echo mem-denied",
+    );
+    assert_lines(&r, &["environ-denied", "mem-denied"]);
 }

@@ -991,6 +991,11 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
     }
     // SAFETY: closing the release pipe, no longer needed.
     unsafe { libc::close(release) };
+    // The init holds the helper's memory and environment: not dumpable, so the payload
+    // (same uid, no capabilities) cannot read /proc/1/environ or /proc/1/mem.
+    if prctl(libc::PR_SET_DUMPABLE, 0) < 0 {
+        fail_at((Stage::SetDumpable, errno()), c"");
+    }
     // Open bind sources while still holding the helper's host ids.
     let mut sources: Vec<Option<(CString, bool)>> = Vec::with_capacity(ctx.steps.len());
     for step in &ctx.steps {

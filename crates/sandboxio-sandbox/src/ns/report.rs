@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub enum Stage {
     WaitRelease,
     SetParentDeathSignal,
+    SetDumpable,
     SetResGid,
     SetGroups,
     SetResUid,
