@@ -94,11 +94,11 @@ pub async fn run(
     cancel: Option<CancelToken>,
 ) -> Result<ExecResult, SandboxError> {
     match tier {
-        IsolationTier::Process => {}
-        IsolationTier::Namespace | IsolationTier::Landlock => {
+        IsolationTier::Process | IsolationTier::Namespace => {}
+        IsolationTier::Landlock => {
             return Err(SandboxError::UnsupportedTier {
                 tier,
-                why: "the namespace backend is not wired into the helper yet",
+                why: "the landlock-only tier is not built yet",
             })
         }
         IsolationTier::Microvm | IsolationTier::Remote => {
@@ -155,7 +155,7 @@ pub async fn run(
     let host_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let plan = plan::build(
+    let mut plan = plan::build(
         &sandbox_id,
         req,
         tier,
@@ -163,6 +163,13 @@ pub async fn run(
         workspace.paths.clone(),
         cg_plan,
     )?;
+    if tier == IsolationTier::Namespace {
+        let host = crate::ns::NsHostPaths {
+            workspace: plan.paths.workspace.clone(),
+            output: plan.paths.output_dir.clone(),
+        };
+        plan.namespace = Some(crate::ns::plan(req, &host, &plan.env)?);
+    }
     let plan_bytes =
         serde_json::to_vec(&plan).map_err(|source| SandboxError::PlanEncode { source })?;
     if plan_bytes.len() > MAX_PLAN_BYTES {
@@ -316,17 +323,29 @@ pub async fn run(
         });
     };
 
-    let mut enforcement = Enforcement {
-        tier: Some(tier),
-        namespaces: Vec::new(),
-        landlock_abi: None,
-        seccomp: false,
-        no_new_privs: plan.no_new_privs,
-        cgroup: plan.cgroup.as_ref().map(|c| c.version.as_str().to_string()),
-        limits: Vec::new(),
-        network: "full".into(),
-        gaps,
+    let is_process = tier == IsolationTier::Process;
+    let mut enforcement = match report.enforcement.clone() {
+        Some(mut e) => {
+            e.gaps.extend(gaps);
+            e
+        }
+        None => Enforcement {
+            tier: Some(tier),
+            namespaces: Vec::new(),
+            landlock_abi: None,
+            seccomp: false,
+            no_new_privs: plan.no_new_privs,
+            cgroup: None,
+            limits: Vec::new(),
+            network: if is_process {
+                "full".into()
+            } else {
+                String::new()
+            },
+            gaps,
+        },
     };
+    enforcement.cgroup = plan.cgroup.as_ref().map(|c| c.version.as_str().to_string());
     if let Some(a) = applied {
         enforcement.limits.extend(a.enforced);
         enforcement.gaps.extend(a.gaps);
@@ -335,7 +354,9 @@ pub async fn run(
     enforcement
         .limits
         .push(format!("meter: usage from {}", report.meter));
-    enforcement.gaps.extend(process_tier_gaps(req));
+    if is_process {
+        enforcement.gaps.extend(process_tier_gaps(req));
+    }
 
     let timed_out = report.timed_out || (backstop_fired && cancel_reason.is_none());
     Ok(ExecResult {
@@ -364,7 +385,7 @@ pub async fn run(
         workspace: kept_workspace,
         meter: Some(Meter {
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-            backend: "process".into(),
+            backend: tier.as_str().into(),
         }),
         network_denials: 0,
     })

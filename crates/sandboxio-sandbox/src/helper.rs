@@ -129,20 +129,47 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")?;
     let signals = Signals::block()?;
 
-    let pid = match plan.tier {
-        IsolationTier::Process => spawn_process(&plan, &signals)?,
-        // The namespace engineer's `crate::ns` hook goes here; until it exists the helper
-        // refuses rather than silently running the payload unisolated.
+    let (pid, ns_child) = match plan.tier {
+        IsolationTier::Process => (spawn_process(&plan, &signals)?, None),
+        IsolationTier::Namespace => {
+            let child = crate::ns::spawn_plan(&plan, |pid| attach_cgroups(&plan, pid))?;
+            (child.pid(), Some(child))
+        }
+        // Never run a payload with less isolation than asked for.
         tier => {
             return Err(SandboxError::UnsupportedTier {
                 tier,
-                why: "the helper has no backend for this tier yet",
+                why: "the helper has no backend for this tier",
             })
         }
     };
     rep.send(&HelperMsg::Payload { pid });
-    let report = supervise(&plan, pid, &signals, fds.control)?;
+    let mut report = supervise(&plan, pid, &signals, fds.control)?;
+    if let Some(child) = ns_child {
+        // The init was reaped in `supervise`; its report holds the payload's own status.
+        let outcome = child.finish()?;
+        if let Some(exit) = outcome.exit {
+            report.exit = exit;
+        }
+        report.enforcement = Some(outcome.enforcement);
+    }
     rep.send(&HelperMsg::Final(report));
+    Ok(())
+}
+
+/// Move `pid` (the namespace init, before it is released) into the sandbox cgroups.
+fn attach_cgroups(plan: &SandboxPlan, pid: i32) -> Result<(), SandboxError> {
+    let Some(cg) = &plan.cgroup else {
+        return Ok(());
+    };
+    for dir in &cg.dirs {
+        let path = dir.join("cgroup.procs");
+        std::fs::write(&path, pid.to_string()).map_err(|source| SandboxError::CgroupWrite {
+            path,
+            value: pid.to_string(),
+            source,
+        })?;
+    }
     Ok(())
 }
 
@@ -711,6 +738,7 @@ fn supervise(
         peak_memory_bytes: peak,
         meter: meter.to_string(),
         leftovers_killed: leftovers,
+        enforcement: None,
     })
 }
 

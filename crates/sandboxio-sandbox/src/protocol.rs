@@ -9,7 +9,7 @@
 //! - control fd (helper reads): a byte [`CANCEL_BYTE`] cancels the run; EOF means the
 //!   supervisor is gone, which also kills the whole tree.
 
-use sandboxio_core::ExitStatus;
+use sandboxio_core::{Enforcement, ExitStatus};
 use serde::{Deserialize, Serialize};
 
 /// The helper's pipe fds, as passed in `argv[2]`.
@@ -67,4 +67,7 @@ pub struct FinalReport {
     pub meter: String,
     /// Descendants still alive after the payload exited (killed by the helper).
     pub leftovers_killed: u32,
+    /// What the tier backend enforced (namespace tier); `None` for the process tier.
+    #[serde(default)]
+    pub enforcement: Option<Enforcement>,
 }

@@ -237,3 +237,41 @@ async fn enforcement_and_meter_are_filled() {
     assert!(res.usage.peak_memory_bytes.unwrap() > 0);
     assert!(!alive(-1));
 }
+
+#[tokio::test]
+async fn namespace_tier_runs_through_the_same_helper() {
+    let host = sandboxio_sandbox::probe();
+    if !host.user_namespaces.available {
+        eprintln!("SKIP: no user namespaces: {}", host.user_namespaces.detail);
+        return;
+    }
+    let mut req = sh("echo hi; exit 3");
+    req.limits.timeout = Duration::from_secs(20);
+    let res = run(
+        &req,
+        IsolationTier::Namespace,
+        &cfg(CgroupUsage::Auto),
+        None,
+    )
+    .await
+    .unwrap();
+    super::assert_no_cgroup_left(&res.sandbox_id);
+    assert_eq!(res.exit, ExitStatus::Code(3), "{res:?}");
+    assert_eq!(res.stdout, "hi\n");
+    assert_eq!(res.enforcement.tier, Some(IsolationTier::Namespace));
+    assert!(res.enforcement.namespaces.iter().any(|n| n == "pid"));
+    assert_eq!(res.meter.as_ref().unwrap().backend, "namespace");
+
+    req = sh("sleep 100");
+    req.limits.timeout = Duration::from_millis(500);
+    let res = run(
+        &req,
+        IsolationTier::Namespace,
+        &cfg(CgroupUsage::Auto),
+        None,
+    )
+    .await
+    .unwrap();
+    super::assert_no_cgroup_left(&res.sandbox_id);
+    assert!(res.timed_out);
+}
