@@ -90,8 +90,6 @@ use sandboxio_gateway::config::{BudgetSettings, RateCard, RateRule};
 use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
 use serde::Deserialize;
 
-/// The built-in default policy (also at `policies/default.toml`).
-pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -231,8 +229,8 @@ pub fn policy(loaded: &Loaded, common: &Common) -> Result<sandboxio_policy::Poli
     };
     if files.is_empty() {
         let src = sandboxio_policy::PolicySource::new(
-            "<built-in default policy>",
-            DEFAULT_POLICY.as_bytes(),
+            sandboxio_policy::DEFAULT_POLICY_NAME,
+            sandboxio_policy::DEFAULT_POLICY.as_bytes(),
         );
         return Ok(sandboxio_policy::PolicySet::from_sources(&[src])?);
     }

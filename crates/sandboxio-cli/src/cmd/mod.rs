@@ -1,6 +1,8 @@
 //! One module per command; `dispatch` maps errors to exit codes in one place.
 
+mod audit;
 mod doctor;
+mod policy;
 mod run;
 mod state;
 
@@ -30,10 +32,8 @@ pub async fn dispatch(cli: Cli) -> i32 {
             labels,
         } => state::costs(&common, &since, until.as_deref(), &labels),
         Command::Budget { common, tenant } => state::budget(&common, &tenant),
-        Command::Policy { .. } | Command::Audit { .. } => {
-            eprintln!("error: not built yet");
-            Ok(exit::FAILURE)
-        }
+        Command::Policy { cmd } => policy::policy(cmd),
+        Command::Audit { cmd } => audit::audit(cmd).await,
     };
     match res {
         Ok(code) => code,
@@ -71,6 +71,12 @@ fn error_code(e: &anyhow::Error) -> Option<&'static str> {
             return Some(x.code());
         }
         if let Some(x) = cause.downcast_ref::<sandboxio_sandbox::SandboxError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_policy::PolicyError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_audit::AuditError>() {
             return Some(x.code());
         }
     }

@@ -1,0 +1,119 @@
+//! `sandboxio audit verify|tail|query`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use sandboxio_audit::{Query, TrailEntry};
+use sandboxio_core::Verdict;
+
+use crate::args::{AuditCmd, Common};
+use crate::exit;
+use crate::setup;
+
+pub async fn audit(cmd: AuditCmd) -> Result<i32> {
+    match cmd {
+        AuditCmd::Verify { json, key, files } => verify(json, key.as_deref(), &files),
+        AuditCmd::Tail { common, lines, follow, file } => tail(&common, lines, follow, file).await,
+        AuditCmd::Query { common, since, until, tenant, event, decision, file } => {
+            let q = Query {
+                since: since.as_deref().map(super::state::parse_time).transpose()?,
+                until: until.as_deref().map(super::state::parse_time).transpose()?,
+                tenant,
+                event,
+                decision: decision.as_deref().map(str::parse::<Verdict>).transpose()?,
+            };
+            query(&common, &q, file)
+        }
+    }
+}
+
+fn trail(common: &Common, file: Option<PathBuf>) -> Result<Vec<PathBuf>> {
+    let base = match file {
+        Some(f) => f,
+        None => setup::load(common)?.audit_file(),
+    };
+    Ok(sandboxio_audit::trail_files(&base)?)
+}
+
+fn verify(json: bool, key: Option<&Path>, files: &[PathBuf]) -> Result<i32> {
+    let key = key.map(sandboxio_audit::load_public_key).transpose()?;
+    let mut paths = Vec::new();
+    for f in files {
+        let t = sandboxio_audit::trail_files(f)?;
+        if t.is_empty() {
+            paths.push(f.clone());
+        } else {
+            paths.extend(t);
+        }
+    }
+    paths.dedup();
+    let rep = sandboxio_audit::verify(&paths, key.as_ref());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else if rep.ok {
+        println!(
+            "ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}",
+            rep.records,
+            rep.checkpoints,
+            rep.files,
+            if rep.signatures_checked { "checked" } else { "not checked (no --key)" },
+            if rep.sealed { "sealed by a closing checkpoint" } else { "not sealed (still open, or truncated after the last checkpoint)" }
+        );
+    } else if let Some(b) = &rep.first_bad {
+        println!("TAMPERED: {b:?}");
+    }
+    Ok(if rep.ok { exit::OK } else { exit::FAILURE })
+}
+
+fn print(entries: &[TrailEntry], json: bool) -> Result<()> {
+    for e in entries {
+        if json {
+            println!("{}", serde_json::to_string(&e.event)?);
+        } else {
+            let ev = &e.event;
+            println!(
+                "{} #{} {:10} {:5} {:10} tenant={} layer={} {}",
+                ev.ts.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                e.seq,
+                ev.event,
+                ev.decision.as_str(),
+                ev.status.as_str(),
+                ev.tenant_id.as_deref().unwrap_or("-"),
+                ev.layer,
+                ev.reason
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn tail(common: &Common, n: usize, follow: bool, file: Option<PathBuf>) -> Result<i32> {
+    let base = match &file {
+        Some(f) => f.clone(),
+        None => setup::load(common)?.audit_file(),
+    };
+    let paths = trail(common, file)?;
+    print(&sandboxio_audit::tail(&paths, n)?, common.json)?;
+    if follow {
+        let mut f = sandboxio_audit::Follower::from_end(base)?;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
+            }
+            print(&f.poll()?, common.json)?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn query(common: &Common, q: &Query, file: Option<PathBuf>) -> Result<i32> {
+    let paths = trail(common, file)?;
+    let entries = sandboxio_audit::query(&paths, q)?;
+    print(&entries, common.json)?;
+    if !common.json {
+        eprintln!("{} event(s)", entries.len());
+    }
+    Ok(exit::OK)
+}
