@@ -25,7 +25,7 @@ except OSError as e:
     print("/etc/shadow: blocked ->", e)
 '
 echo
-echo "== the same request denied by policy (network tools are not allowed)"
+echo "== the process tier is not allowed by the default policy: denied, and recorded"
 "$bin" run --tier process -- true || echo "(exit status $?: denied)"
 echo
 echo "== audit trail"
