@@ -380,6 +380,24 @@ fn enforcement_reports_what_was_applied() {
     assert_eq!(e["seccomp"], true);
     assert_eq!(e["no_new_privs"], true);
     assert_eq!(e["network"], "none");
+    assert!(e["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().starts_with("output_size=")));
+    assert!(
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .all(|d| !d
+                .file_name()
+                .to_string_lossy()
+                .starts_with(ns::STAGING_PREFIX)
+                || d.metadata()
+                    .map(|m| m.modified().unwrap().elapsed().unwrap().as_secs() < 60)
+                    .unwrap_or(true)),
+        "an old staging dir was left behind"
+    );
     let ns: Vec<&str> = e["namespaces"]
         .as_array()
         .unwrap()

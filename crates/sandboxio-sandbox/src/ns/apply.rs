@@ -70,6 +70,7 @@ pub struct NsChild {
     staging: Staging,
     output_host: PathBuf,
     namespaces: Vec<String>,
+    limits: Vec<String>,
 }
 
 /// How the payload ended and what was enforced.
@@ -186,6 +187,39 @@ impl Drop for Staging {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// Prefix of the helper's staging directories under the temp dir.
+pub const STAGING_PREFIX: &str = "sandboxio-ns-";
+
+/// Removes staging directories left by helpers that were killed (their mounts died with
+/// their private mount namespace; only empty directories remain on the host). Only
+/// directories older than `older_than` are touched: a younger one may belong to a running
+/// sandbox, and removing a mount point in another namespace would unmount it there.
+/// Returns how many were removed.
+pub fn cleanup_stale_staging(older_than: std::time::Duration) -> usize {
+    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().starts_with(STAGING_PREFIX) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > older_than);
+        if meta.is_dir() && old && std::fs::remove_dir_all(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Enters a private mount namespace for the helper itself, so staging mounts never reach
@@ -548,6 +582,7 @@ where
         staging,
         output_host: plan.output_host.clone(),
         namespaces: plan.namespaces.clone(),
+        limits: plan.enforcement_limits(),
     })
 }
 
@@ -630,6 +665,7 @@ impl NsChild {
             tier: Some(IsolationTier::Namespace),
             namespaces: self.namespaces.clone(),
             network: "none".to_string(),
+            limits: self.limits.clone(),
             ..Enforcement::default()
         };
         match applied {

@@ -14,7 +14,10 @@ mod plan;
 pub mod report;
 pub mod seccomp;
 
-pub use apply::{rlimits_from, spawn, spawn_plan, NsChild, NsOutcome, Rlimits};
+pub use apply::{
+    cleanup_stale_staging, rlimits_from, spawn, spawn_plan, NsChild, NsOutcome, Rlimits,
+    STAGING_PREFIX,
+};
 pub use error::NsError;
 pub use plan::{
     plan, FileSource, MountFlags, MountOp, NamespacePlan, NsHostPaths, Staged, DEFAULT_HOST_ID,

@@ -173,6 +173,22 @@ pub struct NamespacePlan {
     pub namespaces: Vec<String>,
 }
 
+impl NamespacePlan {
+    /// The limits this tier enforces itself, in `Enforcement.limits` words (pure).
+    pub fn enforcement_limits(&self) -> Vec<String> {
+        use sandboxio_core::ByteSize;
+        vec![
+            format!(
+                "tmp_size={} (tmpfs /tmp and /dev/shm)",
+                ByteSize(self.workspace_size)
+            ),
+            format!("workspace_size={} (tmpfs)", ByteSize(self.workspace_size)),
+            format!("output_size={} (tmpfs)", ByteSize(self.output_size)),
+            format!("tmpfs_inodes={TMPFS_INODES}"),
+        ]
+    }
+}
+
 fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
