@@ -122,8 +122,14 @@ pub fn emit_span(rec: &OperationRecord, parent: &Context, capture_code: bool) {
         .span_builder(span_name(rec))
         .with_kind(SpanKind::Internal)
         .with_start_time(start)
-        .with_attributes(span_attributes(rec, capture_code))
         .start_with_context(&tracer, parent);
+    // With no provider (or a sampler that drops it) the span is non-recording: building
+    // the attributes would be wasted work. Attributes are therefore set after the start,
+    // so a sampler does not see them.
+    if !span.is_recording() {
+        return;
+    }
+    span.set_attributes(span_attributes(rec, capture_code));
     if is_error(rec) {
         span.set_status(Status::error(rec.reason.clone()));
     }
