@@ -183,6 +183,11 @@ impl Gateway {
     pub async fn recover(&self) -> Result<usize, GatewayError> {
         let now = Utc::now();
         self.store.expire_approvals(now)?;
+        // Cgroups a SIGKILLed process could not remove (empty and older than STALE_AGE).
+        let stale = sandboxio_sandbox::cgroup::cleanup_stale();
+        if !stale.is_empty() {
+            tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
+        }
         let entries = self.store.recover(now, &owner_alive, &|e| {
             let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
             rec.status = OperationStatus::Interrupted;
@@ -373,6 +378,25 @@ impl Gateway {
         let needs_approval = decision.verdict == Verdict::Ask;
         // rate limit
         self.rate_limit(op)?;
+        // journal intent, durable before anything that must be undone after a crash (the
+        // reservation, the idempotency claim) and before any side effect. `recover` finds it
+        // by owner, releases the reservation and settles the key only if this operation
+        // claimed it.
+        let entry = JournalEntry {
+            operation_id: id.to_string(),
+            intent: serde_json::to_string(op).unwrap_or_default(),
+            started_at: Utc::now(),
+            owner: self.owner.clone(),
+            idempotent: op.idempotent,
+            idem: op
+                .idempotency_key
+                .as_ref()
+                .map(|k| (op.principal.tenant.clone(), k.as_str().to_string())),
+        };
+        self.store
+            .journal_intent(&entry)
+            .map_err(|e| Stop::error(Layer::Journal, &e))?;
+        ctx.journaled = true;
         // budget
         let estimate = self.estimate(op, sub.exec.as_ref());
         rec.cost_reserved = Some(estimate);
@@ -466,20 +490,7 @@ impl Gateway {
                 Err(e) => return Err(Stop::error(Layer::Idempotency, &e)),
             }
         }
-        // journal intent (durable before any side effect)
-        let intent = serde_json::to_string(op).unwrap_or_default();
-        let entry = JournalEntry {
-            operation_id: id.to_string(),
-            intent,
-            started_at: Utc::now(),
-            owner: self.owner.clone(),
-            idempotent: op.idempotent,
-            idem: ctx.idem.clone(),
-        };
-        self.store
-            .journal_intent(&entry)
-            .map_err(|e| Stop::error(Layer::Journal, &e))?;
-        ctx.journaled = true;
+        // (the journal intent was written before the budget layer)
         // In fail mode an operation that cannot be recorded must not run: record the intent.
         if self.auditor.config().on_sink_failure == OnSinkFailure::Fail {
             let mut intent_rec = rec.clone();

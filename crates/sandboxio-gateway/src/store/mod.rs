@@ -133,7 +133,9 @@ pub struct JournalEntry {
     /// `pid:start_time` of the process that wrote the intent (pid reuse safe).
     pub owner: String,
     pub idempotent: bool,
-    /// (tenant, key) when the operation carries an idempotency key.
+    /// (tenant, key) when the operation carries an idempotency key. The intent is written
+    /// before the key is claimed, so recovery settles the key only when its row names this
+    /// operation (a replayed or refused request never touches another's key).
     pub idem: Option<(String, String)>,
 }
 

@@ -765,12 +765,12 @@ impl Store for SqliteStore {
                     .map_err(db("marking an intent interrupted"))?;
                 if let Some((tenant, key)) = &e.idem {
                     if e.idempotent {
-                        tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running'", params![tenant, key])
+                        tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?3", params![tenant, key, e.operation_id])
                             .map_err(db("forgetting an interrupted key"))?;
                     } else {
                         tx.execute(
-                            "UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2 AND state = 'running'",
-                            params![tenant, key, interrupted_outcome(e)],
+                            "UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?4",
+                            params![tenant, key, interrupted_outcome(e), e.operation_id],
                         )
                         .map_err(db("settling an interrupted key"))?;
                     }

@@ -1,0 +1,13 @@
+//! Reliability under real faults, against the real `sandboxio` binary: SIGKILL at random
+//! points (crash test), 8 concurrent submitters against one budget ceiling, the kill switch
+//! from another process, SIGTERM, and cancellation of a fork bomb (namespace tier only).
+//!
+//! Every test uses its own temporary state directory and a policy that allows the process
+//! tier; processes are stopped by pid only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "reliability/common.rs"]
+mod common;
+#[path = "reliability/crash.rs"]
+mod crash;
