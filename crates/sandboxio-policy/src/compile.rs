@@ -515,6 +515,7 @@ fn compile_rule(
     };
 
     let rule = Rule {
+        index: 0,
         id: c.rule.clone(),
         effect,
         reason: r.reason.get_ref().trim().to_string(),

@@ -193,9 +193,118 @@ pub(crate) fn parse_weekday(s: &str) -> Result<u8, String> {
     Ok(1 << i)
 }
 
+/// Path globs of one matcher: the globs themselves (for the set-wide prefilter) and a
+/// set of them (for evaluating one rule alone, e.g. its examples).
+#[derive(Debug, Clone)]
+pub(crate) struct PathGlobs {
+    pub globs: Vec<globset::Glob>,
+    pub set: GlobSet,
+}
+
+/// Which rules' `path` / `path_not` globs match one form of the operation's path,
+/// computed once per evaluation by a [`PathIndex`] (bit i = rule i).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PathHits {
+    pub path: Vec<u64>,
+    pub path_not: Vec<u64>,
+}
+
+fn bit(v: &[u64], i: usize) -> bool {
+    v.get(i / 64)
+        .map(|w| w & (1u64 << (i % 64)) != 0)
+        .unwrap_or(false)
+}
+
+fn set_bit(v: &mut [u64], i: usize) {
+    if let Some(w) = v.get_mut(i / 64) {
+        *w |= 1u64 << (i % 64);
+    }
+}
+
+/// Every path glob of every rule of one kind, bucketed by its literal prefix (the text
+/// before the first glob metacharacter). A glob can only match a path that starts with
+/// its prefix, so a decision tests only the globs whose prefix the path starts with,
+/// instead of one match per rule.
+#[derive(Debug, Clone)]
+pub(crate) struct PathIndex {
+    buckets: std::collections::HashMap<String, Vec<(GlobMatcher, usize, bool)>>,
+    /// Distinct prefix lengths, ascending.
+    lengths: Vec<usize>,
+    rules: usize,
+}
+
+fn literal_prefix(glob: &str) -> &str {
+    let end = glob.find(['*', '?', '[', '{', '\\']).unwrap_or(glob.len());
+    &glob[..end]
+}
+
+impl PathIndex {
+    pub fn build(rules: &[Rule], members: &[u32]) -> Option<PathIndex> {
+        let mut buckets: std::collections::HashMap<String, Vec<(GlobMatcher, usize, bool)>> =
+            std::collections::HashMap::new();
+        for &i in members {
+            let i = i as usize;
+            let Some(r) = rules.get(i) else { continue };
+            for (globs, neg) in [(&r.path, false), (&r.path_not, true)] {
+                if let Some(g) = globs {
+                    for glob in &g.globs {
+                        buckets
+                            .entry(literal_prefix(glob.glob()).to_string())
+                            .or_default()
+                            .push((glob.compile_matcher(), i, neg));
+                    }
+                }
+            }
+        }
+        if buckets.is_empty() {
+            return None;
+        }
+        let mut lengths: Vec<usize> = buckets.keys().map(String::len).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        Some(PathIndex {
+            buckets,
+            lengths,
+            rules: rules.len(),
+        })
+    }
+
+    pub fn hits(&self, p: &NormalPath) -> PathHits {
+        let words = self.rules.div_ceil(64);
+        let mut h = PathHits {
+            path: vec![0; words],
+            path_not: vec![0; words],
+        };
+        let text = p.as_str();
+        for &len in &self.lengths {
+            if len > text.len() {
+                break;
+            }
+            if !text.is_char_boundary(len) {
+                continue;
+            }
+            let Some(list) = self.buckets.get(&text[..len]) else {
+                continue;
+            };
+            for (m, rule, neg) in list {
+                if m.is_match(text) {
+                    if *neg {
+                        set_bit(&mut h.path_not, *rule);
+                    } else {
+                        set_bit(&mut h.path, *rule);
+                    }
+                }
+            }
+        }
+        h
+    }
+}
+
 /// One compiled rule. Absent matchers (`None`) do not constrain.
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
+    /// Position in its `PolicySet` (set when the set is built).
+    pub index: usize,
     pub id: String,
     pub effect: Verdict,
     pub reason: String,
@@ -210,8 +319,8 @@ pub(crate) struct Rule {
     /// Element-wise globs; a final `**` element matches any remaining arguments.
     pub argv_glob: Option<(Vec<GlobMatcher>, bool)>,
     pub language: Option<Vec<Language>>,
-    pub path: Option<GlobSet>,
-    pub path_not: Option<GlobSet>,
+    pub path: Option<PathGlobs>,
+    pub path_not: Option<PathGlobs>,
     pub in_workspace: Option<bool>,
     pub host: Option<Vec<HostPattern>>,
     pub port: Option<Vec<(u16, u16)>>,
@@ -233,6 +342,8 @@ pub(crate) struct Facts<'a> {
     pub language: Option<Language>,
     /// Lexical form, then (if given) the resolved form.
     pub paths: Vec<NormalPath>,
+    /// Prefilter results per path form, when a set-wide index computed them.
+    pub hits: Option<Vec<PathHits>>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub tier: IsolationTier,
@@ -270,6 +381,7 @@ impl<'a> Facts<'a> {
             argv: op.args.argv(),
             language,
             paths,
+            hits: None,
             host,
             port,
             tier: op.tier.unwrap_or(ctx.default_tier),
@@ -420,11 +532,14 @@ impl Rule {
             if f.paths.is_empty() {
                 return false;
             }
-            let pred = |p: &NormalPath| self.path_matches(p);
+            let pred = |(i, p): (usize, &NormalPath)| {
+                let hits = f.hits.as_ref().and_then(|h| h.get(i));
+                self.path_matches(p, hits)
+            };
             let ok = if strict {
-                f.paths.iter().any(pred)
+                f.paths.iter().enumerate().any(pred)
             } else {
-                f.paths.iter().all(pred)
+                f.paths.iter().enumerate().all(pred)
             };
             if !ok {
                 return false;
@@ -433,19 +548,27 @@ impl Rule {
         true
     }
 
-    fn path_matches(&self, p: &NormalPath) -> bool {
+    fn path_matches(&self, p: &NormalPath, hits: Option<&PathHits>) -> bool {
         if let Some(w) = self.in_workspace {
             if p.is_inside_workspace() != w {
                 return false;
             }
         }
         if let Some(g) = &self.path {
-            if !g.is_match(p.as_str()) {
+            let m = match hits {
+                Some(h) => bit(&h.path, self.index),
+                None => g.set.is_match(p.as_str()),
+            };
+            if !m {
                 return false;
             }
         }
         if let Some(g) = &self.path_not {
-            if g.is_match(p.as_str()) {
+            let m = match hits {
+                Some(h) => bit(&h.path_not, self.index),
+                None => g.set.is_match(p.as_str()),
+            };
+            if m {
                 return false;
             }
         }
@@ -455,8 +578,9 @@ impl Rule {
 
 /// Builds the glob set for path patterns: `*` stays within one component, `**` crosses
 /// components. Patterns are normalised like paths.
-pub(crate) fn path_globset(patterns: &[String]) -> Result<GlobSet, (String, String)> {
+pub(crate) fn path_globset(patterns: &[String]) -> Result<PathGlobs, (String, String)> {
     let mut b = GlobSetBuilder::new();
+    let mut globs = Vec::new();
     for p in patterns {
         let comps: Vec<&str> = p
             .split('/')
@@ -471,7 +595,9 @@ pub(crate) fn path_globset(patterns: &[String]) -> Result<GlobSet, (String, Stri
             .literal_separator(true)
             .build()
             .map_err(|e| (p.clone(), e.kind().to_string()))?;
-        b.add(g);
+        b.add(g.clone());
+        globs.push(g);
     }
-    b.build().map_err(|e| (String::new(), e.to_string()))
+    let set = b.build().map_err(|e| (String::new(), e.to_string()))?;
+    Ok(PathGlobs { globs, set })
 }

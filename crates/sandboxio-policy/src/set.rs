@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::compile::{compile_source, Compiled, MAX_POLICY_FILE_BYTES};
 use crate::context::Context;
 use crate::error::{PolicyError, PolicyWarning};
-use crate::rule::{kind_index, Facts, Rule};
+use crate::rule::{kind_index, Facts, PathIndex, Rule};
 
 /// The built-in default policy (`policies/default.toml`).
 pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
@@ -67,6 +67,8 @@ pub struct PolicySet {
     rules: Vec<Rule>,
     /// Per kind: rule indices, deny rules first, then ask, then allow; file order within.
     index: [Vec<u32>; 7],
+    /// Per kind: all path globs of that kind's rules in one set.
+    path_index: [Option<PathIndex>; 7],
     files: Vec<String>,
     warnings: Vec<PolicyWarning>,
 }
@@ -192,7 +194,10 @@ impl PolicySet {
         PolicySet::build(Vec::new(), Vec::new(), Vec::new())
     }
 
-    fn build(rules: Vec<Rule>, files: Vec<String>, warnings: Vec<PolicyWarning>) -> PolicySet {
+    fn build(mut rules: Vec<Rule>, files: Vec<String>, warnings: Vec<PolicyWarning>) -> PolicySet {
+        for (i, r) in rules.iter_mut().enumerate() {
+            r.index = i;
+        }
         let mut index: [Vec<u32>; 7] = Default::default();
         for (i, r) in rules.iter().enumerate() {
             for k in r.kinds.kinds() {
@@ -212,9 +217,12 @@ impl PolicySet {
                 )
             });
         }
+        let path_index: [Option<PathIndex>; 7] =
+            std::array::from_fn(|k| PathIndex::build(&rules, &index[k]));
         PolicySet {
             rules,
             index,
+            path_index,
             files,
             warnings,
         }
@@ -234,12 +242,20 @@ impl PolicySet {
         self.rules.iter().map(Rule::rule_ref).collect()
     }
 
+    fn facts<'a>(&self, op: &'a Operation, ctx: &Context<'_>) -> Facts<'a> {
+        let mut facts = Facts::new(op, ctx);
+        if let Some(ix) = &self.path_index[kind_index(facts.kind)] {
+            facts.hits = Some(facts.paths.iter().map(|p| ix.hits(p)).collect());
+        }
+        facts
+    }
+
     /// Decides `op`. Never fails: a malformed operation or any internal problem is a deny.
     pub fn evaluate(&self, op: &Operation, ctx: &Context<'_>) -> Decision {
         if let Err(e) = op.validate() {
             return Decision::deny(Layer::Policy, format!("policy cannot decide: {e}"));
         }
-        let facts = Facts::new(op, ctx);
+        let facts = self.facts(op, ctx);
         let mut best: Option<Verdict> = None;
         let mut deciding: Vec<&Rule> = Vec::new();
         for &i in &self.index[kind_index(facts.kind)] {
@@ -269,7 +285,7 @@ impl PolicySet {
                 considered: 0,
             };
         }
-        let facts = Facts::new(op, ctx);
+        let facts = self.facts(op, ctx);
         let list = &self.index[kind_index(facts.kind)];
         let mut matched: Vec<(usize, MatchedRule)> = list
             .iter()

@@ -1,5 +1,5 @@
 pub mod common;
 mod default_policy;
 mod fixtures;
-// mod props;
+mod props;
 mod semantics;
