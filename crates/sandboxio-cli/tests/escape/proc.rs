@@ -234,10 +234,10 @@ fn cpu_spin_is_killed_at_timeout() {
         "{}",
         out.describe()
     );
-    assert_ne!(
+    assert_eq!(
         out.status.code(),
-        Some(0),
-        "a timed-out run must not exit 0"
+        Some(crate::resources::TIMEOUT_EXIT),
+        "sandboxio must exit with its documented timeout code"
     );
 }
 
@@ -250,6 +250,7 @@ fn spin_in_background_children_is_killed_at_timeout() {
     let left = leftovers_of(&m, Duration::from_millis(500));
     assert!(left.is_empty(), "spinners survived: {left:?} (killed now)");
     assert!(out.timed_out(), "{}", out.describe());
+    assert_eq!(out.status.code(), Some(crate::resources::TIMEOUT_EXIT));
 }
 
 const PTRACE: &str = r#"
@@ -331,4 +332,42 @@ say('seen', ','.join(seen) or 'none')
     assert!(a.stdout().contains("listening=yes"), "{}", a.describe());
     b.expect_errno("connect", &["ECONNREFUSED"]);
     assert_eq!(b.result("seen"), "none", "{}", b.describe());
+}
+
+#[test]
+fn cannot_reach_the_sandbox_init_helper() {
+    // Pid 1 inside is sandboxio's own helper (a host binary holding pipes to the
+    // supervisor). Its fds, memory, exe (the runc CVE-2019-5736 path to overwrite the host
+    // runtime binary) and root must be out of reach, and it must survive signals.
+    let script = r#"
+import signal
+for name, p in [('fd', '/proc/1/fd'), ('exe', '/proc/1/exe'), ('root', '/proc/1/root'), ('cwd', '/proc/1/cwd')]:
+    attempt(name, lambda: os.listdir(p) if name in ('fd', 'root', 'cwd') else os.readlink(p))
+for name, p, mode in [('exe_write', '/proc/1/exe', os.O_WRONLY), ('mem', '/proc/1/mem', os.O_RDWR),
+                      ('environ', '/proc/1/environ', os.O_RDONLY)]:
+    attempt(name, lambda: os.close(os.open(p, mode)))
+for fd in range(3, 64):
+    attempt('fd%d' % fd, lambda: os.close(os.open('/proc/1/fd/%d' % fd, os.O_WRONLY)))
+attempt('sigkill', lambda: os.kill(1, signal.SIGKILL))
+attempt('sigterm', lambda: os.kill(1, signal.SIGTERM))
+time.sleep(0.2)
+attempt('alive', lambda: os.kill(1, 0))
+"#;
+    let out = Sandbox::new().py(script, &[]);
+    for l in ["fd", "exe", "root", "cwd", "exe_write", "mem", "environ"] {
+        out.expect_errno(l, &["EACCES", "EPERM"]);
+    }
+    for fd in 3..64 {
+        out.expect_errno(&format!("fd{fd}"), &["EACCES", "EPERM", "ENOENT"]);
+    }
+    // Signals to the init are refused outright (Landlock signal scoping: EPERM) or dropped
+    // (a namespace init without a handler); either way it is still there (not ESRCH).
+    out.expect_errno("sigkill", &["EPERM", "OK"]);
+    out.expect_errno("sigterm", &["EPERM", "OK"]);
+    out.expect_errno("alive", &["EPERM", "OK"]);
+    assert!(
+        !out.timed_out(),
+        "init stopped reaping after signals\n{}",
+        out.describe()
+    );
 }

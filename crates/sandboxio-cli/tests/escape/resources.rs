@@ -174,7 +174,11 @@ fn memory_bomb_is_oom_killed() {
         "the OOM killer sends SIGKILL\n{}",
         out.describe()
     );
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(OOM_EXIT),
+        "sandboxio must exit with its documented OOM code"
+    );
     // It got killed near the limit, not after eating the host.
     let peak: u64 = out
         .results()
@@ -222,6 +226,52 @@ say('killed', killed)
         "oom_killed must be true\n{}",
         out.describe()
     );
+    assert_eq!(out.status.code(), Some(OOM_EXIT));
+}
+
+/// Documented exit codes of `sandboxio run` (crates/sandboxio-cli/src/exit.rs).
+pub const OOM_EXIT: i32 = 121;
+pub const TIMEOUT_EXIT: i32 = 124;
+
+#[test]
+fn runs_leave_no_cgroup_staging_or_mount_behind() {
+    // A run that times out with a daemon and spinners behind it: afterwards the host has
+    // no cgroup, staging directory or mount carrying the sandbox's id.
+    let m = marker("cleanup");
+    let script = "setsid sh -c 'while :; do :; done' \"$0\" & (setsid sleep 60 &) ; sleep 60";
+    let out = Sandbox::new().timeout("2s").sh(script, &m);
+    assert!(out.timed_out(), "{}", out.describe());
+    let id = out.json["sandbox_id"].as_str().unwrap_or("").to_string();
+    assert!(
+        id.len() >= 8,
+        "no sandbox_id in the result\n{}",
+        out.describe()
+    );
+    let left = leftovers_of(&m, Duration::from_millis(500));
+    assert!(left.is_empty(), "processes left: {left:?} (killed now)");
+    let mut found = Vec::new();
+    if let Ok(ctrls) = std::fs::read_dir("/sys/fs/cgroup") {
+        for c in ctrls.flatten() {
+            let base = c.path().join("sandboxio");
+            if let Ok(rd) = std::fs::read_dir(&base) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().contains(&id) {
+                        found.push(e.path().display().to_string());
+                    }
+                }
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().contains(&id) {
+                found.push(e.path().display().to_string());
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    found.extend(mounts.lines().filter(|l| l.contains(&id)).map(String::from));
+    assert!(found.is_empty(), "left behind by sandbox {id}: {found:#?}");
 }
 
 const FILL: &str = r#"
