@@ -9,5 +9,11 @@
 
 #[path = "reliability/common.rs"]
 mod common;
+#[path = "reliability/concurrency.rs"]
+mod concurrency;
 #[path = "reliability/crash.rs"]
 mod crash;
+#[path = "reliability/killswitch.rs"]
+mod killswitch;
+#[path = "reliability/sigterm.rs"]
+mod sigterm;

@@ -1,0 +1,57 @@
+//! SIGTERM to `sandboxio run` (issue 6): exits within about a second, leaves no processes
+//! and no cgroups behind.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+#[test]
+fn sigterm_exits_promptly_and_leaves_nothing() {
+    let env = Env::new("term", "process");
+    let cg_before = cgroup_dirs();
+    // `sh -c 'sleep 100 & sleep 100'`, with each sleep under a shell that carries the marker
+    // (a bare `sleep` argv could not be found from outside once reparented).
+    let m = &env.marker;
+    let script = format!("sh -c 'sleep 100; : {m}' & sh -c 'sleep 100; : {m}'; : {m}");
+    let mut child = env
+        .run_cmd(None, &[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // CLI + outer sh + the two inner shells.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs_with(&env.marker).len() < 4 {
+        assert!(Instant::now() < deadline, "the payload never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t0 = Instant::now();
+    signal(child.id(), "TERM");
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "run ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = t0.elapsed();
+    println!("SIGTERM: run exited after {took:?} with code {code:?}");
+    assert_eq!(code, Some(122));
+    assert!(took < Duration::from_secs(3), "too slow: {took:?}");
+    let left = wait_no_procs(&env.marker, Duration::from_secs(1));
+    assert!(left.is_empty(), "left:{}", describe_and_stop(&left));
+    let cg = new_cgroups(&cg_before, Duration::from_secs(1));
+    let cg: Vec<_> = cg
+        .into_iter()
+        .filter(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .map(|p| p.trim().is_empty())
+                .unwrap_or(true)
+        })
+        .collect();
+    assert!(cg.is_empty(), "empty cgroups left behind: {cg:?}");
+    assert_eq!(env.live_counts(), Default::default());
+}
