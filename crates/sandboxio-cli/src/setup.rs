@@ -90,7 +90,6 @@ use sandboxio_gateway::config::{BudgetSettings, RateCard, RateRule};
 use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
 use serde::Deserialize;
 
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BudgetToml {

@@ -97,6 +97,24 @@ pub struct FileSink {
     key: Arc<AuditKey>,
     state: Mutex<State>,
     name: String,
+    /// `<path>.lock`: held (flock) around every write, so several processes can share one
+    /// trail. Before writing, a holder that finds the trail changed under it catches up.
+    lockfile: File,
+}
+
+/// Holds the cross-process lock on the trail until dropped.
+struct TrailLock<'a>(&'a File);
+
+impl Drop for TrailLock<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
 }
 
 impl std::fmt::Debug for FileSink {
@@ -122,6 +140,11 @@ impl FileSink {
     /// write torn by a crash, never acknowledged) is cut off with a warning.
     pub fn open(opts: FileSinkOptions, key: Arc<AuditKey>) -> Result<FileSink, AuditError> {
         let path = opts.path.clone();
+        let lockfile = open_append(&lock_path(&path))?;
+        lockfile
+            .lock()
+            .map_err(|e| AuditError::io(lock_path(&path), e))?;
+        let _held = TrailLock(&lockfile);
         let mut file = open_append(&path)?;
         let (merkle, prev, bytes) = recover(&path, &mut file, &key, &opts.origin)?;
         let next_rotation = trail_files(&path)?
@@ -134,6 +157,7 @@ impl FileSink {
             name: format!("file({})", path.display()),
             opts,
             key,
+            lockfile: open_append(&lock_path(&path))?,
             state: Mutex::new(State {
                 file,
                 bytes,
@@ -150,6 +174,7 @@ impl FileSink {
             let mut st = sink.lock()?;
             sink.write_checkpoint(&mut st, CheckpointReason::Open)?;
         }
+        drop(_held);
         Ok(sink)
     }
 
@@ -168,6 +193,39 @@ impl FileSink {
             why: "state lock poisoned".into(),
             timed_out: false,
         })
+    }
+
+    /// Takes the cross-process lock and, when another process wrote to (or rotated) the
+    /// trail since we last did, reloads the chain state from the file.
+    fn lock_trail<'a>(&'a self, st: &mut State) -> Result<TrailLock<'a>, AuditError> {
+        let lp = lock_path(&self.opts.path);
+        self.lockfile.lock().map_err(|e| AuditError::io(&lp, e))?;
+        let held = TrailLock(&self.lockfile);
+        let ours = st
+            .file
+            .metadata()
+            .map_err(|e| AuditError::io(&self.opts.path, e))?;
+        let current = std::fs::metadata(&self.opts.path).ok();
+        use std::os::unix::fs::MetadataExt;
+        let same_file = current
+            .as_ref()
+            .is_some_and(|m| m.ino() == ours.ino() && m.dev() == ours.dev());
+        if !same_file || ours.len() != st.bytes {
+            let mut file = open_append(&self.opts.path)?;
+            let (merkle, prev, bytes) =
+                recover(&self.opts.path, &mut file, &self.key, &self.opts.origin)?;
+            st.file = file;
+            st.merkle = merkle;
+            st.prev = prev;
+            st.bytes = bytes;
+            st.next_rotation = trail_files(&self.opts.path)?
+                .iter()
+                .filter_map(|p| rotation_index_of(&self.opts.path, p))
+                .max()
+                .unwrap_or(0)
+                + 1;
+        }
+        Ok(held)
     }
 
     fn write_line(&self, st: &mut State, line: &str) -> Result<(), AuditError> {
@@ -233,6 +291,7 @@ impl FileSink {
                 timed_out: false,
             });
         }
+        let _held = self.lock_trail(&mut st)?;
         self.write_checkpoint(&mut st, CheckpointReason::Close)
     }
 
@@ -251,6 +310,7 @@ impl FileSink {
                 timed_out: false,
             });
         }
+        let _held = self.lock_trail(&mut st)?;
         let (line, hash) = chain::render_record(st.merkle.size(), &st.prev, &json);
         self.write_line(&mut st, &line)?;
         st.merkle.push(&hash);

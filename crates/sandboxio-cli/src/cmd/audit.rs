@@ -14,8 +14,21 @@ use crate::setup;
 pub async fn audit(cmd: AuditCmd) -> Result<i32> {
     match cmd {
         AuditCmd::Verify { json, key, files } => verify(json, key.as_deref(), &files),
-        AuditCmd::Tail { common, lines, follow, file } => tail(&common, lines, follow, file).await,
-        AuditCmd::Query { common, since, until, tenant, event, decision, file } => {
+        AuditCmd::Tail {
+            common,
+            lines,
+            follow,
+            file,
+        } => tail(&common, lines, follow, file).await,
+        AuditCmd::Query {
+            common,
+            since,
+            until,
+            tenant,
+            event,
+            decision,
+            file,
+        } => {
             let q = Query {
                 since: since.as_deref().map(super::state::parse_time).transpose()?,
                 until: until.as_deref().map(super::state::parse_time).transpose()?,
@@ -57,8 +70,16 @@ fn verify(json: bool, key: Option<&Path>, files: &[PathBuf]) -> Result<i32> {
             rep.records,
             rep.checkpoints,
             rep.files,
-            if rep.signatures_checked { "checked" } else { "not checked (no --key)" },
-            if rep.sealed { "sealed by a closing checkpoint" } else { "not sealed (still open, or truncated after the last checkpoint)" }
+            if rep.signatures_checked {
+                "checked"
+            } else {
+                "not checked (no --key)"
+            },
+            if rep.sealed {
+                "sealed by a closing checkpoint"
+            } else {
+                "not sealed (still open, or truncated after the last checkpoint)"
+            }
         );
     } else if let Some(b) = &rep.first_bad {
         println!("TAMPERED: {b:?}");

@@ -37,18 +37,29 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
             println!("warning: {w}");
         }
         if report.is_ok() {
-            println!("ok: {} rule(s) in {} file(s); every example and counterexample holds", report.rules, report.files.len());
+            println!(
+                "ok: {} rule(s) in {} file(s); every example and counterexample holds",
+                report.rules,
+                report.files.len()
+            );
         }
     }
-    Ok(if report.is_ok() { exit::OK } else { exit::USAGE })
+    Ok(if report.is_ok() {
+        exit::OK
+    } else {
+        exit::USAGE
+    })
 }
 
 fn read_op(arg: &str) -> Result<Operation> {
     let text = match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read `{path}`"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read `{path}`"))?
+        }
         None => arg.to_string(),
     };
-    serde_json::from_str(&text).context("`--op` is not a valid operation (see docs/ for the JSON form)")
+    serde_json::from_str(&text)
+        .context("`--op` is not a valid operation (see docs/ for the JSON form)")
 }
 
 fn explain(json: bool, op: &str, files: &[PathBuf]) -> Result<i32> {
@@ -88,7 +99,15 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
         let now = ev.ts;
         let d = set.evaluate(&op, &Context::new(now));
         let was_stopped_by_policy = ev.layer == sandboxio_core::Layer::Policy;
-        let before = if was_stopped_by_policy { ev.decision } else if ev.layer > sandboxio_core::Layer::Policy || ev.decision == sandboxio_core::Verdict::Allow { sandboxio_core::Verdict::Allow } else { continue };
+        let before = if was_stopped_by_policy {
+            ev.decision
+        } else if ev.layer > sandboxio_core::Layer::Policy
+            || ev.decision == sandboxio_core::Verdict::Allow
+        {
+            sandboxio_core::Verdict::Allow
+        } else {
+            continue;
+        };
         if d.verdict != before {
             changes.push(serde_json::json!({
                 "operation_id": ev.operation_id, "ts": ev.ts, "event": ev.event, "tenant": ev.tenant_id,
@@ -97,12 +116,24 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "considered": considered, "changes": changes }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "considered": considered, "changes": changes })
+            )?
+        );
     } else {
         for c in &changes {
-            println!("{}  {}  {} -> {}  {}", c["ts"], c["operation_id"], c["before"], c["after"], c["reason"]);
+            println!(
+                "{}  {}  {} -> {}  {}",
+                c["ts"], c["operation_id"], c["before"], c["after"], c["reason"]
+            );
         }
-        println!("{} recorded operation(s) re-decided, {} would change", considered, changes.len());
+        println!(
+            "{} recorded operation(s) re-decided, {} would change",
+            considered,
+            changes.len()
+        );
     }
     Ok(exit::OK)
 }
@@ -112,15 +143,34 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
 fn operation_of(ev: &sandboxio_audit::AuditEvent) -> Option<Operation> {
     use sandboxio_core::{Language, OperationArgs, Principal};
     let args = match ev.event.as_str() {
-        "exec" => OperationArgs::Exec { argv: ev.argv.clone()? },
-        "run_code" => OperationArgs::RunCode { language: Language::Python, code: ev.code.clone().unwrap_or_default() },
-        "file_read" => OperationArgs::FileRead { path: ev.path.clone()? },
-        "file_write" => OperationArgs::FileWrite { path: ev.path.clone()?, size: ev.bytes_in },
-        "file_delete" => OperationArgs::FileDelete { path: ev.path.clone()? },
-        "tool_call" => OperationArgs::ToolCall { tool: ev.tool_name.clone(), arguments: serde_json::Value::Null },
+        "exec" => OperationArgs::Exec {
+            argv: ev.argv.clone()?,
+        },
+        "run_code" => OperationArgs::RunCode {
+            language: Language::Python,
+            code: ev.code.clone().unwrap_or_default(),
+        },
+        "file_read" => OperationArgs::FileRead {
+            path: ev.path.clone()?,
+        },
+        "file_write" => OperationArgs::FileWrite {
+            path: ev.path.clone()?,
+            size: ev.bytes_in,
+        },
+        "file_delete" => OperationArgs::FileDelete {
+            path: ev.path.clone()?,
+        },
+        "tool_call" => OperationArgs::ToolCall {
+            tool: ev.tool_name.clone(),
+            arguments: serde_json::Value::Null,
+        },
         _ => return None,
     };
-    let principal = Principal { tenant: ev.tenant_id.clone()?, session: ev.session_id.clone(), agent: ev.agent_id.clone() };
+    let principal = Principal {
+        tenant: ev.tenant_id.clone()?,
+        session: ev.session_id.clone(),
+        agent: ev.agent_id.clone(),
+    };
     let mut op = Operation::new(principal, args);
     op.tier = ev.isolation;
     Some(op)

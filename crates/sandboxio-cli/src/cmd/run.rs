@@ -103,6 +103,11 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .transpose()?;
     let gateway = setup::gateway(&loaded, &common, approval_timeout.map(|d| d.0))?;
     gateway.recover().await?;
+    // Leftovers of crashed supervisors: empty sandbox cgroups and namespace staging dirs.
+    sandboxio_sandbox::cgroup::cleanup_stale();
+    sandboxio_sandbox::ns::cleanup_stale_staging(
+        exec.limits.timeout + std::time::Duration::from_secs(600),
+    );
 
     let cancel = CancelToken::new();
     let mut sub = Submission::new(op);

@@ -189,7 +189,6 @@ fn eight_submitters_with_sigkills_leak_nothing() {
 /// in memory and takes no inter-process lock), and a later open fails with SBX_E1603
 /// "audit chain broken", so runs fail until the trail is repaired.
 #[test]
-#[ignore = "finding: audit FileSink is not safe for concurrent CLI processes (SBX_E1603)"]
 fn shared_audit_trail_under_concurrent_writers() {
     let env = Arc::new(Env::new("conca", "process"));
     let mut hs = Vec::new();
