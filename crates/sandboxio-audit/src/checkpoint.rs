@@ -229,19 +229,35 @@ impl AuditKey {
         match std::fs::read_to_string(path) {
             Ok(s) => Self::parse_private(path, &s),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Write the whole key to a private temporary file, then link it into place:
+                // a concurrent process either sees no key or a complete one, and when two
+                // generate at once the first link wins and both use its key.
                 let key = AuditKey::generate();
+                let mut tmp = path.as_os_str().to_owned();
+                tmp.push(format!(".tmp{}", std::process::id()));
+                let tmp = std::path::PathBuf::from(tmp);
                 let mut opts = std::fs::OpenOptions::new();
-                opts.write(true).create_new(true);
+                opts.write(true).create(true).truncate(true);
                 #[cfg(unix)]
                 {
                     use std::os::unix::fs::OpenOptionsExt;
                     opts.mode(0o600);
                 }
-                let mut f = opts.open(path).map_err(|e| AuditError::io(path, e))?;
+                let mut f = opts.open(&tmp).map_err(|e| AuditError::io(&tmp, e))?;
                 f.write_all(format!("{}\n", hex::encode(key.signing.to_bytes())).as_bytes())
                     .and_then(|_| f.sync_all())
-                    .map_err(|e| AuditError::io(path, e))?;
-                Ok(key)
+                    .map_err(|e| AuditError::io(&tmp, e))?;
+                let linked = std::fs::hard_link(&tmp, path);
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => Ok(key),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        let s =
+                            std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+                        Self::parse_private(path, &s)
+                    }
+                    Err(e) => Err(AuditError::io(path, e)),
+                }
             }
             Err(e) => Err(AuditError::io(path, e)),
         }

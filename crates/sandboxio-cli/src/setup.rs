@@ -85,58 +85,8 @@ use std::time::Duration;
 use sandboxio_audit::{
     AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
 };
-use sandboxio_core::{Money, OperationKind};
-use sandboxio_gateway::config::{BudgetSettings, RateCard, RateRule};
+use sandboxio_budget::{BudgetConfig, RateLimitsConfig, ScopeKey};
 use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
-use serde::Deserialize;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BudgetToml {
-    #[serde(default)]
-    global: Option<Money>,
-    #[serde(default)]
-    per_tenant: Option<Money>,
-    #[serde(default)]
-    per_session: Option<Money>,
-    #[serde(default)]
-    tenants: std::collections::BTreeMap<String, Money>,
-    #[serde(default)]
-    warn_fraction: Option<String>,
-    #[serde(default)]
-    rate_card: Option<RateCardToml>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RateCardToml {
-    cpu_second: Money,
-    gib_second: Money,
-    #[serde(default)]
-    per_call: Option<Money>,
-}
-
-/// Parses `N/second|minute|hour|day`.
-pub fn parse_rate(s: &str) -> Result<(u32, Duration)> {
-    let (n, unit) = s
-        .split_once('/')
-        .ok_or_else(|| anyhow::anyhow!("rate limit `{s}` must look like 20/minute"))?;
-    let n: u32 = n
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("rate limit `{s}`: `{n}` is not a count"))?;
-    let window = match unit.trim() {
-        "second" | "s" => Duration::from_secs(1),
-        "minute" | "min" | "m" => Duration::from_secs(60),
-        "hour" | "h" => Duration::from_secs(3600),
-        "day" | "d" => Duration::from_secs(86400),
-        u => anyhow::bail!("rate limit `{s}`: unknown unit `{u}` (second, minute, hour, day)"),
-    };
-    if n == 0 {
-        anyhow::bail!("rate limit `{s}`: the count must be at least 1");
-    }
-    Ok((n, window))
-}
 
 pub fn gateway_config(
     loaded: &Loaded,
@@ -151,72 +101,22 @@ pub fn gateway_config(
         g.approval_timeout = t;
     }
     if let Some(b) = &c.budget {
-        let b: BudgetToml = toml::Value::Table(b.clone())
-            .try_into()
-            .context("invalid [budget] section")?;
-        let mut s = BudgetSettings {
-            global: b.global,
-            per_tenant: b.per_tenant,
-            per_session: b.per_session,
-            tenants: b.tenants,
-            ..BudgetSettings::default()
-        };
-        if let Some(w) = b.warn_fraction {
-            s.warn_fraction = w
-                .parse()
-                .map_err(|_| anyhow::anyhow!("[budget] warn_fraction `{w}` is not a decimal"))?;
-        }
-        if let Some(rc) = b.rate_card {
-            s.rate_card = RateCard {
-                cpu_second: rc.cpu_second,
-                gib_second: rc.gib_second,
-                per_call: rc.per_call.unwrap_or(Money::ZERO),
-            };
-        }
-        g.budget = s;
+        let text = toml::to_string(b).context("invalid [budget] section")?;
+        g.budget = BudgetConfig::from_toml(&text)?;
     }
     if let Some(r) = &c.rate_limits {
-        for (action, v) in r {
-            let kind = match action.as_str() {
-                "*" | "all" => None,
-                k => Some(k.parse::<OperationKind>()?),
-            };
-            let s = v.as_str().ok_or_else(|| {
-                anyhow::anyhow!("[rate_limits] `{action}` must be a string like \"20/minute\"")
-            })?;
-            let (limit, window) = parse_rate(s)?;
-            g.rate_limits.push(RateRule {
-                kind,
-                limit,
-                window,
-            });
-        }
+        let limits: RateLimitsConfig = toml::Value::Table(r.clone())
+            .try_into()
+            .context("invalid [rate_limits] section (expected [[rate_limits.limit]] entries with action and limit)")?;
+        limits.validate()?;
+        g.rate_limits = limits;
     }
     Ok(g)
 }
 
-pub fn scopes_for(g: &GatewayConfig, tenant: &str) -> Vec<sandboxio_gateway::store::ScopeCeiling> {
-    use sandboxio_gateway::store::ScopeCeiling;
-    let mut v = Vec::new();
-    if let Some(c) = g.budget.global {
-        v.push(ScopeCeiling {
-            scope: "global".into(),
-            ceiling: c,
-        });
-    }
-    if let Some(c) = g
-        .budget
-        .tenants
-        .get(tenant)
-        .copied()
-        .or(g.budget.per_tenant)
-    {
-        v.push(ScopeCeiling {
-            scope: format!("tenant:{tenant}"),
-            ceiling: c,
-        });
-    }
-    v
+/// The budget scopes a tenant's operations are charged to.
+pub fn scopes_for(tenant: &str) -> Vec<ScopeKey> {
+    vec![ScopeKey::Global, ScopeKey::Tenant(tenant.to_string())]
 }
 
 /// Loads the policy files named by flags, else config, else the built-in default.

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use rust_decimal::Decimal;
 use sandboxio_audit::{Auditor, OnSinkFailure, Secret};
+use sandboxio_budget::{
+    LatencyClass, LatencyReport, LatencyTracker, MeasuredUsage, ReserveRequest,
+};
 use sandboxio_core::fingerprint::sha256_hex;
 use sandboxio_core::{
     Decision, ErrorCode, ExecRequest, ExecResult, ExitStatus, Fingerprint, IsolationTier, Layer,
@@ -26,8 +28,8 @@ use crate::policy::PolicyEngine;
 use crate::redaction::Redaction;
 use crate::retry::RetryBudget;
 use crate::store::{
-    Approval, ApprovalState, IdemBegin, JournalEntry, LedgerLine, ReserveOutcome, ScopeCeiling,
-    Store,
+    Admission, Admitted, Approval, ApprovalState, Claimed, Finish, IdemBegin, IdemClaim, IdemEnd,
+    JournalEntry, KillState, LedgerLine, Store,
 };
 use crate::tool::Tool;
 
@@ -88,6 +90,7 @@ pub struct Gateway {
     owner: String,
     running: Mutex<HashMap<String, CancelToken>>,
     retry_budget: Mutex<RetryBudget>,
+    latency: Mutex<LatencyTracker>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -145,6 +148,7 @@ impl Gateway {
         approver: Approver,
     ) -> Self {
         let retry_budget = Mutex::new(RetryBudget::new(&cfg.retry));
+        let cfg_latency = cfg.budget.latency;
         Gateway {
             cfg,
             store,
@@ -157,6 +161,7 @@ impl Gateway {
             owner: process_owner(),
             running: Mutex::new(HashMap::new()),
             retry_budget,
+            latency: Mutex::new(LatencyTracker::new(cfg_latency)),
         }
     }
 
@@ -178,6 +183,11 @@ impl Gateway {
         &self.auditor
     }
 
+    /// p50/p95/p99 against the targets, per latency class, for what this gateway ran.
+    pub fn latency_reports(&self) -> Vec<LatencyReport> {
+        self.latency.lock().map(|t| t.reports()).unwrap_or_default()
+    }
+
     /// Finishes work a crashed process left: intents without an outcome are recorded as
     /// `interrupted`, their reservations released and their keys settled. Call at start.
     pub async fn recover(&self) -> Result<usize, GatewayError> {
@@ -188,7 +198,7 @@ impl Gateway {
         if !stale.is_empty() {
             tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
         }
-        let entries = self.store.recover(now, &owner_alive, &|e| {
+        let entries = self.store.recover(now, &self.cfg.budget, &owner_alive, &|e| {
             let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
             rec.status = OperationStatus::Interrupted;
             rec.layer = Layer::Journal;
@@ -253,9 +263,33 @@ impl Gateway {
 
     /// Runs one operation through every layer. Returns `Err` only when the operation could
     /// not be recorded and the audit mode is `fail`.
-    pub async fn submit(&self, mut sub: Submission) -> Result<Outcome, GatewayError> {
-        let started = Instant::now();
+    pub async fn submit(&self, sub: Submission) -> Result<Outcome, GatewayError> {
         let id = new_id();
+        // Every log line of this operation carries its id (and the caller's trace id): a
+        // WARN-level span, so it is enabled whenever warnings are.
+        let span = tracing::span!(
+            tracing::Level::WARN,
+            "operation",
+            operation_id = %id,
+            kind = sub.op.kind().as_str(),
+            trace_id = tracing::field::Empty,
+        );
+        if let Some(cx) = sub
+            .traceparent
+            .as_deref()
+            .and_then(sandboxio_audit::parent_from_traceparent)
+        {
+            use opentelemetry::trace::TraceContextExt as _;
+            span.record(
+                "trace_id",
+                tracing::field::display(cx.span().span_context().trace_id()),
+            );
+        }
+        tracing::Instrument::instrument(self.submit_as(id, sub), span).await
+    }
+
+    async fn submit_as(&self, id: String, mut sub: Submission) -> Result<Outcome, GatewayError> {
+        let started = Instant::now();
         if sub.op.tier.is_none()
             && matches!(sub.op.kind(), OperationKind::Exec | OperationKind::RunCode)
         {
@@ -273,11 +307,7 @@ impl Gateway {
                 return Err(GatewayError::Unrecorded);
             }
         };
-        let mut ctx = RunCtx {
-            reservation: false,
-            idem: None,
-            journaled: false,
-        };
+        let mut ctx = RunCtx::default();
         let outcome = self
             .chain(&id, &sub, &fingerprint, &mut rec, &mut ctx, started)
             .await;
@@ -292,14 +322,15 @@ impl Gateway {
                 (None, None)
             }
         };
-        // Release whatever was reserved but not settled (denied after reserve, failures).
-        if ctx.reservation {
-            if let Err(e) = self.store.release(&id) {
-                tracing::warn!(operation_id = %id, code = e.code(), "releasing a reservation failed: {e}");
-            }
-        }
         rec.duration_ms = ms(started.elapsed());
         rec.ts = Utc::now();
+        if ctx.ran {
+            rec.cost_settled = ctx.charge;
+            let class = LatencyClass::for_kind(sub.op.kind());
+            if let Ok(mut t) = self.latency.lock() {
+                rec.latency_budget_violated = t.record(class, started.elapsed()).is_some();
+            }
+        }
         let result = result.map(|r| redact_result(&redactor, r));
         let tool_output = tool_output.map(|v| redact_json(&redactor, v));
         let (rec, _) = redactor.redact_record_counted(rec);
@@ -308,21 +339,9 @@ impl Gateway {
             result,
             tool_output,
         };
-        // Idempotency: store the outcome before the journal closes, so a crash in between
-        // replays the outcome instead of running twice.
-        if let Some((tenant, key)) = &ctx.idem {
-            let json = serde_json::to_string(&out).unwrap_or_default();
-            let stored =
-                if out.record.layer == Layer::Sandbox || out.record.verdict == Verdict::Allow {
-                    self.store.idem_finish(tenant, key, &json)
-                } else {
-                    // Stopped before running: forget the key so a retry may run.
-                    self.store.idem_abandon(tenant, key)
-                };
-            if let Err(e) = stored {
-                tracing::warn!(operation_id = %id, code = e.code(), "storing an idempotency outcome failed: {e}");
-            }
-        }
+        // The record goes to the audit sinks before the journal closes: a crash in between
+        // leaves an open intent, which recovery records as interrupted (the trail then holds
+        // both), so no operation that ran is ever missing from the trail.
         let parent = sub
             .traceparent
             .as_deref()
@@ -332,12 +351,45 @@ impl Gateway {
             .auditor
             .record_with_parent(out.record.clone(), &parent)
             .await;
-        if ctx.journaled {
-            if let Err(e) = self
-                .store
-                .journal_outcome(&id, out.record.status.as_str(), Utc::now())
-            {
-                tracing::warn!(operation_id = %id, code = e.code(), "journaling an outcome failed: {e}");
+        // Settle or release, store the key's outcome, close the journal: one transaction, so a
+        // crash either replays this outcome or finds the operation interrupted, never both.
+        if ctx.admitted {
+            let idem = ctx.idem.clone().map(|(tenant, key)| {
+                let end = if ctx.ran {
+                    IdemEnd::Done(serde_json::to_string(&out).unwrap_or_default())
+                } else {
+                    IdemEnd::Abandon
+                };
+                (tenant, key, end)
+            });
+            let ledger = LedgerLine {
+                operation_id: id.clone(),
+                tenant: sub.op.principal.tenant.clone(),
+                category: sub.op.cost_category,
+                amount: ctx.charge.unwrap_or(Money::ZERO),
+                at: Utc::now(),
+                description: format!("{} {}", sub.op.kind(), sub.op.args.tool_name()),
+                labels: sub.labels.clone(),
+            };
+            let fin = Finish {
+                operation_id: &id,
+                budget: &self.cfg.budget,
+                charge: if ctx.ran { ctx.charge } else { None },
+                ledger: Some(ledger),
+                idem,
+                journal_status: out.record.status.as_str(),
+                now: Utc::now(),
+            };
+            match self.store.finish(&fin) {
+                Ok(Some(s)) => {
+                    for w in &s.warnings {
+                        self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
+                }
             }
         }
         recorded.map_err(|_| GatewayError::Unrecorded)?;
@@ -353,19 +405,15 @@ impl Gateway {
         ctx: &mut RunCtx,
         started: Instant,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
+        let _ = started;
         let op = &sub.op;
         // admit
         op.validate()
             .map_err(|e| Stop::deny(Layer::Admit, e.to_string()).code(e.code()))?;
-        // kill switch
+        // kill switch: consulted before every other check (and again, atomically, at admission)
         match self.store.kill_state() {
             Ok(None) => {}
-            Ok(Some(k)) => {
-                return Err(Stop::deny(
-                    Layer::KillSwitch,
-                    format!("the kill switch is engaged: {}", k.reason),
-                ))
-            }
+            Ok(Some(k)) => return Err(Stop::killed(&k)),
             Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
         }
         // policy
@@ -376,121 +424,82 @@ impl Gateway {
             return Err(Stop::from_decision(decision));
         }
         let needs_approval = decision.verdict == Verdict::Ask;
-        // rate limit
-        self.rate_limit(op)?;
-        // journal intent, durable before anything that must be undone after a crash (the
-        // reservation, the idempotency claim) and before any side effect. `recover` finds it
-        // by owner, releases the reservation and settles the key only if this operation
-        // claimed it.
-        let entry = JournalEntry {
-            operation_id: id.to_string(),
-            intent: serde_json::to_string(op).unwrap_or_default(),
-            started_at: Utc::now(),
-            owner: self.owner.clone(),
-            idempotent: op.idempotent,
-            idem: op
-                .idempotency_key
-                .as_ref()
-                .map(|k| (op.principal.tenant.clone(), k.as_str().to_string())),
-        };
-        self.store
-            .journal_intent(&entry)
-            .map_err(|e| Stop::error(Layer::Journal, &e))?;
-        ctx.journaled = true;
-        // budget
+        // rate limit, journal intent, budget and (without an approval) the idempotency claim:
+        // one transaction, durable before any side effect; a refusal changes nothing.
+        let idem = op.idempotency_key.as_ref().map(|k| IdemClaim {
+            tenant: op.principal.tenant.clone(),
+            key: k.as_str().to_string(),
+            fingerprint: fingerprint.0.clone(),
+            retention_s: self.cfg.idempotency_retention.as_secs(),
+        });
+        if idem.is_some() {
+            rec.idempotency_retention_s = Some(self.cfg.idempotency_retention.as_secs());
+        }
         let estimate = self.estimate(op, sub.exec.as_ref());
-        rec.cost_reserved = Some(estimate);
-        let scopes = self.scopes(op);
-        if !scopes.is_empty() {
-            match self
-                .store
-                .reserve(id, &scopes, op.cost_category, estimate, Utc::now())
-            {
-                Ok(ReserveOutcome::Reserved) => ctx.reservation = true,
-                Ok(ReserveOutcome::Denied {
-                    scope,
-                    spent,
-                    reserved,
-                    ceiling,
-                    amount,
-                }) => {
-                    let after = spent
-                        .checked_add(reserved)
-                        .and_then(|x| x.checked_add(amount));
-                    let after = after
-                        .map(|a| a.to_string())
-                        .unwrap_or_else(|_| "more than representable".into());
-                    return Err(Stop::deny(
-                        Layer::Budget,
-                        format!("reserving {amount} would bring `{scope}` to {after} of its {ceiling} ceiling ({spent} spent, {reserved} reserved)"),
-                    ));
+        let admission = Admission {
+            journal: JournalEntry {
+                operation_id: id.to_string(),
+                intent: serde_json::to_string(op).unwrap_or_default(),
+                started_at: Utc::now(),
+                owner: self.owner.clone(),
+                idempotent: op.idempotent,
+                idem: idem.as_ref().map(|c| (c.tenant.clone(), c.key.clone())),
+            },
+            rate: self.rate_limits_for(op),
+            budget: &self.cfg.budget,
+            reserve: ReserveRequest {
+                id: id.to_string(),
+                tenant: op.principal.tenant.clone(),
+                session: op.principal.session.clone(),
+                category: op.cost_category,
+                estimate: Some(estimate),
+            },
+            idem: if needs_approval { None } else { idem.clone() },
+            now: Utc::now(),
+        };
+        match self.store.admit(&admission) {
+            Ok(Admitted::Proceed(r)) => {
+                ctx.admitted = true;
+                rec.cost_reserved = Some(r.amount);
+                if !needs_approval {
+                    ctx.idem = admission.journal.idem.clone();
                 }
-                Err(e) => return Err(Stop::error(Layer::Budget, &e)),
             }
+            Ok(Admitted::KillSwitch(k)) => return Err(Stop::killed(&k)),
+            Ok(Admitted::RateLimited {
+                limit,
+                retry_after_ms,
+                ..
+            }) => {
+                let mut s = Stop::deny(
+                    Layer::RateLimit,
+                    format!(
+                        "rate limit of {limit} for `{}` reached; retry in {retry_after_ms} ms",
+                        op.args.tool_name()
+                    ),
+                );
+                s.retry_after_ms = Some(retry_after_ms);
+                return Err(s);
+            }
+            Ok(Admitted::Budget(d)) => return Err(Stop::deny(Layer::Budget, d.reason)),
+            Ok(Admitted::Idem(x)) => return self.idem_answer(x, op, rec),
+            Err(e) => return Err(Stop::error(Layer::Journal, &e)),
         }
-        // approval
+        // approval, then (bound to this request, once) the claim of the key
         if needs_approval {
-            self.approve(id, op, fingerprint, &decision, rec).await?;
-        }
-        // idempotency
-        if let Some(key) = &op.idempotency_key {
-            let tenant = op.principal.tenant.clone();
-            let retention = self.cfg.idempotency_retention.as_secs();
-            rec.idempotency_retention_s = Some(retention);
-            match self.store.idem_begin(
-                &tenant,
-                key.as_str(),
-                &fingerprint.0,
-                id,
-                Utc::now(),
-                retention,
-            ) {
-                Ok(IdemBegin::New) => ctx.idem = Some((tenant, key.as_str().to_string())),
-                Ok(IdemBegin::Replay {
-                    outcome,
-                    operation_id,
-                }) => {
-                    let prev: Outcome = serde_json::from_str(&outcome).map_err(|_| {
-                        Stop::deny(
-                            Layer::Idempotency,
-                            "the recorded outcome for this key is unreadable",
-                        )
-                        .code("SBX_E1504")
-                    })?;
-                    rec.replayed = true;
-                    rec.status = OperationStatus::Replayed;
-                    rec.verdict = Verdict::Allow;
-                    rec.layer = Layer::Idempotency;
-                    rec.reason = format!(
-                        "replayed the outcome of operation {operation_id} ({})",
-                        prev.record.status.as_str()
-                    );
-                    rec.exit_code = prev.record.exit_code;
-                    rec.signal = prev.record.signal;
-                    rec.sandbox_id = prev.record.sandbox_id.clone();
-                    if prev.record.status == OperationStatus::Interrupted {
-                        rec.status = OperationStatus::Interrupted;
-                        rec.reason = format!("operation {operation_id} with this key was interrupted and may have run; it is not run again");
-                        rec.error_code = Some("SBX_E1512".into());
-                    }
-                    return Ok((prev.result, prev.tool_output));
+            let approval_id = self.approve(id, op, fingerprint, &decision, rec).await?;
+            match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
+                Ok(None) => ctx.idem = admission.journal.idem.clone(),
+                Ok(Some(Claimed::ApprovalInvalid)) => {
+                    return Err(Stop::deny(
+                        Layer::Approval,
+                        format!("approval `{approval_id}` is not valid for this request (used, expired or for another request)"),
+                    ))
                 }
-                Ok(IdemBegin::Conflict) => {
-                    let e = GatewayError::IdempotencyConflict {
-                        key: key.as_str().to_string(),
-                    };
-                    return Err(Stop::deny(Layer::Idempotency, e.to_string()).code(e.code()));
-                }
-                Ok(IdemBegin::InProgress) => {
-                    let e = GatewayError::IdempotencyInProgress {
-                        key: key.as_str().to_string(),
-                    };
-                    return Err(Stop::deny(Layer::Idempotency, e.to_string()).code(e.code()));
-                }
-                Err(e) => return Err(Stop::error(Layer::Idempotency, &e)),
+                Ok(Some(Claimed::Idem(x))) => return self.idem_answer(x, op, rec),
+                Err(e) => return Err(Stop::error(Layer::Approval, &e)),
             }
         }
-        // (the journal intent was written before the budget layer)
         // In fail mode an operation that cannot be recorded must not run: record the intent.
         if self.auditor.config().on_sink_failure == OnSinkFailure::Fail {
             let mut intent_rec = rec.clone();
@@ -510,111 +519,80 @@ impl Gateway {
         // run
         rec.verdict = Verdict::Allow;
         rec.layer = Layer::Sandbox;
-        let ran = self.run(id, sub, rec).await;
-        // settle
+        let ran = self.run(id, sub, rec, ctx).await;
         let (result, tool_output) = ran?;
-        let charge = self.measured_cost(op, result.as_ref(), estimate);
-        if ctx.reservation {
-            let line = LedgerLine {
-                operation_id: id.to_string(),
-                tenant: op.principal.tenant.clone(),
-                category: op.cost_category,
-                amount: charge,
-                at: Utc::now(),
-                description: format!("{} {}", op.kind(), op.args.tool_name()),
-                labels: sub.labels.clone(),
-            };
-            match self
-                .store
-                .settle(id, charge, self.cfg.budget.warn_fraction, Some(line))
-            {
-                Ok(s) => {
-                    ctx.reservation = false;
-                    rec.cost_settled = Some(s.charged);
-                    for (scope, spent, ceiling) in s.warn_crossed {
-                        self.warn_budget(op, &scope, spent, ceiling).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(operation_id = %id, code = e.code(), "settling failed; the reservation is released: {e}")
-                }
-            }
-        }
-        let target = match op.kind() {
-            OperationKind::Exec | OperationKind::RunCode | OperationKind::ToolCall => {
-                self.cfg.execution_latency
-            }
-            _ => self.cfg.interactive_latency,
-        };
-        rec.latency_budget_violated = started.elapsed() > target.p99;
+        // Settle charges the measured cost, at most what was reserved: the ceiling check was
+        // made on the reservation, so spend never passes a ceiling.
+        let measured = self.measured_cost(op, result.as_ref(), estimate);
+        ctx.charge = Some(measured.min(rec.cost_reserved.unwrap_or(estimate)));
         Ok((result, tool_output))
     }
 
-    fn rate_limit(&self, op: &Operation) -> Result<(), Stop> {
-        let now_ms = Utc::now().timestamp_millis();
-        for rule in &self.cfg.rate_limits {
-            if rule.kind.is_some_and(|k| k != op.kind()) {
-                continue;
-            }
-            let action = rule.kind.map(|k| k.as_str()).unwrap_or("*");
-            let key = format!(
-                "{}\u{1f}{}\u{1f}{}\u{1f}{}/{}",
-                op.principal.tenant,
-                op.principal.agent.as_deref().unwrap_or(""),
-                action,
-                rule.limit,
-                ms(rule.window)
-            );
-            let window = i64::try_from(ms(rule.window)).unwrap_or(i64::MAX);
-            match self.store.rate_take(&key, rule.limit, window, now_ms) {
-                Ok(None) => {}
-                Ok(Some(retry)) => {
-                    let mut s = Stop::deny(
-                        Layer::RateLimit,
-                        format!(
-                            "rate limit of {} `{}` per {}s reached; retry in {} ms",
-                            rule.limit,
-                            action,
-                            rule.window.as_secs(),
-                            retry
-                        ),
-                    );
-                    s.retry_after_ms = Some(retry);
-                    return Err(s);
-                }
-                Err(e) => return Err(Stop::error(Layer::RateLimit, &e)),
-            }
-        }
-        Ok(())
-    }
-
-    fn scopes(&self, op: &Operation) -> Vec<ScopeCeiling> {
-        let b = &self.cfg.budget;
-        let mut v = Vec::new();
-        if let Some(c) = b.global {
-            v.push(ScopeCeiling {
-                scope: "global".into(),
-                ceiling: c,
-            });
-        }
-        if let Some(c) = b
-            .tenants
-            .get(&op.principal.tenant)
-            .copied()
-            .or(b.per_tenant)
-        {
-            v.push(ScopeCeiling {
-                scope: format!("tenant:{}", op.principal.tenant),
-                ceiling: c,
-            });
-        }
-        if let (Some(c), Some(s)) = (b.per_session, &op.principal.session) {
-            v.push(ScopeCeiling {
-                scope: format!("session:{}:{}", op.principal.tenant, s),
-                ceiling: c,
-            });
+    /// The rate limits that apply: those for the operation kind and, for a tool call, those
+    /// naming the tool.
+    fn rate_limits_for(&self, op: &Operation) -> Vec<(String, sandboxio_budget::RateLimit)> {
+        let (tenant, agent) = (&op.principal.tenant, op.principal.agent.as_deref());
+        let mut v = self
+            .cfg
+            .rate_limits
+            .matching(tenant, agent, op.kind().as_str());
+        if let OperationArgs::ToolCall { tool, .. } = &op.args {
+            v.extend(self.cfg.rate_limits.matching(tenant, agent, tool));
         }
         v
+    }
+
+    /// The answer for a key that is already known.
+    fn idem_answer(
+        &self,
+        x: IdemBegin,
+        op: &Operation,
+        rec: &mut OperationRecord,
+    ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
+        let key = op
+            .idempotency_key
+            .as_ref()
+            .map(|k| k.as_str().to_string())
+            .unwrap_or_default();
+        match x {
+            IdemBegin::Replay {
+                outcome,
+                operation_id,
+            } => {
+                let prev: Outcome = serde_json::from_str(&outcome).map_err(|_| {
+                    Stop::deny(
+                        Layer::Idempotency,
+                        "the recorded outcome for this key is unreadable",
+                    )
+                    .code("SBX_E1504")
+                })?;
+                rec.replayed = true;
+                rec.status = OperationStatus::Replayed;
+                rec.verdict = Verdict::Allow;
+                rec.layer = Layer::Idempotency;
+                rec.reason = format!(
+                    "replayed the outcome of operation {operation_id} ({})",
+                    prev.record.status.as_str()
+                );
+                rec.exit_code = prev.record.exit_code;
+                rec.signal = prev.record.signal;
+                rec.sandbox_id = prev.record.sandbox_id.clone();
+                if prev.record.status == OperationStatus::Interrupted {
+                    rec.status = OperationStatus::Interrupted;
+                    rec.reason = format!("operation {operation_id} with this key was interrupted and may have run; it is not run again");
+                    rec.error_code = Some("SBX_E1512".into());
+                }
+                Ok((prev.result, prev.tool_output))
+            }
+            IdemBegin::Conflict => {
+                let e = GatewayError::IdempotencyConflict { key };
+                Err(Stop::deny(Layer::Idempotency, e.to_string()).code(e.code()))
+            }
+            IdemBegin::InProgress | IdemBegin::New => {
+                let e = GatewayError::IdempotencyInProgress { key };
+                Err(Stop::deny(Layer::Idempotency, e.to_string()).code(e.code()))
+            }
+        }
     }
 
     /// The reservation: the caller's estimate, or the most the limits allow to be spent.
@@ -623,51 +601,48 @@ impl Gateway {
             return c;
         }
         let rc = &self.cfg.budget.rate_card;
-        let limits = exec.map(|e| e.limits.clone()).unwrap_or_default();
-        let secs = Decimal::from(limits.timeout.as_secs().max(1));
-        let cores = Decimal::new(i64::from(limits.cpu_quota_millis.max(1)), 3);
-        let gib = Decimal::from(limits.memory.bytes()) / Decimal::from(1u64 << 30);
-        let cpu = rc
-            .cpu_second
-            .checked_mul(secs * cores)
-            .unwrap_or(Money::ZERO);
-        let mem = rc.gib_second.checked_mul(secs * gib).unwrap_or(Money::ZERO);
-        cpu.checked_add(mem)
-            .and_then(|m| m.checked_add(rc.per_call))
-            .unwrap_or(Money::ZERO)
+        let bound = match &op.args {
+            OperationArgs::Exec { .. } | OperationArgs::RunCode { .. } => {
+                let limits = exec.map(|e| e.limits.clone()).unwrap_or_default();
+                let wall = ms(limits.timeout).max(1);
+                let cpu = wall.saturating_mul(u64::from(limits.cpu_quota_millis.max(1))) / 1000;
+                rc.cost(&MeasuredUsage {
+                    cpu_time_ms: cpu,
+                    peak_memory_bytes: limits.memory.bytes(),
+                    wall_time_ms: wall,
+                })
+                .unwrap_or(self.cfg.budget.default_estimate)
+            }
+            _ => rc.per_call,
+        };
+        bound.max(self.cfg.budget.default_estimate)
     }
 
     fn measured_cost(&self, op: &Operation, result: Option<&ExecResult>, estimate: Money) -> Money {
         let rc = &self.cfg.budget.rate_card;
         let Some(r) = result else {
+            // A tool cannot be measured: its estimate (or the per-call price) is the cost.
             return if op.estimated_cost.is_some() {
                 estimate
             } else {
                 rc.per_call
             };
         };
-        let cpu_s =
-            Decimal::from(r.usage.cpu_time_ms.unwrap_or(r.duration_ms)) / Decimal::from(1000);
-        let gib = Decimal::from(r.usage.peak_memory_bytes.unwrap_or(0)) / Decimal::from(1u64 << 30);
-        let wall_s = Decimal::from(r.duration_ms) / Decimal::from(1000);
-        let cost = rc
-            .cpu_second
-            .checked_mul(cpu_s)
-            .and_then(|c| c.checked_add(rc.gib_second.checked_mul(gib * wall_s)?))
-            .and_then(|c| c.checked_add(rc.per_call));
-        cost.unwrap_or(estimate)
+        let usage = MeasuredUsage {
+            cpu_time_ms: r.usage.cpu_time_ms.unwrap_or(r.duration_ms),
+            peak_memory_bytes: r.usage.peak_memory_bytes.unwrap_or(0),
+            wall_time_ms: r.duration_ms,
+        };
+        rc.cost(&usage).unwrap_or(estimate)
     }
 
-    async fn warn_budget(&self, op: &Operation, scope: &str, spent: Money, ceiling: Money) {
+    async fn warn_budget(&self, op: &Operation, what: &str, spent: Money) {
         let mut w = OperationRecord::new(new_id(), "budget_warning");
         w.tenant_id = Some(op.principal.tenant.clone());
         w.status = OperationStatus::Warning;
         w.verdict = Verdict::Allow;
         w.layer = Layer::Budget;
-        w.reason = format!(
-            "`{scope}` has spent {spent} of its {ceiling} ceiling (warn fraction {})",
-            self.cfg.budget.warn_fraction
-        );
+        w.reason = what.to_string();
         w.cost_settled = Some(spent);
         if let Err(e) = self.auditor.record(w).await {
             tracing::warn!(code = e.code(), "recording a budget warning failed: {e}");
@@ -681,7 +656,7 @@ impl Gateway {
         fp: &Fingerprint,
         decision: &Decision,
         rec: &mut OperationRecord,
-    ) -> Result<(), Stop> {
+    ) -> Result<String, Stop> {
         let now = Utc::now();
         let approval_id = format!("apr_{}", &new_id()[..12]);
         let redacted_op = self
@@ -752,12 +727,7 @@ impl Gateway {
                 ),
             ));
         }
-        // Bound to this exact request, once.
-        match self.store.consume_approval(&approval_id, &fp.0, Utc::now()) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Stop::deny(Layer::Approval, format!("approval `{approval_id}` is not valid for this request (used, expired or for another request)"))),
-            Err(e) => Err(Stop::error(Layer::Approval, &e)),
-        }
+        Ok(approval_id)
     }
 
     async fn poll_approval(&self, approval_id: &str, poll: Duration) -> Option<ApprovalAnswer> {
@@ -787,8 +757,10 @@ impl Gateway {
         id: &str,
         sub: &Submission,
         rec: &mut OperationRecord,
+        ctx: &mut RunCtx,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
         let op = &sub.op;
+        ctx.ran = true;
         match &op.args {
             OperationArgs::Exec { .. } | OperationArgs::RunCode { .. } => {
                 let req = build_exec(op, sub.exec.clone());
@@ -908,10 +880,17 @@ impl Gateway {
     }
 }
 
+/// What the chain did so far, for the closing transaction.
+#[derive(Default)]
 struct RunCtx {
-    reservation: bool,
+    /// The admission transaction committed (journal intent, reservation, maybe the key).
+    admitted: bool,
+    /// (tenant, key) claimed by this operation.
     idem: Option<(String, String)>,
-    journaled: bool,
+    /// The side effect started (the sandbox or the tool was called).
+    ran: bool,
+    /// The measured cost to settle.
+    charge: Option<Money>,
 }
 
 /// Why the chain stopped early.
@@ -948,6 +927,12 @@ impl Stop {
         .code(e.code());
         s.status = OperationStatus::Error;
         s
+    }
+    fn killed(k: &KillState) -> Stop {
+        Stop::deny(
+            Layer::KillSwitch,
+            format!("the kill switch is engaged: {}", k.reason),
+        )
     }
     fn from_decision(d: Decision) -> Stop {
         let mut s = Stop::deny(d.layer, d.reason);

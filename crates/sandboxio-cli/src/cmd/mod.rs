@@ -50,7 +50,9 @@ pub fn report(e: &anyhow::Error) -> i32 {
     }
     match code {
         Some(c)
-            if c.starts_with("SBX_E11") || c.starts_with("SBX_E12") || c.starts_with("SBX_E10") =>
+            if ["SBX_E10", "SBX_E11", "SBX_E12", "SBX_E13"]
+                .iter()
+                .any(|p| c.starts_with(p)) =>
         {
             exit::USAGE
         }
@@ -77,6 +79,9 @@ fn error_code(e: &anyhow::Error) -> Option<&'static str> {
             return Some(x.code());
         }
         if let Some(x) = cause.downcast_ref::<sandboxio_audit::AuditError>() {
+            return Some(x.code());
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_budget::BudgetError>() {
             return Some(x.code());
         }
     }

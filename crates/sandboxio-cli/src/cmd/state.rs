@@ -141,26 +141,22 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
     let loaded = setup::load(common)?;
     let gw_cfg = setup::gateway_config(&loaded, None)?;
     let store = loaded.open_store()?;
-    let scopes = setup::scopes_for(&gw_cfg, tenant);
-    let summary = store.summary(&scopes)?;
+    let summary = store.budget_summary(&gw_cfg.budget, &setup::scopes_for(tenant))?;
     if common.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else if summary.is_empty() {
-        println!("no budget ceilings configured");
     } else {
         for s in summary {
-            let ceiling = s
-                .ceiling
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "unlimited".into());
-            let remaining = s
-                .ceiling
-                .and_then(|c| c.checked_sub(s.spent).ok())
-                .map(|r| r.to_string())
-                .unwrap_or_else(|| "-".into());
+            let ceiling = s.ceiling.map(|c| c.to_string()).unwrap_or_else(|| "no ceiling".into());
+            let remaining = s.remaining.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
             println!(
-                "{}: spent {} reserved {} of {} (remaining {})",
-                s.scope, s.spent, s.reserved, ceiling, remaining
+                "{}: spent {} {}, reserved {}, ceiling {}, remaining {}{}",
+                s.scope,
+                s.total,
+                s.currency,
+                s.reserved,
+                ceiling,
+                remaining,
+                if s.warned { " (warn fraction crossed)" } else { "" }
             );
             for (c, v) in s.by_category {
                 println!("    {:8} {}", c.as_str(), v);

@@ -4,12 +4,21 @@
 //! processes lives here: the kill switch, rate-limit events, the budget ledger and its
 //! reservations, approvals, idempotency records and the journal. Every method is one
 //! transaction; a method that changes state has made it durable when it returns.
+//!
+//! An operation costs two write transactions: [`Store::admit`] before the side effect and
+//! [`Store::finish`] after it (three with an approval, whose [`Store::claim`] comes after
+//! the wait). Budget arithmetic is the budget crate's: the store loads the scopes a
+//! request touches, lets `BudgetState` decide, and writes back what changed.
 
 mod sqlite;
 
 pub use sqlite::{SqliteStore, SyncMode};
 
 use chrono::{DateTime, Utc};
+use sandboxio_budget::{
+    BudgetConfig, BudgetDenial, RateLimit, Reservation, ReserveRequest, ScopeKey, Settlement,
+    Summary,
+};
 use sandboxio_core::{CostCategory, Money};
 use serde::{Deserialize, Serialize};
 
@@ -24,41 +33,63 @@ pub struct KillState {
     pub at: DateTime<Utc>,
 }
 
-/// A budget scope and its ceiling, e.g. (`tenant:acme`, 10.00).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScopeCeiling {
-    pub scope: String,
-    pub ceiling: Money,
+/// What the chain asks of the store before anything runs: one transaction that checks the
+/// kill switch, takes rate-limit tokens, writes the journal intent, reserves the budget and
+/// claims the idempotency key. Either all of it happens or none of it does.
+#[derive(Debug, Clone)]
+pub struct Admission<'a> {
+    pub journal: JournalEntry,
+    pub rate: Vec<(String, RateLimit)>,
+    pub budget: &'a BudgetConfig,
+    pub reserve: ReserveRequest,
+    /// `None` when the key is claimed later (after an approval).
+    pub idem: Option<IdemClaim>,
+    pub now: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    Reserved,
-    /// The scope that would pass its ceiling, with the numbers.
-    Denied {
-        scope: String,
-        spent: Money,
-        reserved: Money,
-        ceiling: Money,
-        amount: Money,
+pub struct IdemClaim {
+    pub tenant: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub retention_s: u64,
+}
+
+/// The store's answer to an [`Admission`]. Anything but `Proceed` changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admitted {
+    Proceed(Reservation),
+    KillSwitch(KillState),
+    RateLimited {
+        key: String,
+        limit: RateLimit,
+        retry_after_ms: u64,
     },
+    Budget(BudgetDenial),
+    /// The key is known: replay, conflict or still running.
+    Idem(IdemBegin),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SettleOutcome {
-    pub charged: Money,
-    pub released: Money,
-    /// Scopes whose spend crossed the warn fraction with this settle (once per crossing).
-    pub warn_crossed: Vec<(String, Money, Money)>,
+/// How an admitted operation ends, in one transaction: settle (or release) the budget,
+/// store (or forget) the idempotency outcome, close the journal entry.
+#[derive(Debug, Clone)]
+pub struct Finish<'a> {
+    pub operation_id: &'a str,
+    pub budget: &'a BudgetConfig,
+    /// The measured cost to settle; `None` releases the reservation unspent.
+    pub charge: Option<Money>,
+    pub ledger: Option<LedgerLine>,
+    pub idem: Option<(String, String, IdemEnd)>,
+    pub journal_status: &'a str,
+    pub now: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScopeSummary {
-    pub scope: String,
-    pub ceiling: Option<Money>,
-    pub spent: Money,
-    pub reserved: Money,
-    pub by_category: Vec<(CostCategory, Money)>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdemEnd {
+    /// Store this outcome (JSON) under the key.
+    Done(String),
+    /// Forget the key (nothing ran, so a retry may run).
+    Abandon,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,36 +197,21 @@ pub trait Store: Send + Sync {
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()>;
     fn clear_kill(&self) -> StoreResult<()>;
 
-    // Rate limits: atomically count events of `key` in the window and record one if under.
-    // Returns `None` when allowed, or `Some(retry_after_ms)`.
-    fn rate_take(
+    /// Everything before the side effect, in one transaction (see [`Admission`]).
+    fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted>;
+    /// After an approval: uses it (bound to this fingerprint, once) and claims the key, in
+    /// one transaction. `Ok(None)` means go on; `Some(..)` says why not.
+    fn claim(
         &self,
-        key: &str,
-        limit: u32,
-        window_ms: i64,
-        now_ms: i64,
-    ) -> StoreResult<Option<u64>>;
-
-    // Budget.
-    fn reserve(
-        &self,
+        approval: Option<(&str, &str)>,
+        idem: Option<&IdemClaim>,
         operation_id: &str,
-        scopes: &[ScopeCeiling],
-        category: CostCategory,
-        amount: Money,
         now: DateTime<Utc>,
-    ) -> StoreResult<ReserveOutcome>;
-    /// Charges `charge` (at most the reservation) and releases the rest.
-    fn settle(
-        &self,
-        operation_id: &str,
-        charge: Money,
-        warn_fraction: rust_decimal::Decimal,
-        line: Option<LedgerLine>,
-    ) -> StoreResult<SettleOutcome>;
-    /// Releases a reservation without charging (failure before running, cancel).
-    fn release(&self, operation_id: &str) -> StoreResult<Money>;
-    fn summary(&self, scopes: &[ScopeCeiling]) -> StoreResult<Vec<ScopeSummary>>;
+    ) -> StoreResult<Option<Claimed>>;
+    /// Everything after the side effect, in one transaction (see [`Finish`]).
+    fn finish(&self, f: &Finish<'_>) -> StoreResult<Option<Settlement>>;
+
+    fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>>;
     fn ledger(&self, since: DateTime<Utc>, until: DateTime<Utc>) -> StoreResult<Vec<LedgerLine>>;
 
     // Approvals.
@@ -210,50 +226,28 @@ pub trait Store: Send + Sync {
         reason: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<Approval>;
-    /// Marks an approved approval used, if it is approved, unexpired and for this
-    /// fingerprint. Returns whether it was consumed.
-    fn consume_approval(
-        &self,
-        id: &str,
-        fingerprint: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool>;
     fn expire_approvals(&self, now: DateTime<Utc>) -> StoreResult<u64>;
     /// Expires one approval that is still pending or approved-but-unused.
     fn expire_approval(&self, id: &str) -> StoreResult<()>;
 
-    // Idempotency.
-    fn idem_begin(
-        &self,
-        tenant: &str,
-        key: &str,
-        fingerprint: &str,
-        operation_id: &str,
-        now: DateTime<Utc>,
-        retention_s: u64,
-    ) -> StoreResult<IdemBegin>;
-    fn idem_finish(&self, tenant: &str, key: &str, outcome: &str) -> StoreResult<()>;
-    /// Forgets a running key (the operation did not run, so a retry may run it).
-    fn idem_abandon(&self, tenant: &str, key: &str) -> StoreResult<()>;
-
-    // Journal.
-    fn journal_intent(&self, e: &JournalEntry) -> StoreResult<()>;
-    fn journal_outcome(
-        &self,
-        operation_id: &str,
-        status: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()>;
-    /// Intents with no outcome whose process is gone; marks them interrupted, releases
+    /// Intents with no outcome whose process is gone: marks them interrupted, releases
     /// their reservations, settles their idempotency keys (to `interrupted_outcome(entry)`,
     /// or forgets the key when the operation is idempotent, so a retry runs it) and
     /// returns them. One transaction: a crash during recovery loses nothing.
     fn recover(
         &self,
         now: DateTime<Utc>,
+        budget: &BudgetConfig,
         is_alive: &dyn Fn(&str) -> bool,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>>;
 
     fn live_counts(&self) -> StoreResult<LiveCounts>;
+}
+
+/// Why a claim after approval did not go through (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    ApprovalInvalid,
+    Idem(IdemBegin),
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use rust_decimal::Decimal;
+use sandboxio_budget::{BudgetConfig, BudgetState, ScopeKey, ScopeState, Settlement, Summary};
 use sandboxio_core::{CostCategory, Money};
 
 use super::*;
@@ -45,17 +45,11 @@ CREATE TABLE IF NOT EXISTS rate_events (
     key TEXT NOT NULL, at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rate_events_key ON rate_events (key, at_ms);
-CREATE TABLE IF NOT EXISTS budget_totals (
-    scope TEXT PRIMARY KEY, spent TEXT NOT NULL, reserved TEXT NOT NULL,
-    warned INTEGER NOT NULL DEFAULT 0, ceiling TEXT
-);
-CREATE TABLE IF NOT EXISTS budget_category (
-    scope TEXT NOT NULL, category TEXT NOT NULL, spent TEXT NOT NULL,
-    PRIMARY KEY (scope, category)
+CREATE TABLE IF NOT EXISTS budget_scopes (
+    scope TEXT PRIMARY KEY, state TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS reservations (
-    operation_id TEXT PRIMARY KEY, scopes TEXT NOT NULL, category TEXT NOT NULL,
-    amount TEXT NOT NULL, created_ms INTEGER NOT NULL
+    operation_id TEXT PRIMARY KEY, reservation TEXT NOT NULL, created_ms INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS ledger (
     operation_id TEXT NOT NULL, tenant TEXT NOT NULL, category TEXT NOT NULL,
@@ -108,20 +102,16 @@ fn category(s: &str) -> StoreResult<CostCategory> {
         })
 }
 
-fn add(a: Money, b: Money) -> StoreResult<Money> {
-    a.checked_add(b).map_err(|_| GatewayError::Corrupt {
-        table: "budget_totals",
-        column: "spent",
-        value: "overflow".into(),
-    })
+fn corrupt(table: &'static str, column: &'static str, value: impl Into<String>) -> GatewayError {
+    GatewayError::Corrupt {
+        table,
+        column,
+        value: value.into(),
+    }
 }
 
-fn sub(a: Money, b: Money) -> StoreResult<Money> {
-    a.checked_sub(b).map_err(|_| GatewayError::Corrupt {
-        table: "budget_totals",
-        column: "reserved",
-        value: "overflow".into(),
-    })
+fn budget_err(e: sandboxio_budget::BudgetError) -> GatewayError {
+    corrupt("budget_scopes", "state", e.to_string())
 }
 
 impl SqliteStore {
@@ -171,41 +161,171 @@ impl SqliteStore {
         Ok(out)
     }
 
-    fn totals(tx: &rusqlite::Transaction<'_>, scope: &str) -> StoreResult<(Money, Money, bool)> {
-        let row: Option<(String, String, i64)> = tx
-            .query_row(
-                "SELECT spent, reserved, warned FROM budget_totals WHERE scope = ?1",
-                params![scope],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(db("reading budget totals"))?;
-        match row {
-            Some((s, r, w)) => Ok((
-                money("budget_totals", "spent", &s)?,
-                money("budget_totals", "reserved", &r)?,
-                w != 0,
-            )),
-            None => Ok((Money::ZERO, Money::ZERO, false)),
+    /// Loads the scopes a budget operation touches (and a reservation) into a `BudgetState`.
+    fn load_budget(
+        tx: &rusqlite::Transaction<'_>,
+        scopes: &[ScopeKey],
+        reservation: Option<&str>,
+    ) -> StoreResult<BudgetState> {
+        let mut st = BudgetState::new();
+        let mut keys: Vec<ScopeKey> = scopes.to_vec();
+        if let Some(id) = reservation {
+            let row: Option<String> = tx
+                .query_row(
+                    "SELECT reservation FROM reservations WHERE operation_id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db("reading a reservation"))?;
+            if let Some(json) = row {
+                let r: sandboxio_budget::Reservation = serde_json::from_str(&json)
+                    .map_err(|_| corrupt("reservations", "reservation", json.clone()))?;
+                keys.extend(r.scopes.iter().cloned());
+                st.reservations.insert(r.id.clone(), r);
+            }
         }
+        for key in keys {
+            let name = key.to_string();
+            let row: Option<String> = tx
+                .query_row(
+                    "SELECT state FROM budget_scopes WHERE scope = ?1",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db("reading budget scope"))?;
+            let scope: ScopeState = match row {
+                Some(json) => serde_json::from_str(&json)
+                    .map_err(|_| corrupt("budget_scopes", "state", json.clone()))?,
+                None => ScopeState::default(),
+            };
+            st.scopes.insert(key, scope);
+        }
+        Ok(st)
     }
 
-    fn put_totals(
+    /// Writes back the scopes of `st` and its reservations (deleting `closed`).
+    fn store_budget(
         tx: &rusqlite::Transaction<'_>,
-        scope: &str,
-        spent: Money,
-        reserved: Money,
-        warned: bool,
-        ceiling: Option<Money>,
+        st: &BudgetState,
+        closed: Option<&str>,
+        now: DateTime<Utc>,
     ) -> StoreResult<()> {
-        tx.execute(
-            "INSERT INTO budget_totals (scope, spent, reserved, warned, ceiling) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (scope) DO UPDATE SET spent = excluded.spent, reserved = excluded.reserved,
-               warned = excluded.warned, ceiling = COALESCE(excluded.ceiling, budget_totals.ceiling)",
-            params![scope, spent.to_string(), reserved.to_string(), warned as i64, ceiling.map(|c| c.to_string())],
-        )
-        .map_err(db("writing budget totals"))?;
+        for (key, scope) in &st.scopes {
+            let json = serde_json::to_string(scope)
+                .map_err(|e| corrupt("budget_scopes", "state", e.to_string()))?;
+            tx.execute(
+                "INSERT INTO budget_scopes (scope, state) VALUES (?1, ?2) ON CONFLICT (scope) DO UPDATE SET state = excluded.state",
+                params![key.to_string(), json],
+            )
+            .map_err(db("writing budget scope"))?;
+        }
+        for (id, r) in &st.reservations {
+            let json = serde_json::to_string(r)
+                .map_err(|e| corrupt("reservations", "reservation", e.to_string()))?;
+            tx.execute(
+                "INSERT INTO reservations (operation_id, reservation, created_ms) VALUES (?1, ?2, ?3) ON CONFLICT (operation_id) DO NOTHING",
+                params![id, json, ms(now)],
+            )
+            .map_err(db("writing a reservation"))?;
+        }
+        if let Some(id) = closed {
+            tx.execute(
+                "DELETE FROM reservations WHERE operation_id = ?1",
+                params![id],
+            )
+            .map_err(db("closing a reservation"))?;
+        }
         Ok(())
+    }
+
+    /// Releases the reservation of `operation_id`, if it has one.
+    fn release_in(
+        tx: &rusqlite::Transaction<'_>,
+        operation_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut st = Self::load_budget(tx, &[], Some(operation_id))?;
+        if st.reservations.contains_key(operation_id) {
+            st.release(operation_id).map_err(budget_err)?;
+            Self::store_budget(tx, &st, Some(operation_id), now)?;
+        }
+        Ok(())
+    }
+
+    fn rate_take_in(
+        tx: &rusqlite::Transaction<'_>,
+        key: &str,
+        limit: u32,
+        window_ms: i64,
+        now_ms: i64,
+    ) -> StoreResult<Option<u64>> {
+        let cutoff = now_ms.saturating_sub(window_ms);
+        tx.execute(
+            "DELETE FROM rate_events WHERE key = ?1 AND at_ms <= ?2",
+            params![key, cutoff],
+        )
+        .map_err(db("pruning rate events"))?;
+        let (count, oldest): (i64, Option<i64>) = tx
+            .query_row(
+                "SELECT COUNT(*), MIN(at_ms) FROM rate_events WHERE key = ?1",
+                params![key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(db("counting rate events"))?;
+        if count >= i64::from(limit) {
+            let retry = oldest
+                .map(|o| o.saturating_add(window_ms).saturating_sub(now_ms))
+                .unwrap_or(window_ms);
+            return Ok(Some(u64::try_from(retry.max(1)).unwrap_or(1)));
+        }
+        tx.execute(
+            "INSERT INTO rate_events (key, at_ms) VALUES (?1, ?2)",
+            params![key, now_ms],
+        )
+        .map_err(db("recording a rate event"))?;
+        Ok(None)
+    }
+
+    fn idem_claim_in(
+        tx: &rusqlite::Transaction<'_>,
+        c: &IdemClaim,
+        operation_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<IdemBegin> {
+        tx.execute(
+            "DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND expires_ms <= ?3 AND state = 'done'",
+            params![c.tenant, c.key, ms(now)],
+        )
+        .map_err(db("expiring idempotency keys"))?;
+        let row: Option<(String, String, Option<String>, String)> = tx
+            .query_row(
+                "SELECT fingerprint, state, outcome, operation_id FROM idempotency WHERE tenant = ?1 AND key = ?2",
+                params![c.tenant, c.key],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(db("reading an idempotency key"))?;
+        match row {
+            Some((fp, _, _, _)) if fp != c.fingerprint => Ok(IdemBegin::Conflict),
+            Some((_, state, Some(outcome), op)) if state == "done" => Ok(IdemBegin::Replay {
+                outcome,
+                operation_id: op,
+            }),
+            Some(_) => Ok(IdemBegin::InProgress),
+            None => {
+                let exp = ms(now).saturating_add(
+                    i64::try_from(c.retention_s.saturating_mul(1000)).unwrap_or(i64::MAX),
+                );
+                tx.execute(
+                    "INSERT INTO idempotency (tenant, key, fingerprint, operation_id, state, outcome, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, 'running', NULL, ?5, ?6)",
+                    params![c.tenant, c.key, c.fingerprint, operation_id, ms(now), exp],
+                )
+                .map_err(db("recording an idempotency key"))?;
+                Ok(IdemBegin::New)
+            }
+        }
     }
 
     fn row_to_approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<(Approval, String)> {
@@ -236,44 +356,6 @@ impl SqliteStore {
             value: state,
         })?;
         Ok(a)
-    }
-
-    fn release_in(tx: &rusqlite::Transaction<'_>, operation_id: &str) -> StoreResult<Money> {
-        let row: Option<(String, String)> = tx
-            .query_row(
-                "SELECT scopes, amount FROM reservations WHERE operation_id = ?1",
-                params![operation_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(db("reading reservation"))?;
-        let Some((scopes, amount)) = row else {
-            return Ok(Money::ZERO);
-        };
-        let amount = money("reservations", "amount", &amount)?;
-        let scopes: Vec<String> =
-            serde_json::from_str(&scopes).map_err(|_| GatewayError::Corrupt {
-                table: "reservations",
-                column: "scopes",
-                value: scopes.clone(),
-            })?;
-        for scope in &scopes {
-            let (spent, reserved, warned) = Self::totals(tx, scope)?;
-            Self::put_totals(
-                tx,
-                scope,
-                spent,
-                sub(reserved, amount)?.clamp_non_negative(),
-                warned,
-                None,
-            )?;
-        }
-        tx.execute(
-            "DELETE FROM reservations WHERE operation_id = ?1",
-            params![operation_id],
-        )
-        .map_err(db("deleting reservation"))?;
-        Ok(amount)
     }
 }
 
@@ -317,183 +399,150 @@ impl Store for SqliteStore {
         })
     }
 
-    fn rate_take(
-        &self,
-        key: &str,
-        limit: u32,
-        window_ms: i64,
-        now_ms: i64,
-    ) -> StoreResult<Option<u64>> {
-        self.with_tx("taking a rate-limit token", |tx| {
-            let cutoff = now_ms.saturating_sub(window_ms);
-            tx.execute(
-                "DELETE FROM rate_events WHERE key = ?1 AND at_ms <= ?2",
-                params![key, cutoff],
+    fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db("admitting an operation"))?;
+        let kill = tx
+            .query_row(
+                "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
+                [],
+                |r| {
+                    Ok(KillState {
+                        reason: r.get(0)?,
+                        by: r.get(1)?,
+                        at: from_ms(r.get(2)?),
+                    })
+                },
             )
-            .map_err(db("pruning rate events"))?;
-            let (count, oldest): (i64, Option<i64>) = tx
-                .query_row(
-                    "SELECT COUNT(*), MIN(at_ms) FROM rate_events WHERE key = ?1",
-                    params![key],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .map_err(db("counting rate events"))?;
-            if count >= i64::from(limit) {
-                let retry = oldest
-                    .map(|o| o.saturating_add(window_ms).saturating_sub(now_ms))
-                    .unwrap_or(window_ms);
-                return Ok(Some(u64::try_from(retry.max(1)).unwrap_or(1)));
-            }
-            tx.execute(
-                "INSERT INTO rate_events (key, at_ms) VALUES (?1, ?2)",
-                params![key, now_ms],
-            )
-            .map_err(db("recording a rate event"))?;
-            Ok(None)
-        })
-    }
-
-    fn reserve(
-        &self,
-        operation_id: &str,
-        scopes: &[ScopeCeiling],
-        category: CostCategory,
-        amount: Money,
-        now: DateTime<Utc>,
-    ) -> StoreResult<ReserveOutcome> {
-        self.with_tx("reserving budget", |tx| {
-            let mut updates = Vec::with_capacity(scopes.len());
-            for sc in scopes {
-                let (spent, reserved, warned) = Self::totals(tx, &sc.scope)?;
-                let after = spent.checked_add(reserved).and_then(|x| x.checked_add(amount));
-                match after {
-                    Ok(total) if total <= sc.ceiling => updates.push((sc, spent, reserved, warned)),
-                    _ => {
-                        return Ok(ReserveOutcome::Denied { scope: sc.scope.clone(), spent, reserved, ceiling: sc.ceiling, amount });
-                    }
-                }
-            }
-            for (sc, spent, reserved, warned) in updates {
-                Self::put_totals(tx, &sc.scope, spent, add(reserved, amount)?, warned, Some(sc.ceiling))?;
-            }
-            let names: Vec<&str> = scopes.iter().map(|s| s.scope.as_str()).collect();
-            let names = serde_json::to_string(&names).unwrap_or_else(|_| "[]".into());
-            tx.execute(
-                "INSERT INTO reservations (operation_id, scopes, category, amount, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![operation_id, names, category.as_str(), amount.to_string(), ms(now)],
-            )
-            .map_err(db("recording reservation"))?;
-            Ok(ReserveOutcome::Reserved)
-        })
-    }
-
-    fn settle(
-        &self,
-        operation_id: &str,
-        charge: Money,
-        warn_fraction: Decimal,
-        line: Option<LedgerLine>,
-    ) -> StoreResult<SettleOutcome> {
-        self.with_tx("settling budget", |tx| {
-            let row: Option<(String, String, String)> = tx
-                .query_row(
-                    "SELECT scopes, category, amount FROM reservations WHERE operation_id = ?1",
-                    params![operation_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()
-                .map_err(db("reading reservation"))?;
-            let Some((scopes, cat, amount)) = row else { return Ok(SettleOutcome::default()) };
-            let amount = money("reservations", "amount", &amount)?;
-            let cat = category(&cat)?;
-            // Never charge more than was reserved: the ceiling check was made on the reservation.
-            let charged = charge.clamp_non_negative().min(amount);
-            let released = sub(amount, charged)?;
-            let scopes: Vec<String> = serde_json::from_str(&scopes)
-                .map_err(|_| GatewayError::Corrupt { table: "reservations", column: "scopes", value: scopes.clone() })?;
-            let mut out = SettleOutcome { charged, released, warn_crossed: Vec::new() };
-            for scope in &scopes {
-                let (spent, reserved, warned) = Self::totals(tx, scope)?;
-                let ceiling: Option<String> = tx
-                    .query_row("SELECT ceiling FROM budget_totals WHERE scope = ?1", params![scope], |r| r.get(0))
-                    .optional()
-                    .map_err(db("reading ceiling"))?
-                    .flatten();
-                let new_spent = add(spent, charged)?;
-                let mut now_warned = warned;
-                if let Some(c) = ceiling {
-                    let c = money("budget_totals", "ceiling", &c)?;
-                    let threshold = c.checked_mul(warn_fraction).map_err(|_| GatewayError::Corrupt { table: "budget_totals", column: "ceiling", value: c.to_string() })?;
-                    if !warned && new_spent >= threshold && !charged.is_zero() {
-                        now_warned = true;
-                        out.warn_crossed.push((scope.clone(), new_spent, c));
-                    }
-                }
-                Self::put_totals(tx, scope, new_spent, sub(reserved, amount)?.clamp_non_negative(), now_warned, None)?;
-                let prev: Option<String> = tx
-                    .query_row("SELECT spent FROM budget_category WHERE scope = ?1 AND category = ?2", params![scope, cat.as_str()], |r| r.get(0))
-                    .optional()
-                    .map_err(db("reading category spend"))?;
-                let prev = match prev {
-                    Some(p) => money("budget_category", "spent", &p)?,
-                    None => Money::ZERO,
-                };
-                tx.execute(
-                    "INSERT INTO budget_category (scope, category, spent) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (scope, category) DO UPDATE SET spent = excluded.spent",
-                    params![scope, cat.as_str(), add(prev, charged)?.to_string()],
-                )
-                .map_err(db("writing category spend"))?;
-            }
-            tx.execute("DELETE FROM reservations WHERE operation_id = ?1", params![operation_id])
-                .map_err(db("deleting reservation"))?;
-            if let Some(l) = line {
-                if !charged.is_zero() {
-                    tx.execute(
-                        "INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![l.operation_id, l.tenant, cat.as_str(), charged.to_string(), ms(l.at), l.description, serde_json::to_string(&l.labels).unwrap_or_else(|_| "{}".into())],
-                    )
-                    .map_err(db("writing ledger"))?;
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    fn release(&self, operation_id: &str) -> StoreResult<Money> {
-        self.with_tx("releasing budget", |tx| Self::release_in(tx, operation_id))
-    }
-
-    fn summary(&self, scopes: &[ScopeCeiling]) -> StoreResult<Vec<ScopeSummary>> {
-        self.with_tx("summarising budget", |tx| {
-            let mut out = Vec::new();
-            for sc in scopes {
-                let (spent, reserved, _) = Self::totals(tx, &sc.scope)?;
-                let mut by_category = Vec::new();
-                for c in CostCategory::ALL {
-                    let v: Option<String> = tx
-                        .query_row(
-                            "SELECT spent FROM budget_category WHERE scope = ?1 AND category = ?2",
-                            params![sc.scope, c.as_str()],
-                            |r| r.get(0),
-                        )
-                        .optional()
-                        .map_err(db("reading category spend"))?;
-                    let v = match v {
-                        Some(v) => money("budget_category", "spent", &v)?,
-                        None => Money::ZERO,
-                    };
-                    by_category.push((c, v));
-                }
-                out.push(ScopeSummary {
-                    scope: sc.scope.clone(),
-                    ceiling: Some(sc.ceiling),
-                    spent,
-                    reserved,
-                    by_category,
+            .optional()
+            .map_err(db("reading the kill switch"))?;
+        // Every early return below drops `tx` uncommitted: a refused operation changes nothing.
+        if let Some(k) = kill {
+            return Ok(Admitted::KillSwitch(k));
+        }
+        let now_ms = ms(a.now);
+        for (key, limit) in &a.rate {
+            let window = i64::try_from(limit.window_ms()).unwrap_or(i64::MAX);
+            if let Some(retry_after_ms) =
+                Self::rate_take_in(&tx, key, limit.count(), window, now_ms)?
+            {
+                return Ok(Admitted::RateLimited {
+                    key: key.clone(),
+                    limit: *limit,
+                    retry_after_ms,
                 });
             }
-            Ok(out)
+        }
+        let j = &a.journal;
+        tx.execute(
+            "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
+            params![j.operation_id, j.intent, ms(j.started_at), j.owner, j.idempotent as i64, j.idem.as_ref().map(|i| &i.0), j.idem.as_ref().map(|i| &i.1)],
+        )
+        .map_err(db("journaling an intent"))?;
+        let mut st = Self::load_budget(&tx, &a.reserve.scopes(), None)?;
+        let reservation = match st.reserve(a.budget, &a.reserve) {
+            Ok(r) => r,
+            Err(denial) => return Ok(Admitted::Budget(denial)),
+        };
+        Self::store_budget(&tx, &st, None, a.now)?;
+        if let Some(c) = &a.idem {
+            match Self::idem_claim_in(&tx, c, &j.operation_id, a.now)? {
+                IdemBegin::New => {}
+                other => return Ok(Admitted::Idem(other)),
+            }
+        }
+        tx.commit().map_err(db("admitting an operation"))?;
+        Ok(Admitted::Proceed(reservation))
+    }
+
+    fn claim(
+        &self,
+        approval: Option<(&str, &str)>,
+        idem: Option<&IdemClaim>,
+        operation_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Claimed>> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db("claiming an approval"))?;
+        if let Some((id, fingerprint)) = approval {
+            let n = tx
+                .execute(
+                    "UPDATE approvals SET state = 'used' WHERE id = ?1 AND fingerprint = ?2 AND state = 'approved' AND expires_ms > ?3",
+                    params![id, fingerprint, ms(now)],
+                )
+                .map_err(db("using an approval"))?;
+            if n != 1 {
+                return Ok(Some(Claimed::ApprovalInvalid));
+            }
+        }
+        if let Some(c) = idem {
+            match Self::idem_claim_in(&tx, c, operation_id, now)? {
+                IdemBegin::New => {}
+                other => return Ok(Some(Claimed::Idem(other))),
+            }
+        }
+        tx.commit().map_err(db("claiming an approval"))?;
+        Ok(None)
+    }
+
+    fn finish(&self, f: &Finish<'_>) -> StoreResult<Option<Settlement>> {
+        self.with_tx("finishing an operation", |tx| {
+            let mut st = Self::load_budget(tx, &[], Some(f.operation_id))?;
+            let mut settlement = None;
+            if st.reservations.contains_key(f.operation_id) {
+                match f.charge {
+                    Some(charge) => {
+                        let s = st.settle(f.budget, f.operation_id, charge).map_err(budget_err)?;
+                        if let Some(l) = &f.ledger {
+                            if !s.charged.is_zero() {
+                                tx.execute(
+                                    "INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                    params![l.operation_id, l.tenant, l.category.as_str(), s.charged.to_string(), ms(l.at), l.description, serde_json::to_string(&l.labels).unwrap_or_else(|_| "{}".into())],
+                                )
+                                .map_err(db("writing ledger"))?;
+                            }
+                        }
+                        settlement = Some(s);
+                    }
+                    None => {
+                        st.release(f.operation_id).map_err(budget_err)?;
+                    }
+                }
+                Self::store_budget(tx, &st, Some(f.operation_id), f.now)?;
+            }
+            if let Some((tenant, key, end)) = &f.idem {
+                match end {
+                    IdemEnd::Done(outcome) => tx.execute(
+                        "UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2 AND operation_id = ?4",
+                        params![tenant, key, outcome, f.operation_id],
+                    ),
+                    IdemEnd::Abandon => tx.execute(
+                        "DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?3",
+                        params![tenant, key, f.operation_id],
+                    ),
+                }
+                .map_err(db("finishing an idempotency key"))?;
+            }
+            tx.execute(
+                "UPDATE journal SET status = ?2, ended_ms = ?3 WHERE operation_id = ?1",
+                params![f.operation_id, f.journal_status, ms(f.now)],
+            )
+            .map_err(db("journaling an outcome"))?;
+            Ok(settlement)
+        })
+    }
+
+    fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>> {
+        self.with_tx("summarising budget", |tx| {
+            let st = Self::load_budget(tx, scopes, None)?;
+            scopes
+                .iter()
+                .map(|k| st.summary(cfg, k).map_err(budget_err))
+                .collect()
         })
     }
 
@@ -609,23 +658,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn consume_approval(
-        &self,
-        id: &str,
-        fingerprint: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        self.with_tx("using an approval", |tx| {
-            let n = tx
-                .execute(
-                    "UPDATE approvals SET state = 'used' WHERE id = ?1 AND fingerprint = ?2 AND state = 'approved' AND expires_ms > ?3",
-                    params![id, fingerprint, ms(now)],
-                )
-                .map_err(db("using an approval"))?;
-            Ok(n == 1)
-        })
-    }
-
     fn expire_approvals(&self, now: DateTime<Utc>) -> StoreResult<u64> {
         self.with_tx("expiring approvals", |tx| {
             let n = tx
@@ -643,92 +675,10 @@ impl Store for SqliteStore {
         })
     }
 
-    fn idem_begin(
-        &self,
-        tenant: &str,
-        key: &str,
-        fingerprint: &str,
-        operation_id: &str,
-        now: DateTime<Utc>,
-        retention_s: u64,
-    ) -> StoreResult<IdemBegin> {
-        self.with_tx("checking an idempotency key", |tx| {
-            tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND expires_ms <= ?3 AND state = 'done'", params![tenant, key, ms(now)])
-                .map_err(db("expiring idempotency keys"))?;
-            let row: Option<(String, String, Option<String>, String)> = tx
-                .query_row(
-                    "SELECT fingerprint, state, outcome, operation_id FROM idempotency WHERE tenant = ?1 AND key = ?2",
-                    params![tenant, key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()
-                .map_err(db("reading an idempotency key"))?;
-            match row {
-                Some((fp, _, _, _)) if fp != fingerprint => Ok(IdemBegin::Conflict),
-                Some((_, state, Some(outcome), op)) if state == "done" => Ok(IdemBegin::Replay { outcome, operation_id: op }),
-                Some(_) => Ok(IdemBegin::InProgress),
-                None => {
-                    let exp = ms(now).saturating_add(i64::try_from(retention_s.saturating_mul(1000)).unwrap_or(i64::MAX));
-                    tx.execute(
-                        "INSERT INTO idempotency (tenant, key, fingerprint, operation_id, state, outcome, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, 'running', NULL, ?5, ?6)",
-                        params![tenant, key, fingerprint, operation_id, ms(now), exp],
-                    )
-                    .map_err(db("recording an idempotency key"))?;
-                    Ok(IdemBegin::New)
-                }
-            }
-        })
-    }
-
-    fn idem_finish(&self, tenant: &str, key: &str, outcome: &str) -> StoreResult<()> {
-        self.with_tx("finishing an idempotency key", |tx| {
-            tx.execute("UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2", params![tenant, key, outcome])
-                .map_err(db("finishing an idempotency key"))?;
-            Ok(())
-        })
-    }
-
-    fn idem_abandon(&self, tenant: &str, key: &str) -> StoreResult<()> {
-        self.with_tx("abandoning an idempotency key", |tx| {
-            tx.execute(
-                "DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running'",
-                params![tenant, key],
-            )
-            .map_err(db("abandoning an idempotency key"))?;
-            Ok(())
-        })
-    }
-
-    fn journal_intent(&self, e: &JournalEntry) -> StoreResult<()> {
-        self.with_tx("journaling an intent", |tx| {
-            tx.execute(
-                "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
-                params![e.operation_id, e.intent, ms(e.started_at), e.owner, e.idempotent as i64, e.idem.as_ref().map(|i| &i.0), e.idem.as_ref().map(|i| &i.1)],
-            )
-            .map_err(db("journaling an intent"))?;
-            Ok(())
-        })
-    }
-
-    fn journal_outcome(
-        &self,
-        operation_id: &str,
-        status: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        self.with_tx("journaling an outcome", |tx| {
-            tx.execute(
-                "UPDATE journal SET status = ?2, ended_ms = ?3 WHERE operation_id = ?1",
-                params![operation_id, status, ms(now)],
-            )
-            .map_err(db("journaling an outcome"))?;
-            Ok(())
-        })
-    }
-
     fn recover(
         &self,
         now: DateTime<Utc>,
+        _budget: &BudgetConfig,
         is_alive: &dyn Fn(&str) -> bool,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
@@ -760,13 +710,20 @@ impl Store for SqliteStore {
             }
             drop(stmt);
             for e in &open {
-                Self::release_in(tx, &e.operation_id)?;
-                tx.execute("UPDATE journal SET status = 'interrupted', ended_ms = ?2 WHERE operation_id = ?1", params![e.operation_id, ms(now)])
-                    .map_err(db("marking an intent interrupted"))?;
+                Self::release_in(tx, &e.operation_id, now)?;
+                tx.execute(
+                    "UPDATE journal SET status = 'interrupted', ended_ms = ?2 WHERE operation_id = ?1",
+                    params![e.operation_id, ms(now)],
+                )
+                .map_err(db("marking an intent interrupted"))?;
                 if let Some((tenant, key)) = &e.idem {
+                    // Only the key this operation claimed (its row names it).
                     if e.idempotent {
-                        tx.execute("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?3", params![tenant, key, e.operation_id])
-                            .map_err(db("forgetting an interrupted key"))?;
+                        tx.execute(
+                            "DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?3",
+                            params![tenant, key, e.operation_id],
+                        )
+                        .map_err(db("forgetting an interrupted key"))?;
                     } else {
                         tx.execute(
                             "UPDATE idempotency SET state = 'done', outcome = ?3 WHERE tenant = ?1 AND key = ?2 AND state = 'running' AND operation_id = ?4",

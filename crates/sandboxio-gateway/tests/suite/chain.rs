@@ -8,11 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sandboxio_audit::{AuditConfig, AuditError, AuditEvent, AuditSink, Auditor, Secret};
+use sandboxio_budget::{RateLimitRule, RateLimitsConfig};
 use sandboxio_core::{
-    Decision, IdempotencyKey, Layer, Money, Operation, OperationArgs, OperationKind,
-    OperationStatus, Principal, Verdict,
+    Decision, IdempotencyKey, Layer, Money, Operation, OperationArgs, OperationStatus, Principal,
+    Verdict,
 };
-use sandboxio_gateway::config::{RateRule, RetrySettings};
+use sandboxio_gateway::config::RetrySettings;
 use sandboxio_gateway::store::{SqliteStore, Store, SyncMode};
 use sandboxio_gateway::*;
 use sandboxio_sandbox::SandboxConfig;
@@ -203,11 +204,14 @@ async fn kill_switch_denies_before_policy_and_survives_reopen() {
 #[tokio::test]
 async fn rate_limit_denies_with_retry_time() {
     let cfg = GatewayConfig {
-        rate_limits: vec![RateRule {
-            kind: Some(OperationKind::ToolCall),
-            limit: 2,
-            window: Duration::from_secs(60),
-        }],
+        rate_limits: RateLimitsConfig {
+            limit: vec![RateLimitRule {
+                action: "tool_call".into(),
+                limit: "2/minute".parse().unwrap(),
+                tenant: None,
+                agent: None,
+            }],
+        },
         ..GatewayConfig::default()
     };
     let f = fixture_with(cfg, None, Approver::Nobody, false);
@@ -254,9 +258,9 @@ async fn budget_denies_with_numbers_and_leaks_nothing() {
     assert_eq!(f.gw.store().live_counts().unwrap().reservations, 0);
 }
 
-/// A store whose budget layer always fails: the gateway must deny, not run.
-struct BrokenBudget(SqliteStore);
-impl Store for BrokenBudget {
+/// A store whose admission transaction always fails: the gateway must deny, not run.
+struct BrokenAdmission(SqliteStore);
+impl Store for BrokenAdmission {
     fn kill_state(&self) -> store::StoreResult<Option<store::KillState>> {
         self.0.kill_state()
     }
@@ -266,35 +270,32 @@ impl Store for BrokenBudget {
     fn clear_kill(&self) -> store::StoreResult<()> {
         self.0.clear_kill()
     }
-    fn rate_take(&self, k: &str, l: u32, w: i64, n: i64) -> store::StoreResult<Option<u64>> {
-        self.0.rate_take(k, l, w, n)
-    }
-    fn reserve(
-        &self,
-        _: &str,
-        _: &[store::ScopeCeiling],
-        _: sandboxio_core::CostCategory,
-        _: Money,
-        _: DateTime<Utc>,
-    ) -> store::StoreResult<store::ReserveOutcome> {
+    fn admit(&self, _a: &store::Admission<'_>) -> store::StoreResult<store::Admitted> {
         Err(GatewayError::StoreBusy {
-            action: "reserving budget",
+            action: "admitting an operation",
         })
     }
-    fn settle(
+    fn claim(
         &self,
+        a: Option<(&str, &str)>,
+        i: Option<&store::IdemClaim>,
         o: &str,
-        c: Money,
-        w: rust_decimal::Decimal,
-        l: Option<store::LedgerLine>,
-    ) -> store::StoreResult<store::SettleOutcome> {
-        self.0.settle(o, c, w, l)
+        n: DateTime<Utc>,
+    ) -> store::StoreResult<Option<store::Claimed>> {
+        self.0.claim(a, i, o, n)
     }
-    fn release(&self, o: &str) -> store::StoreResult<Money> {
-        self.0.release(o)
+    fn finish(
+        &self,
+        f: &store::Finish<'_>,
+    ) -> store::StoreResult<Option<sandboxio_budget::Settlement>> {
+        self.0.finish(f)
     }
-    fn summary(&self, s: &[store::ScopeCeiling]) -> store::StoreResult<Vec<store::ScopeSummary>> {
-        self.0.summary(s)
+    fn budget_summary(
+        &self,
+        c: &sandboxio_budget::BudgetConfig,
+        s: &[sandboxio_budget::ScopeKey],
+    ) -> store::StoreResult<Vec<sandboxio_budget::Summary>> {
+        self.0.budget_summary(c, s)
     }
     fn ledger(
         &self,
@@ -325,45 +326,20 @@ impl Store for BrokenBudget {
     ) -> store::StoreResult<store::Approval> {
         self.0.decide_approval(id, a, b, r, n)
     }
-    fn consume_approval(&self, id: &str, f: &str, n: DateTime<Utc>) -> store::StoreResult<bool> {
-        self.0.consume_approval(id, f, n)
-    }
     fn expire_approvals(&self, n: DateTime<Utc>) -> store::StoreResult<u64> {
         self.0.expire_approvals(n)
     }
     fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
         self.0.expire_approval(id)
     }
-    fn idem_begin(
-        &self,
-        t: &str,
-        k: &str,
-        f: &str,
-        o: &str,
-        n: DateTime<Utc>,
-        r: u64,
-    ) -> store::StoreResult<store::IdemBegin> {
-        self.0.idem_begin(t, k, f, o, n, r)
-    }
-    fn idem_finish(&self, t: &str, k: &str, o: &str) -> store::StoreResult<()> {
-        self.0.idem_finish(t, k, o)
-    }
-    fn idem_abandon(&self, t: &str, k: &str) -> store::StoreResult<()> {
-        self.0.idem_abandon(t, k)
-    }
-    fn journal_intent(&self, e: &store::JournalEntry) -> store::StoreResult<()> {
-        self.0.journal_intent(e)
-    }
-    fn journal_outcome(&self, o: &str, s: &str, n: DateTime<Utc>) -> store::StoreResult<()> {
-        self.0.journal_outcome(o, s, n)
-    }
     fn recover(
         &self,
         n: DateTime<Utc>,
+        b: &sandboxio_budget::BudgetConfig,
         a: &dyn Fn(&str) -> bool,
         i: &dyn Fn(&store::JournalEntry) -> String,
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
-        self.0.recover(n, a, i)
+        self.0.recover(n, b, a, i)
     }
     fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
         self.0.live_counts()
@@ -374,11 +350,11 @@ impl Store for BrokenBudget {
 async fn internal_error_in_a_layer_is_a_deny() {
     let mut cfg = GatewayConfig::default();
     cfg.budget.global = Some("100".parse().unwrap());
-    let store: Arc<dyn Store> = Arc::new(BrokenBudget(SqliteStore::open_in_memory().unwrap()));
+    let store: Arc<dyn Store> = Arc::new(BrokenAdmission(SqliteStore::open_in_memory().unwrap()));
     let f = fixture_with(cfg, Some(store), Approver::Nobody, false);
     let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
     assert_eq!(out.record.verdict, Verdict::Deny);
-    assert_eq!(out.record.layer, Layer::Budget);
+    assert_eq!(out.record.layer, Layer::Journal);
     assert_eq!(out.record.status, OperationStatus::Error);
     assert_eq!(out.record.error_code.as_deref(), Some("SBX_E1502"));
     assert_eq!(calls(&f), 0);
@@ -458,12 +434,28 @@ async fn an_approval_granted_for_one_request_cannot_run_another() {
     let out = task.await.unwrap();
     assert_eq!(out.record.status, OperationStatus::Ok);
     // The approval is now used: consuming it for another fingerprint (or again) fails.
-    assert!(!store
-        .consume_approval(&pending.id, "another-request", Utc::now())
-        .unwrap());
-    assert!(!store
-        .consume_approval(&pending.id, &pending.fingerprint, Utc::now())
-        .unwrap());
+    assert_eq!(
+        store
+            .claim(
+                Some((&pending.id, "another-request")),
+                None,
+                "x",
+                Utc::now()
+            )
+            .unwrap(),
+        Some(store::Claimed::ApprovalInvalid)
+    );
+    assert_eq!(
+        store
+            .claim(
+                Some((&pending.id, &pending.fingerprint)),
+                None,
+                "x",
+                Utc::now()
+            )
+            .unwrap(),
+        Some(store::Claimed::ApprovalInvalid)
+    );
 }
 
 #[tokio::test]
