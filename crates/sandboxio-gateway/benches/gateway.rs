@@ -85,6 +85,24 @@ async fn measure(gw: &Gateway, n: usize, key: impl Fn(usize) -> Option<String>) 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let n = 2000;
+    // The floor: one small append plus fdatasync on the same disk, in the same run.
+    {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut f = std::fs::File::create(dir.path().join("f")).expect("file");
+        let mut v = Vec::with_capacity(500);
+        for _ in 0..500 {
+            let t = Instant::now();
+            f.write_all(&[b'x'; 100]).expect("write");
+            f.sync_data().expect("fsync");
+            v.push(t.elapsed());
+        }
+        println!(
+            "raw append + fdatasync on this disk: p50 {:.0} µs, p99 {:.0} µs\n",
+            pct(&mut v, 0.5),
+            pct(&mut v, 0.99)
+        );
+    }
     println!("| case | p50 µs | p99 µs |\n|---|---|---|");
     for (name, sync, budget, keyed) in [
         (

@@ -1,2 +1,3 @@
 mod chain;
+mod concurrency;
 mod store;
