@@ -28,8 +28,8 @@ use crate::policy::PolicyEngine;
 use crate::redaction::Redaction;
 use crate::retry::RetryBudget;
 use crate::store::{
-    Admission, Admitted, Approval, ApprovalState, Claimed, Finish, IdemBegin, IdemClaim, IdemEnd,
-    JournalEntry, KillState, LedgerLine, Store,
+    approval_id_for, Admission, Admitted, Approval, ApprovalState, Claimed, Finish, IdemBegin,
+    IdemClaim, IdemEnd, JournalEntry, KillState, LedgerLine, Store,
 };
 use crate::tool::Tool;
 
@@ -658,7 +658,7 @@ impl Gateway {
         rec: &mut OperationRecord,
     ) -> Result<String, Stop> {
         let now = Utc::now();
-        let approval_id = format!("apr_{}", &new_id()[..12]);
+        let approval_id = approval_id_for(id);
         let redacted_op = self
             .auditor
             .redactor()

@@ -124,6 +124,12 @@ impl ApprovalState {
     }
 }
 
+/// The id of the approval an operation asks for: derived from the operation id, so that
+/// recovery can expire the approvals of operations a crashed process left behind.
+pub fn approval_id_for(operation_id: &str) -> String {
+    format!("apr_{}", operation_id.get(..16).unwrap_or(operation_id))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     pub id: String,
@@ -231,7 +237,7 @@ pub trait Store: Send + Sync {
     fn expire_approval(&self, id: &str) -> StoreResult<()>;
 
     /// Intents with no outcome whose process is gone: marks them interrupted, releases
-    /// their reservations, settles their idempotency keys (to `interrupted_outcome(entry)`,
+    /// their reservations, expires their approvals, settles their idempotency keys (to `interrupted_outcome(entry)`,
     /// or forgets the key when the operation is idempotent, so a retry runs it) and
     /// returns them. One transaction: a crash during recovery loses nothing.
     fn recover(

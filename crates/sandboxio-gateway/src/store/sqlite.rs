@@ -716,6 +716,11 @@ impl Store for SqliteStore {
                     params![e.operation_id, ms(now)],
                 )
                 .map_err(db("marking an intent interrupted"))?;
+                tx.execute(
+                    "UPDATE approvals SET state = 'expired' WHERE id = ?1 AND state IN ('pending', 'approved')",
+                    params![approval_id_for(&e.operation_id)],
+                )
+                .map_err(db("expiring an interrupted approval"))?;
                 if let Some((tenant, key)) = &e.idem {
                     // Only the key this operation claimed (its row names it).
                     if e.idempotent {

@@ -336,6 +336,33 @@ fn recovery_marks_dead_intents_interrupted_and_releases_everything() {
     let mut retry = admission("y", &cfg, "0");
     retry.idem = Some(claim("acme", "op3", "fp"));
     assert!(matches!(s.admit(&retry).unwrap(), Admitted::Proceed(_)));
+    // Recovery expires the approvals the dead operations were waiting for.
+    s.create_approval(&approval(&approval_id_for("op1"), "fp", 600))
+        .unwrap();
+    s.create_approval(&approval(&approval_id_for("op2"), "fp", 600))
+        .unwrap();
+    let mut dead = admission("op4", &cfg, "0");
+    dead.journal.owner = "dead".into();
+    s.admit(&dead).unwrap();
+    s.create_approval(&approval(&approval_id_for("op4"), "fp", 600))
+        .unwrap();
+    s.recover(Utc::now(), &cfg, &|o| o == "alive", &|_| String::new())
+        .unwrap();
+    assert_eq!(
+        s.get_approval(&approval_id_for("op4"))
+            .unwrap()
+            .unwrap()
+            .state,
+        ApprovalState::Expired
+    );
+    assert_eq!(
+        s.get_approval(&approval_id_for("op2"))
+            .unwrap()
+            .unwrap()
+            .state,
+        ApprovalState::Pending,
+        "a live operation keeps its approval"
+    );
     // Recovery is idempotent.
     assert!(s
         .recover(Utc::now(), &cfg, &|o| o == "alive" || o == "me", &|_| {
