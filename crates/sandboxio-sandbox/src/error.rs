@@ -235,6 +235,10 @@ pub const CODES: &[(&str, &str)] = &[
         "the program could not be executed inside the sandbox",
     ),
     ("SBX_E1469", "Landlock required but unavailable"),
+    (
+        "SBX_E1470",
+        "sandbox output over its cap on copy-out (bytes or entries); nothing copied",
+    ),
 ];
 
 impl SandboxError {

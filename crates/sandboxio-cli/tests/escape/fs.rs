@@ -680,8 +680,6 @@ say('mode', oct(os.stat(p).st_mode & 0o7777))
 }
 
 #[test]
-#[ignore = "SANDBOX HOLE: copy-out writes sparse output files densely; the output cap counts \
-            tmpfs blocks, not bytes copied to the host (2.4 GiB written for a 64 MiB cap)"]
 fn sparse_output_files_do_not_fill_the_host_disk() {
     // The output tmpfs caps allocated blocks, not apparent size: 40 sparse files of 60 MiB
     // take no space inside. Copied back densely they would put 2.4 GiB on the host disk
@@ -766,8 +764,6 @@ say('depth', depth)
 }
 
 #[test]
-#[ignore = "SANDBOX HOLE: copy-out copies every hard link of an output file as a separate \
-            file; one 16 MiB file linked 30 times puts 496 MiB on the host for a 64 MiB cap"]
 fn hardlinked_output_files_do_not_multiply_on_the_host() {
     // Links cost no tmpfs blocks or inodes inside; copied back one by one, a single file
     // linked N times is written N times to the host disk.

@@ -69,6 +69,8 @@ pub struct NsChild {
     report: OwnedFd,
     staging: Staging,
     output_host: PathBuf,
+    /// `limits.output_size`: the most data bytes copy-out writes to the host.
+    output_cap: u64,
     namespaces: Vec<String>,
     limits: Vec<String>,
 }
@@ -245,54 +247,232 @@ fn private_mount_namespace() -> Result<(), NsError> {
     Ok(())
 }
 
+/// Limits and bookkeeping of one tree copy (workspace in, output out).
+///
+/// The output tmpfs caps *allocated blocks* and inodes, not what a naive copy writes on the
+/// host: a sparse file costs no blocks inside but its whole apparent size when copied
+/// densely, and a file hard-linked N times costs one inode inside but N copies outside. So:
+/// - sparse files stay sparse (only `SEEK_DATA` extents are written; the size is set with
+///   `ftruncate`), and every data byte written counts against `max_bytes`;
+/// - an inode with several links is copied once; its other names become hard links to the
+///   first copy (same tree on the host), costing an entry, not bytes;
+/// - every name created counts against `max_entries` (links cost no inode inside, so this
+///   bounds a directory stuffed with millions of links);
+/// - everything created is remembered, so a failed copy can be rolled back
+///   ([`CopyBudget::rollback`]): the caller never leaves a partial output that looks whole.
+struct CopyBudget {
+    max_bytes: Option<u64>,
+    max_entries: Option<u64>,
+    bytes: u64,
+    files: u64,
+    entries: u64,
+    links: std::collections::HashMap<(u64, u64), PathBuf>,
+    created: Vec<(PathBuf, bool)>,
+}
+
+impl CopyBudget {
+    fn new(max_bytes: Option<u64>, max_entries: Option<u64>) -> Self {
+        CopyBudget {
+            max_bytes,
+            max_entries,
+            bytes: 0,
+            files: 0,
+            entries: 0,
+            links: std::collections::HashMap::new(),
+            created: Vec::new(),
+        }
+    }
+
+    fn take_entry(&mut self, path: &Path) -> Result<(), NsError> {
+        if let Some(max) = self.max_entries {
+            if self.entries >= max {
+                return Err(NsError::OutputTooLarge {
+                    path: path.to_path_buf(),
+                    what: "entries",
+                    limit: max,
+                });
+            }
+        }
+        self.entries += 1;
+        Ok(())
+    }
+
+    fn take_bytes(&mut self, n: u64, path: &Path) -> Result<(), NsError> {
+        let total = self.bytes.saturating_add(n);
+        if let Some(max) = self.max_bytes {
+            if total > max {
+                return Err(NsError::OutputTooLarge {
+                    path: path.to_path_buf(),
+                    what: "bytes",
+                    limit: max,
+                });
+            }
+        }
+        self.bytes = total;
+        Ok(())
+    }
+
+    /// Removes everything this copy created, newest first (files and links before the
+    /// directories holding them). Best effort: the error that caused it is what is reported.
+    fn rollback(&mut self) {
+        for (path, is_dir) in self.created.drain(..).rev() {
+            let _ = if is_dir {
+                std::fs::remove_dir(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+    }
+}
+
 /// Copies a tree without following symlinks (symlinks and special files are skipped),
-/// giving every entry to `owner` when set.
+/// giving every entry to `owner` when set. See [`CopyBudget`] for sparse files, hard links
+/// and the caps. Iterative (a work list, not recursion): a sandbox can make its output
+/// thousands of directories deep, which must not overflow the helper's stack.
 fn copy_tree(
     src: &Path,
     dst: &Path,
     owner: Option<(u32, u32)>,
     wrap: &dyn Fn(PathBuf, io::Error) -> NsError,
-    count: &mut (u64, u64),
+    budget: &mut CopyBudget,
 ) -> Result<(), NsError> {
-    let rd = std::fs::read_dir(src).map_err(|e| wrap(src.to_path_buf(), e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| wrap(src.to_path_buf(), e))?;
-        let from = entry.path();
-        let to = dst.join(entry.file_name());
-        let meta = std::fs::symlink_metadata(&from).map_err(|e| wrap(from.clone(), e))?;
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            std::fs::DirBuilder::new()
-                .mode(0o755)
-                .create(&to)
-                .map_err(|e| wrap(to.clone(), e))?;
-            if let Some((u, g)) = owner {
-                std::os::unix::fs::lchown(&to, Some(u), Some(g))
+    use std::os::unix::fs::MetadataExt;
+    let mut work = vec![(src.to_path_buf(), dst.to_path_buf())];
+    while let Some((src, dst)) = work.pop() {
+        let rd = std::fs::read_dir(&src).map_err(|e| wrap(src.clone(), e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| wrap(src.clone(), e))?;
+            let from = entry.path();
+            let to = dst.join(entry.file_name());
+            let meta = std::fs::symlink_metadata(&from).map_err(|e| wrap(from.clone(), e))?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                budget.take_entry(&from)?;
+                std::fs::DirBuilder::new()
+                    .mode(0o755)
+                    .create(&to)
                     .map_err(|e| wrap(to.clone(), e))?;
+                budget.created.push((to.clone(), true));
+                if let Some((u, g)) = owner {
+                    std::os::unix::fs::lchown(&to, Some(u), Some(g))
+                        .map_err(|e| wrap(to.clone(), e))?;
+                }
+                work.push((from, to));
+            } else if ft.is_file() {
+                budget.take_entry(&from)?;
+                let key = (meta.dev(), meta.ino());
+                if meta.nlink() > 1 {
+                    if let Some(first) = budget.links.get(&key) {
+                        std::fs::hard_link(first, &to).map_err(|e| wrap(to.clone(), e))?;
+                        budget.created.push((to.clone(), false));
+                        continue;
+                    }
+                }
+                let r = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&from)
+                    .map_err(|e| wrap(from.clone(), e))?;
+                let w = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(meta.permissions().mode() & 0o755)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&to)
+                    .map_err(|e| wrap(to.clone(), e))?;
+                budget.created.push((to.clone(), false));
+                copy_sparse(&r, &w, meta.len(), &from, wrap, budget)?;
+                if let Some((u, g)) = owner {
+                    std::os::unix::fs::fchown(&w, Some(u), Some(g))
+                        .map_err(|e| wrap(to.clone(), e))?;
+                }
+                if meta.nlink() > 1 {
+                    budget.links.insert(key, to);
+                }
+                budget.files += 1;
             }
-            copy_tree(&from, &to, owner, wrap, count)?;
-        } else if ft.is_file() {
-            let mut r = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&from)
-                .map_err(|e| wrap(from.clone(), e))?;
-            let mut w = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(meta.permissions().mode() & 0o755)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&to)
-                .map_err(|e| wrap(to.clone(), e))?;
-            let n = io::copy(&mut r, &mut w).map_err(|e| wrap(from.clone(), e))?;
-            if let Some((u, g)) = owner {
-                std::os::unix::fs::fchown(&w, Some(u), Some(g)).map_err(|e| wrap(to.clone(), e))?;
-            }
-            count.0 += 1;
-            count.1 += n;
         }
     }
     Ok(())
+}
+
+/// Copies the sandbox's output tree to the host, all or nothing: at most `cap` data bytes
+/// (0: no byte cap) and [`super::plan::TMPFS_INODES`] names; on any error (a cap included,
+/// `SBX_E1470`) every entry this copy created is removed again before the error returns.
+fn copy_out(src: &Path, dst: &Path, cap: u64) -> Result<CopyBudget, NsError> {
+    let mut budget = CopyBudget::new((cap > 0).then_some(cap), Some(super::plan::TMPFS_INODES));
+    let wrap = |path, source| NsError::CopyOutput { path, source };
+    match copy_tree(src, dst, None, &wrap, &mut budget) {
+        Ok(()) => Ok(budget),
+        Err(e) => {
+            budget.rollback();
+            Err(e)
+        }
+    }
+}
+
+/// `lseek(fd, off, whence)`: `Ok(None)` for ENXIO (no data at or after `off`).
+fn seek(fd: RawFd, off: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    let off = libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: lseek on an fd we own, with integer arguments; no memory is touched.
+    let r = unsafe { libc::lseek(fd, off, whence) };
+    if r < 0 {
+        let e = io_err();
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(u64::try_from(r).ok())
+}
+
+/// Copies the data extents of `r` into `w` (holes stay holes), counting every byte written
+/// against the budget, then sets the apparent size. Falls back to a dense copy when the
+/// source filesystem does not support `SEEK_DATA` (the bytes still count).
+fn copy_sparse(
+    r: &std::fs::File,
+    w: &std::fs::File,
+    size: u64,
+    from: &Path,
+    wrap: &dyn Fn(PathBuf, io::Error) -> NsError,
+    budget: &mut CopyBudget,
+) -> Result<(), NsError> {
+    use std::os::unix::fs::FileExt;
+    let err = |e| wrap(from.to_path_buf(), e);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pos = 0u64;
+    while pos < size {
+        let (start, end) = match seek(r.as_raw_fd(), pos, libc::SEEK_DATA) {
+            Ok(None) => break, // only a hole is left
+            Ok(Some(start)) => {
+                let end = seek(r.as_raw_fd(), start, libc::SEEK_HOLE)
+                    .map_err(err)?
+                    .unwrap_or(size);
+                (start, end.min(size))
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                (pos, size)
+            }
+            Err(e) => return Err(err(e)),
+        };
+        if end <= start {
+            break;
+        }
+        let mut off = start;
+        while off < end {
+            let want = usize::try_from((end - off).min(buf.len() as u64)).unwrap_or(buf.len());
+            let n = r.read_at(&mut buf[..want], off).map_err(err)?;
+            if n == 0 {
+                break; // the file shrank under us: copy what was there
+            }
+            budget.take_bytes(n as u64, from)?;
+            w.write_all_at(&buf[..n], off)
+                .map_err(|e| wrap(from.to_path_buf(), e))?;
+            off += n as u64;
+        }
+        pos = end;
+    }
+    w.set_len(size).map_err(err)
 }
 
 /// Everything the child needs, prepared in the helper before clone.
@@ -495,7 +675,8 @@ where
 
     private_mount_namespace()?;
     let staging = Staging::create(plan)?;
-    let mut count = (0, 0);
+    // The host workspace is written by the supervisor; the staging tmpfs caps the copy.
+    let mut budget = CopyBudget::new(None, None);
     let wrap = |path, source| NsError::CopyWorkspace { path, source };
     if plan.workspace_host.is_dir() {
         copy_tree(
@@ -503,7 +684,7 @@ where
             &staging.workspace,
             Some((plan.host_uid, plan.host_gid)),
             &wrap,
-            &mut count,
+            &mut budget,
         )?;
     }
     let ctx = ChildCtx {
@@ -581,6 +762,7 @@ where
         report: report_r,
         staging,
         output_host: plan.output_host.clone(),
+        output_cap: plan.output_size,
         namespaces: plan.namespaces.clone(),
         limits: plan.enforcement_limits(),
     })
@@ -643,24 +825,19 @@ impl NsChild {
                 }
             }
         }
-        let mut count = (0, 0);
-        let wrap = |path, source| NsError::CopyOutput { path, source };
         let copied = if self.output_host.is_dir() {
-            copy_tree(
-                &self.staging.output,
-                &self.output_host,
-                None,
-                &wrap,
-                &mut count,
-            )
+            copy_out(&self.staging.output, &self.output_host, self.output_cap)
         } else {
-            Ok(())
+            Ok(CopyBudget::new(None, None))
         };
         self.staging.teardown();
         if let Some(f) = failure {
+            if let Ok(mut b) = copied {
+                b.rollback();
+            }
             return Err(f);
         }
-        copied?;
+        let budget = copied?;
         let mut enforcement = Enforcement {
             tier: Some(IsolationTier::Namespace),
             namespaces: self.namespaces.clone(),
@@ -696,8 +873,8 @@ impl NsChild {
         Ok(NsOutcome {
             exit,
             enforcement,
-            output_files: count.0,
-            output_bytes: count.1,
+            output_files: budget.files,
+            output_bytes: budget.bytes,
         })
     }
 }
@@ -1269,4 +1446,139 @@ fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
     );
     // SAFETY: plain exit.
     unsafe { libc::_exit(127) }
+}
+
+#[cfg(test)]
+mod copy_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn allocated(dir: &Path) -> u64 {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut total = 0;
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let md = e.metadata().unwrap();
+            if seen.insert(md.ino()) {
+                total += md.blocks() * 512;
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn sparse_files_stay_sparse_and_keep_size_and_data() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(src.path().join("s")).unwrap();
+        f.set_len(512 << 20).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(b"tail", (512 << 20) - 4).unwrap();
+        drop(f);
+        let b = copy_out(src.path(), dst.path(), 1 << 20).unwrap();
+        let out = dst.path().join("s");
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), 512 << 20);
+        assert!(allocated(dst.path()) < 1 << 20, "{}", allocated(dst.path()));
+        assert!(b.bytes <= 1 << 20, "counted {}", b.bytes);
+        let data = std::fs::File::open(&out).unwrap();
+        let mut buf = [0u8; 4];
+        data.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"head");
+        data.read_exact_at(&mut buf, (512 << 20) - 4).unwrap();
+        assert_eq!(&buf, b"tail");
+        data.read_exact_at(&mut buf, 100 << 20).unwrap();
+        assert_eq!(buf, [0; 4]);
+    }
+
+    #[test]
+    fn hard_links_are_copied_once_and_linked() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("big"), vec![1u8; 1 << 20]).unwrap();
+        for i in 0..20 {
+            std::fs::hard_link(src.path().join("big"), src.path().join(format!("l{i}"))).unwrap();
+        }
+        // 20 dense copies would need 21 MiB; the cap is 2 MiB.
+        let b = copy_out(src.path(), dst.path(), 2 << 20).unwrap();
+        assert_eq!(b.bytes, 1 << 20);
+        assert_eq!(b.files, 1);
+        let md = std::fs::metadata(dst.path().join("l7")).unwrap();
+        assert_eq!(md.nlink(), 21);
+        assert_eq!(
+            std::fs::read(dst.path().join("l7")).unwrap(),
+            vec![1u8; 1 << 20]
+        );
+    }
+
+    #[test]
+    fn over_the_cap_nothing_is_left_on_the_host() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        std::fs::write(dst.path().join("preexisting"), b"keep").unwrap();
+        for d in ["a", "a/b", "c"] {
+            std::fs::create_dir(src.path().join(d)).unwrap();
+        }
+        for f in ["a/1", "a/b/2", "c/3", "4"] {
+            std::fs::write(src.path().join(f), vec![7u8; 1 << 20]).unwrap();
+        }
+        let e = match copy_out(src.path(), dst.path(), (3 << 20) - 1) {
+            Err(e) => e,
+            Ok(_) => panic!("4 MiB passed a 3 MiB cap"),
+        };
+        assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1470");
+        let left: Vec<_> = std::fs::read_dir(dst.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("preexisting")]);
+    }
+
+    #[test]
+    fn entry_cap_bounds_links_that_cost_no_inode() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("f"), b"x").unwrap();
+        for i in 0..10 {
+            std::fs::hard_link(src.path().join("f"), src.path().join(format!("l{i}"))).unwrap();
+        }
+        let mut b = CopyBudget::new(None, Some(5));
+        let wrap = |path, source| NsError::CopyOutput { path, source };
+        let r = copy_tree(src.path(), dst.path(), None, &wrap, &mut b);
+        assert!(matches!(
+            r,
+            Err(NsError::OutputTooLarge {
+                what: "entries",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn deep_trees_do_not_overflow_the_stack() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        // Build 1500 levels with relative paths (beyond PATH_MAX as a whole is not needed).
+        let mut p = src.path().to_path_buf();
+        for _ in 0..1500 {
+            p.push("d");
+            if std::fs::create_dir(&p).is_err() {
+                break;
+            }
+        }
+        let r = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn({
+                let (s, d) = (src.path().to_path_buf(), dst.path().to_path_buf());
+                move || copy_out(&s, &d, 0).map(|b| b.entries)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // Either copied or refused (ENAMETOOLONG), never a crash; a refusal leaves nothing.
+        if r.is_err() {
+            assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0);
+        }
+    }
 }

@@ -94,6 +94,16 @@ pub enum NsError {
     Exec { program: String, errno: i32 },
     #[error("landlock is not available on this kernel, and the plan requires it")]
     LandlockRequired,
+    /// Copy-out stopped at a cap; nothing of this run's output was left on the host.
+    #[error(
+        "the sandbox output is larger than its cap ({what} limit {limit}) at `{path}`; \
+         nothing was copied to the output directory"
+    )]
+    OutputTooLarge {
+        path: PathBuf,
+        what: &'static str,
+        limit: u64,
+    },
 }
 
 impl ErrorCode for NsError {
@@ -119,6 +129,7 @@ impl ErrorCode for NsError {
             NsError::ChildSetup { .. } => "SBX_E1467",
             NsError::Exec { .. } => "SBX_E1468",
             NsError::LandlockRequired => "SBX_E1469",
+            NsError::OutputTooLarge { .. } => "SBX_E1470",
         }
     }
 }
@@ -190,6 +201,11 @@ mod tests {
                 errno: 2,
             },
             NsError::LandlockRequired,
+            NsError::OutputTooLarge {
+                path: PathBuf::new(),
+                what: "bytes",
+                limit: 1,
+            },
         ];
         let mut seen = std::collections::BTreeSet::new();
         for e in &all {
