@@ -151,6 +151,14 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    #[error("network mode `{mode}` is not supported by the landlock tier; use `none`")]
+    FallbackNetwork { mode: &'static str },
+    #[error("landlock tier: payload setup failed at {stage}")]
+    FallbackSetup {
+        stage: &'static str,
+        #[source]
+        source: io::Error,
+    },
     /// The namespace tier (`crate::ns`); its variants carry their own codes (SBX_E1450..).
     #[error(transparent)]
     Namespace(#[from] crate::ns::NsError),
@@ -190,6 +198,14 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E1430", "waiting for the helper failed"),
     ("SBX_E1431", "I/O on a helper pipe failed"),
     ("SBX_E1432", "poll() failed in the helper"),
+    (
+        "SBX_E1433",
+        "network mode not supported by the landlock tier (only none)",
+    ),
+    (
+        "SBX_E1434",
+        "landlock tier: payload setup failed (stage and errno given)",
+    ),
     // namespace tier (crate::ns::NsError)
     (
         "SBX_E1450",
@@ -288,6 +304,8 @@ impl ErrorCode for SandboxError {
             SandboxError::Wait { .. } => "SBX_E1430",
             SandboxError::HelperIo { .. } => "SBX_E1431",
             SandboxError::Poll { .. } => "SBX_E1432",
+            SandboxError::FallbackNetwork { .. } => "SBX_E1433",
+            SandboxError::FallbackSetup { .. } => "SBX_E1434",
             SandboxError::Namespace(e) => e.code(),
         }
     }

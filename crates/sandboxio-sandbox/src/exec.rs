@@ -94,13 +94,8 @@ pub async fn run(
     cancel: Option<CancelToken>,
 ) -> Result<ExecResult, SandboxError> {
     match tier {
-        IsolationTier::Process | IsolationTier::Namespace => {}
-        IsolationTier::Landlock => {
-            return Err(SandboxError::UnsupportedTier {
-                tier,
-                why: "the landlock-only tier is not built yet",
-            })
-        }
+        // Landlock: allowed only by `SandboxConfig.landlock_fallback` (fallback::plan_into).
+        IsolationTier::Process | IsolationTier::Namespace | IsolationTier::Landlock => {}
         IsolationTier::Microvm | IsolationTier::Remote => {
             return Err(SandboxError::UnsupportedTier {
                 tier,
@@ -169,6 +164,9 @@ pub async fn run(
             output: plan.paths.output_dir.clone(),
         };
         plan.namespace = Some(crate::ns::plan(req, &host, &plan.env)?);
+    }
+    if tier == IsolationTier::Landlock {
+        crate::fallback::plan_into(req, cfg, &mut plan)?;
     }
     let plan_bytes =
         serde_json::to_vec(&plan).map_err(|source| SandboxError::PlanEncode { source })?;

@@ -135,6 +135,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             let child = crate::ns::spawn_plan(&plan, |pid| attach_cgroups(&plan, pid))?;
             (child.pid(), Some(child))
         }
+        IsolationTier::Landlock => (crate::fallback::spawn(&plan, &signals.old_mask)?, None),
         // Never run a payload with less isolation than asked for.
         tier => {
             return Err(SandboxError::UnsupportedTier {
@@ -152,6 +153,10 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             report.exit = exit;
         }
         report.enforcement = Some(outcome.enforcement);
+    }
+    if plan.tier == IsolationTier::Landlock {
+        // The whole tree is dead (supervise waits for ECHILD): copy the output out.
+        report.enforcement = Some(crate::fallback::finish(&plan)?);
     }
     rep.send(&HelperMsg::Final(report));
     Ok(())

@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod config;
 pub mod error;
 pub mod exec;
+pub mod fallback;
 pub mod helper;
 pub mod ns;
 pub mod plan;

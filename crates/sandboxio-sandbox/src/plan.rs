@@ -66,6 +66,9 @@ pub struct SandboxPlan {
     pub cgroup: Option<CgroupPlan>,
     /// Filled by the namespace tier's own `ns::plan(...)`.
     pub namespace: Option<NamespacePlan>,
+    /// Filled by the landlock tier's `fallback::plan_into(...)`.
+    #[serde(default)]
+    pub landlock: Option<crate::fallback::LandlockTierPlan>,
 }
 
 /// Environment values may be secrets: `Debug` shows names only.
@@ -83,6 +86,7 @@ impl std::fmt::Debug for SandboxPlan {
             .field("no_new_privs", &self.no_new_privs)
             .field("cgroup", &self.cgroup)
             .field("namespace", &self.namespace)
+            .field("landlock", &self.landlock)
             .finish()
     }
 }
@@ -218,6 +222,7 @@ where
         no_new_privs: true,
         cgroup,
         namespace: None,
+        landlock: None,
     })
 }
 

@@ -411,6 +411,11 @@ fn copy_out(src: &Path, dst: &Path, cap: u64) -> Result<CopyBudget, NsError> {
     }
 }
 
+/// [`copy_out`] for other tiers: returns (files, bytes) copied.
+pub(crate) fn copy_output(src: &Path, dst: &Path, cap: u64) -> Result<(u64, u64), NsError> {
+    copy_out(src, dst, cap).map(|b| (b.files, b.bytes))
+}
+
 /// `lseek(fd, off, whence)`: `Ok(None)` for ENXIO (no data at or after `off`).
 fn seek(fd: RawFd, off: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
     let off = libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;

@@ -14,6 +14,7 @@ mod plan;
 pub mod report;
 pub mod seccomp;
 
+pub(crate) use apply::copy_output;
 pub use apply::{
     cleanup_stale_staging, rlimits_from, spawn, spawn_plan, NsChild, NsOutcome, Rlimits,
     STAGING_PREFIX,

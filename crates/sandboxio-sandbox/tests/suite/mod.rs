@@ -1,6 +1,7 @@
 //! Shared helpers for the integration suite.
 
 mod cgroups;
+mod landlock;
 mod process;
 
 use std::path::PathBuf;

@@ -1,0 +1,257 @@
+//! Landlock fallback tier against the real helper: denied unless configured, Landlock really
+//! enforced (the same payload reads on the process tier), writes only to the workspace and
+//! output, no sockets, honest enforcement record.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use sandboxio_core::{ErrorCode, ExecRequest, ExecResult, ExitStatus, IsolationTier};
+use sandboxio_sandbox::{run, CgroupUsage, SandboxConfig};
+
+use super::{cfg, sh};
+
+fn ll_cfg() -> SandboxConfig {
+    SandboxConfig {
+        landlock_fallback: true,
+        ..cfg(CgroupUsage::Auto)
+    }
+}
+
+fn skip() -> bool {
+    // SAFETY: the version query takes no pointer and only returns a number.
+    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, 0usize, 0usize, 1u32) };
+    if v < 1 {
+        eprintln!("SKIP: Landlock unavailable on this kernel");
+        return true;
+    }
+    false
+}
+
+async fn ll(req: &ExecRequest) -> ExecResult {
+    let r = run(req, IsolationTier::Landlock, &ll_cfg(), None)
+        .await
+        .unwrap();
+    super::assert_no_cgroup_left(&r.sandbox_id);
+    r
+}
+
+const PY: &str = "/usr/bin/python3";
+
+fn py(script: &str) -> ExecRequest {
+    let prelude = r#"
+import os, sys, errno, socket
+def attempt(label, fn):
+    try:
+        r = fn()
+        print('%s=OK' % label, flush=True)
+    except OSError as e:
+        print('%s=%s' % (label, errno.errorcode.get(e.errno, str(e.errno))), flush=True)
+"#;
+    let mut req = ExecRequest::new([PY, "-c", &format!("{prelude}\n{script}")]);
+    req.limits.timeout = Duration::from_secs(20);
+    req
+}
+
+fn result<'a>(r: &'a ExecResult, label: &str) -> &'a str {
+    let prefix = format!("{label}=");
+    r.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{label}` in output: {r:?}"))
+}
+
+/// A host file every uid may read (0644 in a 0755 directory): only Landlock can deny it.
+fn world_readable_host_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = d.path().join("host-secret.txt");
+    std::fs::write(&f, "host-canary").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    (d, f)
+}
+
+#[tokio::test]
+async fn denied_unless_the_configuration_allows_it() {
+    let req = sh("true");
+    let e = run(&req, IsolationTier::Landlock, &cfg(CgroupUsage::Auto), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "SBX_E1429", "{e}");
+    assert!(e.to_string().contains("landlock_fallback"), "{e}");
+}
+
+#[tokio::test]
+async fn runs_and_says_what_it_enforced_and_what_not() {
+    if skip() {
+        return;
+    }
+    let r = ll(&sh("echo hi; exit 3")).await;
+    assert_eq!(r.exit, ExitStatus::Code(3), "{r:?}");
+    assert_eq!(r.stdout, "hi\n");
+    let e = &r.enforcement;
+    assert_eq!(e.tier, Some(IsolationTier::Landlock));
+    assert!(e.namespaces.is_empty());
+    assert!(e.landlock_abi.is_some());
+    assert!(e.seccomp && e.no_new_privs);
+    assert_eq!(e.network, "none");
+    for gap in [
+        "no pid namespace",
+        "no mount namespace",
+        "no network namespace",
+        "tmp_size",
+    ] {
+        assert!(e.gaps.iter().any(|g| g.starts_with(gap)), "{gap}: {e:?}");
+    }
+    assert!(e.limits.iter().any(|l| l.starts_with("output_size=")));
+    assert_eq!(r.meter.as_ref().unwrap().backend, "landlock");
+}
+
+#[tokio::test]
+async fn landlock_is_enforced_where_the_process_tier_reads() {
+    if skip() {
+        return;
+    }
+    let (_keep, host_file) = world_readable_host_file();
+    let script = format!(
+        r#"
+attempt('shadow', lambda: open('/etc/shadow').read())
+attempt('passwd', lambda: open('/etc/passwd').read())
+attempt('hostfile', lambda: open({host:?}).read())
+attempt('root', lambda: os.listdir('/root'))
+attempt('proc1', lambda: open('/proc/1/cmdline').read())
+attempt('home', lambda: os.listdir('/home'))
+attempt('usr', lambda: open('/usr/bin/env', 'rb').read(4))
+"#,
+        host = host_file.to_str().unwrap()
+    );
+    let req = py(&script);
+    let r = ll(&req).await;
+    assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
+    for label in ["shadow", "passwd", "hostfile", "root", "proc1", "home"] {
+        assert_eq!(result(&r, label), "EACCES", "{label}: {}", r.stdout);
+    }
+    assert_eq!(result(&r, "usr"), "OK");
+
+    // The very same payload on the process tier reads the world-readable host file and
+    // /etc/passwd: the denial above is Landlock's, not file permissions'.
+    let p = run(&req, IsolationTier::Process, &cfg(CgroupUsage::Auto), None)
+        .await
+        .unwrap();
+    assert_eq!(result(&p, "hostfile"), "OK", "{}", p.stdout);
+    assert_eq!(result(&p, "passwd"), "OK", "{}", p.stdout);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(result(&p, "shadow"), "OK", "{}", p.stdout);
+    }
+}
+
+#[tokio::test]
+async fn writes_only_to_the_workspace_tmp_and_output() {
+    if skip() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let open_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let script = format!(
+        r#"
+def w(p):
+    with open(p, 'w') as f:
+        f.write('x')
+attempt('output', lambda: w(os.path.join(os.environ['SANDBOX_OUTPUT'], 'result.txt')))
+attempt('tmpdir', lambda: w(os.path.join(os.environ['TMPDIR'], 't')))
+attempt('cwd', lambda: w('c'))
+attempt('host_tmp', lambda: w('/tmp/sbx-landlock-escape-%d' % os.getpid()))
+attempt('open_dir', lambda: w({open_dir:?} + '/planted'))
+attempt('dev_shm', lambda: w('/dev/shm/sbx-landlock-escape'))
+attempt('mkdir_usr', lambda: os.mkdir('/usr/local/sbx-escape'))
+"#,
+        open_dir = open_dir.path().to_str().unwrap()
+    );
+    let mut req = py(&script);
+    req.output_dir = Some(out.path().to_path_buf());
+    let r = ll(&req).await;
+    assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
+    for ok in ["output", "tmpdir", "cwd"] {
+        assert_eq!(result(&r, ok), "OK", "{ok}: {}", r.stdout);
+    }
+    for denied in ["host_tmp", "open_dir", "dev_shm", "mkdir_usr"] {
+        assert_eq!(result(&r, denied), "EACCES", "{denied}: {}", r.stdout);
+    }
+    assert!(std::fs::read_dir(open_dir.path()).unwrap().next().is_none());
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("result.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[tokio::test]
+async fn no_sockets_but_socketpair() {
+    if skip() {
+        return;
+    }
+    let script = r#"
+attempt('inet', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+attempt('inet6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
+attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+attempt('netlink', lambda: socket.socket(16, socket.SOCK_RAW, 0))
+attempt('pair', lambda: socket.socketpair())
+"#;
+    let r = ll(&py(script)).await;
+    for denied in ["inet", "udp", "inet6", "unix", "netlink"] {
+        assert_eq!(result(&r, denied), "EAFNOSUPPORT", "{denied}: {}", r.stdout);
+    }
+    assert_eq!(result(&r, "pair"), "OK", "{}", r.stdout);
+}
+
+#[tokio::test]
+async fn runs_as_a_fresh_unprivileged_uid_without_capabilities() {
+    if skip() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: not root, the tier keeps the helper's own ids");
+        return;
+    }
+    let r = ll(&sh(
+        "id -u; id -g; id -G; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status || echo noproc",
+    ))
+    .await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let uid: u32 = lines[0].parse().unwrap();
+    assert!(uid >= sandboxio_sandbox::fallback::ID_BASE, "{r:?}");
+    assert_eq!(lines[1], lines[0]);
+    assert_eq!(lines[2], lines[0], "supplementary groups left: {r:?}");
+}
+
+#[tokio::test]
+async fn timeout_kills_the_tree() {
+    if skip() {
+        return;
+    }
+    let mut req = sh("sleep 100 & sleep 100");
+    req.limits.timeout = Duration::from_millis(500);
+    let t = std::time::Instant::now();
+    let r = ll(&req).await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn sparse_output_stays_sparse_on_the_host() {
+    if skip() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    // 60 MiB apparent (under RLIMIT_FSIZE, which stops a 1 GiB truncate), no data.
+    let mut req = sh("truncate -s 60M \"$SANDBOX_OUTPUT/sparse\" && echo done");
+    req.output_dir = Some(out.path().to_path_buf());
+    let r = ll(&req).await;
+    assert_eq!(r.stdout, "done\n", "{r:?}");
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(out.path().join("sparse")).unwrap();
+    assert_eq!(md.len(), 60 << 20);
+    assert!(md.blocks() * 512 < 1 << 20);
+}
