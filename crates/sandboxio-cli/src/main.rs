@@ -7,6 +7,7 @@ mod args;
 mod cmd;
 mod exit;
 mod setup;
+mod telemetry;
 
 use clap::Parser;
 
@@ -18,6 +19,8 @@ fn main() {
         sandboxio_sandbox::helper::main();
     }
     let cli = args::Cli::parse();
+    // Logs and OpenTelemetry export: installed here, by the binary only, before the runtime.
+    let telemetry = telemetry::Telemetry::init(debug_requested(&cli), log_secrets(&cli));
     let code = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -25,9 +28,59 @@ fn main() {
     {
         Ok(rt) => rt.block_on(cmd::dispatch(cli)),
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            let msg = telemetry::redact(&format!("cannot start the async runtime: {e}"));
+            eprintln!("error: {msg}");
             exit::INTERNAL
         }
     };
+    // Spans and metrics are buffered on the exporters' threads: flush them before exiting.
+    telemetry.shutdown();
     std::process::exit(code);
+}
+
+/// `SBX_DEBUG=1`, or `[telemetry] debug = true` in the config the command will load.
+fn debug_requested(cli: &args::Cli) -> bool {
+    if telemetry::debug_from_env() {
+        return true;
+    }
+    let fallback = args::Common {
+        config: None,
+        policies: Vec::new(),
+        state_dir: None,
+        json: false,
+    };
+    let common = common_of(&cli.command).unwrap_or(&fallback);
+    // A config that does not load is reported by the command itself.
+    setup::load(common).is_ok_and(|l| l.config.telemetry.debug)
+}
+
+fn common_of(cmd: &args::Command) -> Option<&args::Common> {
+    use args::{AuditCmd, Command};
+    match cmd {
+        Command::Run { common, .. }
+        | Command::RunCode { common, .. }
+        | Command::Approvals { common, .. }
+        | Command::Kill { common, .. }
+        | Command::Resume { common }
+        | Command::Costs { common, .. }
+        | Command::Budget { common, .. } => Some(common),
+        Command::Audit {
+            cmd: AuditCmd::Tail { common, .. } | AuditCmd::Query { common, .. },
+        } => Some(common),
+        _ => None,
+    }
+}
+
+/// The `--secret-env` values of a run: redacted from every log line.
+fn log_secrets(cli: &args::Cli) -> Vec<sandboxio_audit::Secret> {
+    match &cli.command {
+        args::Command::Run { opts, .. } | args::Command::RunCode { opts, .. } => opts
+            .secret_env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(_, v)| sandboxio_audit::Secret::new(v))
+            .collect(),
+        _ => Vec::new(),
+    }
 }

@@ -1,5 +1,6 @@
 pub mod auditor;
 pub mod common;
+pub mod metrics;
 pub mod otel;
 pub mod redaction;
 pub mod tamper;
