@@ -489,6 +489,15 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 /// Create the sandbox cgroup and write its limits. On a required failure, every directory
 /// created so far is removed again.
 pub fn create(plan: &CgroupPlan) -> Result<Applied, SandboxError> {
+    let mut applied = create_dirs(plan)?;
+    write_limits(plan, &mut applied)?;
+    Ok(applied)
+}
+
+/// First half of [`create`]: parents, preparation writes and the sandbox's own directories
+/// (no limits yet). A warm pool calls this ahead of time and [`write_limits`] once the
+/// request's limits are known. On failure, every directory created so far is removed.
+pub fn create_dirs(plan: &CgroupPlan) -> Result<Applied, SandboxError> {
     let mut applied = Applied {
         enforced: plan.enforced.clone(),
         gaps: plan.gaps.clone(),
@@ -528,6 +537,13 @@ pub fn create(plan: &CgroupPlan) -> Result<Applied, SandboxError> {
             }
         }
     }
+    Ok(applied)
+}
+
+/// Second half of [`create`]: write the plan's limits into directories that exist (made by
+/// [`create_dirs`] for a plan with the same sandbox id). On a required failure, the
+/// sandbox's directories are removed again.
+pub fn write_limits(plan: &CgroupPlan, applied: &mut Applied) -> Result<(), SandboxError> {
     for w in &plan.limits {
         match write_file(&w.path, &w.value) {
             Ok(()) => {
@@ -538,7 +554,7 @@ pub fn create(plan: &CgroupPlan) -> Result<Applied, SandboxError> {
             Err(source) => match &w.gap_if_failed {
                 Some(g) => applied.gaps.push(g.clone()),
                 None => {
-                    remove_dirs(&created);
+                    remove_dirs(&plan.dirs);
                     return Err(SandboxError::CgroupWrite {
                         path: w.path.clone(),
                         value: w.value.clone(),
@@ -548,7 +564,7 @@ pub fn create(plan: &CgroupPlan) -> Result<Applied, SandboxError> {
             },
         }
     }
-    Ok(applied)
+    Ok(())
 }
 
 /// Pids currently in a cgroup directory.

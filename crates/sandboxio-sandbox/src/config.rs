@@ -1,6 +1,9 @@
 //! How this host's sandboxes are run: helper binary, work root, cgroup use.
 
-use std::path::PathBuf;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -66,8 +69,47 @@ impl SandboxConfig {
         })
     }
 
-    /// The directory under which workspaces are created.
+    /// The directory under which workspaces are created: `work_root`, else
+    /// [`default_work_root`].
     pub fn resolve_work_root(&self) -> PathBuf {
-        self.work_root.clone().unwrap_or_else(std::env::temp_dir)
+        self.work_root.clone().unwrap_or_else(default_work_root)
     }
+}
+
+/// Where workspaces go by default (decided once per process): `std::env::temp_dir()` when
+/// it is a tmpfs; otherwise `/dev/shm` when that is a writable tmpfs; otherwise
+/// `temp_dir()`. Creating and removing the four workspace directories on a disk file
+/// system goes through its journal, which cost 10+ ms per run on a busy ext4 host versus
+/// under 0.1 ms on tmpfs. The trade-off: files the program writes into its workspace
+/// (and a default `output/`) live in RAM until the run ends; set `work_root` (or give
+/// `output_dir`) to keep large outputs on disk.
+pub fn default_work_root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        if is_writable_tmpfs(&tmp) {
+            return tmp;
+        }
+        let shm = PathBuf::from("/dev/shm");
+        if is_writable_tmpfs(&shm) {
+            return shm;
+        }
+        tmp
+    })
+    .clone()
+}
+
+fn is_writable_tmpfs(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain data; zeroed is a valid value for the kernel to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid statfs to fill.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    // SAFETY: access(2) with a valid NUL-terminated path and integer mode.
+    st.f_type == libc::TMPFS_MAGIC
+        && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
 }

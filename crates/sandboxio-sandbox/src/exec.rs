@@ -3,7 +3,6 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ pub const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
 /// How long output readers may run after the helper exits (a process that escaped the tree
 /// could hold the pipes open forever).
 pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
-/// Lowest fd number used for the helper's pipes in the child.
+/// Lowest fd number for the child ends of the helper's pipes before they are dup2'ed.
 const HIGH_FD: RawFd = 10;
 
 /// Cancels a run. Clonable; the first reason wins.
@@ -93,38 +92,131 @@ pub async fn run(
     cfg: &SandboxConfig,
     cancel: Option<CancelToken>,
 ) -> Result<ExecResult, SandboxError> {
+    check_tier(tier)?;
+    run_prepared(req, tier, cfg, cancel, None).await
+}
+
+/// Whether this crate has a backend for `tier` (never a weaker one instead).
+pub(crate) fn check_tier(tier: IsolationTier) -> Result<(), SandboxError> {
     match tier {
         // Landlock: allowed only by `SandboxConfig.landlock_fallback` (fallback::plan_into).
-        IsolationTier::Process | IsolationTier::Namespace | IsolationTier::Landlock => {}
-        IsolationTier::Microvm | IsolationTier::Remote => {
-            return Err(SandboxError::UnsupportedTier {
-                tier,
-                why: "not built yet",
-            })
-        }
+        IsolationTier::Process | IsolationTier::Namespace | IsolationTier::Landlock => Ok(()),
+        IsolationTier::Microvm | IsolationTier::Remote => Err(SandboxError::UnsupportedTier {
+            tier,
+            why: "not built yet",
+        }),
     }
+}
+
+/// A sandbox started ahead of its request (warm pool): helper already running and waiting
+/// for its plan, workspace and cgroup directories already created (limits not yet written).
+pub(crate) struct Prepared {
+    pub(crate) sandbox_id: String,
+    pub(crate) workspace: Workspace,
+    /// Cgroup directories created for `sandbox_id` (limits are written at use).
+    pub(crate) cgroup: Option<CgroupPlan>,
+    /// Gaps found while preparing (e.g. cgroup creation failed under `Auto`).
+    pub(crate) gaps: Vec<String>,
+    pub(crate) helper: HelperProc,
+}
+
+/// The shared body of [`run`] and of a warm-pool exec.
+pub(crate) async fn run_prepared(
+    req: &ExecRequest,
+    tier: IsolationTier,
+    cfg: &SandboxConfig,
+    cancel: Option<CancelToken>,
+    prepared: Option<Prepared>,
+) -> Result<ExecResult, SandboxError> {
     let started = Instant::now();
-    let sandbox_id = plan::new_sandbox_id();
-    let helper_path = cfg.resolve_helper()?;
-    let workspace = Workspace::create(&cfg.resolve_work_root(), req)?;
+    let mut gaps: Vec<String> = Vec::new();
     let mut guard = Inflight {
-        workspace: Some(workspace.dir),
+        workspace: None,
         keep: req.keep_workspace,
         cgroup: None,
         control: None,
         helper_pid: None,
         done: false,
     };
-
     let layout = cgroup::host_layout();
-    let mut cg_plan = plan::cgroup_plan(layout, &sandbox_id, req, cfg.cgroups != CgroupUsage::Off);
-    let mut gaps: Vec<String> = Vec::new();
+    let mut cg_plan: Option<CgroupPlan>;
+    let mut applied: Option<Applied> = None;
+    let sandbox_id;
+    let workspace_paths;
+    let mut pooled_helper: Option<HelperProc> = None;
+    let mut helper_path = PathBuf::new();
+    match prepared {
+        Some(p) => {
+            sandbox_id = p.sandbox_id;
+            guard.helper_pid = Some(p.helper.pid);
+            // Until the plan is sent, dropping this makes the waiting helper exit.
+            pooled_helper = Some(p.helper);
+            guard.workspace = Some(p.workspace.dir);
+            guard.cgroup = p.cgroup.clone();
+            workspace_paths = Workspace::adopt(&p.workspace.paths, req)?;
+            gaps.extend(p.gaps);
+            cg_plan = None;
+            if let Some(pre) = &p.cgroup {
+                // Same id and layout, so the same directories; only the limits differ.
+                let want = plan::cgroup_plan(layout, &sandbox_id, req, true)
+                    .filter(|cg| cg.dirs == pre.dirs);
+                if let Some(cg) = want {
+                    let mut a = Applied {
+                        enforced: cg.enforced.clone(),
+                        gaps: cg.gaps.clone(),
+                    };
+                    match cgroup::write_limits(&cg, &mut a) {
+                        Ok(()) => {
+                            applied = Some(a);
+                            cg_plan = Some(cg);
+                        }
+                        Err(e) => {
+                            // write_limits removed the directories already.
+                            guard.cgroup = None;
+                            if cfg.cgroups == CgroupUsage::Required {
+                                return Err(e);
+                            }
+                            gaps.push(format!("cgroup: {e}; running without a cgroup"));
+                        }
+                    }
+                }
+            }
+            if cg_plan.is_none() && cfg.cgroups == CgroupUsage::Required {
+                return Err(SandboxError::CgroupUnavailable {
+                    why: "the pooled sandbox has no usable cgroup".into(),
+                });
+            }
+            return drive(
+                req,
+                tier,
+                cfg,
+                cancel,
+                started,
+                sandbox_id,
+                workspace_paths,
+                cg_plan,
+                applied,
+                gaps,
+                guard,
+                pooled_helper,
+                helper_path,
+            )
+            .await;
+        }
+        None => {
+            sandbox_id = plan::new_sandbox_id();
+            helper_path = cfg.resolve_helper()?;
+            let ws = Workspace::create(&cfg.resolve_work_root(), req)?;
+            guard.workspace = Some(ws.dir);
+            workspace_paths = ws.paths;
+            cg_plan = plan::cgroup_plan(layout, &sandbox_id, req, cfg.cgroups != CgroupUsage::Off);
+        }
+    }
     if cfg.cgroups == CgroupUsage::Required && cg_plan.is_none() {
         return Err(SandboxError::CgroupUnavailable {
             why: "no cgroup hierarchy found in /proc/self/mountinfo".into(),
         });
     }
-    let mut applied: Option<Applied> = None;
     if let Some(cg) = &cg_plan {
         match cgroup::create(cg) {
             Ok(a) => {
@@ -138,6 +230,41 @@ pub async fn run(
             }
         }
     }
+    drive(
+        req,
+        tier,
+        cfg,
+        cancel,
+        started,
+        sandbox_id,
+        workspace_paths,
+        cg_plan,
+        applied,
+        gaps,
+        guard,
+        pooled_helper.take(),
+        helper_path,
+    )
+    .await
+}
+
+/// Plan, start (or hand the plan to a waiting helper), supervise, collect, clean up.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    req: &ExecRequest,
+    tier: IsolationTier,
+    cfg: &SandboxConfig,
+    cancel: Option<CancelToken>,
+    started: Instant,
+    sandbox_id: String,
+    workspace_paths: WorkspacePaths,
+    cg_plan: Option<CgroupPlan>,
+    applied: Option<Applied>,
+    mut gaps: Vec<String>,
+    mut guard: Inflight,
+    pooled_helper: Option<HelperProc>,
+    helper_path: PathBuf,
+) -> Result<ExecResult, SandboxError> {
     if cg_plan.is_none() {
         if cfg.cgroups == CgroupUsage::Off {
             gaps.push("cgroup: disabled by configuration".into());
@@ -155,7 +282,7 @@ pub async fn run(
         req,
         tier,
         host_env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        workspace.paths.clone(),
+        workspace_paths,
         cg_plan,
     )?;
     if tier == IsolationTier::Namespace {
@@ -177,78 +304,65 @@ pub async fn run(
         });
     }
 
-    // Pipes: parent ends stay close-on-exec; child ends are moved to high fds.
-    let (plan_r, plan_w) = pipe_pair()?;
-    let (rep_r, rep_w) = pipe_pair()?;
-    let (ctl_r, ctl_w) = pipe_pair()?;
-    let child_plan = dup_high(&plan_r)?;
-    let child_rep = dup_high(&rep_w)?;
-    let child_ctl = dup_high(&ctl_r)?;
-    drop((plan_r, rep_w, ctl_r));
-    let fds = HelperFds {
-        plan: child_plan.as_raw_fd(),
-        report: child_rep.as_raw_fd(),
-        control: child_ctl.as_raw_fd(),
+    // Start the helper (cold) or take the one that is already waiting (warm pool). The plan
+    // goes into the pipe before the helper needs it whenever it fits the pipe buffer, so the
+    // helper never waits for a supervisor task to be scheduled.
+    let mut helper = match pooled_helper {
+        Some(h) => h,
+        None => spawn_helper(&helper_path, req.stdin.is_some())?,
     };
-
-    let mut cmd = tokio::process::Command::new(&helper_path);
-    cmd.arg(HELPER_ARG)
-        .arg(fds.to_arg())
-        .env_clear()
-        .stdin(if req.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(false);
-    let inherit = [fds.plan, fds.report, fds.control];
-    // SAFETY: the closure runs in the forked child before exec and only calls fcntl(2),
-    // which is async-signal-safe; it touches no memory besides the copied fd array.
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in inherit {
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+    guard.helper_pid = Some(helper.pid);
+    let rest = match helper.plan_w.take() {
+        Some(w) => match write_now(&w, &plan_bytes) {
+            Ok(n) if n == plan_bytes.len() => None,
+            Ok(n) => Some((w, plan_bytes[n..].to_vec())),
+            Err(source) => {
+                return Err(SandboxError::HelperIo {
+                    what: "plan pipe",
+                    source,
+                })
             }
-            Ok(())
-        });
+        },
+        None => None,
+    };
+    if let Some((w, bytes)) = rest {
+        let plan_tx = pipe::Sender::from_owned_fd(w).map_err(|source| SandboxError::HelperIo {
+            what: "plan pipe",
+            source,
+        })?;
+        tokio::spawn(write_all_and_close(plan_tx, bytes));
     }
-    let mut child = cmd.spawn().map_err(|source| SandboxError::HelperSpawn {
-        path: helper_path.clone(),
-        source,
-    })?;
-    drop((child_plan, child_rep, child_ctl));
-    guard.helper_pid = child.id().and_then(|p| i32::try_from(p).ok());
-    guard.control = Some(ctl_w);
+    guard.control = Some(helper.ctl_w);
 
-    // Plan and stdin writers.
-    let plan_tx = pipe::Sender::from_owned_fd(plan_w).map_err(|source| SandboxError::HelperIo {
-        what: "plan pipe",
-        source,
-    })?;
-    tokio::spawn(write_all_and_close(plan_tx, plan_bytes));
-    if let (Some(data), Some(stdin)) = (req.stdin.clone(), child.stdin.take()) {
-        tokio::spawn(write_all_and_close(stdin, data));
+    match (req.stdin.clone(), helper.stdin_w.take()) {
+        (Some(data), Some(w)) => {
+            let tx = pipe::Sender::from_owned_fd(w).map_err(|source| SandboxError::HelperIo {
+                what: "stdin pipe",
+                source,
+            })?;
+            tokio::spawn(write_all_and_close(tx, data));
+        }
+        // No stdin: the payload reads EOF at once.
+        (_, w) => drop(w),
     }
     let out_cap = Arc::new(Mutex::new(Capture::new(req.limits.stdout_cap.bytes())));
     let err_cap = Arc::new(Mutex::new(Capture::new(req.limits.stderr_cap.bytes())));
-    let out_task = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(capture(s, out_cap.clone())));
-    let err_task = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(capture(s, err_cap.clone())));
+    let mut tasks = Vec::with_capacity(2);
+    for (fd, cap, what) in [
+        (helper.stdout_r, out_cap.clone(), "stdout pipe"),
+        (helper.stderr_r, err_cap.clone(), "stderr pipe"),
+    ] {
+        let rx = pipe::Receiver::from_owned_fd(fd)
+            .map_err(|source| SandboxError::HelperIo { what, source })?;
+        tasks.push(tokio::spawn(capture(rx, cap)));
+    }
 
-    // Read the helper's reports until it exits.
-    let rep_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(|source| SandboxError::HelperIo {
-        what: "report pipe",
-        source,
-    })?;
+    // Read the helper's reports until it exits (event-driven: woken by the pipe only).
+    let rep_rx =
+        pipe::Receiver::from_owned_fd(helper.rep_r).map_err(|source| SandboxError::HelperIo {
+            what: "report pipe",
+            source,
+        })?;
     let mut lines = BufReader::new(rep_rx).lines();
     let backstop = tokio::time::sleep(plan.timeout + BACKSTOP_GRACE);
     tokio::pin!(backstop);
@@ -289,15 +403,16 @@ pub async fn run(
             }
         }
     }
-    let status = child
-        .wait()
+    let status = wait_helper(helper.pid)
         .await
         .map_err(|source| SandboxError::Wait { source })?;
+    // Reaped: the cleanup must not signal or wait for this pid any more.
+    guard.helper_pid = None;
     let duration = started.elapsed();
     guard.control = None;
 
     // Output: the tree is dead, so the pipes are at EOF; bound the wait anyway.
-    for task in [out_task, err_task].into_iter().flatten() {
+    for task in tasks {
         let abort = task.abort_handle();
         if tokio::time::timeout(DRAIN_GRACE, task).await.is_err() {
             abort.abort();
@@ -317,7 +432,7 @@ pub async fn run(
     }
     let Some(report) = final_report else {
         return Err(SandboxError::HelperDied {
-            status: status.to_string(),
+            status: describe_status(status),
         });
     };
 
@@ -389,6 +504,14 @@ pub async fn run(
     })
 }
 
+fn describe_status(status: i32) -> String {
+    if libc::WIFSIGNALED(status) {
+        format!("signal: {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit status: {}", libc::WEXITSTATUS(status))
+    }
+}
+
 /// What the process tier never enforces, in words (see README).
 fn process_tier_gaps(req: &ExecRequest) -> Vec<String> {
     let mut g = vec![
@@ -412,13 +535,32 @@ fn process_tier_gaps(req: &ExecRequest) -> Vec<String> {
 }
 
 /// The temporary workspace.
-struct Workspace {
-    dir: tempfile::TempDir,
-    paths: WorkspacePaths,
+pub(crate) struct Workspace {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) paths: WorkspacePaths,
+}
+
+fn mkdir(p: &Path) -> Result<(), SandboxError> {
+    std::fs::create_dir_all(p).map_err(|source| SandboxError::WorkspaceWrite {
+        path: p.to_path_buf(),
+        source,
+    })
 }
 
 impl Workspace {
+    /// `<root>/sandboxio-XXXX` with `tmp/`, and `input/` / `output/` unless given.
     fn create(root: &Path, req: &ExecRequest) -> Result<Workspace, SandboxError> {
+        let ws = Self::create_empty(root, req.input_dir.is_none(), req.output_dir.is_none())?;
+        let paths = Self::adopt(&ws.paths, req)?;
+        Ok(Workspace { dir: ws.dir, paths })
+    }
+
+    /// A workspace before its request is known (warm pool: all three directories).
+    pub(crate) fn create_empty(
+        root: &Path,
+        input: bool,
+        output: bool,
+    ) -> Result<Workspace, SandboxError> {
         let dir = tempfile::Builder::new()
             .prefix("sandboxio-")
             .tempdir_in(root)
@@ -427,44 +569,17 @@ impl Workspace {
                 source,
             })?;
         let ws = dir.path().to_path_buf();
-        let mkdir = |p: &Path| {
-            std::fs::create_dir_all(p).map_err(|source| SandboxError::WorkspaceWrite {
-                path: p.to_path_buf(),
-                source,
-            })
-        };
         let tmp = ws.join("tmp");
-        mkdir(&tmp)?;
-        let input_dir = match &req.input_dir {
-            Some(d) => d.clone(),
-            None => {
-                let d = ws.join("input");
-                mkdir(&d)?;
-                d
-            }
-        };
-        let output_dir = match &req.output_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(|source| SandboxError::OutputDir {
+        let input_dir = ws.join("input");
+        let output_dir = ws.join("output");
+        // The fresh directory is empty: plain mkdir, no create_dir_all walk.
+        for (d, want) in [(&tmp, true), (&input_dir, input), (&output_dir, output)] {
+            if want {
+                std::fs::create_dir(d).map_err(|source| SandboxError::WorkspaceWrite {
                     path: d.clone(),
                     source,
                 })?;
-                d.clone()
             }
-            None => {
-                let d = ws.join("output");
-                mkdir(&d)?;
-                d
-            }
-        };
-        for (name, contents) in &req.files {
-            let rel = plan::validate_file_name(name)?;
-            let path = ws.join(rel);
-            if let Some(parent) = path.parent() {
-                mkdir(parent)?;
-            }
-            std::fs::write(&path, contents)
-                .map_err(|source| SandboxError::WorkspaceWrite { path, source })?;
         }
         Ok(Workspace {
             dir,
@@ -475,6 +590,273 @@ impl Workspace {
                 output_dir,
             },
         })
+    }
+
+    /// Apply the request to a created workspace: given input/output directories replace the
+    /// workspace's own, and `req.files` are written (names relative, no `..`).
+    pub(crate) fn adopt(
+        base: &WorkspacePaths,
+        req: &ExecRequest,
+    ) -> Result<WorkspacePaths, SandboxError> {
+        let mut paths = base.clone();
+        if let Some(d) = &req.input_dir {
+            paths.input_dir = d.clone();
+        }
+        if let Some(d) = &req.output_dir {
+            std::fs::create_dir_all(d).map_err(|source| SandboxError::OutputDir {
+                path: d.clone(),
+                source,
+            })?;
+            paths.output_dir = d.clone();
+        }
+        let ws = &paths.workspace;
+        for (name, contents) in &req.files {
+            let rel = plan::validate_file_name(name)?;
+            let path = ws.join(rel);
+            if let Some(parent) = path.parent() {
+                mkdir(parent)?;
+            }
+            std::fs::write(&path, contents)
+                .map_err(|source| SandboxError::WorkspaceWrite { path, source })?;
+        }
+        Ok(paths)
+    }
+}
+
+/// A started helper: its pid and the supervisor's ends of its pipes. The helper's fds are
+/// fixed: 0 stdin, 1 stdout, 2 stderr, 3 plan, 4 report, 5 control.
+pub(crate) struct HelperProc {
+    pub(crate) pid: i32,
+    plan_w: Option<OwnedFd>,
+    rep_r: OwnedFd,
+    ctl_w: OwnedFd,
+    stdin_w: Option<OwnedFd>,
+    stdout_r: OwnedFd,
+    stderr_r: OwnedFd,
+}
+
+/// The helper's fd numbers (see [`HelperProc`]).
+const HELPER_FDS: HelperFds = HelperFds {
+    plan: 3,
+    report: 4,
+    control: 5,
+};
+
+/// Start the helper with `posix_spawn` (vfork-style `clone(CLONE_VM|CLONE_VFORK)` in
+/// glibc): no copy of the supervisor's page tables, whatever its size, and no code of ours
+/// runs between fork and exec. Its pipes are placed at fixed fds by spawn file actions
+/// (`dup2` clears close-on-exec on the target only), so no `pre_exec` hook is needed and no
+/// fd of this run leaks into a child that another thread spawns at the same time.
+/// With `stdin_pipe`, the helper's stdin is a pipe (written or closed by the caller),
+/// otherwise `/dev/null`.
+pub(crate) fn spawn_helper(path: &Path, stdin_pipe: bool) -> Result<HelperProc, SandboxError> {
+    // Parent ends stay close-on-exec; child ends are moved to fds >= HIGH_FD so that the
+    // dup2 actions onto 0..=5 can never overwrite a source not yet duplicated.
+    let (plan_r, plan_w) = pipe_pair()?;
+    let (rep_r, rep_w) = pipe_pair()?;
+    let (ctl_r, ctl_w) = pipe_pair()?;
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+    let (in_child, stdin_w) = if stdin_pipe {
+        let (r, w) = pipe_pair()?;
+        (dup_high(&r)?, Some(w))
+    } else {
+        let null =
+            std::fs::File::open("/dev/null").map_err(|source| SandboxError::Pipe { source })?;
+        (dup_high(&OwnedFd::from(null))?, None)
+    };
+    let child_fds = [
+        (in_child, 0),
+        (dup_high(&out_w)?, 1),
+        (dup_high(&err_w)?, 2),
+        (dup_high(&plan_r)?, HELPER_FDS.plan),
+        (dup_high(&rep_w)?, HELPER_FDS.report),
+        (dup_high(&ctl_r)?, HELPER_FDS.control),
+    ];
+    drop((plan_r, rep_w, ctl_r, out_w, err_w));
+    let pid = posix_spawn_fds(path, &child_fds).map_err(|source| SandboxError::HelperSpawn {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    drop(child_fds);
+    Ok(HelperProc {
+        pid,
+        plan_w: Some(plan_w),
+        rep_r,
+        ctl_w,
+        stdin_w,
+        stdout_r: out_r,
+        stderr_r: err_r,
+    })
+}
+
+fn spawn_io(what: &str) -> std::io::Error {
+    std::io::Error::other(format!("posix_spawn setup failed: {what}"))
+}
+
+/// `posix_spawn(path, [path, HELPER_ARG, "3,4,5"], env = {})` with `fds` dup2'ed onto
+/// their targets, signal mask cleared and SIGPIPE at its default.
+fn posix_spawn_fds(path: &Path, fds: &[(OwnedFd, RawFd)]) -> std::io::Result<i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
+    let prog = CString::new(path.as_os_str().as_bytes()).map_err(bad)?;
+    let arg1 = CString::new(HELPER_ARG).map_err(bad)?;
+    let arg2 = CString::new(HELPER_FDS.to_arg()).map_err(bad)?;
+    let argv: [*mut libc::c_char; 4] = [
+        prog.as_ptr().cast_mut(),
+        arg1.as_ptr().cast_mut(),
+        arg2.as_ptr().cast_mut(),
+        std::ptr::null_mut(),
+    ];
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    // SAFETY: plain-data structs, initialised by the *_init calls below before any use.
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `actions` is a valid, exclusively borrowed file-actions object.
+    if unsafe { libc::posix_spawn_file_actions_init(&mut actions) } != 0 {
+        return Err(spawn_io("file actions"));
+    }
+    // SAFETY: `attr` is a valid, exclusively borrowed attributes object.
+    if unsafe { libc::posix_spawnattr_init(&mut attr) } != 0 {
+        // SAFETY: initialised just above.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+        return Err(spawn_io("attributes"));
+    }
+    let result = (|| {
+        for (src, dst) in fds {
+            // SAFETY: `actions` was initialised; both are plain fd numbers (src stays open
+            // until posix_spawn returns, it is borrowed from `fds`).
+            if unsafe {
+                libc::posix_spawn_file_actions_adddup2(&mut actions, src.as_raw_fd(), *dst)
+            } != 0
+            {
+                return Err(spawn_io("dup2 action"));
+            }
+        }
+        // SAFETY: sigset_t is plain data, set up by sigemptyset/sigaddset before use.
+        let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut def: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `empty`, `def` and `attr` are valid and exclusively borrowed; the flags
+        // are the POSIX ones for "set the mask" and "reset these signals to default".
+        let ok = unsafe {
+            libc::sigemptyset(&mut empty) == 0
+                && libc::sigemptyset(&mut def) == 0
+                && libc::sigaddset(&mut def, libc::SIGPIPE) == 0
+                && libc::posix_spawnattr_setsigmask(&mut attr, &empty) == 0
+                && libc::posix_spawnattr_setsigdefault(&mut attr, &def) == 0
+                && libc::posix_spawnattr_setflags(
+                    &mut attr,
+                    (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
+                ) == 0
+        };
+        if !ok {
+            return Err(spawn_io("signal attributes"));
+        }
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: every pointer is valid for the call: `prog` and the argv strings outlive
+        // it, argv and envp are NULL-terminated arrays, `actions`/`attr` are initialised.
+        let r = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                prog.as_ptr(),
+                &actions,
+                &attr,
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+        Ok(pid)
+    })();
+    // SAFETY: both objects were initialised above and are not used afterwards.
+    unsafe {
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+    }
+    result
+}
+
+/// Write as much of `bytes` as fits into the (empty) pipe now, without blocking: raise the
+/// pipe buffer to fit the plan where the host allows it. Returns the bytes written.
+fn write_now(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<usize> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on an fd we own, integer arguments only.
+    unsafe {
+        let fl = libc::fcntl(raw, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        let cap = libc::fcntl(raw, libc::F_GETPIPE_SZ);
+        if cap >= 0 && (cap as usize) < bytes.len() {
+            // Best effort (bounded by /proc/sys/fs/pipe-max-size for non-root).
+            let want = bytes.len().min(1 << 20);
+            libc::fcntl(raw, libc::F_SETPIPE_SZ, want as libc::c_int);
+        }
+    }
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writing from the unwritten tail of `bytes`, within its bounds.
+        let n = unsafe { libc::write(raw, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => break,
+                // The helper died before reading its plan: the run reports that.
+                Some(libc::EPIPE) => return Ok(bytes.len()),
+                _ => return Err(e),
+            }
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+/// Wait (asynchronously, woken by a pidfd) until the helper exits; reap it and return its
+/// raw wait status.
+async fn wait_helper(pid: i32) -> std::io::Result<i32> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let afd = if pidfd >= 0 {
+        // SAFETY: pidfd_open returned a fresh fd owned by nobody else.
+        let owned = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        // SAFETY: `owned` is an OwnedFd moved into the AsyncFd, so the fd stays open (and
+        // is not reused) for the AsyncFd's whole lifetime, which is what registering needs.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+        }
+        .ok()
+    } else {
+        None
+    };
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for our own child; `status` is a valid int.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Ok(status);
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        match &afd {
+            Some(a) => {
+                let mut g = a.readable().await?;
+                g.clear_ready();
+            }
+            // No pidfd (old kernel): the helper has closed its report pipe, so it is
+            // exiting; poll briefly.
+            None => tokio::time::sleep(Duration::from_micros(200)).await,
+        }
     }
 }
 
@@ -522,12 +904,17 @@ impl Drop for Inflight {
         let helper = self.helper_pid;
         let cleanup = move || {
             if let Some(pid) = helper {
+                // The helper is our child: reap it (or kill, then reap it) so no zombie stays.
                 let deadline = Instant::now() + BACKSTOP_GRACE;
-                while process_running(pid) && Instant::now() < deadline {
+                while !reaped(pid) {
+                    if Instant::now() >= deadline {
+                        hard_kill(Some(pid), cgroup.as_ref());
+                        let mut status = 0;
+                        // SAFETY: blocking wait for our own child after SIGKILL.
+                        unsafe { libc::waitpid(pid, &mut status, 0) };
+                        break;
+                    }
                     std::thread::sleep(Duration::from_millis(5));
-                }
-                if process_running(pid) {
-                    hard_kill(Some(pid), cgroup.as_ref());
                 }
             }
             if let Some(cg) = &cgroup {
@@ -549,15 +936,12 @@ impl Drop for Inflight {
     }
 }
 
-/// Whether `pid` is alive and not a zombie.
-fn process_running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+/// Reap `pid` if it exited; true when it is gone (reaped now, or not our child any more).
+pub(crate) fn reaped(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: non-blocking wait for our own child; `status` is a valid int.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    r == pid || r < 0
 }
 
 /// Last resort from the supervisor: kill the helper's process group and the cgroup.

@@ -144,7 +144,8 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             })
         }
     };
-    rep.send(&HelperMsg::Payload { pid });
+    // No `payload` message here: the supervisor has no use for the pid, and waking it while
+    // the payload starts costs a context switch on the hot path.
     let mut report = supervise(&plan, pid, &signals, fds.control)?;
     if let Some(child) = ns_child {
         // The init was reaped in `supervise`; its report holds the payload's own status.

@@ -14,6 +14,7 @@ pub mod fallback;
 pub mod helper;
 pub mod ns;
 pub mod plan;
+pub mod pool;
 pub mod probe;
 pub mod protocol;
 
@@ -22,4 +23,5 @@ pub use error::SandboxError;
 pub use exec::{run, CancelToken};
 pub use helper::HELPER_ARG;
 pub use plan::SandboxPlan;
+pub use pool::WarmPool;
 pub use probe::{probe, HostReport};
