@@ -47,6 +47,10 @@ pub struct Submission {
     pub cancel: Option<CancelToken>,
     /// Labels propagated to the record and the cost ledger.
     pub labels: BTreeMap<String, String>,
+    /// The directory file operations are confined to (a session's workspace).
+    pub workspace: Option<std::path::PathBuf>,
+    /// The bytes a `file_write` writes.
+    pub content: Option<Vec<u8>>,
 }
 
 impl Submission {
@@ -58,6 +62,8 @@ impl Submission {
             traceparent: None,
             cancel: None,
             labels: BTreeMap::new(),
+            workspace: None,
+            content: None,
         }
     }
 }
@@ -417,7 +423,7 @@ impl Gateway {
             Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
         }
         // policy
-        let decision = self.policy.decide(op, Utc::now());
+        let decision = self.policy.decide_in(op, Utc::now(), sub.workspace.as_deref());
         rec.rules = decision.rules.clone();
         rec.reason = decision.reason.clone();
         if decision.verdict == Verdict::Deny {
@@ -845,6 +851,18 @@ impl Gateway {
                     }
                 }
             }
+            OperationArgs::FileRead { .. }
+            | OperationArgs::FileWrite { .. }
+            | OperationArgs::FileDelete { .. } => {
+                let Some(root) = sub.workspace.as_deref() else {
+                    return Err(Stop::deny(
+                        Layer::Sandbox,
+                        "file operations need a workspace (open a Sandbox session)",
+                    )
+                    .code("SBX_E1513"));
+                };
+                crate::files::execute(&op.args, root, sub.content.as_deref(), rec).map(|v| (None, Some(v)))
+            }
             other => Err(Stop::deny(
                 Layer::Sandbox,
                 format!(
@@ -894,17 +912,17 @@ struct RunCtx {
 }
 
 /// Why the chain stopped early.
-struct Stop {
-    verdict: Verdict,
+pub(crate) struct Stop {
+    pub(crate) verdict: Verdict,
     layer: Layer,
     reason: String,
     code: Option<&'static str>,
-    status: OperationStatus,
+    pub(crate) status: OperationStatus,
     retry_after_ms: Option<u64>,
 }
 
 impl Stop {
-    fn deny(layer: Layer, reason: impl Into<String>) -> Stop {
+    pub(crate) fn deny(layer: Layer, reason: impl Into<String>) -> Stop {
         Stop {
             verdict: Verdict::Deny,
             layer,
@@ -914,7 +932,7 @@ impl Stop {
             retry_after_ms: None,
         }
     }
-    fn code(mut self, code: &'static str) -> Stop {
+    pub(crate) fn code(mut self, code: &'static str) -> Stop {
         self.code = Some(code);
         self
     }

@@ -6,10 +6,12 @@
 pub mod approval;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod gateway;
 pub mod policy;
 pub mod redaction;
 pub mod retry;
+pub mod session;
 pub mod store;
 pub mod tool;
 
@@ -19,4 +21,5 @@ pub use error::GatewayError;
 pub use gateway::{owner_alive, process_owner, Gateway, Outcome, Submission};
 pub use policy::PolicyEngine;
 pub use redaction::Redaction;
+pub use session::Sandbox;
 pub use tool::{Tool, ToolError};

@@ -162,6 +162,9 @@ pub enum SandboxError {
     /// The namespace tier (`crate::ns`); its variants carry their own codes (SBX_E1450..).
     #[error(transparent)]
     Namespace(#[from] crate::ns::NsError),
+    /// Confined file operations (`crate::files`); codes SBX_E1480..
+    #[error(transparent)]
+    Files(#[from] crate::files::FileError),
 }
 
 /// Every code this crate defines, with a short meaning (the rows of `docs/ERRORS.md`).
@@ -255,6 +258,12 @@ pub const CODES: &[(&str, &str)] = &[
         "SBX_E1470",
         "sandbox output over its cap on copy-out (bytes or entries); nothing copied",
     ),
+    ("SBX_E1480", "file path is not a relative path inside the workspace"),
+    ("SBX_E1481", "file path resolves outside the workspace"),
+    ("SBX_E1482", "file not found in the workspace"),
+    ("SBX_E1483", "file larger than the read cap"),
+    ("SBX_E1484", "file operation failed"),
+    ("SBX_E1485", "path is a directory"),
 ];
 
 impl SandboxError {
@@ -307,6 +316,7 @@ impl ErrorCode for SandboxError {
             SandboxError::FallbackNetwork { .. } => "SBX_E1433",
             SandboxError::FallbackSetup { .. } => "SBX_E1434",
             SandboxError::Namespace(e) => e.code(),
+            SandboxError::Files(e) => e.code(),
         }
     }
 

@@ -1,3 +1,4 @@
 mod chain;
 mod concurrency;
+mod session;
 mod store;

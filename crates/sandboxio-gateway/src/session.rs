@@ -1,0 +1,136 @@
+//! `Sandbox`: a session handle with a workspace that outlives single operations. Every
+//! call on it is one operation through the whole chain (one record each).
+//!
+//! The workspace is a host directory: programs see it read-only at `$SANDBOX_INPUT` and
+//! write to `$SANDBOX_OUTPUT`, whose files are copied back into it; `read_file`,
+//! `write_file`, `delete_file` and `list_files` operate on it, confined beneath it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sandboxio_core::{
+    Capability, ExecRequest, IsolationTier, Language, Operation, OperationArgs, Principal,
+};
+
+use crate::error::GatewayError;
+use crate::gateway::{Gateway, Outcome, Submission};
+
+pub struct Sandbox {
+    gw: Arc<Gateway>,
+    id: String,
+    tier: IsolationTier,
+    principal: Principal,
+    dir: PathBuf,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.closed.load(Ordering::SeqCst) { "closed" } else { "running" };
+        write!(f, "<Sandbox {}:{}… {} caps={}>", self.tier, &self.id[..8.min(self.id.len())], state, self.capabilities())
+    }
+}
+
+impl Sandbox {
+    /// Opens a session: a fresh workspace under `work_root` (the system temp dir by default).
+    pub fn create(
+        gw: Arc<Gateway>,
+        mut principal: Principal,
+        tier: Option<IsolationTier>,
+        work_root: Option<&Path>,
+    ) -> Result<Sandbox, GatewayError> {
+        let mut raw = [0u8; 16];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut raw);
+        let id = hex::encode(raw);
+        let root = work_root.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        let dir = root.join(format!("sandboxio-session-{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| GatewayError::StateDir { path: dir.display().to_string(), source: e })?;
+        // Sandboxed programs run as an unprivileged id: they must be able to read it.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| GatewayError::StateDir { path: dir.display().to_string(), source: e })?;
+        if principal.session.is_none() {
+            principal.session = Some(id.clone());
+        }
+        let tier = tier.unwrap_or(gw.config().default_tier);
+        Ok(Sandbox { gw, id, tier, principal, dir, closed: AtomicBool::new(false) })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn capabilities(&self) -> Capability {
+        Capability::EXEC | Capability::RUN_CODE | Capability::FILESYSTEM | Capability::RESOURCE_LIMITS
+    }
+
+    fn submission(&self, args: OperationArgs) -> Result<Submission, GatewayError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(GatewayError::Config { why: format!("sandbox {} is closed", self.id) });
+        }
+        let mut op = Operation::new(self.principal.clone(), args);
+        op.tier = Some(self.tier);
+        let mut sub = Submission::new(op);
+        sub.workspace = Some(self.dir.clone());
+        sub.labels.insert("sandbox_session".into(), self.id.clone());
+        Ok(sub)
+    }
+
+    fn with_dirs(&self, exec: Option<ExecRequest>) -> ExecRequest {
+        let mut req = exec.unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
+        req.input_dir = Some(self.dir.clone());
+        req.output_dir = Some(self.dir.clone());
+        req
+    }
+
+    pub async fn exec(&self, argv: Vec<String>, exec: Option<ExecRequest>) -> Result<Outcome, GatewayError> {
+        let mut sub = self.submission(OperationArgs::Exec { argv })?;
+        sub.exec = Some(self.with_dirs(exec));
+        self.gw.submit(sub).await
+    }
+
+    pub async fn run_code(&self, language: Language, code: String, exec: Option<ExecRequest>) -> Result<Outcome, GatewayError> {
+        let mut sub = self.submission(OperationArgs::RunCode { language, code })?;
+        sub.exec = Some(self.with_dirs(exec));
+        self.gw.submit(sub).await
+    }
+
+    pub async fn read_file(&self, path: &str) -> Result<Outcome, GatewayError> {
+        self.gw.submit(self.submission(OperationArgs::FileRead { path: path.into() })?).await
+    }
+
+    /// Lists a directory of the workspace (`"."` for its root).
+    pub async fn list_files(&self, path: &str) -> Result<Outcome, GatewayError> {
+        self.read_file(path).await
+    }
+
+    pub async fn write_file(&self, path: &str, content: Vec<u8>) -> Result<Outcome, GatewayError> {
+        let mut sub = self.submission(OperationArgs::FileWrite { path: path.into(), size: content.len() as u64 })?;
+        sub.content = Some(content);
+        self.gw.submit(sub).await
+    }
+
+    pub async fn delete_file(&self, path: &str) -> Result<Outcome, GatewayError> {
+        self.gw.submit(self.submission(OperationArgs::FileDelete { path: path.into() })?).await
+    }
+
+    /// Ends the session and removes its workspace.
+    pub fn close(&self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                tracing::warn!(sandbox = %self.id, "removing the session workspace failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,283 @@
+//! File operations confined to a directory: every path is resolved by the kernel with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so `..`, absolute paths and symlinks
+//! (including ones swapped in after a check) cannot reach outside the root.
+//!
+//! Used by the gateway for `file_read`, `file_write`, `file_delete` and listing, on a
+//! session's workspace. Pure path checks come first and give clear errors; the kernel's
+//! resolution is what enforces.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use sandboxio_core::ErrorCode;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum FileError {
+    #[error("path `{path}` is not a relative path inside the workspace ({why})")]
+    BadPath { path: String, why: &'static str },
+    #[error("path `{path}` resolves outside the workspace")]
+    Escapes { path: String },
+    #[error("`{path}` does not exist")]
+    NotFound { path: String },
+    #[error("`{path}` is larger than the {limit}-byte read cap")]
+    TooLarge { path: String, limit: u64 },
+    #[error("`{path}`: {what} failed")]
+    Io {
+        path: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is a directory")]
+    IsDirectory { path: String },
+}
+
+impl ErrorCode for FileError {
+    fn code(&self) -> &'static str {
+        match self {
+            FileError::BadPath { .. } => "SBX_E1480",
+            FileError::Escapes { .. } => "SBX_E1481",
+            FileError::NotFound { .. } => "SBX_E1482",
+            FileError::TooLarge { .. } => "SBX_E1483",
+            FileError::Io { .. } => "SBX_E1484",
+            FileError::IsDirectory { .. } => "SBX_E1485",
+        }
+    }
+}
+
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub is_dir: bool,
+    pub size: u64,
+}
+
+/// Lexical checks: relative, no NUL, no `..`, at most 4096 bytes. Returns the cleaned path.
+pub fn check_relative(path: &str) -> Result<PathBuf, FileError> {
+    let bad = |why| FileError::BadPath { path: path.to_string(), why };
+    if path.is_empty() || path.len() > 4096 {
+        return Err(bad("empty or longer than 4096 bytes"));
+    }
+    if path.contains('\0') {
+        return Err(bad("contains a NUL byte"));
+    }
+    let mut out = PathBuf::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(bad("`..` is not allowed")),
+            Component::RootDir | Component::Prefix(_) => return Err(bad("absolute paths are not allowed")),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err(bad("names no file"));
+    }
+    Ok(out)
+}
+
+fn io(path: &Path, what: &'static str) -> impl FnOnce(std::io::Error) -> FileError {
+    let path = path.display().to_string();
+    move |source| match source.raw_os_error() {
+        Some(libc::EXDEV) | Some(libc::ELOOP) => FileError::Escapes { path },
+        Some(libc::ENOENT) => FileError::NotFound { path },
+        Some(libc::EISDIR) => FileError::IsDirectory { path },
+        _ => FileError::Io { path, what, source },
+    }
+}
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
+fn open_beneath(dir: &File, rel: &Path, flags: libc::c_int, mode: libc::mode_t) -> std::io::Result<OwnedFd> {
+    let c = CString::new(rel.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let how = OpenHow {
+        flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(0),
+        mode: u64::from(mode),
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `c` is a valid NUL-terminated path, `how` a properly initialised `open_how`
+    // whose size we pass; the kernel only reads them. The returned value is checked below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = libc::c_int::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `fd` is a file descriptor the kernel just returned to us and nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn root_dir(root: &Path) -> Result<File, FileError> {
+    File::open(root).map_err(io(root, "opening the workspace"))
+}
+
+/// Reads a file beneath `root`, at most `cap` bytes.
+pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+    let rel = check_relative(path)?;
+    let dir = root_dir(root)?;
+    let fd = open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
+    let mut f = File::from(fd);
+    let meta = f.metadata().map_err(io(&rel, "stat"))?;
+    if meta.is_dir() {
+        return Err(FileError::IsDirectory { path: path.to_string() });
+    }
+    if meta.len() > cap {
+        return Err(FileError::TooLarge { path: path.to_string(), limit: cap });
+    }
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    (&mut f).take(cap.saturating_add(1)).read_to_end(&mut buf).map_err(io(&rel, "read"))?;
+    if buf.len() as u64 > cap {
+        return Err(FileError::TooLarge { path: path.to_string(), limit: cap });
+    }
+    Ok(buf)
+}
+
+/// Writes (creates or replaces) a file beneath `root`, creating parent directories.
+pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
+    let rel = check_relative(path)?;
+    let dir = root_dir(root)?;
+    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let mut so_far = PathBuf::new();
+        for c in parent.components() {
+            so_far.push(c);
+            // Create each level through a beneath-resolved parent: mkdirat on the parent fd.
+            let parent_fd = match so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(p) => Some(open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(io(p, "open directory"))?),
+                None => None,
+            };
+            let name = CString::new(so_far.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default())
+                .map_err(|_| FileError::BadPath { path: path.to_string(), why: "contains a NUL byte" })?;
+            let at = parent_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
+            // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
+            // single component; mkdirat does not follow a symlink in the last component.
+            let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(io(&so_far, "mkdir")(e));
+                }
+            }
+        }
+    }
+    let fd = open_beneath(&dir, &rel, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644)
+        .map_err(io(&rel, "open for writing"))?;
+    let mut f = File::from(fd);
+    f.write_all(content).map_err(io(&rel, "write"))?;
+    f.sync_data().map_err(io(&rel, "fsync"))
+}
+
+/// Deletes a file (or an empty directory) beneath `root`, without following a final symlink.
+pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
+    let rel = check_relative(path)?;
+    let dir = root_dir(root)?;
+    let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+    let parent_fd = match parent {
+        Some(p) => Some(open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(io(p, "open directory"))?),
+        None => None,
+    };
+    let at = parent_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
+    let name = CString::new(rel.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default())
+        .map_err(|_| FileError::BadPath { path: path.to_string(), why: "contains a NUL byte" })?;
+    // SAFETY: `at` is an open directory descriptor, `name` one NUL-terminated component;
+    // unlinkat removes that name in that directory and follows no symlink.
+    let rc = unsafe { libc::unlinkat(at, name.as_ptr(), 0) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EISDIR) {
+        // SAFETY: as above, with AT_REMOVEDIR for an (empty) directory.
+        let rc = unsafe { libc::unlinkat(at, name.as_ptr(), libc::AT_REMOVEDIR) };
+        if rc == 0 {
+            return Ok(());
+        }
+        return Err(io(&rel, "rmdir")(std::io::Error::last_os_error()));
+    }
+    Err(io(&rel, "unlink")(e))
+}
+
+/// Lists a directory beneath `root` (`"."` for the root itself), sorted by name.
+pub fn list(root: &Path, path: &str) -> Result<Vec<DirEntry>, FileError> {
+    let dir = root_dir(root)?;
+    let fd = if path == "." || path.is_empty() {
+        None
+    } else {
+        let rel = check_relative(path)?;
+        Some(open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(io(&rel, "open directory"))?)
+    };
+    let raw = fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
+    let proc_path = format!("/proc/self/fd/{raw}");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&proc_path).map_err(io(Path::new(path), "list"))? {
+        let e = e.map_err(io(Path::new(path), "list"))?;
+        let meta = e.metadata().map_err(io(Path::new(path), "stat"))?;
+        out.push(DirEntry { name: e.file_name().to_string_lossy().into_owned(), is_dir: meta.is_dir(), size: meta.len() });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_checks() {
+        assert!(check_relative("a/b.txt").is_ok());
+        assert_eq!(check_relative("./a//b").unwrap(), PathBuf::from("a/b"));
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", "a\0b", "."] {
+            assert!(check_relative(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn symlinks_out_of_the_root_are_refused_even_when_swapped_in() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"host secret").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("dirlink")).unwrap();
+        assert!(matches!(read(root.path(), "link", 1024), Err(FileError::Escapes { .. })));
+        assert!(matches!(read(root.path(), "dirlink/secret", 1024), Err(FileError::Escapes { .. })));
+        assert!(matches!(write(root.path(), "dirlink/new", b"x"), Err(FileError::Escapes { .. })));
+        assert!(!outside.path().join("new").exists());
+        // Deleting the link removes the link, never its target.
+        delete(root.path(), "link").unwrap();
+        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"host secret");
+    }
+
+    #[test]
+    fn write_read_list_delete_round_trip() {
+        let root = tempfile::tempdir().unwrap();
+        write(root.path(), "d/e/f.txt", b"hello").unwrap();
+        assert_eq!(read(root.path(), "d/e/f.txt", 10).unwrap(), b"hello");
+        assert!(matches!(read(root.path(), "d/e/f.txt", 2), Err(FileError::TooLarge { .. })));
+        let l = list(root.path(), "d/e").unwrap();
+        assert_eq!(l, vec![DirEntry { name: "f.txt".into(), is_dir: false, size: 5 }]);
+        assert_eq!(list(root.path(), ".").unwrap()[0].name, "d");
+        delete(root.path(), "d/e/f.txt").unwrap();
+        assert!(matches!(read(root.path(), "d/e/f.txt", 10), Err(FileError::NotFound { .. })));
+        assert_eq!(FileError::NotFound { path: "x".into() }.code(), "SBX_E1482");
+    }
+}
