@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod exec;
 pub mod fallback;
+pub mod files;
 pub mod helper;
 pub mod ns;
 pub mod plan;
