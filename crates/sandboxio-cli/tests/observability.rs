@@ -10,6 +10,8 @@
 mod canary;
 #[path = "observability/common.rs"]
 mod common;
+#[path = "observability/library.rs"]
+mod library;
 #[path = "observability/otlp.rs"]
 mod otlp;
 #[path = "observability/settings.rs"]
