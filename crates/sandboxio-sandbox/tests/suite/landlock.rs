@@ -255,3 +255,28 @@ async fn sparse_output_stays_sparse_on_the_host() {
     assert_eq!(md.len(), 60 << 20);
     assert!(md.blocks() * 512 < 1 << 20);
 }
+
+#[tokio::test]
+async fn cannot_signal_or_trace_host_processes() {
+    if skip() {
+        return;
+    }
+    // No pid namespace here: host processes exist, but a fresh uid, Landlock signal scoping
+    // (ABI 6) and seccomp (ptrace) keep the payload away from them.
+    let script = r#"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def ptrace_attach(pid):
+    if libc.ptrace(16, pid, 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+attempt('kill_init', lambda: os.kill(1, 0))
+attempt('kill_helper', lambda: os.kill(os.getppid(), 0))
+attempt('ptrace_init', lambda: ptrace_attach(1))
+attempt('setuid0', lambda: os.setuid(0))
+"#;
+    let r = ll(&py(script)).await;
+    for label in ["kill_init", "kill_helper", "ptrace_init", "setuid0"] {
+        assert_eq!(result(&r, label), "EPERM", "{label}: {}", r.stdout);
+    }
+}
