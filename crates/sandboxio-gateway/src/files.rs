@@ -34,7 +34,9 @@ pub(crate) fn execute(
             Ok(bytes) => {
                 rec.bytes_out = bytes.len() as u64;
                 match String::from_utf8(bytes) {
-                    Ok(text) => serde_json::json!({ "path": path, "size": rec.bytes_out, "content": text }),
+                    Ok(text) => {
+                        serde_json::json!({ "path": path, "size": rec.bytes_out, "content": text })
+                    }
                     Err(e) => serde_json::json!({
                         "path": path,
                         "size": rec.bytes_out,

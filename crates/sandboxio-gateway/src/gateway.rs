@@ -303,6 +303,14 @@ impl Gateway {
         }
         let mut rec = self.base_record(&id, &sub.op);
         rec.labels = sub.labels.clone();
+        // The caller's span (W3C traceparent `00-<trace>-<span>-<flags>`), for correlation.
+        if let Some(tp) = sub.traceparent.as_deref() {
+            let parts: Vec<&str> = tp.trim().split('-').collect();
+            if parts.len() == 4 && parts[1].len() == 32 && parts[2].len() == 16 {
+                rec.trace_id = Some(parts[1].to_string());
+                rec.span_id = Some(parts[2].to_string());
+            }
+        }
         let fingerprint = Fingerprint::of_operation(&sub.op);
         rec.fingerprint = Some(fingerprint.0.clone());
         let redactor = match self.redaction.for_request(&sub.secrets) {
@@ -423,7 +431,9 @@ impl Gateway {
             Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
         }
         // policy
-        let decision = self.policy.decide_in(op, Utc::now(), sub.workspace.as_deref());
+        let decision = self
+            .policy
+            .decide_in(op, Utc::now(), sub.workspace.as_deref());
         rec.rules = decision.rules.clone();
         rec.reason = decision.reason.clone();
         if decision.verdict == Verdict::Deny {
@@ -691,7 +701,7 @@ impl Gateway {
             .map_err(|e| Stop::error(Layer::Approval, &e))?;
         rec.approval_id = Some(approval_id.clone());
         let waited = Instant::now();
-        tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required: {}", decision.reason);
+        tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required");
         let answer = match &self.approver {
             Approver::Nobody => None,
             Approver::Callback(cb) => {
@@ -861,7 +871,8 @@ impl Gateway {
                     )
                     .code("SBX_E1513"));
                 };
-                crate::files::execute(&op.args, root, sub.content.as_deref(), rec).map(|v| (None, Some(v)))
+                crate::files::execute(&op.args, root, sub.content.as_deref(), rec)
+                    .map(|v| (None, Some(v)))
             }
             other => Err(Stop::deny(
                 Layer::Sandbox,

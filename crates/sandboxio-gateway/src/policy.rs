@@ -9,7 +9,12 @@ pub trait PolicyEngine: Send + Sync {
 
     /// The same, for an operation whose paths live in `workspace` (file operations of a
     /// session): engines that understand resolved paths check them too.
-    fn decide_in(&self, op: &Operation, now: DateTime<Utc>, workspace: Option<&std::path::Path>) -> Decision {
+    fn decide_in(
+        &self,
+        op: &Operation,
+        now: DateTime<Utc>,
+        workspace: Option<&std::path::Path>,
+    ) -> Decision {
         let _ = workspace;
         self.decide(op, now)
     }
@@ -37,7 +42,12 @@ impl PolicyEngine for PolicySetEngine {
 
     /// With a workspace, a file operation's path is also resolved (symlinks followed, as far
     /// as it exists) and the policy sees both: `a/../b` or a symlink cannot dodge a rule.
-    fn decide_in(&self, op: &Operation, now: DateTime<Utc>, workspace: Option<&std::path::Path>) -> Decision {
+    fn decide_in(
+        &self,
+        op: &Operation,
+        now: DateTime<Utc>,
+        workspace: Option<&std::path::Path>,
+    ) -> Decision {
         let mut ctx = sandboxio_policy::Context::new(now);
         ctx.default_tier = self.default_tier;
         let resolved = workspace.and_then(|root| {
@@ -55,7 +65,10 @@ impl PolicyEngine for PolicySetEngine {
             for part in rest.iter().rev() {
                 resolved.push(part);
             }
-            Some((resolved.to_string_lossy().into_owned(), root.to_string_lossy().into_owned()))
+            Some((
+                resolved.to_string_lossy().into_owned(),
+                root.to_string_lossy().into_owned(),
+            ))
         });
         if let Some((resolved, root)) = &resolved {
             ctx = ctx.with_resolved_path(resolved, root);

@@ -27,8 +27,19 @@ pub struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = if self.closed.load(Ordering::SeqCst) { "closed" } else { "running" };
-        write!(f, "<Sandbox {}:{}… {} caps={}>", self.tier, &self.id[..8.min(self.id.len())], state, self.capabilities())
+        let state = if self.closed.load(Ordering::SeqCst) {
+            "closed"
+        } else {
+            "running"
+        };
+        write!(
+            f,
+            "<Sandbox {}:{}… {} caps={}>",
+            self.tier,
+            &self.id[..8.min(self.id.len())],
+            state,
+            self.capabilities()
+        )
     }
 }
 
@@ -43,18 +54,34 @@ impl Sandbox {
         let mut raw = [0u8; 16];
         rand::Rng::fill(&mut rand::thread_rng(), &mut raw);
         let id = hex::encode(raw);
-        let root = work_root.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        let root = work_root
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
         let dir = root.join(format!("sandboxio-session-{id}"));
-        std::fs::create_dir_all(&dir).map_err(|e| GatewayError::StateDir { path: dir.display().to_string(), source: e })?;
+        std::fs::create_dir_all(&dir).map_err(|e| GatewayError::StateDir {
+            path: dir.display().to_string(),
+            source: e,
+        })?;
         // Sandboxed programs run as an unprivileged id: they must be able to read it.
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| GatewayError::StateDir { path: dir.display().to_string(), source: e })?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| {
+            GatewayError::StateDir {
+                path: dir.display().to_string(),
+                source: e,
+            }
+        })?;
         if principal.session.is_none() {
             principal.session = Some(id.clone());
         }
         let tier = tier.unwrap_or(gw.config().default_tier);
-        Ok(Sandbox { gw, id, tier, principal, dir, closed: AtomicBool::new(false) })
+        Ok(Sandbox {
+            gw,
+            id,
+            tier,
+            principal,
+            dir,
+            closed: AtomicBool::new(false),
+        })
     }
 
     pub fn id(&self) -> &str {
@@ -66,12 +93,17 @@ impl Sandbox {
     }
 
     pub fn capabilities(&self) -> Capability {
-        Capability::EXEC | Capability::RUN_CODE | Capability::FILESYSTEM | Capability::RESOURCE_LIMITS
+        Capability::EXEC
+            | Capability::RUN_CODE
+            | Capability::FILESYSTEM
+            | Capability::RESOURCE_LIMITS
     }
 
     fn submission(&self, args: OperationArgs) -> Result<Submission, GatewayError> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(GatewayError::Config { why: format!("sandbox {} is closed", self.id) });
+            return Err(GatewayError::Config {
+                why: format!("sandbox {} is closed", self.id),
+            });
         }
         let mut op = Operation::new(self.principal.clone(), args);
         op.tier = Some(self.tier);
@@ -88,20 +120,31 @@ impl Sandbox {
         req
     }
 
-    pub async fn exec(&self, argv: Vec<String>, exec: Option<ExecRequest>) -> Result<Outcome, GatewayError> {
+    pub async fn exec(
+        &self,
+        argv: Vec<String>,
+        exec: Option<ExecRequest>,
+    ) -> Result<Outcome, GatewayError> {
         let mut sub = self.submission(OperationArgs::Exec { argv })?;
         sub.exec = Some(self.with_dirs(exec));
         self.gw.submit(sub).await
     }
 
-    pub async fn run_code(&self, language: Language, code: String, exec: Option<ExecRequest>) -> Result<Outcome, GatewayError> {
+    pub async fn run_code(
+        &self,
+        language: Language,
+        code: String,
+        exec: Option<ExecRequest>,
+    ) -> Result<Outcome, GatewayError> {
         let mut sub = self.submission(OperationArgs::RunCode { language, code })?;
         sub.exec = Some(self.with_dirs(exec));
         self.gw.submit(sub).await
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Outcome, GatewayError> {
-        self.gw.submit(self.submission(OperationArgs::FileRead { path: path.into() })?).await
+        self.gw
+            .submit(self.submission(OperationArgs::FileRead { path: path.into() })?)
+            .await
     }
 
     /// Lists a directory of the workspace (`"."` for its root).
@@ -110,13 +153,18 @@ impl Sandbox {
     }
 
     pub async fn write_file(&self, path: &str, content: Vec<u8>) -> Result<Outcome, GatewayError> {
-        let mut sub = self.submission(OperationArgs::FileWrite { path: path.into(), size: content.len() as u64 })?;
+        let mut sub = self.submission(OperationArgs::FileWrite {
+            path: path.into(),
+            size: content.len() as u64,
+        })?;
         sub.content = Some(content);
         self.gw.submit(sub).await
     }
 
     pub async fn delete_file(&self, path: &str) -> Result<Outcome, GatewayError> {
-        self.gw.submit(self.submission(OperationArgs::FileDelete { path: path.into() })?).await
+        self.gw
+            .submit(self.submission(OperationArgs::FileDelete { path: path.into() })?)
+            .await
     }
 
     /// Ends the session and removes its workspace.

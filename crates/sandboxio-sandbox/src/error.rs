@@ -258,7 +258,10 @@ pub const CODES: &[(&str, &str)] = &[
         "SBX_E1470",
         "sandbox output over its cap on copy-out (bytes or entries); nothing copied",
     ),
-    ("SBX_E1480", "file path is not a relative path inside the workspace"),
+    (
+        "SBX_E1480",
+        "file path is not a relative path inside the workspace",
+    ),
     ("SBX_E1481", "file path resolves outside the workspace"),
     ("SBX_E1482", "file not found in the workspace"),
     ("SBX_E1483", "file larger than the read cap"),

@@ -50,7 +50,6 @@ impl ErrorCode for FileError {
     }
 }
 
-
 /// One entry of a directory listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirEntry {
@@ -61,7 +60,10 @@ pub struct DirEntry {
 
 /// Lexical checks: relative, no NUL, no `..`, at most 4096 bytes. Returns the cleaned path.
 pub fn check_relative(path: &str) -> Result<PathBuf, FileError> {
-    let bad = |why| FileError::BadPath { path: path.to_string(), why };
+    let bad = |why| FileError::BadPath {
+        path: path.to_string(),
+        why,
+    };
     if path.is_empty() || path.len() > 4096 {
         return Err(bad("empty or longer than 4096 bytes"));
     }
@@ -74,7 +76,9 @@ pub fn check_relative(path: &str) -> Result<PathBuf, FileError> {
             Component::Normal(s) => out.push(s),
             Component::CurDir => {}
             Component::ParentDir => return Err(bad("`..` is not allowed")),
-            Component::RootDir | Component::Prefix(_) => return Err(bad("absolute paths are not allowed")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(bad("absolute paths are not allowed"))
+            }
         }
     }
     if out.as_os_str().is_empty() {
@@ -102,8 +106,14 @@ struct OpenHow {
 }
 
 /// `openat2(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
-fn open_beneath(dir: &File, rel: &Path, flags: libc::c_int, mode: libc::mode_t) -> std::io::Result<OwnedFd> {
-    let c = CString::new(rel.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+fn open_beneath(
+    dir: &File,
+    rel: &Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> std::io::Result<OwnedFd> {
+    let c = CString::new(rel.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let how = OpenHow {
         flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(0),
         mode: u64::from(mode),
@@ -123,7 +133,8 @@ fn open_beneath(dir: &File, rel: &Path, flags: libc::c_int, mode: libc::mode_t) 
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let fd = libc::c_int::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    let fd =
+        libc::c_int::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: `fd` is a file descriptor the kernel just returned to us and nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -136,19 +147,31 @@ fn root_dir(root: &Path) -> Result<File, FileError> {
 pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
     let rel = check_relative(path)?;
     let dir = root_dir(root)?;
-    let fd = open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
+    let fd =
+        open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
     let mut f = File::from(fd);
     let meta = f.metadata().map_err(io(&rel, "stat"))?;
     if meta.is_dir() {
-        return Err(FileError::IsDirectory { path: path.to_string() });
+        return Err(FileError::IsDirectory {
+            path: path.to_string(),
+        });
     }
     if meta.len() > cap {
-        return Err(FileError::TooLarge { path: path.to_string(), limit: cap });
+        return Err(FileError::TooLarge {
+            path: path.to_string(),
+            limit: cap,
+        });
     }
     let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    (&mut f).take(cap.saturating_add(1)).read_to_end(&mut buf).map_err(io(&rel, "read"))?;
+    (&mut f)
+        .take(cap.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(io(&rel, "read"))?;
     if buf.len() as u64 > cap {
-        return Err(FileError::TooLarge { path: path.to_string(), limit: cap });
+        return Err(FileError::TooLarge {
+            path: path.to_string(),
+            limit: cap,
+        });
     }
     Ok(buf)
 }
@@ -163,12 +186,26 @@ pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
             so_far.push(c);
             // Create each level through a beneath-resolved parent: mkdirat on the parent fd.
             let parent_fd = match so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
-                Some(p) => Some(open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(io(p, "open directory"))?),
+                Some(p) => Some(
+                    open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
+                        .map_err(io(p, "open directory"))?,
+                ),
                 None => None,
             };
-            let name = CString::new(so_far.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default())
-                .map_err(|_| FileError::BadPath { path: path.to_string(), why: "contains a NUL byte" })?;
-            let at = parent_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
+            let name = CString::new(
+                so_far
+                    .file_name()
+                    .map(|n| n.as_encoded_bytes())
+                    .unwrap_or_default(),
+            )
+            .map_err(|_| FileError::BadPath {
+                path: path.to_string(),
+                why: "contains a NUL byte",
+            })?;
+            let at = parent_fd
+                .as_ref()
+                .map(|f| f.as_raw_fd())
+                .unwrap_or(dir.as_raw_fd());
             // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
             // single component; mkdirat does not follow a symlink in the last component.
             let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
@@ -180,8 +217,13 @@ pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
             }
         }
     }
-    let fd = open_beneath(&dir, &rel, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644)
-        .map_err(io(&rel, "open for writing"))?;
+    let fd = open_beneath(
+        &dir,
+        &rel,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+        0o644,
+    )
+    .map_err(io(&rel, "open for writing"))?;
     let mut f = File::from(fd);
     f.write_all(content).map_err(io(&rel, "write"))?;
     f.sync_data().map_err(io(&rel, "fsync"))
@@ -193,12 +235,25 @@ pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
     let dir = root_dir(root)?;
     let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
     let parent_fd = match parent {
-        Some(p) => Some(open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(io(p, "open directory"))?),
+        Some(p) => Some(
+            open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .map_err(io(p, "open directory"))?,
+        ),
         None => None,
     };
-    let at = parent_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
-    let name = CString::new(rel.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default())
-        .map_err(|_| FileError::BadPath { path: path.to_string(), why: "contains a NUL byte" })?;
+    let at = parent_fd
+        .as_ref()
+        .map(|f| f.as_raw_fd())
+        .unwrap_or(dir.as_raw_fd());
+    let name = CString::new(
+        rel.file_name()
+            .map(|n| n.as_encoded_bytes())
+            .unwrap_or_default(),
+    )
+    .map_err(|_| FileError::BadPath {
+        path: path.to_string(),
+        why: "contains a NUL byte",
+    })?;
     // SAFETY: `at` is an open directory descriptor, `name` one NUL-terminated component;
     // unlinkat removes that name in that directory and follows no symlink.
     let rc = unsafe { libc::unlinkat(at, name.as_ptr(), 0) };
@@ -224,15 +279,25 @@ pub fn list(root: &Path, path: &str) -> Result<Vec<DirEntry>, FileError> {
         None
     } else {
         let rel = check_relative(path)?;
-        Some(open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(io(&rel, "open directory"))?)
+        Some(
+            open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                .map_err(io(&rel, "open directory"))?,
+        )
     };
-    let raw = fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dir.as_raw_fd());
+    let raw = fd
+        .as_ref()
+        .map(|f| f.as_raw_fd())
+        .unwrap_or(dir.as_raw_fd());
     let proc_path = format!("/proc/self/fd/{raw}");
     let mut out = Vec::new();
     for e in std::fs::read_dir(&proc_path).map_err(io(Path::new(path), "list"))? {
         let e = e.map_err(io(Path::new(path), "list"))?;
         let meta = e.metadata().map_err(io(Path::new(path), "stat"))?;
-        out.push(DirEntry { name: e.file_name().to_string_lossy().into_owned(), is_dir: meta.is_dir(), size: meta.len() });
+        out.push(DirEntry {
+            name: e.file_name().to_string_lossy().into_owned(),
+            is_dir: meta.is_dir(),
+            size: meta.len(),
+        });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
@@ -256,15 +321,28 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), b"host secret").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("link"))
+            .unwrap();
         std::os::unix::fs::symlink(outside.path(), root.path().join("dirlink")).unwrap();
-        assert!(matches!(read(root.path(), "link", 1024), Err(FileError::Escapes { .. })));
-        assert!(matches!(read(root.path(), "dirlink/secret", 1024), Err(FileError::Escapes { .. })));
-        assert!(matches!(write(root.path(), "dirlink/new", b"x"), Err(FileError::Escapes { .. })));
+        assert!(matches!(
+            read(root.path(), "link", 1024),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(matches!(
+            read(root.path(), "dirlink/secret", 1024),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(matches!(
+            write(root.path(), "dirlink/new", b"x"),
+            Err(FileError::Escapes { .. })
+        ));
         assert!(!outside.path().join("new").exists());
         // Deleting the link removes the link, never its target.
         delete(root.path(), "link").unwrap();
-        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"host secret");
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"host secret"
+        );
     }
 
     #[test]
@@ -272,12 +350,25 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write(root.path(), "d/e/f.txt", b"hello").unwrap();
         assert_eq!(read(root.path(), "d/e/f.txt", 10).unwrap(), b"hello");
-        assert!(matches!(read(root.path(), "d/e/f.txt", 2), Err(FileError::TooLarge { .. })));
+        assert!(matches!(
+            read(root.path(), "d/e/f.txt", 2),
+            Err(FileError::TooLarge { .. })
+        ));
         let l = list(root.path(), "d/e").unwrap();
-        assert_eq!(l, vec![DirEntry { name: "f.txt".into(), is_dir: false, size: 5 }]);
+        assert_eq!(
+            l,
+            vec![DirEntry {
+                name: "f.txt".into(),
+                is_dir: false,
+                size: 5
+            }]
+        );
         assert_eq!(list(root.path(), ".").unwrap()[0].name, "d");
         delete(root.path(), "d/e/f.txt").unwrap();
-        assert!(matches!(read(root.path(), "d/e/f.txt", 10), Err(FileError::NotFound { .. })));
+        assert!(matches!(
+            read(root.path(), "d/e/f.txt", 10),
+            Err(FileError::NotFound { .. })
+        ));
         assert_eq!(FileError::NotFound { path: "x".into() }.code(), "SBX_E1482");
     }
 }

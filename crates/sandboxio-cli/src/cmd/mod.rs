@@ -44,9 +44,11 @@ pub async fn dispatch(cli: Cli) -> i32 {
 /// Prints an error with its stable code and picks the exit status.
 pub fn report(e: &anyhow::Error) -> i32 {
     let code = error_code(e);
+    // Error messages can quote user input (paths, argv): redacted like every other output.
+    let message = crate::telemetry::redact(&format!("{e:#}"));
     match code {
-        Some(c) => eprintln!("error[{c}]: {e:#}"),
-        None => eprintln!("error: {e:#}"),
+        Some(c) => eprintln!("error[{c}]: {message}"),
+        None => eprintln!("error: {message}"),
     }
     match code {
         Some(c)

@@ -146,8 +146,14 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         for s in summary {
-            let ceiling = s.ceiling.map(|c| c.to_string()).unwrap_or_else(|| "no ceiling".into());
-            let remaining = s.remaining.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+            let ceiling = s
+                .ceiling
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "no ceiling".into());
+            let remaining = s
+                .remaining
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into());
             println!(
                 "{}: spent {} {}, reserved {}, ceiling {}, remaining {}{}",
                 s.scope,
@@ -156,7 +162,11 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
                 s.reserved,
                 ceiling,
                 remaining,
-                if s.warned { " (warn fraction crossed)" } else { "" }
+                if s.warned {
+                    " (warn fraction crossed)"
+                } else {
+                    ""
+                }
             );
             for (c, v) in s.by_category {
                 println!("    {:8} {}", c.as_str(), v);
