@@ -19,8 +19,8 @@
 //! host paths is not restricted), no network namespace (network is refused by seccomp
 //! alone: `socket()` fails for every family, AF_UNIX included, because host Unix sockets
 //! would be reachable; `socketpair(AF_UNIX)` works), no ipc/uts namespace, no private tmpfs
-//! (`tmp_size` is not enforced; files land on the host disk, bounded per file by
-//! `RLIMIT_FSIZE`).
+//! (`tmp_size` is not enforced; files land in the host work root, on disk or a shared
+//! tmpfs, bounded per file by `RLIMIT_FSIZE`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -613,8 +613,8 @@ fn enforcement(lp: &LandlockTierPlan, files: u64, bytes: u64) -> Enforcement {
             .to_string(),
         "no ipc/uts namespace: host System V IPC objects with open permissions are reachable"
             .to_string(),
-        "tmp_size: not enforced (no private tmpfs); files land on the host disk, each \
-         bounded by RLIMIT_FSIZE"
+        "tmp_size: not enforced (no private tmpfs); files land in the host work root \
+         (disk, or a shared tmpfs), each bounded by RLIMIT_FSIZE"
             .to_string(),
     ];
     match lp.run_as {
