@@ -183,6 +183,8 @@ fn main() {
             ns(&req, &nocg);
         }
         let (mut p, mut b, mut n, mut nn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Framework baseline: the process tier without cgroups (supervisor + helper only).
+        let mut pt = Vec::new();
         // Interleaved so drift (other builds on this machine) hits every runner alike.
         for _ in 0..iters {
             let t = Instant::now();
@@ -201,7 +203,14 @@ fn main() {
             let t = Instant::now();
             ns(&req, &nocg);
             nn.push(t.elapsed());
+            let t = Instant::now();
+            let r = rt
+                .block_on(run(&req, IsolationTier::Process, &nocg, None))
+                .unwrap();
+            pt.push(t.elapsed());
+            assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
         }
+        pt.sort();
         p.sort();
         nn.sort();
         b.sort();
@@ -216,6 +225,7 @@ fn main() {
             ("bwrap (no cgroup limits)", &b),
             ("namespace tier, cold, cgroup limits", &n),
             ("namespace tier, cold, no cgroup (for the breakdown)", &nn),
+            ("process tier, no cgroup (framework baseline)", &pt),
         ] {
             if v.is_empty() {
                 continue;
