@@ -385,19 +385,21 @@ fn enforcement_reports_what_was_applied() {
         .unwrap()
         .iter()
         .any(|l| l.as_str().unwrap().starts_with("output_size=")));
-    assert!(
-        std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .flatten()
-            .all(|d| !d
+    for root in [
+        std::env::temp_dir(),
+        sandboxio_sandbox::config::default_work_root(),
+    ] {
+        assert!(
+            std::fs::read_dir(root).unwrap().flatten().all(|d| !d
                 .file_name()
                 .to_string_lossy()
                 .starts_with(ns::STAGING_PREFIX)
                 || d.metadata()
                     .map(|m| m.modified().unwrap().elapsed().unwrap().as_secs() < 60)
                     .unwrap_or(true)),
-        "an old staging dir was left behind"
-    );
+            "an old staging dir was left behind"
+        );
+    }
     let ns: Vec<&str> = e["namespaces"]
         .as_array()
         .unwrap()

@@ -111,7 +111,8 @@ struct Staging {
 
 impl Staging {
     fn create(plan: &NamespacePlan) -> Result<Staging, NsError> {
-        let tmp = std::env::temp_dir();
+        // A tmpfs when the host has one (`/dev/shm`): no journal work for the base mkdir/rmdir.
+        let tmp = crate::config::default_work_root();
         let base = tmp.join(format!(
             "sandboxio-ns-{}",
             hex::encode(rand::random::<[u8; 8]>())
@@ -205,7 +206,8 @@ impl Drop for Staging {
     }
 }
 
-/// Prefix of the helper's staging directories under the temp dir.
+/// Prefix of the helper's staging directories under the work root (see
+/// `config::default_work_root`: the temp dir, or `/dev/shm` when only that is a tmpfs).
 pub const STAGING_PREFIX: &str = "sandboxio-ns-";
 
 /// Removes staging directories left by helpers that were killed (their mounts died with
@@ -214,11 +216,14 @@ pub const STAGING_PREFIX: &str = "sandboxio-ns-";
 /// sandbox, and removing a mount point in another namespace would unmount it there.
 /// Returns how many were removed.
 pub fn cleanup_stale_staging(older_than: std::time::Duration) -> usize {
-    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
-        return 0;
-    };
+    let mut roots = vec![std::env::temp_dir(), crate::config::default_work_root()];
+    roots.dedup();
     let mut n = 0;
-    for e in rd.flatten() {
+    for e in roots
+        .iter()
+        .filter_map(|r| std::fs::read_dir(r).ok())
+        .flat_map(|rd| rd.flatten())
+    {
         let name = e.file_name();
         if !name.to_string_lossy().starts_with(STAGING_PREFIX) {
             continue;
