@@ -114,13 +114,16 @@ impl WarmPool {
         let used_pool = prepared.is_some();
         let res =
             exec::run_prepared(req, self.shared.tier, &self.shared.cfg, cancel, prepared).await;
+        // Refill after the exec, not during it: starting a helper (exec of a large binary,
+        // page faults) would compete for the CPU with the run it replaces.
+        self.wake.notify.notify_one();
         if !used_pool {
             tracing::debug!("warm pool empty; the sandbox was started cold");
         }
         res
     }
 
-    /// Take one live pooled sandbox and ask the refiller for a replacement.
+    /// Take one live pooled sandbox (the refiller is woken when the exec ends).
     fn take(&self) -> Option<Prepared> {
         let mut found = None;
         let mut dead = Vec::new();
@@ -139,7 +142,6 @@ impl WarmPool {
         for p in dead {
             destroy(p, true);
         }
-        self.wake.notify.notify_one();
         found
     }
 }
