@@ -34,6 +34,9 @@ pub enum SyncMode {
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    mode: SyncMode,
+    /// Whether the connection is currently at `synchronous=NORMAL` (changed under `conn`).
+    relaxed: std::sync::atomic::AtomicBool,
 }
 
 const SCHEMA: &str = r#"
@@ -143,8 +146,25 @@ impl SqliteStore {
             .map_err(db("enabling foreign keys"))?;
         conn.execute_batch(SCHEMA).map_err(db("creating schema"))?;
         Ok(SqliteStore {
+            mode: sync,
+            relaxed: std::sync::atomic::AtomicBool::new(sync == SyncMode::Normal),
             conn: Mutex::new(conn),
         })
+    }
+
+    /// With `SyncMode::Full`, commits that must be durable before a side effect fsync the
+    /// WAL; `finish` commits relaxed (no fsync of its own) and becomes durable with the
+    /// next durable commit or checkpoint. A process crash loses neither; a power loss may
+    /// lose a relaxed `finish`, which recovery then reports as interrupted (never re-run).
+    fn set_durable(&self, conn: &Connection, durable: bool) -> StoreResult<()> {
+        use std::sync::atomic::Ordering;
+        if self.mode == SyncMode::Normal || self.relaxed.load(Ordering::Relaxed) != durable {
+            return Ok(());
+        }
+        let level = if durable { "FULL" } else { "NORMAL" };
+        conn.pragma_update(None, "synchronous", level).map_err(db("setting synchronous"))?;
+        self.relaxed.store(!durable, Ordering::Relaxed);
+        Ok(())
     }
 
     fn with_tx<T>(
@@ -152,7 +172,17 @@ impl SqliteStore {
         action: &'static str,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
+        self.with_tx_durability(action, true, f)
+    }
+
+    fn with_tx_durability<T>(
+        &self,
+        action: &'static str,
+        durable: bool,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.set_durable(&conn, durable)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db(action))?;
@@ -401,6 +431,7 @@ impl Store for SqliteStore {
 
     fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.set_durable(&conn, true)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db("admitting an operation"))?;
@@ -465,6 +496,7 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Claimed>> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.set_durable(&conn, true)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db("claiming an approval"))?;
@@ -490,7 +522,7 @@ impl Store for SqliteStore {
     }
 
     fn finish(&self, f: &Finish<'_>) -> StoreResult<Option<Settlement>> {
-        self.with_tx("finishing an operation", |tx| {
+        self.with_tx_durability("finishing an operation", false, |tx| {
             let mut st = Self::load_budget(tx, &[], Some(f.operation_id))?;
             let mut settlement = None;
             if st.reservations.contains_key(f.operation_id) {
