@@ -30,4 +30,4 @@ echo "== the process tier is not allowed by the default policy: denied, and reco
 echo
 echo "== audit trail"
 "$bin" audit tail -n 2
-"$bin" audit verify "$SBX_STATE_DIR/audit.jsonl"
+"$bin" audit verify --key "$SBX_STATE_DIR/audit.pub" "$SBX_STATE_DIR/audit.jsonl"

@@ -26,6 +26,7 @@ pub mod verify;
 pub use auditor::{AuditConfig, Auditor, OnSinkFailure, RecordOutcome, SinkFailure};
 pub use checkpoint::{
     export_public_key, load_public_key, parse_public_key, AuditKey, Checkpoint, CheckpointReason,
+    DEFAULT_ORIGIN,
 };
 pub use error::AuditError;
 pub use event::{meter_of, AuditEvent};

@@ -147,6 +147,13 @@ pub fn auditor(loaded: &Loaded, redactor: Arc<Redactor>) -> Result<Auditor> {
     let key = Arc::new(AuditKey::load_or_generate(
         &loaded.state_dir.join("audit.key"),
     )?);
+    // The public half, for `sandboxio audit verify --key` (offline, on another machine).
+    let public = loaded.state_dir.join("audit.pub");
+    if !public.exists() {
+        let text = format!("{}\n", key.export_public(sandboxio_audit::DEFAULT_ORIGIN));
+        std::fs::write(&public, text)
+            .with_context(|| format!("cannot write `{}`", public.display()))?;
+    }
     let fsync = match a.fsync {
         sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
         sandboxio_config::FsyncPolicy::Never => sandboxio_audit::FsyncPolicy::Never,
