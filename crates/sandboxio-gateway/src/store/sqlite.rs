@@ -162,7 +162,8 @@ impl SqliteStore {
             return Ok(());
         }
         let level = if durable { "FULL" } else { "NORMAL" };
-        conn.pragma_update(None, "synchronous", level).map_err(db("setting synchronous"))?;
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(db("setting synchronous"))?;
         self.relaxed.store(!durable, Ordering::Relaxed);
         Ok(())
     }
@@ -389,24 +390,28 @@ impl SqliteStore {
     }
 }
 
+fn read_kill(conn: &Connection) -> StoreResult<Option<KillState>> {
+    conn.query_row(
+        "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
+        [],
+        |r| {
+            Ok(KillState {
+                reason: r.get(0)?,
+                by: r.get(1)?,
+                at: from_ms(r.get(2)?),
+            })
+        },
+    )
+    .optional()
+    .map_err(db("reading the kill switch"))
+}
+
 const APPROVAL_COLS: &str = "id, tenant, fingerprint, operation, rationale, reason, state, created_ms, expires_ms, decided_by, decided_ms, decision_reason";
 
 impl Store for SqliteStore {
     fn kill_state(&self) -> StoreResult<Option<KillState>> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.query_row(
-            "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
-            [],
-            |r| {
-                Ok(KillState {
-                    reason: r.get(0)?,
-                    by: r.get(1)?,
-                    at: from_ms(r.get(2)?),
-                })
-            },
-        )
-        .optional()
-        .map_err(db("reading the kill switch"))
+        read_kill(&conn)
     }
 
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()> {
@@ -435,20 +440,7 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db("admitting an operation"))?;
-        let kill = tx
-            .query_row(
-                "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
-                [],
-                |r| {
-                    Ok(KillState {
-                        reason: r.get(0)?,
-                        by: r.get(1)?,
-                        at: from_ms(r.get(2)?),
-                    })
-                },
-            )
-            .optional()
-            .map_err(db("reading the kill switch"))?;
+        let kill = read_kill(&tx)?;
         // Every early return below drops `tx` uncommitted: a refused operation changes nothing.
         if let Some(k) = kill {
             return Ok(Admitted::KillSwitch(k));
