@@ -16,7 +16,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{global, Context, KeyValue, Value};
 use sandboxio_core::telemetry as t;
-use sandboxio_core::{OperationRecord, OperationStatus, Verdict};
+use sandboxio_core::{Money, OperationRecord, OperationStatus, Verdict};
 
 // ---- names not in core (sandboxio_core::telemetry has no constant for these yet) ----
 /// Instrumentation scope name of the tracer and meter.
@@ -25,6 +25,8 @@ pub const INSTRUMENTATION_SCOPE: &str = "sandboxio";
 pub const SBX_EVENT: &str = "sandboxio.event";
 /// Metric attribute: the audit sink that failed.
 pub const SBX_SINK: &str = "sandboxio.audit.sink";
+/// Budget scope label (`global`, `tenant:<id>`, `session:<id>`).
+pub const SBX_SCOPE: &str = "sandboxio.budget.scope";
 /// Metric attribute: whether the sink failure was a timeout.
 pub const SBX_TIMED_OUT: &str = "sandboxio.timed_out";
 /// Value of `gen_ai.tool.type` for sandbox operations (semconv: executed agent-side).
@@ -234,6 +236,43 @@ impl Metrics {
                 rec.network_denials,
                 &[KeyValue::new(SBX_EVENT, rec.event.clone())],
             );
+        }
+        if let Some(wait) = rec.approval_wait_ms {
+            m.f64_histogram(t::M_APPROVAL_WAIT)
+                .with_unit("ms")
+                .build()
+                .record(wait as f64, &[KeyValue::new(SBX_EVENT, rec.event.clone())]);
+        }
+        if rec.attempts > 1 {
+            m.u64_counter(t::M_RETRIES).build().add(
+                u64::from(rec.attempts - 1),
+                &[KeyValue::new(SBX_EVENT, rec.event.clone())],
+            );
+        }
+    }
+
+    /// Approvals waiting for a person: +1 when one is created, -1 when it is answered or
+    /// times out.
+    pub fn approvals_pending(&self, delta: i64) {
+        Self::meter()
+            .i64_up_down_counter(t::M_APPROVALS_PENDING)
+            .build()
+            .add(delta, &[]);
+    }
+
+    /// Spend and remaining budget of one scope (`global`, `tenant:acme`, ...). Metric values
+    /// are floating point for display; the ledger itself is decimal.
+    pub fn budget(&self, scope: &str, spent: &Money, remaining: Option<&Money>) {
+        let m = Self::meter();
+        let label = [KeyValue::new(SBX_SCOPE, scope.to_string())];
+        let as_f64 = |x: &Money| x.to_string().parse::<f64>().unwrap_or(f64::NAN);
+        m.f64_gauge(t::M_BUDGET_SPENT)
+            .build()
+            .record(as_f64(spent), &label);
+        if let Some(r) = remaining {
+            m.f64_gauge(t::M_BUDGET_REMAINING)
+                .build()
+                .record(as_f64(r), &label);
         }
     }
 

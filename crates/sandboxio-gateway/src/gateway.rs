@@ -399,6 +399,7 @@ impl Gateway {
                     for w in &s.warnings {
                         self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
                     }
+                    self.budget_metrics(&sub.op);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -652,6 +653,32 @@ impl Gateway {
         rc.cost(&usage).unwrap_or(estimate)
     }
 
+    /// Spent and remaining budget of the operation's scopes, as metrics (when any scope has
+    /// a ceiling; a read, no fsync).
+    fn budget_metrics(&self, op: &Operation) {
+        let b = &self.cfg.budget;
+        if b.global.is_none()
+            && b.per_tenant.is_none()
+            && b.tenants.is_empty()
+            && b.per_session.is_none()
+        {
+            return;
+        }
+        let req = ReserveRequest {
+            id: String::new(),
+            tenant: op.principal.tenant.clone(),
+            session: op.principal.session.clone(),
+            category: op.cost_category,
+            estimate: None,
+        };
+        if let Ok(summaries) = self.store.budget_summary(b, &req.scopes()) {
+            let metrics = sandboxio_audit::Metrics::new();
+            for s in summaries {
+                metrics.budget(&s.scope.to_string(), &s.total, s.remaining.as_ref());
+            }
+        }
+    }
+
     async fn warn_budget(&self, op: &Operation, what: &str, spent: Money) {
         let mut w = OperationRecord::new(new_id(), "budget_warning");
         w.tenant_id = Some(op.principal.tenant.clone());
@@ -700,6 +727,8 @@ impl Gateway {
             .create_approval(&a)
             .map_err(|e| Stop::error(Layer::Approval, &e))?;
         rec.approval_id = Some(approval_id.clone());
+        let metrics = sandboxio_audit::Metrics::new();
+        metrics.approvals_pending(1);
         let waited = Instant::now();
         tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required");
         let answer = match &self.approver {
@@ -722,6 +751,7 @@ impl Gateway {
             Approver::Store { poll } => self.poll_approval(&approval_id, *poll).await,
         };
         rec.approval_wait_ms = Some(ms(waited.elapsed()));
+        metrics.approvals_pending(-1);
         let Some(ans) = answer else {
             let _ = self.store.expire_approval(&approval_id);
             return Err(Stop::deny(

@@ -74,6 +74,16 @@ fn collect() -> Vec<Point> {
                         push(attrs(p.attributes()), p.count() as f64);
                     }
                 }
+                AggregatedMetrics::I64(MetricData::Sum(sum)) => {
+                    for p in sum.data_points() {
+                        push(attrs(p.attributes()), p.value() as f64);
+                    }
+                }
+                AggregatedMetrics::F64(MetricData::Gauge(g)) => {
+                    for p in g.data_points() {
+                        push(attrs(p.attributes()), p.value());
+                    }
+                }
                 _ => {}
             }
         }
@@ -203,4 +213,39 @@ async fn sink_failures_and_redactions_are_counted_and_labels_carry_no_secret() {
             "a metric label carries the canary: {p:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn approvals_retries_and_budget_have_their_metrics() {
+    meters();
+    let a = auditor(vec![Arc::new(CollectSink::default())], &[]);
+    let mut r = exec_record("m-6");
+    r.event = "metrics_approved".into();
+    r.approval_wait_ms = Some(1500);
+    r.attempts = 3;
+    a.record(r).await.unwrap();
+    let m = sandboxio_audit::Metrics::new();
+    m.approvals_pending(1);
+    m.approvals_pending(1);
+    m.approvals_pending(-1);
+    let spent: sandboxio_core::Money = "2.50".parse().unwrap();
+    let left: sandboxio_core::Money = "7.50".parse().unwrap();
+    m.budget("tenant:metrics-acme", &spent, Some(&left));
+
+    let points = collect();
+    let ev = format!("{}=metrics_approved", sandboxio_audit::otel::SBX_EVENT);
+    let wait = points
+        .iter()
+        .find(|p| p.name == t::M_APPROVAL_WAIT && p.attrs == vec![ev.clone()])
+        .unwrap_or_else(|| panic!("no approval wait: {points:#?}"));
+    assert_eq!((wait.unit.as_str(), wait.value), ("ms", 1.0));
+    assert_eq!(value(&points, t::M_RETRIES, &[&ev]), Some(2.0));
+    let pending = points
+        .iter()
+        .find(|p| p.name == t::M_APPROVALS_PENDING)
+        .unwrap_or_else(|| panic!("no pending approvals: {points:#?}"));
+    assert!(pending.value >= 1.0);
+    let scope = format!("{}=tenant:metrics-acme", sandboxio_audit::otel::SBX_SCOPE);
+    assert_eq!(value(&points, t::M_BUDGET_SPENT, &[&scope]), Some(2.5));
+    assert_eq!(value(&points, t::M_BUDGET_REMAINING, &[&scope]), Some(7.5));
 }
