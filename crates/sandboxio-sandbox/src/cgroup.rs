@@ -567,6 +567,128 @@ pub fn write_limits(plan: &CgroupPlan, applied: &mut Applied) -> Result<(), Sand
     Ok(())
 }
 
+/// The sandbox directory whose kill file kills the tree (`cgroup.kill`'s directory or the
+/// freezer cgroup). The helper must never be in it: it would kill or freeze itself.
+pub fn kill_dir(plan: &CgroupPlan) -> Option<&Path> {
+    match &plan.kill {
+        KillMethod::CgroupKill(p) => p.parent(),
+        KillMethod::Freezer(d) => Some(d.as_path()),
+        KillMethod::ProcWalk => None,
+    }
+}
+
+/// The directories a waiting (pooled) helper may join ahead of its payload, so that the
+/// payload inherits them at fork instead of migrating into them at exec: every sandbox
+/// directory except the kill directory (see [`kill_dir`]).
+pub fn prejoin_dirs(plan: &CgroupPlan) -> Vec<PathBuf> {
+    let kill = kill_dir(plan);
+    plan.dirs
+        .iter()
+        .filter(|d| Some(d.as_path()) != kill)
+        .cloned()
+        .collect()
+}
+
+/// The cgroup2 directory a payload can be cloned straight into (`clone3` with
+/// `CLONE_INTO_CGROUP`, no migration): the `cgroup.kill` directory, a cgroup2 leaf.
+pub fn clone_into_dir(plan: &CgroupPlan) -> Option<&Path> {
+    match &plan.kill {
+        KillMethod::CgroupKill(p) => p.parent(),
+        _ => None,
+    }
+}
+
+/// Move process `pid` into `dirs` (writes to `cgroup.procs`).
+pub fn join(dirs: &[PathBuf], pid: i32) -> Result<(), SandboxError> {
+    for dir in dirs {
+        let path = dir.join("cgroup.procs");
+        write_file(&path, &pid.to_string()).map_err(|source| SandboxError::CgroupWrite {
+            path,
+            value: pid.to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// A pooled helper that already sits in the v1 pids cgroup counts against `pids.max`:
+/// raise the limit by one so the payload keeps the number of processes it asked for.
+pub fn allow_for_helper(plan: &mut CgroupPlan, joined: &[PathBuf]) {
+    for w in &mut plan.limits {
+        let is_pids = w.path.file_name().and_then(|n| n.to_str()) == Some("pids.max");
+        let in_joined = w
+            .path
+            .parent()
+            .is_some_and(|d| joined.iter().any(|j| j == d));
+        if is_pids && in_joined {
+            if let Ok(n) = w.value.parse::<u64>() {
+                w.value = n.saturating_add(1).to_string();
+            }
+        }
+    }
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// Fork (with `flags`, e.g. namespace flags) straight into the cgroup2 directory open as
+/// `cgroup_fd`: `clone3(CLONE_INTO_CGROUP)` places the child at fork, without the
+/// `cgroup.procs` migration. Returns like fork: the child's pid in the parent, 0 in the
+/// child. `Err(ENOSYS/E2BIG/EINVAL/...)`: no child was created; the caller forks the old way.
+///
+/// # Safety
+/// Same as `fork()`: the calling process must be single-threaded (or the child must only
+/// call async-signal-safe functions), and the child must end in execve or `_exit`.
+pub unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
+    let fd = u64::try_from(cgroup_fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let args = CloneArgs {
+        flags: flags | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: fd,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid clone_args of the size passed; no stack is given, so the
+    // child runs on a copy of the caller's stack like after fork (the caller's contract).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+}
+
+/// Open a cgroup2 directory for [`fork_into`].
+pub fn open_dir(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)?;
+    Ok(f.into())
+}
+
 /// Pids currently in a cgroup directory.
 pub fn procs(dir: &Path) -> Vec<i32> {
     fs::read_to_string(dir.join("cgroup.procs"))

@@ -115,6 +115,9 @@ pub(crate) struct Prepared {
     pub(crate) workspace: Workspace,
     /// Cgroup directories created for `sandbox_id` (limits are written at use).
     pub(crate) cgroup: Option<CgroupPlan>,
+    /// The directories of `cgroup` the waiting helper already sits in (joined at fill
+    /// time, so the payload inherits them at fork instead of migrating at exec).
+    pub(crate) joined: Vec<PathBuf>,
     /// Gaps found while preparing (e.g. cgroup creation failed under `Auto`).
     pub(crate) gaps: Vec<String>,
     pub(crate) helper: HelperProc,
@@ -156,11 +159,14 @@ pub(crate) async fn run_prepared(
             workspace_paths = Workspace::adopt(&p.workspace.paths, req)?;
             gaps.extend(p.gaps);
             cg_plan = None;
+            let joined = p.joined;
             if let Some(pre) = &p.cgroup {
                 // Same id and layout, so the same directories; only the limits differ.
                 let want = plan::cgroup_plan(layout, &sandbox_id, req, true)
                     .filter(|cg| cg.dirs == pre.dirs);
-                if let Some(cg) = want {
+                if let Some(mut cg) = want {
+                    // The helper's own pid counts in the pids cgroup it already sits in.
+                    cgroup::allow_for_helper(&mut cg, &joined);
                     let mut a = Applied {
                         enforced: cg.enforced.clone(),
                         gaps: cg.gaps.clone(),
@@ -171,8 +177,11 @@ pub(crate) async fn run_prepared(
                             cg_plan = Some(cg);
                         }
                         Err(e) => {
-                            // write_limits removed the directories already.
-                            guard.cgroup = None;
+                            // write_limits removed the directories already, except those
+                            // the helper sits in: they go once it has exited (the guard).
+                            if joined.is_empty() {
+                                guard.cgroup = None;
+                            }
                             if cfg.cgroups == CgroupUsage::Required {
                                 return Err(e);
                             }
@@ -186,6 +195,11 @@ pub(crate) async fn run_prepared(
                     why: "the pooled sandbox has no usable cgroup".into(),
                 });
             }
+            let joined = if cg_plan.is_some() {
+                joined
+            } else {
+                Vec::new()
+            };
             return drive(
                 req,
                 tier,
@@ -195,6 +209,7 @@ pub(crate) async fn run_prepared(
                 sandbox_id,
                 workspace_paths,
                 cg_plan,
+                joined,
                 applied,
                 gaps,
                 guard,
@@ -239,6 +254,7 @@ pub(crate) async fn run_prepared(
         sandbox_id,
         workspace_paths,
         cg_plan,
+        Vec::new(),
         applied,
         gaps,
         guard,
@@ -259,6 +275,7 @@ async fn drive(
     sandbox_id: String,
     workspace_paths: WorkspacePaths,
     cg_plan: Option<CgroupPlan>,
+    cgroup_joined: Vec<PathBuf>,
     applied: Option<Applied>,
     mut gaps: Vec<String>,
     mut guard: Inflight,
@@ -285,6 +302,7 @@ async fn drive(
         workspace_paths,
         cg_plan,
     )?;
+    plan.cgroup_joined = cgroup_joined;
     if tier == IsolationTier::Namespace {
         let host = crate::ns::NsHostPaths {
             workspace: plan.paths.workspace.clone(),

@@ -284,10 +284,12 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
             .collect::<Result<_, _>>()?
     };
     let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
+    // Cgroups a pooled helper already sits in are inherited at fork, not joined again.
     let cgroup_procs: Vec<CString> = match &plan.cgroup {
         Some(cg) => cg
             .dirs
             .iter()
+            .filter(|d| !plan.cgroup_joined.contains(d))
             .map(|d| cstring(d.join("cgroup.procs").as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?,
         None => Vec::new(),

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -132,7 +132,13 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     let (pid, ns_child) = match plan.tier {
         IsolationTier::Process => (spawn_process(&plan, &signals)?, None),
         IsolationTier::Namespace => {
-            let child = crate::ns::spawn_plan(&plan, |pid| attach_cgroups(&plan, pid))?;
+            let into = clone_into_fd(&plan);
+            let child = crate::ns::spawn_plan(
+                &plan,
+                into.as_ref().map(AsRawFd::as_raw_fd),
+                |pid, cloned_into| attach_cgroups(&plan, pid, cloned_into),
+            )?;
+            drop(into);
             (child.pid(), Some(child))
         }
         IsolationTier::Landlock => (crate::fallback::spawn(&plan, &signals.old_mask)?, None),
@@ -163,20 +169,37 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Move `pid` (the namespace init, before it is released) into the sandbox cgroups.
-fn attach_cgroups(plan: &SandboxPlan, pid: i32) -> Result<(), SandboxError> {
+/// Move `pid` (the namespace init, before it is released) into the sandbox cgroups it did
+/// not inherit: none when a pooled helper already sits in them and the init was cloned
+/// into the cgroup2 leaf (no `cgroup.procs` write, no migration at all).
+fn attach_cgroups(plan: &SandboxPlan, pid: i32, cloned_into: bool) -> Result<(), SandboxError> {
+    cgroup::join(&attach_dirs(plan, cloned_into), pid)
+}
+
+/// The sandbox cgroup directories a new child of the helper must still be moved into: all
+/// of them except those the helper already sits in (inherited at fork) and, when the child
+/// was cloned into it, the cgroup2 leaf.
+fn attach_dirs(plan: &SandboxPlan, cloned_into: bool) -> Vec<PathBuf> {
     let Some(cg) = &plan.cgroup else {
-        return Ok(());
+        return Vec::new();
     };
-    for dir in &cg.dirs {
-        let path = dir.join("cgroup.procs");
-        std::fs::write(&path, pid.to_string()).map_err(|source| SandboxError::CgroupWrite {
-            path,
-            value: pid.to_string(),
-            source,
-        })?;
-    }
-    Ok(())
+    let into = if cloned_into {
+        cgroup::clone_into_dir(cg)
+    } else {
+        None
+    };
+    cg.dirs
+        .iter()
+        .filter(|d| !plan.cgroup_joined.contains(d) && Some(d.as_path()) != into)
+        .cloned()
+        .collect()
+}
+
+/// The cgroup2 leaf of the sandbox, opened for `clone3(CLONE_INTO_CGROUP)` (`None`: no such
+/// leaf, or it cannot be opened; the child is then attached by a `cgroup.procs` write).
+fn clone_into_fd(plan: &SandboxPlan) -> Option<OwnedFd> {
+    let dir = cgroup::clone_into_dir(plan.cgroup.as_ref()?)?;
+    cgroup::open_dir(dir).ok()
 }
 
 fn read_plan(fd: i32) -> Result<SandboxPlan, SandboxError> {
@@ -329,14 +352,17 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
     let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
     let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
-    let cgroup_procs: Vec<CString> = match &plan.cgroup {
-        Some(cg) => cg
-            .dirs
-            .iter()
+    let procs_files = |dirs: Vec<PathBuf>| -> Result<Vec<CString>, SandboxError> {
+        dirs.iter()
             .map(|d| cstring(d.join("cgroup.procs").as_os_str().as_bytes()))
-            .collect::<Result<_, _>>()?,
-        None => Vec::new(),
+            .collect()
     };
+    // The payload joins by `cgroup.procs` writes only what it neither inherits from the
+    // helper nor gets from clone3(CLONE_INTO_CGROUP); the second list is the fallback when
+    // the kernel refuses clone3.
+    let into = clone_into_fd(plan);
+    let procs_if_cloned_into = procs_files(attach_dirs(plan, true))?;
+    let procs_if_forked = procs_files(attach_dirs(plan, false))?;
     let r = &plan.rlimits;
     let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, r.core)];
     if let Some(v) = r.cpu_seconds {
@@ -361,9 +387,26 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
     }
     let [err_r, err_w] = errpipe;
 
-    // SAFETY: the helper is single-threaded, so the child may run any code; it only uses
-    // memory prepared above and ends in execve or _exit.
-    let pid = unsafe { libc::fork() };
+    let mut cloned_into = false;
+    let mut pid = -1;
+    if let Some(fd) = &into {
+        // SAFETY: as for fork below: the helper is single-threaded and the child ends in
+        // execve or _exit (payload_child).
+        if let Ok(p) = unsafe { cgroup::fork_into(0, fd.as_raw_fd()) } {
+            pid = p;
+            cloned_into = true;
+        }
+    }
+    if !cloned_into {
+        // SAFETY: the helper is single-threaded, so the child may run any code; it only
+        // uses memory prepared above and ends in execve or _exit.
+        pid = unsafe { libc::fork() };
+    }
+    let cgroup_procs = if cloned_into {
+        &procs_if_cloned_into
+    } else {
+        &procs_if_forked
+    };
     if pid < 0 {
         let source = last_os_error();
         // SAFETY: closing the two fds this function just created.
@@ -380,7 +423,7 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
             payload_child(
                 err_w,
                 signals,
-                &cgroup_procs,
+                cgroup_procs,
                 &rlimits,
                 &cwd,
                 plan.no_new_privs,

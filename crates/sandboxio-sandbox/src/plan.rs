@@ -64,6 +64,10 @@ pub struct SandboxPlan {
     /// Set PR_SET_NO_NEW_PRIVS before exec.
     pub no_new_privs: bool,
     pub cgroup: Option<CgroupPlan>,
+    /// Cgroup directories the helper already sits in (a pooled helper joined them while
+    /// waiting): the payload inherits them at fork and does not attach to them.
+    #[serde(default)]
+    pub cgroup_joined: Vec<PathBuf>,
     /// Filled by the namespace tier's own `ns::plan(...)`.
     pub namespace: Option<NamespacePlan>,
     /// Filled by the landlock tier's `fallback::plan_into(...)`.
@@ -85,6 +89,7 @@ impl std::fmt::Debug for SandboxPlan {
             .field("timeout", &self.timeout)
             .field("no_new_privs", &self.no_new_privs)
             .field("cgroup", &self.cgroup)
+            .field("cgroup_joined", &self.cgroup_joined)
             .field("namespace", &self.namespace)
             .field("landlock", &self.landlock)
             .finish()
@@ -221,6 +226,7 @@ where
         timeout: l.timeout,
         no_new_privs: true,
         cgroup,
+        cgroup_joined: Vec::new(),
         namespace: None,
         landlock: None,
     })

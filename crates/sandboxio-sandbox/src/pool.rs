@@ -14,6 +14,18 @@
 //! as long as the pool: the helpers' `PR_SET_PDEATHSIG` follows the spawning thread).
 //! Dropping the [`WarmPool`] stops the refiller and destroys every sandbox still waiting.
 //!
+//! Cgroups: the waiting helper joins its sandbox's cgroups at fill time (every directory
+//! except the kill cgroup, i.e. the v1 memory/pids/cpu/cpuacct ones on a hybrid host), with
+//! no limits while it waits; the request's limits are written at exec, before the plan is
+//! sent. The payload (or the namespace init) inherits those cgroups at fork and is cloned
+//! straight into the cgroup2 kill leaf (`clone3` + `CLONE_INTO_CGROUP`), so a pooled exec
+//! does no `cgroup.procs` write (the migration costs an RCU grace period, several ms). The
+//! price: the helper's own memory allocated after it joined (small: the plan and its
+//! supervision loop) and CPU time count in the sandbox's memory and CPU figures, and
+//! `pids.max` is raised by one for the helper's own pid. The helper is never in the kill
+//! cgroup, so `cgroup.kill` (or the freezer) still takes the whole payload tree and nothing
+//! else; the cgroups are removed after the helper has exited, as for a cold run.
+//!
 //! Namespace tier: the pool pre-starts the helper, workspace and cgroup; namespaces and
 //! mounts are still set up at exec (inside `ns::spawn_plan`), because their plan depends on
 //! the request (inputs, output, network, env).
@@ -210,7 +222,7 @@ async fn refill(pool: Weak<Shared>, wake: Arc<Wake>) {
 }
 
 /// Pre-start one sandbox: workspace, cgroup directories (no limits yet), helper waiting
-/// for its plan.
+/// for its plan and already in the cgroups its payload will inherit.
 fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, SandboxError> {
     let _ = tier;
     let sandbox_id = plan::new_sandbox_id();
@@ -244,13 +256,24 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
             return Err(e);
         }
     };
-    Ok(Prepared {
+    // Move the waiting helper into the sandbox's cgroups now, off the hot path (a v1
+    // `cgroup.procs` write waits for an RCU grace period): its payload, or its namespace
+    // init, inherits them at fork. Never the kill cgroup (it would kill or freeze the
+    // helper); the payload is cloned into that one (clone3 CLONE_INTO_CGROUP).
+    let joined = cg.as_ref().map(cgroup::prejoin_dirs).unwrap_or_default();
+    let prepared = Prepared {
         sandbox_id,
         workspace,
         cgroup: cg,
+        joined,
         gaps,
         helper,
-    })
+    };
+    if let Err(e) = cgroup::join(&prepared.joined, prepared.helper.pid) {
+        destroy(prepared, false);
+        return Err(e);
+    }
+    Ok(prepared)
 }
 
 /// Destroy an unused pooled sandbox: kill and reap its helper (unless already reaped),

@@ -241,3 +241,121 @@ fn an_unbuilt_tier_is_refused_up_front() {
     )
     .is_err());
 }
+
+/// The pooled payload is in every one of its sandbox's cgroups (inherited from the helper
+/// that joined them while waiting, or cloned into the cgroup2 leaf), and the helper is not
+/// in the kill cgroup (it survives to report).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_payload_is_in_the_sandbox_cgroups() {
+    let _serial = SERIAL.lock().await;
+    if !cgroups_usable() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (pool, refiller) = WarmPool::new(
+        cfg(CgroupUsage::Required, root.path()),
+        IsolationTier::Process,
+        1,
+    )
+    .unwrap();
+    tokio::spawn(refiller);
+    wait_ready(&pool, 1).await;
+    let req = ExecRequest::new(["cat", "/proc/self/cgroup"]);
+    let res = pool.exec(&req, None).await.unwrap();
+    assert_eq!(res.exit, ExitStatus::Code(0), "{res:?}");
+    let want = format!("/{}/{}", cgroup::CGROUP_DIR, res.sandbox_id);
+    let layout = cgroup::host_layout();
+    let mut checked = 0;
+    for line in res.stdout.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        let ours = if ctrls.is_empty() {
+            layout.unified.is_some()
+        } else {
+            // The controllers a sandbox uses (freezer only when there is no cgroup2).
+            ctrls.split(',').any(|c| {
+                ["memory", "pids", "cpu", "cpuacct"].contains(&c) && layout.v1.contains_key(c)
+            })
+        };
+        if ours {
+            assert!(
+                path.ends_with(&want),
+                "{line} not in {want}: {}",
+                res.stdout
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no sandbox cgroup seen: {}", res.stdout);
+    assert_no_cgroup_left(&res.sandbox_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_pids_limit_stops_a_bounded_fork_loop() {
+    let _serial = SERIAL.lock().await;
+    if !cgroups_usable() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (pool, refiller) = WarmPool::new(
+        cfg(CgroupUsage::Required, root.path()),
+        IsolationTier::Process,
+        1,
+    )
+    .unwrap();
+    tokio::spawn(refiller);
+    wait_ready(&pool, 1).await;
+    let mut req = ExecRequest::new([
+        "sh",
+        "-c",
+        "i=0; ok=0; while [ $i -lt 200 ]; do sleep 3 & if [ $? -eq 0 ]; then ok=$((ok+1)); fi; i=$((i+1)); done; echo started=$ok; wait",
+    ]);
+    req.limits.pids = 32;
+    req.limits.timeout = Duration::from_secs(20);
+    let res = pool.exec(&req, None).await.unwrap();
+    let forked_everything = res.stdout.contains("started=200") && res.exit == ExitStatus::Code(0);
+    assert!(!forked_everything, "pids limit not enforced: {res:?}");
+    assert!(res
+        .enforcement
+        .limits
+        .iter()
+        .any(|l| l.starts_with("pids=32 (cgroup")));
+    assert_no_cgroup_left(&res.sandbox_id);
+}
+
+/// Namespace tier from the pool: the init inherits the helper's cgroups and is cloned into
+/// the cgroup2 leaf; a memory bomb is still OOM-killed and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_namespace_memory_bomb_is_oom_killed() {
+    let _serial = SERIAL.lock().await;
+    if !cgroups_usable() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(CgroupUsage::Required, root.path());
+    let probe = sandboxio_sandbox::run(
+        &ExecRequest::new(["/bin/true"]),
+        IsolationTier::Namespace,
+        &cfg,
+        None,
+    )
+    .await;
+    if !probe.as_ref().is_ok_and(|r| r.exit.success()) {
+        eprintln!("SKIP: namespace tier not usable here: {probe:?}");
+        return;
+    }
+    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 1).unwrap();
+    tokio::spawn(refiller);
+    wait_ready(&pool, 1).await;
+    let mut req = ExecRequest::new([
+        "sh",
+        "-c",
+        "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived",
+    ]);
+    req.limits.memory = ByteSize::mib(64);
+    req.limits.timeout = Duration::from_secs(30);
+    let res = pool.exec(&req, None).await.unwrap();
+    assert!(res.oom_killed, "{res:?}");
+    assert!(!res.stdout.contains("survived"));
+    assert_no_cgroup_left(&res.sandbox_id);
+}

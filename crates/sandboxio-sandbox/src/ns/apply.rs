@@ -50,9 +50,17 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
 
 /// The helper's entry for the namespace tier: `plan.namespace` must be set (by `ns::plan`).
 /// See [`spawn`] for `attach`.
-pub fn spawn_plan<F>(plan: &crate::plan::SandboxPlan, attach: F) -> Result<NsChild, SandboxError>
+///
+/// With `into_cgroup` (an open cgroup2 directory), the init is cloned straight into that
+/// cgroup (`clone3` + `CLONE_INTO_CGROUP`, no migration); `attach` is told whether that
+/// worked (`false`: the kernel refused clone3, the init must be attached like the rest).
+pub fn spawn_plan<F>(
+    plan: &crate::plan::SandboxPlan,
+    into_cgroup: Option<RawFd>,
+    attach: F,
+) -> Result<NsChild, SandboxError>
 where
-    F: FnOnce(libc::pid_t) -> Result<(), SandboxError>,
+    F: FnOnce(libc::pid_t, bool) -> Result<(), SandboxError>,
 {
     let Some(ns) = plan.namespace.as_ref() else {
         return Err(SandboxError::UnsupportedTier {
@@ -60,7 +68,7 @@ where
             why: "the plan has no namespace section (ns::plan was not run)",
         });
     };
-    spawn(ns, rlimits_from(&plan.rlimits), attach)
+    spawn_with(ns, rlimits_from(&plan.rlimits), into_cgroup, attach)
 }
 
 /// The running sandbox, from the helper's side.
@@ -683,6 +691,21 @@ where
     E: From<NsError>,
     F: FnOnce(libc::pid_t) -> Result<(), E>,
 {
+    spawn_with(plan, rlimits, None, |pid, _| attach(pid))
+}
+
+/// [`spawn`], optionally cloning the init straight into the cgroup2 directory open as
+/// `into_cgroup`; `attach` gets the init's pid and whether that clone-into worked.
+fn spawn_with<E, F>(
+    plan: &NamespacePlan,
+    rlimits: Rlimits,
+    into_cgroup: Option<RawFd>,
+    attach: F,
+) -> Result<NsChild, E>
+where
+    E: From<NsError>,
+    F: FnOnce(libc::pid_t, bool) -> Result<(), E>,
+{
     let filter = seccomp::compile(&plan.seccomp)?;
     let landlock = landlock::prepare(&plan.landlock, plan.landlock_deny_tcp);
     let argv: Vec<CString> = plan
@@ -734,18 +757,30 @@ where
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    // SAFETY: clone without a new stack behaves like fork; the helper is single-threaded,
-    // so the child may keep running Rust code on its copy of the address space.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
+    let mut cloned_into = false;
+    let mut pid: libc::c_long = -1;
+    if let Some(fd) = into_cgroup {
+        // SAFETY: as for the clone below: fork semantics in the single-threaded helper.
+        if let Ok(p) = unsafe { crate::cgroup::fork_into(flags as u64, fd) } {
+            cloned_into = true;
+            pid = libc::c_long::from(p);
+        }
+    }
+    if !cloned_into {
+        // SAFETY: clone without a new stack behaves like fork; the helper is
+        // single-threaded, so the child may keep running Rust code on its copy of the
+        // address space.
+        pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (flags | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+    }
     if pid < 0 {
         return Err(NsError::Clone { source: io_err() }.into());
     }
@@ -771,7 +806,7 @@ where
             return Err(NsError::IdMap { pid, file, source }.into());
         }
     }
-    if let Err(e) = attach(pid) {
+    if let Err(e) = attach(pid, cloned_into) {
         kill(pid);
         return Err(e);
     }
