@@ -526,46 +526,8 @@ fn payload(c: &Child<'_>, err_w: i32) -> ! {
 /// Ambient set cleared, then effective/permitted/inheritable set to zero (allowed for
 /// any process: it only lowers).
 fn drop_capabilities() -> Result<(), i32> {
-    // SAFETY: integer-only prctl.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if rc < 0 {
-        return Err(last_os_error().raw_os_error().unwrap_or(libc::EPERM));
-    }
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut hdr = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let zero = || Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    };
-    let data = [zero(), zero()];
-    // SAFETY: header and two data structs of the v3 layout, valid for the call.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
-    if rc < 0 {
-        return Err(last_os_error().raw_os_error().unwrap_or(libc::EPERM));
-    }
-    Ok(())
+    crate::caps::clear_ambient()?;
+    crate::caps::zero_sets()
 }
 
 /// After the whole tree is dead: copy the staged output out (caps, all or nothing) and

@@ -1204,47 +1204,8 @@ fn drop_capabilities() -> StepResult {
         }
         check(prctl(libc::PR_CAPBSET_DROP, cap), Stage::DropBoundingSet)?;
     }
-    // SAFETY: integer-only prctl.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    check(rc, Stage::ClearAmbient)?;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut hdr = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-        Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
-    // SAFETY: header and two data structs of the v3 layout, valid for the call.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
-    check_l(rc, Stage::CapSet)
+    crate::caps::clear_ambient().map_err(|e| (Stage::ClearAmbient, e))?;
+    crate::caps::zero_sets().map_err(|e| (Stage::CapSet, e))
 }
 
 /// The init: pid 1 of the new pid namespace. Never returns.
