@@ -34,6 +34,7 @@ use crate::error::{last_os_error, SandboxError};
 use crate::ns::landlock::{self, Access, LandlockRule};
 use crate::ns::seccomp::{self, RuleAction, SeccompRule, SocketPolicy};
 use crate::ns::NsError;
+use crate::plan::cstring;
 use crate::plan::{SandboxPlan, ENV_OUTPUT};
 
 /// Name of the directory, inside the workspace, where the payload writes its output.
@@ -205,12 +206,6 @@ fn stage_name(s: u8) -> &'static str {
     }
 }
 
-fn cstring(b: &[u8]) -> Result<CString, SandboxError> {
-    CString::new(b).map_err(|_| SandboxError::PlanDecode {
-        why: "a string in the plan contains a NUL byte".into(),
-    })
-}
-
 /// Gives the workspace (trusted: written by the supervisor) to the payload's ids, without
 /// following symlinks.
 fn chown_tree(root: &Path, id: u32) -> Result<(), SandboxError> {
@@ -257,16 +252,8 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
     }
     let filter = seccomp::compile(&lp.seccomp)?;
     let prepared = landlock::prepare(&lp.rules, true).ok_or(NsError::NulByte)?;
-    let argv: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| cstring(a.as_bytes()))
-        .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = plan
-        .env
-        .iter()
-        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
-        .collect::<Result<_, _>>()?;
+    let argv = plan.argv_cstrings()?;
+    let envp = plan.env_cstrings()?;
     let prog = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
     let candidates: Vec<CString> = if prog.contains('/') {
         let p = Path::new(prog);
@@ -440,22 +427,8 @@ fn payload(c: &Child<'_>, err_w: i32) -> ! {
             fail(ST_CGROUP);
         }
     }
-    for &(res, v) in c.rlimits {
-        let mut cur = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `cur` is a valid, writable rlimit.
-        let have = unsafe { libc::getrlimit(res, &mut cur) } == 0;
-        let v = if have { v.min(cur.rlim_max) } else { v };
-        let lim = libc::rlimit {
-            rlim_cur: v,
-            rlim_max: v,
-        };
-        // SAFETY: `lim` is a valid rlimit; it only lowers limits.
-        if unsafe { libc::setrlimit(res, &lim) } < 0 {
-            fail(ST_RLIMIT);
-        }
+    if crate::rlimit::lower_all(c.rlimits).is_err() {
+        fail(ST_RLIMIT);
     }
     // SAFETY: valid C string.
     if unsafe { libc::chdir(c.cwd.as_ptr()) } < 0 {

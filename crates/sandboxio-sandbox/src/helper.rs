@@ -20,6 +20,7 @@ use sandboxio_core::{ErrorCode, ExitStatus, IsolationTier};
 
 use crate::cgroup;
 use crate::error::{last_os_error, SandboxError};
+use crate::plan::cstring;
 use crate::plan::{SandboxPlan, MAX_PLAN_BYTES};
 use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
 
@@ -320,12 +321,6 @@ fn resolve_program(plan: &SandboxPlan) -> Result<PathBuf, SandboxError> {
     })
 }
 
-fn cstring(s: &[u8]) -> Result<CString, SandboxError> {
-    CString::new(s).map_err(|_| SandboxError::PlanDecode {
-        why: "a string in the plan contains a NUL byte".into(),
-    })
-}
-
 // Stages reported by the payload child over its error pipe.
 const STAGE_CGROUP: u8 = 1;
 const STAGE_RLIMIT: u8 = 2;
@@ -337,16 +332,8 @@ const STAGE_EXEC: u8 = 5;
 fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxError> {
     let prog_path = resolve_program(plan)?;
     let prog = cstring(prog_path.as_os_str().as_bytes())?;
-    let args: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| cstring(a.as_bytes()))
-        .collect::<Result<_, _>>()?;
-    let envs: Vec<CString> = plan
-        .env
-        .iter()
-        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
-        .collect::<Result<_, _>>()?;
+    let args = plan.argv_cstrings()?;
+    let envs = plan.env_cstrings()?;
     let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
@@ -363,20 +350,7 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
     let into = clone_into_fd(plan);
     let procs_if_cloned_into = procs_files(attach_dirs(plan, true))?;
     let procs_if_forked = procs_files(attach_dirs(plan, false))?;
-    let r = &plan.rlimits;
-    let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, r.core)];
-    if let Some(v) = r.cpu_seconds {
-        rlimits.push((libc::RLIMIT_CPU, v));
-    }
-    if let Some(v) = r.address_space {
-        rlimits.push((libc::RLIMIT_AS, v));
-    }
-    if let Some(v) = r.file_size {
-        rlimits.push((libc::RLIMIT_FSIZE, v));
-    }
-    if let Some(v) = r.open_files {
-        rlimits.push((libc::RLIMIT_NOFILE, v));
-    }
+    let rlimits = crate::ns::rlimits_from(&plan.rlimits);
 
     let mut errpipe = [0i32; 2];
     // SAFETY: `errpipe` is a valid array of two ints for pipe2 to fill.
@@ -528,24 +502,8 @@ unsafe fn payload_child(
             }
             libc::close(fd);
         }
-        for &(res, v) in rlimits {
-            let lim = libc::rlimit {
-                rlim_cur: v,
-                rlim_max: v,
-            };
-            // Lower only: never try to raise a hard limit above what we have.
-            let mut cur = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            let lim = if libc::getrlimit(res, &mut cur) == 0 && cur.rlim_max < v {
-                cur
-            } else {
-                lim
-            };
-            if libc::setrlimit(res, &lim) < 0 {
-                fail(STAGE_RLIMIT);
-            }
+        if crate::rlimit::lower_all(rlimits).is_err() {
+            fail(STAGE_RLIMIT);
         }
         if libc::chdir(cwd.as_ptr()) < 0 {
             fail(STAGE_CHDIR);

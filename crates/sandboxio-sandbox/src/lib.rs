@@ -19,6 +19,7 @@ pub mod plan;
 pub mod pool;
 pub mod probe;
 pub mod protocol;
+mod rlimit;
 
 pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
 pub use error::SandboxError;

@@ -276,6 +276,28 @@ pub fn rlimit_enforcement(plan: &SandboxPlan) -> Vec<String> {
     out
 }
 
+/// A C string from plan bytes (paths, argv, env); a NUL byte is a decode error.
+pub(crate) fn cstring(b: &[u8]) -> Result<std::ffi::CString, SandboxError> {
+    std::ffi::CString::new(b).map_err(|_| SandboxError::PlanDecode {
+        why: "a string in the plan contains a NUL byte".into(),
+    })
+}
+
+impl SandboxPlan {
+    /// The payload's argv as C strings (prepared before fork).
+    pub(crate) fn argv_cstrings(&self) -> Result<Vec<std::ffi::CString>, SandboxError> {
+        self.argv.iter().map(|a| cstring(a.as_bytes())).collect()
+    }
+
+    /// The payload's environment as `K=V` C strings (prepared before fork).
+    pub(crate) fn env_cstrings(&self) -> Result<Vec<std::ffi::CString>, SandboxError> {
+        self.env
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,19 +320,23 @@ mod tests {
         ("HOME", "/root"),
     ];
 
-    #[test]
-    fn env_is_cleared_except_allowlist_explicit_and_sandbox_vars() {
-        let mut req = ExecRequest::new(["env"]);
-        req.env.insert("FOO".into(), "bar".into());
-        let p = build(
+    fn build_process(req: &ExecRequest) -> SandboxPlan {
+        build(
             "id",
-            &req,
+            req,
             IsolationTier::Process,
             HOST.iter().copied(),
             paths(),
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn env_is_cleared_except_allowlist_explicit_and_sandbox_vars() {
+        let mut req = ExecRequest::new(["env"]);
+        req.env.insert("FOO".into(), "bar".into());
+        let p = build_process(&req);
         assert_eq!(p.env.get("PATH").map(String::as_str), Some("/host/bin"));
         assert_eq!(p.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
         assert_eq!(p.env.get("FOO").map(String::as_str), Some("bar"));
@@ -333,15 +359,7 @@ mod tests {
     fn path_defaults_when_not_passed() {
         let mut req = ExecRequest::new(["true"]);
         req.env_allowlist.clear();
-        let p = build(
-            "id",
-            &req,
-            IsolationTier::Process,
-            HOST.iter().copied(),
-            paths(),
-            None,
-        )
-        .unwrap();
+        let p = build_process(&req);
         assert_eq!(p.env.get("PATH").map(String::as_str), Some(defaults::PATH));
         assert_eq!(p.env.len(), 5);
     }
@@ -350,15 +368,7 @@ mod tests {
     fn debug_never_shows_env_values() {
         let mut req = ExecRequest::new(["true"]);
         req.env.insert("TOKEN".into(), "s3cr3t-value".into());
-        let p = build(
-            "id",
-            &req,
-            IsolationTier::Process,
-            HOST.iter().copied(),
-            paths(),
-            None,
-        )
-        .unwrap();
+        let p = build_process(&req);
         let dbg = format!("{p:?}");
         assert!(dbg.contains("TOKEN"));
         assert!(!dbg.contains("s3cr3t-value"));

@@ -1371,22 +1371,8 @@ fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
     if unsafe { libc::setsid() } < 0 {
         fail_at((Stage::SetSid, errno()));
     }
-    for &(res, v) in &ctx.rlimits {
-        let mut cur = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `cur` is a valid, writable rlimit.
-        let have = unsafe { libc::getrlimit(res, &mut cur) } == 0;
-        let v = if have { v.min(cur.rlim_max) } else { v };
-        let lim = libc::rlimit {
-            rlim_cur: v,
-            rlim_max: v,
-        };
-        // SAFETY: `lim` is a valid rlimit; it only lowers limits.
-        if unsafe { libc::setrlimit(res, &lim) } < 0 {
-            fail_at((Stage::SetRlimit, errno()));
-        }
+    if crate::rlimit::lower_all(&ctx.rlimits).is_err() {
+        fail_at((Stage::SetRlimit, errno()));
     }
     // SAFETY: valid C string.
     if unsafe { libc::chdir(ctx.cwd.as_ptr()) } < 0 {
