@@ -98,18 +98,17 @@ fn unsafe_lives_only_in_the_sandbox_crate_and_is_documented() {
     let mut files = Vec::new();
     rust_files(&crates, &mut files);
     for f in files {
-        if f.ends_with("tests/architecture.rs") {
-            continue;
-        }
         let text = std::fs::read_to_string(&f).unwrap();
         let in_sandbox = f.starts_with(crates.join("sandboxio-sandbox"));
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            let is_unsafe = code.contains("unsafe {")
-                || code.contains("unsafe fn")
-                || code.contains("unsafe impl");
-            if !is_unsafe {
+            // Built from pieces so this file does not match its own search.
+            let kw = concat!("un", "safe");
+            let uses_the_keyword = [" {", " fn", " impl"]
+                .iter()
+                .any(|tail| code.contains(&format!("{kw}{tail}")));
+            if !uses_the_keyword {
                 continue;
             }
             assert!(
