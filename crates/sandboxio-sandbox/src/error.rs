@@ -259,6 +259,10 @@ pub const CODES: &[(&str, &str)] = &[
         "sandbox output over its cap on copy-out (bytes or entries); nothing copied",
     ),
     (
+        "SBX_E1471",
+        "could not set up the helper's own user namespace (non-root)",
+    ),
+    (
         "SBX_E1480",
         "file path is not a relative path inside the workspace",
     ),
@@ -267,6 +271,26 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E1483", "file larger than the read cap"),
     ("SBX_E1484", "file operation failed"),
     ("SBX_E1485", "path is a directory"),
+    (
+        "SBX_E1490",
+        "user namespaces disabled on this host (user.max_user_namespaces = 0)",
+    ),
+    (
+        "SBX_E1491",
+        "unprivileged user namespaces disabled (kernel.unprivileged_userns_clone = 0)",
+    ),
+    (
+        "SBX_E1492",
+        "AppArmor restricts unprivileged user namespaces",
+    ),
+    (
+        "SBX_E1493",
+        "user namespace refused without a sysctl to blame (container seccomp, no CAP_SYS_ADMIN)",
+    ),
+    (
+        "SBX_E1494",
+        "a fresh /proc cannot be mounted (masked /proc)",
+    ),
 ];
 
 impl SandboxError {

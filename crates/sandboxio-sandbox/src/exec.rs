@@ -93,7 +93,8 @@ pub async fn run(
     cancel: Option<CancelToken>,
 ) -> Result<ExecResult, SandboxError> {
     check_tier(tier)?;
-    run_prepared(req, tier, cfg, cancel, None).await
+    let first = run_prepared(req, tier, cfg, cancel.clone(), None).await;
+    crate::fallback::after_refusal(first, req, tier, cfg, cancel).await
 }
 
 /// Whether this crate has a backend for `tier` (never a weaker one instead).
@@ -285,6 +286,13 @@ async fn drive(
     if cg_plan.is_none() {
         if cfg.cgroups == CgroupUsage::Off {
             gaps.push("cgroup: disabled by configuration".into());
+        }
+        if req.limits.memory.bytes() > 0 {
+            gaps.push(
+                "memory: per-process RLIMIT_AS only (no memory cgroup); a tree of processes \
+                 can use more in total, and the kernel cannot OOM-kill at the limit"
+                    .into(),
+            );
         }
         gaps.push("pids: not limited (no cgroup)".into());
         gaps.push("cpu quota: not enforced (no cgroup); only RLIMIT_CPU per process".into());

@@ -26,12 +26,15 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use sandboxio_core::{ByteSize, Enforcement, ExecRequest, IsolationTier, NetworkMode};
+use sandboxio_core::{
+    ByteSize, Enforcement, ErrorCode, ExecRequest, ExecResult, IsolationTier, NetworkMode,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::config::SandboxConfig;
 use crate::error::{last_os_error, SandboxError};
 use crate::ns::landlock::{self, Access, LandlockRule};
+use crate::ns::restriction::{self, Restriction};
 use crate::ns::seccomp::{self, RuleAction, SeccompRule, SocketPolicy};
 use crate::ns::NsError;
 use crate::plan::cstring;
@@ -162,11 +165,18 @@ pub fn plan_into(
         return Err(SandboxError::UnsupportedTier {
             tier: IsolationTier::Landlock,
             why: "the landlock fallback tier is not allowed by this configuration \
-                  (SandboxConfig.landlock_fallback = false)",
+                  (set `[sandbox] allow_landlock_fallback = true` to allow it)",
         });
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
+    // Root of a nested user namespace cannot switch to a fresh host uid: it keeps its own
+    // (`plan` only asks whether the helper may switch ids; any non-zero uid says no).
+    let euid = if euid == 0 && !crate::ids::is_host_root() {
+        u32::MAX
+    } else {
+        euid
+    };
     let lp = plan(req, sandbox, euid, rand::random::<u32>())?;
     sandbox.env.insert(
         ENV_OUTPUT.to_string(),
@@ -174,6 +184,46 @@ pub fn plan_into(
     );
     sandbox.landlock = Some(lp);
     Ok(())
+}
+
+/// The namespace tier's answer, or, when this host refused it (a [`Restriction`]: user
+/// namespaces off, AppArmor, a container) and `[sandbox] allow_landlock_fallback` is true,
+/// the same request run under the landlock tier. The refusal happens before the payload
+/// starts, so nothing ran twice. The result says so: `enforcement.tier` is `landlock` and
+/// the first gap names the refusal and the config key (both reach the record).
+pub(crate) async fn after_refusal(
+    first: Result<ExecResult, SandboxError>,
+    req: &ExecRequest,
+    tier: IsolationTier,
+    cfg: &SandboxConfig,
+    cancel: Option<crate::CancelToken>,
+) -> Result<ExecResult, SandboxError> {
+    let refused = match &first {
+        Err(e) if tier == IsolationTier::Namespace && cfg.landlock_fallback => {
+            Restriction::from_code(e.code())
+        }
+        _ => None,
+    };
+    let (Some(restriction), Err(e)) = (refused, &first) else {
+        return first;
+    };
+    tracing::warn!(
+        code = e.code(),
+        "namespace tier refused by this host; using the landlock tier as configured"
+    );
+    let mut r = crate::exec::run_prepared(req, IsolationTier::Landlock, cfg, cancel, None).await?;
+    r.enforcement.gaps.insert(
+        0,
+        format!(
+            "tier: fell back from namespace to landlock because `{}` is true; the namespace \
+             tier was refused here ({}: {}; fix: {})",
+            restriction::FALLBACK_KEY,
+            restriction.code(),
+            restriction.why(),
+            restriction.fix()
+        ),
+    );
+    Ok(r)
 }
 
 // ---- helper side --------------------------------------------------------------------------

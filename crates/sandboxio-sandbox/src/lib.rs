@@ -14,6 +14,7 @@ pub mod exec;
 pub mod fallback;
 pub mod files;
 pub mod helper;
+pub mod ids;
 pub mod ns;
 pub mod plan;
 pub mod pool;

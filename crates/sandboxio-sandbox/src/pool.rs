@@ -124,8 +124,9 @@ impl WarmPool {
     ) -> Result<ExecResult, SandboxError> {
         let prepared = self.take();
         let used_pool = prepared.is_some();
-        let res =
-            exec::run_prepared(req, self.shared.tier, &self.shared.cfg, cancel, prepared).await;
+        let (tier, cfg) = (self.shared.tier, &self.shared.cfg);
+        let first = exec::run_prepared(req, tier, cfg, cancel.clone(), prepared).await;
+        let res = crate::fallback::after_refusal(first, req, tier, cfg, cancel).await;
         // Refill after the exec, not during it: starting a helper (exec of a large binary,
         // page faults) would compete for the CPU with the run it replaces.
         self.wake.notify.notify_one();

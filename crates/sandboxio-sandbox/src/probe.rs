@@ -5,7 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use sandboxio_core::{ErrorCode, ExecRequest, ExitStatus, IsolationTier};
+
 use crate::cgroup::{self, CgroupLayout};
+use crate::config::SandboxConfig;
+use crate::ns::restriction::{self, Restriction};
 
 /// One mechanism: there or not, in words, and how to get it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +138,83 @@ pub fn probe() -> HostReport {
         kvm,
         bwrap,
         tiers,
+    }
+}
+
+/// [`probe`], with the namespace and landlock tiers judged by a real probe sandbox each
+/// ([`try_tier`]) instead of by their parts, so the report cannot say ok where `run` fails.
+pub async fn probe_with_runs(cfg: &SandboxConfig) -> HostReport {
+    let mut report = probe();
+    for (name, check) in report.tiers.iter_mut() {
+        let tier = match name.as_str() {
+            "namespace" => IsolationTier::Namespace,
+            "landlock" => IsolationTier::Landlock,
+            _ => continue,
+        };
+        *check = try_tier(cfg, tier).await;
+    }
+    report
+}
+
+/// Runs `/usr/bin/true` under `tier` through the same code as every run (workspace, cgroup,
+/// helper, namespaces or Landlock, seccomp), never falling back to another tier. The
+/// landlock tier is tried even where the configuration does not allow it; the answer then
+/// says that it needs `[sandbox] allow_landlock_fallback = true`.
+pub async fn try_tier(cfg: &SandboxConfig, tier: IsolationTier) -> Check {
+    let mut cfg = cfg.clone();
+    let allowed = cfg.landlock_fallback;
+    cfg.landlock_fallback = tier == IsolationTier::Landlock;
+    let mut req = ExecRequest::new(["/usr/bin/true"]);
+    req.limits.timeout = std::time::Duration::from_secs(20);
+    match crate::exec::run_prepared(&req, tier, &cfg, None, None).await {
+        Ok(r) if r.exit == ExitStatus::Code(0) => {
+            let e = &r.enforcement;
+            let mut detail = format!("a probe sandbox ran (tier {})", tier.as_str());
+            if !e.namespaces.is_empty() {
+                detail.push_str(&format!("; namespaces {}", e.namespaces.join(",")));
+            }
+            if let Some(abi) = e.landlock_abi {
+                detail.push_str(&format!("; landlock ABI {abi}"));
+            }
+            if e.seccomp {
+                detail.push_str("; seccomp");
+            }
+            detail.push_str(&format!(
+                "; cgroup {}",
+                e.cgroup.as_deref().unwrap_or("none")
+            ));
+            if !e.gaps.is_empty() {
+                detail.push_str(&format!("; {} gaps (see `run --json`)", e.gaps.len()));
+            }
+            if tier == IsolationTier::Landlock && !allowed {
+                detail.push_str(&format!(
+                    "; used only with `{}` = true",
+                    restriction::FALLBACK_KEY
+                ));
+            }
+            Check::yes(detail)
+        }
+        Ok(r) => Check::no(
+            format!(
+                "the probe sandbox ran but `/usr/bin/true` ended with {:?}: {}",
+                r.exit,
+                r.stderr.trim()
+            ),
+            "run `sandboxio run --json -- /usr/bin/true` and read its enforcement",
+        ),
+        Err(e) => {
+            let code = e.code();
+            let fix = match Restriction::from_code(code) {
+                Some(r) => r.fix().to_string(),
+                None if code == "SBX_E1469" => {
+                    "use Linux 5.13+ with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the \
+                     `lsm=` boot parameter"
+                        .to_string()
+                }
+                None => format!("see {code} in docs/ERRORS.md"),
+            };
+            Check::no(format!("the probe sandbox failed: [{code}] {e}"), fix)
+        }
     }
 }
 

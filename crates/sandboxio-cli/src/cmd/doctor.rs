@@ -4,8 +4,11 @@ use sandboxio_sandbox::probe::{Check, HostReport};
 
 use crate::exit;
 
-pub fn doctor(json: bool) -> anyhow::Result<i32> {
-    let report = sandboxio_sandbox::probe::probe();
+/// The tiers are judged by real probe sandboxes (the same code path as `run`, with the
+/// default sandbox settings), so doctor cannot say ok where `run` fails.
+pub async fn doctor(json: bool) -> anyhow::Result<i32> {
+    let cfg = sandboxio_sandbox::SandboxConfig::default();
+    let report = sandboxio_sandbox::probe::probe_with_runs(&cfg).await;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -21,7 +21,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             file,
         } => run::run(common, opts, run::What::Code { lang, file }).await,
         Command::Init { path } => init(&path),
-        Command::Doctor { json } => doctor::doctor(json),
+        Command::Doctor { json } => doctor::doctor(json).await,
         Command::Kill { common, reason } => state::kill(&common, &reason),
         Command::Resume { common } => state::resume(&common),
         Command::Approvals { common, cmd } => state::approvals(&common, cmd),

@@ -57,6 +57,29 @@ def say(label, value):
     print('%s=%s' % (label, value), flush=True)
 "#;
 
+/// Environment variable naming the uid the suite runs `sandboxio` as (e.g. `65534`, with
+/// the same gid). Unset: the test's own uid. Set by `tests/nonroot.rs`-style runs and by
+/// `SBXESC_UID=65534 cargo test -p sandboxio-cli --test escape` as root.
+pub const ENV_RUN_AS: &str = "SBXESC_UID";
+
+/// The uid every `sandboxio` of this suite runs as, when not the test's own.
+pub fn run_as() -> Option<u32> {
+    static UID: OnceLock<Option<u32>> = OnceLock::new();
+    *UID.get_or_init(|| {
+        let uid = std::env::var(ENV_RUN_AS).ok()?.trim().parse().ok()?;
+        eprintln!("escape suite: running sandboxio as uid/gid {uid}");
+        Some(uid)
+    })
+}
+
+/// Gives a directory the test made to the run-as user (no-op without one).
+pub fn hand_over(dir: &Path) {
+    if let Some(uid) = run_as() {
+        std::os::unix::fs::chown(dir, Some(uid), Some(uid))
+            .unwrap_or_else(|e| panic!("chown {} to {uid}: {e}", dir.display()));
+    }
+}
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A marker unique to this test process and call, safe to put in argv and scan for.
@@ -146,6 +169,11 @@ impl Sandbox {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(uid) = run_as() {
+            use std::os::unix::process::CommandExt;
+            // std drops supplementary groups when root changes the uid.
+            cmd.uid(uid).gid(uid).env("HOME", state);
+        }
         cmd
     }
 
@@ -156,6 +184,7 @@ impl Sandbox {
             .prefix("sbxesc-state-")
             .tempdir()
             .expect("state tempdir");
+        hand_over(state.path());
         let started = Instant::now();
         let mut child = self
             .command(argv, state.path())
@@ -475,12 +504,24 @@ pub fn require_holds() {
 /// For destructive payloads (fork bomb, memory bomb, kill(-1)): in the calling test, with the
 /// same flags, check that the sandbox isolates pids (own pid namespace, host canary invisible,
 /// only a few pids) and that cgroup pid/memory limits are enforced. Panics with the reason
-/// otherwise.
-pub fn preflight_destructive(sb: &Sandbox) {
+/// otherwise, except when run as another uid without cgroup limits (no delegated cgroup):
+/// then prints why and returns false, and the caller skips its payload.
+#[must_use]
+pub fn preflight_destructive(sb: &Sandbox) -> bool {
+    preflight(sb, true)
+}
+
+/// [`preflight_destructive`] for payloads that need the pid namespace only (kill(-1)), not
+/// cgroup limits: panics with the reason unless pids are isolated.
+pub fn preflight_pid_isolation(sb: &Sandbox) {
+    let _ = preflight(sb, false);
+}
+
+fn preflight(sb: &Sandbox, need_limits: bool) -> bool {
     require_holds();
     let mut canary = HostProcess::sleeper(&marker("preflight"));
     let (mut reasons, out) = probe_reasons(sb, Some(canary.pid()));
-    if let Some(out) = &out {
+    if let Some(out) = out.as_ref().filter(|_| need_limits) {
         let limits = out.limits_text();
         if !limits.contains("pids=") {
             reasons.push(format!(
@@ -502,11 +543,24 @@ pub fn preflight_destructive(sb: &Sandbox) {
         canary.pid()
     );
     if !reasons.is_empty() {
+        let only_cgroups = reasons
+            .iter()
+            .all(|r| r.contains("limit reported") || r.contains("no cgroup reported"));
+        if run_as().is_some() && only_cgroups {
+            eprintln!(
+                "SKIP: destructive payload not run as uid {:?}: no cgroup limits for this user \
+                 here (no delegated cgroup): {}",
+                run_as(),
+                reasons.join("; ")
+            );
+            return false;
+        }
         panic!(
             "REFUSING to run a destructive payload: preflight with the same flags failed: {}",
             reasons.join("; ")
         );
     }
+    true
 }
 
 /// A host process started by a test, stopped by pid on drop.
@@ -677,10 +731,12 @@ pub fn input_dir() -> tempfile::TempDir {
 
 /// A host directory for `--output`.
 pub fn output_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
+    let d = tempfile::Builder::new()
         .prefix("sbxesc-out-")
         .tempdir()
-        .expect("output tempdir")
+        .expect("output tempdir");
+    hand_over(d.path());
+    d
 }
 
 /// A host directory outside everything the sandbox is given, holding "victim" files.

@@ -129,7 +129,7 @@ fn kill_all_reaches_only_the_sandbox() {
     // kill(-1, SIGKILL) as "root" of the sandbox. Destructive if the pid namespace failed,
     // so: preflight with the same flags, and the payload checks again and refuses.
     let sb = Sandbox::new().timeout("10s");
-    preflight_destructive(&sb);
+    preflight_pid_isolation(&sb);
     let mut canary = HostProcess::sleeper(&marker("killall"));
     let script = r#"
 import signal

@@ -60,7 +60,9 @@ fn pids_limit(out: &Outcome) -> Option<u64> {
 #[test]
 fn fork_is_refused_at_the_pids_limit() {
     let sb = Sandbox::new().timeout("15s");
-    preflight_destructive(&sb);
+    if !preflight_destructive(&sb) {
+        return;
+    }
     let m = marker("forkcount");
     let script = r#"
 ok = 0
@@ -111,7 +113,9 @@ say('errors', json.dumps(errs))
 #[test]
 fn fork_bomb_is_contained() {
     let sb = Sandbox::new().timeout("10s");
-    preflight_destructive(&sb);
+    if !preflight_destructive(&sb) {
+        return;
+    }
     let m = marker("forkbomb");
     let mut canary = HostProcess::sleeper(&marker("forkbomb-canary"));
     // A binary-tree fork bomb; depth 11 bounds it to 4096 processes even with no pids limit.
@@ -155,7 +159,9 @@ say('survived', 'yes')
 #[test]
 fn memory_bomb_is_oom_killed() {
     let sb = Sandbox::new().timeout("20s").memory("64MiB");
-    preflight_destructive(&sb);
+    if !preflight_destructive(&sb) {
+        return;
+    }
     let out = sb.py(MEMORY_BOMB, &[]);
     assert!(
         !out.results().contains_key("survived"),
@@ -192,7 +198,9 @@ fn memory_bomb_is_oom_killed() {
 fn memory_limit_covers_the_whole_process_tree() {
     // Four children of 40 MiB each under a 64 MiB limit for the sandbox.
     let sb = Sandbox::new().timeout("20s").memory("64MiB");
-    preflight_destructive(&sb);
+    if !preflight_destructive(&sb) {
+        return;
+    }
     let script = r#"
 kids = []
 for k in range(4):

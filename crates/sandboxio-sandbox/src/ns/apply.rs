@@ -1,7 +1,10 @@
 //! Applying a `NamespacePlan`: the only syscall code of the namespace tier.
 //!
 //! Fixed order:
-//! 1. helper (host root, single-threaded): private mount namespace for itself, staging
+//! 0. helper not root: a user namespace of its own first (identity-mapped), so that every
+//!    step below runs with the capabilities it needs, and the sandbox's root maps to the
+//!    invoking user (the only id it may map); root skips this;
+//! 1. helper (single-threaded): private mount namespace for itself, staging
 //!    tmpfs for workspace and output, bind sources opened as O_PATH fds, pipes;
 //! 2. `clone(NEWUSER|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS)`; the helper writes uid_map/gid_map,
 //!    runs the caller's attach hook (cgroups), then releases the child;
@@ -26,6 +29,7 @@ use super::error::NsError;
 use super::landlock;
 use super::plan::{FileSource, MountFlags, MountOp, NamespacePlan, Staged};
 use super::report::{Report, Stage};
+use super::restriction::{self, HostFacts, Step as RestrictedStep};
 use super::seccomp::{self, SockFilter};
 use crate::error::SandboxError;
 
@@ -81,6 +85,8 @@ pub struct NsChild {
     output_cap: u64,
     namespaces: Vec<String>,
     limits: Vec<String>,
+    /// The helper's uid when it is not root (the sandbox's root maps to it).
+    unprivileged: Option<u32>,
 }
 
 /// How the payload ended and what was enforced.
@@ -251,12 +257,68 @@ pub fn cleanup_stale_staging(older_than: std::time::Duration) -> usize {
     n
 }
 
+/// `err` unless the host's settings explain `errno` at `step`: then the restriction, with
+/// its own code and fix.
+fn restricted(step: RestrictedStep, errno: i32, err: NsError) -> NsError {
+    match restriction::diagnose(step, errno, &HostFacts::read()) {
+        Some(restriction) => NsError::HostRestricted {
+            restriction,
+            step,
+            errno,
+        },
+        None => err,
+    }
+}
+
+/// Non-root only: the helper first creates a user namespace of its own, identity-mapped to
+/// its uid and gid (host files keep their owners), which gives it the capabilities the
+/// next steps need: its private mount namespace, the staging tmpfs, and the id maps of the
+/// sandbox's own user namespace (nested in this one). Root skips this step.
+fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<(), NsError> {
+    // SAFETY: unshare with a flag constant; the helper is single-threaded, as
+    // CLONE_NEWUSER requires.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
+        let source = io_err();
+        let e = source.raw_os_error().unwrap_or(0);
+        return Err(restricted(
+            RestrictedStep::CreateUserNamespace,
+            e,
+            NsError::HelperUserNamespace {
+                file: "unshare",
+                source,
+            },
+        ));
+    }
+    // setgroups must be denied before an unprivileged process may write its gid_map.
+    for (file, text) in [
+        ("setgroups", "deny".to_string()),
+        ("uid_map", format!("{uid} {uid} 1\n")),
+        ("gid_map", format!("{gid} {gid} 1\n")),
+    ] {
+        if let Err(source) = std::fs::write(format!("/proc/self/{file}"), text.as_bytes()) {
+            let e = source.raw_os_error().unwrap_or(0);
+            return Err(restricted(
+                RestrictedStep::UseUserNamespace,
+                e,
+                NsError::HelperUserNamespace { file, source },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Enters a private mount namespace for the helper itself, so staging mounts never reach
 /// the host and vanish with the helper even if it is killed.
 fn private_mount_namespace() -> Result<(), NsError> {
     // SAFETY: unshare with a flag constant; affects only this (single-threaded) process.
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-        return Err(NsError::HelperMountNamespace { source: io_err() });
+        let source = io_err();
+        let e = source.raw_os_error().unwrap_or(0);
+        return Err(restricted(
+            RestrictedStep::UseUserNamespace,
+            e,
+            NsError::HelperMountNamespace { source },
+        ));
     }
     // SAFETY: constant, valid C strings; remounts propagation of our own namespace.
     let rc = unsafe {
@@ -522,6 +584,8 @@ struct ChildCtx {
     envp: Vec<CString>,
     program: String,
     root_size: u64,
+    /// The helper is not root (its own user namespace denies setgroups to the sandbox's).
+    unprivileged: bool,
 }
 
 enum Step {
@@ -680,7 +744,8 @@ fn candidates(plan: &NamespacePlan) -> Result<Vec<CString>, NsError> {
         .collect()
 }
 
-/// Starts the sandbox. Must be called from the single-threaded helper running as root.
+/// Starts the sandbox. Must be called from the single-threaded helper (root, or any user
+/// on a host that allows unprivileged user namespaces).
 ///
 /// `attach` runs after the id maps are written and before the sandbox starts its setup,
 /// with the host pid of the namespace init: put that pid in the sandbox's cgroups there
@@ -720,6 +785,17 @@ where
         .collect::<Result<_, _>>()?;
     let candidates = candidates(plan)?;
 
+    // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let unprivileged = !crate::ids::is_host_root();
+    let adapted;
+    let plan = if unprivileged {
+        enter_own_user_namespace(euid, egid)?;
+        adapted = plan.clone().mapped_to_invoking_user(euid, egid);
+        &adapted
+    } else {
+        plan
+    };
     private_mount_namespace()?;
     let staging = Staging::create(plan)?;
     // The host workspace is written by the supervisor; the staging tmpfs caps the copy.
@@ -747,6 +823,7 @@ where
         envp,
         program: plan.argv.first().cloned().unwrap_or_default(),
         root_size: plan.root_size,
+        unprivileged,
     };
 
     let (release_r, release_w) = pipe()?;
@@ -782,7 +859,14 @@ where
         };
     }
     if pid < 0 {
-        return Err(NsError::Clone { source: io_err() }.into());
+        let source = io_err();
+        let e = source.raw_os_error().unwrap_or(0);
+        return Err(restricted(
+            RestrictedStep::CreateUserNamespace,
+            e,
+            NsError::Clone { source },
+        )
+        .into());
     }
     if pid == 0 {
         drop(release_w);
@@ -824,6 +908,7 @@ where
         output_cap: plan.output_size,
         namespaces: plan.namespaces.clone(),
         limits: plan.enforcement_limits(),
+        unprivileged: unprivileged.then_some(euid),
     })
 }
 
@@ -873,10 +958,14 @@ impl NsChild {
                     target,
                     errno,
                 } => {
-                    failure.get_or_insert(NsError::ChildSetup {
+                    let err = NsError::ChildSetup {
                         stage,
                         target,
                         errno,
+                    };
+                    failure.get_or_insert(match stage {
+                        Stage::MountProc => restricted(RestrictedStep::MountProc, errno, err),
+                        _ => err,
                     });
                 }
                 Report::ExecFailed { program, errno } => {
@@ -929,6 +1018,9 @@ impl NsChild {
                 .gaps
                 .push("the payload never reached exec".to_string()),
         }
+        if let Some(uid) = self.unprivileged {
+            enforcement.gaps.extend(unprivileged_gaps(uid));
+        }
         Ok(NsOutcome {
             exit,
             enforcement,
@@ -936,6 +1028,19 @@ impl NsChild {
             output_bytes: budget.bytes,
         })
     }
+}
+
+/// What a non-root helper cannot give that a root helper does, in `Enforcement.gaps` words.
+fn unprivileged_gaps(uid: u32) -> Vec<String> {
+    vec![
+        format!(
+            "uid: the sandbox's root is the invoking user (host uid {uid}) outside, not an \
+             unused uid (an unprivileged user can map only its own ids)"
+        ),
+        "groups: the invoking user's supplementary groups stay attached (setgroups is \
+         denied in an unprivileged user namespace); inside they show as nogroup"
+            .to_string(),
+    ]
 }
 
 // ---- inside the namespaces ----------------------------------------------------------------
@@ -1119,7 +1224,8 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
             Some(c"proc"),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             None,
-        ),
+        )
+        .map_err(|(_, e)| (Stage::MountProc, e)),
         Step::Devpts { path } => mount(
             Some(c"devpts"),
             path,
@@ -1310,7 +1416,11 @@ fn init_setup(ctx: &ChildCtx) -> StepResult {
     // SAFETY: id syscalls with integer arguments; the maps are written, so 0 is mapped.
     unsafe {
         check(libc::setresgid(0, 0, 0), Stage::SetResGid)?;
-        check(libc::setgroups(0, std::ptr::null()), Stage::SetGroups)?;
+        let rc = libc::setgroups(0, std::ptr::null());
+        // Denied in a user namespace nested in an unprivileged one (see unprivileged_gaps).
+        if !(ctx.unprivileged && rc < 0 && errno() == libc::EPERM) {
+            check(rc, Stage::SetGroups)?;
+        }
         check(libc::setresuid(0, 0, 0), Stage::SetResUid)?;
         check(libc::unshare(libc::CLONE_NEWCGROUP), Stage::UnshareCgroup)?;
         check(

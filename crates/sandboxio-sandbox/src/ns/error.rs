@@ -23,6 +23,12 @@ pub enum NsError {
         #[source]
         source: io::Error,
     },
+    #[error("could not set up the helper's own user namespace (`{file}`)")]
+    HelperUserNamespace {
+        file: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("could not prepare the staging directory `{path}`")]
     Staging {
         path: PathBuf,
@@ -92,8 +98,18 @@ pub enum NsError {
     },
     #[error("could not start `{program}` inside the sandbox: errno {errno}")]
     Exec { program: String, errno: i32 },
-    #[error("landlock is not available on this kernel, and the plan requires it")]
+    #[error(
+        "landlock is not available on this kernel, and the plan requires it; fix: use Linux \
+         5.13+ with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the `lsm=` boot parameter"
+    )]
     LandlockRequired,
+    /// The host refuses user namespaces (or their use); the message names the fix.
+    #[error("{restriction} (errno {errno})")]
+    HostRestricted {
+        restriction: super::restriction::Restriction,
+        step: super::restriction::Step,
+        errno: i32,
+    },
     /// Copy-out stopped at a cap; nothing of this run's output was left on the host.
     #[error(
         "the sandbox output is larger than its cap ({what} limit {limit}) at `{path}`; \
@@ -130,6 +146,8 @@ impl ErrorCode for NsError {
             NsError::Exec { .. } => "SBX_E1468",
             NsError::LandlockRequired => "SBX_E1469",
             NsError::OutputTooLarge { .. } => "SBX_E1470",
+            NsError::HostRestricted { restriction, .. } => restriction.code(),
+            NsError::HelperUserNamespace { .. } => "SBX_E1471",
         }
     }
 }
@@ -154,6 +172,10 @@ mod tests {
             },
             NsError::Staging {
                 path: PathBuf::new(),
+                source: io::Error::other("x"),
+            },
+            NsError::HelperUserNamespace {
+                file: "uid_map",
                 source: io::Error::other("x"),
             },
             NsError::StagingMount {
@@ -207,6 +229,12 @@ mod tests {
                 limit: 1,
             },
         ];
+        let restricted = NsError::HostRestricted {
+            restriction: super::super::restriction::Restriction::Container,
+            step: super::super::restriction::Step::CreateUserNamespace,
+            errno: 1,
+        };
+        assert_eq!(restricted.code(), "SBX_E1493");
         let mut seen = std::collections::BTreeSet::new();
         for e in &all {
             assert!(seen.insert(e.code()), "duplicate {}", e.code());

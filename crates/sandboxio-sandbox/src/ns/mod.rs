@@ -12,6 +12,7 @@ pub mod error;
 pub mod landlock;
 mod plan;
 pub mod report;
+pub mod restriction;
 pub mod seccomp;
 
 pub(crate) use apply::copy_output;

@@ -189,6 +189,19 @@ impl NamespacePlan {
     }
 }
 
+impl NamespacePlan {
+    /// The plan as a non-root helper runs it: the sandbox's root maps to the invoking
+    /// user's `uid`/`gid` (the only ids an unprivileged user may map), which also own the
+    /// staging tmpfs and the copied workspace (pure).
+    pub fn mapped_to_invoking_user(mut self, uid: u32, gid: u32) -> NamespacePlan {
+        self.host_uid = uid;
+        self.host_gid = gid;
+        self.uid_map = format!("0 {uid} 1\n");
+        self.gid_map = format!("0 {gid} 1\n");
+        self
+    }
+}
+
 fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
@@ -514,6 +527,20 @@ mod tests {
 
     fn index(plan: &NamespacePlan, pred: impl Fn(&MountOp) -> bool) -> usize {
         plan.mounts.iter().position(pred).unwrap()
+    }
+
+    #[test]
+    fn unprivileged_plan_maps_root_to_the_invoking_user_only() {
+        let req = ExecRequest::new(["true"]);
+        let root = plan_for(&req);
+        let user = root.clone().mapped_to_invoking_user(1000, 1001);
+        assert_eq!(user.uid_map, "0 1000 1\n");
+        assert_eq!(user.gid_map, "0 1001 1\n");
+        assert_eq!((user.host_uid, user.host_gid), (1000, 1001));
+        // Nothing else changes: same mounts, rules and limits.
+        assert_eq!(user.mounts, root.mounts);
+        assert_eq!(user.seccomp, root.seccomp);
+        assert_eq!(user.landlock, root.landlock);
     }
 
     #[test]

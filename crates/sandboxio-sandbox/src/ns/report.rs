@@ -22,6 +22,8 @@ pub enum Stage {
     Symlink,
     WriteFile,
     Mount,
+    /// Mounting the fresh `/proc` (refused where the host's `/proc` is masked).
+    MountProc,
     StatMountSource,
     OpenBindSource,
     PivotRoot,
