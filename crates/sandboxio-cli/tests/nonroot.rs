@@ -11,5 +11,7 @@ mod harness;
 
 #[path = "nonroot/restricted.rs"]
 mod restricted;
+#[path = "nonroot/sweep.rs"]
+mod sweep;
 #[path = "nonroot/user.rs"]
 mod user;

@@ -587,8 +587,10 @@ impl Workspace {
         input: bool,
         output: bool,
     ) -> Result<Workspace, SandboxError> {
+        // The owner (this process) is in the name, so a sweep can tell a workspace whose
+        // supervisor was killed from one in use (crate::sweep).
         let dir = tempfile::Builder::new()
-            .prefix("sandboxio-")
+            .prefix(&crate::sweep::owned_prefix(crate::sweep::PREFIX))
             .tempdir_in(root)
             .map_err(|source| SandboxError::WorkspaceCreate {
                 path: root.to_path_buf(),
@@ -909,7 +911,9 @@ impl Inflight {
         }
         let ws = self.workspace.take()?;
         if self.keep {
-            Some(ws.keep())
+            let kept = ws.keep();
+            crate::sweep::mark_kept(&kept);
+            Some(kept)
         } else {
             drop(ws);
             None
@@ -948,7 +952,7 @@ impl Drop for Inflight {
             }
             if let Some(ws) = workspace {
                 if keep {
-                    let _ = ws.keep();
+                    crate::sweep::mark_kept(&ws.keep());
                 }
             }
         };

@@ -87,10 +87,13 @@ pub struct LandlockTierPlan {
 
 /// The seccomp rules of this tier: the namespace tier's table for "no network", except
 /// that `socket()` fails for every family (without a network or mount namespace an AF_UNIX
-/// socket reaches the host's Unix sockets: D-Bus, journald, container runtimes).
+/// socket reaches the host's Unix sockets: D-Bus, journald, container runtimes), and
+/// `memfd_create` must seal its file non-executable (no pid namespace of its own, so
+/// `vm.memfd_noexec` cannot be set for the payload alone).
 pub fn seccomp_rules() -> Vec<SeccompRule> {
     seccomp::rules_for(SocketPolicy::UnixOnly)
         .into_iter()
+        .chain([seccomp::memfd_rule()])
         .map(|mut r| {
             if r.syscall == "socket" {
                 r.action = RuleAction::Errno(libc::EAFNOSUPPORT);
@@ -580,7 +583,9 @@ fn enforcement(lp: &LandlockTierPlan, files: u64, bytes: u64) -> Enforcement {
             READ_ONLY.join(" "),
             DEVICES.join(" ")
         ),
-        "seccomp: namespace-tier deny table; socket() refused for every family".to_string(),
+        "seccomp: namespace-tier deny table; socket() refused for every family; memfd_create \
+         only with MFD_NOEXEC_SEAL"
+            .to_string(),
         format!(
             "output_size={} (copy-out cap: sparse-aware, hard links once, all or nothing; \
              copied {files} files, {bytes} bytes)",

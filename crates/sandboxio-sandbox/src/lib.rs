@@ -21,6 +21,7 @@ pub mod pool;
 pub mod probe;
 pub mod protocol;
 mod rlimit;
+pub mod sweep;
 
 pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
 pub use error::SandboxError;

@@ -382,3 +382,53 @@ fn other_syscall_abis_are_refused() {
     // The filter's architecture check kills the process with SIGSYS (31).
     out.expect_errno("i386", &["SIG31"]);
 }
+
+/// Runs `/usr/bin/echo` from an anonymous memory file: code that was never written to a
+/// mounted (noexec) filesystem. Prints `exec_plain=RAN` / `exec_flag=RAN` if it ran.
+const MEMFD_EXEC: &str = r#"
+MFD_EXEC = 0x10
+data = open('/usr/bin/echo', 'rb').read()
+def run(label, flags):
+    fd = os.memfd_create('payload', flags)
+    os.write(fd, data)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv('/proc/self/fd/%d' % fd, ['echo', label + '=RAN'])
+        except OSError as e:
+            print('%s=%s' % (label, ename(e.errno)), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(fd)
+def run_or_refused(label, flags):
+    try:
+        run(label, flags)
+    except OSError as e:
+        print('%s=%s' % (label, ename(e.errno)), flush=True)
+run_or_refused('exec_plain', 0)
+run_or_refused('exec_flag', MFD_EXEC)
+"#;
+
+#[test]
+fn code_in_a_memfd_cannot_be_executed() {
+    // The writable mounts are noexec; an anonymous memory file must not be a way around it.
+    let control = host_control(MEMFD_EXEC, &[]);
+    if control.get("exec_plain").map(String::as_str) != Some("RAN") {
+        eprintln!("note: memfd exec is already refused on this host: {control:?}");
+    }
+    let out = Sandbox::new().py(MEMFD_EXEC, &[]);
+    for label in ["exec_plain", "exec_flag"] {
+        let got = out.result(label);
+        assert_ne!(
+            got,
+            "RAN",
+            "ESCAPE: code ran from a memfd ({label})\n{}",
+            out.describe()
+        );
+        assert!(
+            ["EACCES", "EPERM", "EINVAL", "ENOSYS"].contains(&got.as_str()),
+            "`{label}` gave `{got}`\n{}",
+            out.describe()
+        );
+    }
+}

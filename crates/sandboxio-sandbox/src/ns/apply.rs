@@ -127,8 +127,10 @@ impl Staging {
     fn create(plan: &NamespacePlan) -> Result<Staging, NsError> {
         // A tmpfs when the host has one (`/dev/shm`): no journal work for the base mkdir/rmdir.
         let tmp = crate::config::default_work_root();
+        // The owner (this helper) is in the name: see crate::sweep.
         let base = tmp.join(format!(
-            "sandboxio-ns-{}",
+            "{}{}",
+            crate::sweep::owned_prefix(STAGING_PREFIX),
             hex::encode(rand::random::<[u8; 8]>())
         ));
         let st = |path: &Path, source| NsError::Staging {
@@ -222,39 +224,16 @@ impl Drop for Staging {
 
 /// Prefix of the helper's staging directories under the work root (see
 /// `config::default_work_root`: the temp dir, or `/dev/shm` when only that is a tmpfs).
-pub const STAGING_PREFIX: &str = "sandboxio-ns-";
+pub const STAGING_PREFIX: &str = crate::sweep::STAGING_PREFIX;
 
-/// Removes staging directories left by helpers that were killed (their mounts died with
-/// their private mount namespace; only empty directories remain on the host). Only
-/// directories older than `older_than` are touched: a younger one may belong to a running
-/// sandbox, and removing a mount point in another namespace would unmount it there.
-/// Returns how many were removed.
+/// Removes what killed supervisors and helpers left under the temp dir and the default
+/// work root: workspaces and staging directories whose owner process is gone (see
+/// [`crate::sweep`]); a directory of a live process is never touched. Names without an
+/// owner (older versions) are removed once older than `older_than`. Returns how many
+/// were removed.
 pub fn cleanup_stale_staging(older_than: std::time::Duration) -> usize {
-    let mut roots = vec![std::env::temp_dir(), crate::config::default_work_root()];
-    roots.dedup();
-    let mut n = 0;
-    for e in roots
-        .iter()
-        .filter_map(|r| std::fs::read_dir(r).ok())
-        .flat_map(|rd| rd.flatten())
-    {
-        let name = e.file_name();
-        if !name.to_string_lossy().starts_with(STAGING_PREFIX) {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        let old = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.elapsed().ok())
-            .is_some_and(|age| age > older_than);
-        if meta.is_dir() && old && std::fs::remove_dir_all(e.path()).is_ok() {
-            n += 1;
-        }
-    }
-    n
+    let roots = vec![std::env::temp_dir(), crate::config::default_work_root()];
+    crate::sweep::sweep(&roots, older_than).len()
 }
 
 /// `err` unless the host's settings explain `errno` at `step`: then the restriction, with
@@ -586,6 +565,8 @@ struct ChildCtx {
     root_size: u64,
     /// The helper is not root (its own user namespace denies setgroups to the sandbox's).
     unprivileged: bool,
+    /// Set `vm.memfd_noexec = 2` for the sandbox's pid namespace (see `spawn_with`).
+    memfd_noexec: bool,
 }
 
 enum Step {
@@ -796,6 +777,17 @@ where
     } else {
         plan
     };
+    // Executable memfds: refused by `vm.memfd_noexec = 2` in the sandbox's pid namespace
+    // where the kernel has it and the helper is root of the host (procfs lets only global
+    // root write it; the init does, before it changes its ids), else by seccomp.
+    let memfd_sysctl = !unprivileged && seccomp::kernel_has_memfd_noexec();
+    let filter = if memfd_sysctl {
+        filter
+    } else {
+        let mut rules = plan.seccomp.clone();
+        rules.push(seccomp::memfd_rule());
+        seccomp::compile(&rules)?
+    };
     private_mount_namespace()?;
     let staging = Staging::create(plan)?;
     // The host workspace is written by the supervisor; the staging tmpfs caps the copy.
@@ -824,6 +816,7 @@ where
         program: plan.argv.first().cloned().unwrap_or_default(),
         root_size: plan.root_size,
         unprivileged,
+        memfd_noexec: memfd_sysctl,
     };
 
     let (release_r, release_w) = pipe()?;
@@ -907,7 +900,17 @@ where
         output_host: plan.output_host.clone(),
         output_cap: plan.output_size,
         namespaces: plan.namespaces.clone(),
-        limits: plan.enforcement_limits(),
+        limits: {
+            let mut l = plan.enforcement_limits();
+            l.push(if memfd_sysctl {
+                "memfd: never executable (vm.memfd_noexec=2 in the sandbox's pid namespace)"
+                    .to_string()
+            } else {
+                "memfd: memfd_create refused by seccomp (kernel without vm.memfd_noexec)"
+                    .to_string()
+            });
+            l
+        },
         unprivileged: unprivileged.then_some(euid),
     })
 }
@@ -1256,6 +1259,24 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
     }
 }
 
+/// Writes `value` to an existing file (a sysctl) in one write.
+fn write_small(path: &CStr, value: &[u8]) -> Result<(), i32> {
+    // SAFETY: valid C string; opening an existing file for writing.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: writing a borrowed buffer of its own length to the fd just opened.
+    let n = unsafe { libc::write(fd, value.as_ptr().cast(), value.len()) };
+    let e = errno();
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(fd) };
+    if usize::try_from(n).ok() != Some(value.len()) {
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Opens a bind source as O_PATH (kept open until the init closes its stray fds) and
 /// returns its `/proc/self/fd` path and whether it is a directory.
 fn open_source(host: &CStr) -> Result<(CString, bool), i32> {
@@ -1346,6 +1367,14 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
             Ok(s) => sources.push(Some(s)),
             Err(e) if e == libc::ENOENT && *optional => sources.push(None),
             Err(e) => fail_at((Stage::OpenBindSource, e), host),
+        }
+    }
+    // Still global root here (ids not yet changed), as procfs requires for this sysctl; it
+    // applies to the pid namespace of the writer, which is the sandbox's.
+    if ctx.memfd_noexec {
+        let sysctl = c"/proc/sys/vm/memfd_noexec";
+        if let Err(e) = write_small(sysctl, b"2") {
+            fail_at((Stage::MemfdNoexec, e), sysctl);
         }
     }
     if let Err(e) = init_setup(ctx) {

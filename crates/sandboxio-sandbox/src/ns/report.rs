@@ -24,6 +24,8 @@ pub enum Stage {
     Mount,
     /// Mounting the fresh `/proc` (refused where the host's `/proc` is masked).
     MountProc,
+    /// Setting `vm.memfd_noexec = 2` in the sandbox's pid namespace.
+    MemfdNoexec,
     StatMountSource,
     OpenBindSource,
     PivotRoot,

@@ -280,3 +280,46 @@ attempt('setuid0', lambda: os.setuid(0))
         assert_eq!(result(&r, label), "EPERM", "{label}: {}", r.stdout);
     }
 }
+
+#[tokio::test]
+async fn memfd_code_cannot_be_executed() {
+    if skip() {
+        return;
+    }
+    // Writable places are noexec by Landlock; an anonymous memory file must not be a way
+    // around it (the tier has no pid namespace of its own, so seccomp requires the seal).
+    let script = r#"
+data = open('/usr/bin/echo', 'rb').read()
+def run(label, flags):
+    fd = os.memfd_create('p', flags)
+    os.write(fd, data)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv('/proc/self/fd/%d' % fd, ['echo', label + '=RAN'])
+        except OSError as e:
+            print('%s=%s' % (label, errno.errorcode.get(e.errno, str(e.errno))), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+for label, flags in [('plain', 0), ('exec', 0x10), ('sealed', 0x8)]:
+    attempt(label + '_create', lambda: run(label, flags))
+"#;
+    let r = ll(&py(script)).await;
+    assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
+    assert!(
+        !r.stdout.contains("=RAN"),
+        "ESCAPE: code ran from a memfd: {r:?}"
+    );
+    // Unsealed memfds are refused outright; a sealed one exists but cannot run.
+    assert_eq!(result(&r, "plain_create"), "ENOSYS", "{r:?}");
+    assert_eq!(result(&r, "exec_create"), "ENOSYS", "{r:?}");
+    let sealed = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("sealed="))
+        .unwrap_or("");
+    assert!(
+        sealed == "sealed=EACCES" || result(&r, "sealed_create") == "EINVAL",
+        "{r:?}"
+    );
+}
