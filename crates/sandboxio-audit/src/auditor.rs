@@ -287,6 +287,12 @@ impl Auditor {
         })
     }
 
+    /// The signed heads of the sinks that keep one (one per file trail), to be stored
+    /// outside the trail after each record.
+    pub fn heads(&self) -> Vec<crate::head::SignedHead> {
+        self.config.sinks.iter().filter_map(|s| s.head()).collect()
+    }
+
     /// Closes every sink (the file sink writes its closing checkpoint). Returns the first error.
     pub async fn close(&self) -> Result<(), AuditError> {
         let mut first = None;

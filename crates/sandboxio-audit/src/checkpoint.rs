@@ -223,44 +223,80 @@ impl AuditKey {
         }
     }
 
+    /// Loads the key of the trail whose active file is `trail`: the key file must exist when
+    /// the trail already holds records ([`AuditError::KeyLost`], which names
+    /// `sandboxio audit rotate-key`, otherwise); a new trail gets a new key. A key file
+    /// readable by others is tightened to 0600.
+    pub fn load_for_trail(path: &Path, trail: &Path) -> Result<AuditKey, AuditError> {
+        if !path.exists() && crate::reader::trail_has_records(trail)? {
+            return Err(AuditError::KeyLost {
+                key: path.to_path_buf(),
+                trail: trail.to_path_buf(),
+            });
+        }
+        Self::load_or_generate(path)
+    }
+
     /// Loads the key (64 hex characters: the Ed25519 seed) from `path`, or generates one and
     /// writes it there with mode 0600 when the file does not exist.
     pub fn load_or_generate(path: &Path) -> Result<AuditKey, AuditError> {
         match std::fs::read_to_string(path) {
-            Ok(s) => Self::parse_private(path, &s),
+            Ok(s) => {
+                crate::sink::file_mode::tighten_file(path)?;
+                Self::parse_private(path, &s)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Write the whole key to a private temporary file, then link it into place:
                 // a concurrent process either sees no key or a complete one, and when two
                 // generate at once the first link wins and both use its key.
                 let key = AuditKey::generate();
-                let mut tmp = path.as_os_str().to_owned();
-                tmp.push(format!(".tmp{}", std::process::id()));
-                let tmp = std::path::PathBuf::from(tmp);
-                let mut opts = std::fs::OpenOptions::new();
-                opts.write(true).create(true).truncate(true);
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::OpenOptionsExt;
-                    opts.mode(0o600);
-                }
-                let mut f = opts.open(&tmp).map_err(|e| AuditError::io(&tmp, e))?;
-                f.write_all(format!("{}\n", hex::encode(key.signing.to_bytes())).as_bytes())
-                    .and_then(|_| f.sync_all())
-                    .map_err(|e| AuditError::io(&tmp, e))?;
-                let linked = std::fs::hard_link(&tmp, path);
-                let _ = std::fs::remove_file(&tmp);
-                match linked {
+                match key.write_new(path) {
                     Ok(()) => Ok(key),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    Err(AuditError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                    {
                         let s =
                             std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
                         Self::parse_private(path, &s)
                     }
-                    Err(e) => Err(AuditError::io(path, e)),
+                    Err(e) => Err(e),
                 }
             }
             Err(e) => Err(AuditError::io(path, e)),
         }
+    }
+
+    /// Writes this key to a new file at `path` (0600, complete or absent: written to a
+    /// temporary file and linked into place). Fails with `AlreadyExists` when `path` exists.
+    fn write_new(&self, path: &Path) -> Result<(), AuditError> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp{}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp).map_err(|e| AuditError::io(&tmp, e))?;
+        f.write_all(format!("{}\n", hex::encode(self.signing.to_bytes())).as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| AuditError::io(&tmp, e))?;
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        linked.map_err(|e| AuditError::io(path, e))
+    }
+
+    /// Replaces the key file at `path` with this key (written 0600 to a temporary file, then
+    /// renamed over it). Used by key rotation only.
+    pub fn replace_file(&self, path: &Path) -> Result<(), AuditError> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".new{}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        let _ = std::fs::remove_file(&tmp);
+        self.write_new(&tmp)?;
+        std::fs::rename(&tmp, path).map_err(|e| AuditError::io(path, e))
     }
 
     fn parse_private(path: &Path, s: &str) -> Result<AuditKey, AuditError> {
@@ -326,6 +362,29 @@ pub fn parse_public_key(s: &str) -> Result<VerifyingKey, AuditError> {
         .try_into()
         .map_err(|_| bad("an ed25519 public key is 32 bytes"))?;
     VerifyingKey::from_bytes(&arr).map_err(|_| bad("not a valid ed25519 point"))
+}
+
+/// Reads every public key of a key file: one per non-empty line (a trail whose key was
+/// rotated lists the old keys too, so old segments still verify).
+pub fn load_public_keys(path: &Path) -> Result<Vec<VerifyingKey>, AuditError> {
+    let s = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+    let mut out = Vec::new();
+    for line in s.lines().filter(|l| !l.trim().is_empty()) {
+        out.push(parse_public_key(line).map_err(|e| match e {
+            AuditError::BadKey { why, .. } => AuditError::BadKey {
+                path: path.to_path_buf(),
+                why,
+            },
+            other => other,
+        })?);
+    }
+    if out.is_empty() {
+        return Err(AuditError::BadKey {
+            path: path.to_path_buf(),
+            why: "the file holds no public key".into(),
+        });
+    }
+    Ok(out)
 }
 
 /// Reads a public key file (see [`parse_public_key`]).

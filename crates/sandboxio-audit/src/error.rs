@@ -51,6 +51,10 @@ pub enum AuditError {
     /// `emit` was called on a sink that was closed.
     #[error("audit sink `{sink}` is closed")]
     SinkClosed { sink: String },
+    /// The signing key is gone but the trail it signed is not: a new key is never made
+    /// silently, because the trail could then no longer be continued or verified.
+    #[error("audit signing key `{key}` is missing but the trail `{trail}` already holds records; run `sandboxio audit rotate-key` to start a new key (the rotation is recorded in the trail and the old public key is kept)")]
+    KeyLost { key: PathBuf, trail: PathBuf },
 }
 
 impl ErrorCode for AuditError {
@@ -66,6 +70,7 @@ impl ErrorCode for AuditError {
             AuditError::InvalidTimeout { .. } => "SBX_E1608",
             AuditError::Render { .. } => "SBX_E1609",
             AuditError::SinkClosed { .. } => "SBX_E1610",
+            AuditError::KeyLost { .. } => "SBX_E1620",
         }
     }
 

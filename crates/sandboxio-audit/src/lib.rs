@@ -17,6 +17,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod error;
 pub mod event;
+pub mod head;
 pub mod otel;
 pub mod reader;
 pub mod redact;
@@ -25,15 +26,20 @@ pub mod verify;
 
 pub use auditor::{AuditConfig, Auditor, OnSinkFailure, RecordOutcome, SinkFailure};
 pub use checkpoint::{
-    export_public_key, load_public_key, parse_public_key, AuditKey, Checkpoint, CheckpointReason,
-    DEFAULT_ORIGIN,
+    export_public_key, load_public_key, load_public_keys, parse_public_key, AuditKey, Checkpoint,
+    CheckpointReason, DEFAULT_ORIGIN,
 };
+pub use ed25519_dalek::VerifyingKey;
 pub use error::AuditError;
 pub use event::{meter_of, AuditEvent};
+pub use head::{check_head, trail_id, HeadCheck, SignedHead};
 pub use otel::{emit_span, parent_from_record, parent_from_traceparent, Metrics};
-pub use reader::{query, read_events, tail, trail_files, Follower, Query, TrailEntry};
+pub use reader::{
+    query, read_events, tail, trail_files, trail_has_records, Follower, Query, TrailEntry,
+};
 pub use redact::{Redactor, RedactorBuilder, Secret};
 pub use sink::{
     AuditSink, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink, QueueSink,
+    REPAIR_EVENT,
 };
-pub use verify::{verify, BadRecord, Tamper, VerifyReport};
+pub use verify::{verify, verify_keys, BadRecord, Tamper, VerifyReport};

@@ -53,6 +53,22 @@ pub fn trail_files(base: &Path) -> Result<Vec<PathBuf>, AuditError> {
     Ok(out)
 }
 
+/// Whether the trail whose active file is `base` holds at least one record (a file with
+/// only checkpoints, or no file, holds none). Reads the files; meant for the rare paths
+/// that must tell a new trail from an existing one (a missing key or state database).
+pub fn trail_has_records(base: &Path) -> Result<bool, AuditError> {
+    for p in trail_files(base)? {
+        let bytes = std::fs::read(&p).map_err(|e| AuditError::io(&p, e))?;
+        if bytes
+            .split(|b| *b == b'\n')
+            .any(|l| l.starts_with(b"{\"seq\":"))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn read_file_entries(path: &Path, out: &mut Vec<TrailEntry>) -> Result<(), AuditError> {
     let text = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
     for (i, l) in text.lines().enumerate() {

@@ -90,6 +90,16 @@ impl VerifyReport {
 /// Verifies the files of one trail, oldest first (see [`crate::reader::trail_files`]).
 /// Works offline; never panics on any input.
 pub fn verify<P: AsRef<Path>>(paths: &[P], public_key: Option<&VerifyingKey>) -> VerifyReport {
+    verify_keys(
+        paths,
+        public_key.map(std::slice::from_ref).unwrap_or_default(),
+    )
+}
+
+/// Like [`verify`] with several public keys (a trail whose key was rotated): each
+/// checkpoint must verify under the key its key id names. No keys: signatures unchecked.
+pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) -> VerifyReport {
+    let public_key = (!public_keys.is_empty()).then_some(public_keys);
     let mut rep = VerifyReport {
         ok: true,
         files: paths.len(),
@@ -203,8 +213,8 @@ pub fn verify<P: AsRef<Path>>(paths: &[P], public_key: Option<&VerifyingKey>) ->
                 }
                 TrailLine::Checkpoint(cp) => {
                     rep.checkpoints += 1;
-                    if let Some(k) = public_key {
-                        if !cp.verify_signature(k) {
+                    if let Some(keys) = public_key {
+                        if !keys.iter().any(|k| cp.verify_signature(k)) {
                             return rep.fail(bad(
                                 Tamper::BadSignature,
                                 Some(merkle.size()),

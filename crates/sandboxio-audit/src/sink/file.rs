@@ -1,7 +1,7 @@
 //! The file sink: one hash-chained JSON line per event, signed checkpoints, rotation.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,12 +9,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::AuditSink;
-use crate::chain::{self, TrailLine, GENESIS};
+use crate::chain;
 use crate::checkpoint::{make_checkpoint, AuditKey, CheckpointReason, Merkle, DEFAULT_ORIGIN};
 use crate::error::AuditError;
 use crate::event::AuditEvent;
+use crate::head::{trail_id, SignedHead};
 use crate::reader::trail_files;
+use crate::sink::file_mode::{open_append, tighten_file};
 use crate::sink::file_paths::{rotated_name, rotation_index_of};
+use crate::sink::file_repair::{self, MovedAside, Recovered};
 
 /// When the file sink calls `fsync`.
 ///
@@ -97,6 +100,8 @@ pub struct FileSink {
     key: Arc<AuditKey>,
     state: Mutex<State>,
     name: String,
+    /// [`trail_id`] of the active file: the name the signed head is kept under.
+    trail: String,
     /// `<path>.lock`: held (flock) around every write, so several processes can share one
     /// trail. Before writing, a holder that finds the trail changed under it catches up.
     lockfile: File,
@@ -123,30 +128,59 @@ impl std::fmt::Debug for FileSink {
     }
 }
 
-fn open_append(path: &Path) -> Result<File, AuditError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(path)
-        .map_err(|e| AuditError::io(path, e))
-}
-
 impl FileSink {
     /// Opens (or creates) the trail at `opts.path` and writes an `open` checkpoint.
     ///
     /// An existing trail is continued: the state is recovered from the last checkpoint of
-    /// the active file and the records after it (which must chain). A partial last line (a
-    /// write torn by a crash, never acknowledged) is cut off with a warning.
+    /// the active file and the records after it (which must chain). A torn or garbage last
+    /// line (a write cut by a crash, never acknowledged, or bytes appended by something
+    /// else) is moved to a sibling file `<path>.torn-<time>` and a record saying so is
+    /// written; anything wrong before the last line is an error. Every trail file is made
+    /// private (0600).
     pub fn open(opts: FileSinkOptions, key: Arc<AuditKey>) -> Result<FileSink, AuditError> {
+        Self::open_with(opts, key, None)
+    }
+
+    /// Starts a new signing key: the active file is closed (with a `rotate` checkpoint when
+    /// the old private key is given) and renamed like a rotated file, and a new active file
+    /// starts with an `open` checkpoint signed by `new_key` that continues the chain. The
+    /// old file's last checkpoint is checked against `old_public` (skipped when empty: the
+    /// chain is still checked). Record the rotation through an `Auditor` on the returned sink.
+    pub fn open_rotating_key(
+        opts: FileSinkOptions,
+        new_key: Arc<AuditKey>,
+        old_private: Option<Arc<AuditKey>>,
+        old_public: &[ed25519_dalek::VerifyingKey],
+    ) -> Result<FileSink, AuditError> {
+        Self::open_with(opts, new_key, Some((old_private, old_public)))
+    }
+
+    fn open_with(
+        opts: FileSinkOptions,
+        key: Arc<AuditKey>,
+        rotate_from: Option<(Option<Arc<AuditKey>>, &[ed25519_dalek::VerifyingKey])>,
+    ) -> Result<FileSink, AuditError> {
         let path = opts.path.clone();
         let lockfile = open_append(&lock_path(&path))?;
         lockfile
             .lock()
             .map_err(|e| AuditError::io(lock_path(&path), e))?;
         let _held = TrailLock(&lockfile);
+        for p in trail_files(&path)? {
+            tighten_file(&p)?;
+        }
         let mut file = open_append(&path)?;
-        let (merkle, prev, bytes) = recover(&path, &mut file, &key, &opts.origin)?;
+        let trusted: Vec<ed25519_dalek::VerifyingKey> = match &rotate_from {
+            None => vec![key.verifying_key()],
+            Some((Some(old), _)) => vec![old.verifying_key()],
+            Some((None, pubs)) => pubs.to_vec(),
+        };
+        let Recovered {
+            merkle,
+            prev,
+            bytes,
+            moved,
+        } = file_repair::recover(&path, &mut file, &trusted, &opts.origin)?;
         let next_rotation = trail_files(&path)?
             .iter()
             .filter_map(|p| rotation_index_of(&path, p))
@@ -155,6 +189,7 @@ impl FileSink {
             + 1;
         let sink = FileSink {
             name: format!("file({})", path.display()),
+            trail: trail_id(&path),
             opts,
             key,
             lockfile: open_append(&lock_path(&path))?,
@@ -172,10 +207,62 @@ impl FileSink {
         };
         {
             let mut st = sink.lock()?;
+            if let Some((old_private, _)) = rotate_from {
+                sink.rotate_key_locked(&mut st, old_private.as_deref())?;
+            }
             sink.write_checkpoint(&mut st, CheckpointReason::Open)?;
+            if let Some(m) = moved {
+                sink.write_repair_note(&mut st, &m)?;
+            }
         }
         drop(_held);
         Ok(sink)
+    }
+
+    /// Closes the active file under the old key and starts a new one (see
+    /// [`FileSink::open_rotating_key`]); the caller writes the new file's `open` checkpoint.
+    fn rotate_key_locked(&self, st: &mut State, old: Option<&AuditKey>) -> Result<(), AuditError> {
+        if st.bytes == 0 {
+            return Ok(());
+        }
+        if let Some(old) = old {
+            let cp = make_checkpoint(
+                old,
+                &self.opts.origin,
+                &st.merkle,
+                &st.prev,
+                CheckpointReason::Rotate,
+            );
+            let line = cp.render()?;
+            self.write_line(st, &line)?;
+            self.sync(st)?;
+        }
+        let to = rotated_name(&self.opts.path, st.next_rotation);
+        std::fs::rename(&self.opts.path, &to).map_err(|e| AuditError::io(&to, e))?;
+        st.next_rotation += 1;
+        st.file = open_append(&self.opts.path)?;
+        st.bytes = 0;
+        sync_dir(&self.opts.path);
+        Ok(())
+    }
+
+    /// Records that a torn or garbage last line was moved aside.
+    fn write_repair_note(&self, st: &mut State, m: &MovedAside) -> Result<(), AuditError> {
+        let event = file_repair::repair_event(m);
+        self.append_event(st, &event.as_json()?)
+    }
+
+    /// The signed head of the trail as this sink last saw it: records so far and the last
+    /// record's hash. Keep it outside the trail (the gateway keeps it in its store).
+    pub fn head(&self) -> Option<SignedHead> {
+        let st = self.state.lock().ok()?;
+        Some(SignedHead::sign(
+            &self.key,
+            &self.opts.origin,
+            self.trail.clone(),
+            st.merkle.size(),
+            &st.prev,
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -212,18 +299,25 @@ impl FileSink {
             .is_some_and(|m| m.ino() == ours.ino() && m.dev() == ours.dev());
         if !same_file || ours.len() != st.bytes {
             let mut file = open_append(&self.opts.path)?;
-            let (merkle, prev, bytes) =
-                recover(&self.opts.path, &mut file, &self.key, &self.opts.origin)?;
+            let r = file_repair::recover(
+                &self.opts.path,
+                &mut file,
+                &[self.key.verifying_key()],
+                &self.opts.origin,
+            )?;
             st.file = file;
-            st.merkle = merkle;
-            st.prev = prev;
-            st.bytes = bytes;
+            st.merkle = r.merkle;
+            st.prev = r.prev;
+            st.bytes = r.bytes;
             st.next_rotation = trail_files(&self.opts.path)?
                 .iter()
                 .filter_map(|p| rotation_index_of(&self.opts.path, p))
                 .max()
                 .unwrap_or(0)
                 + 1;
+            if let Some(m) = r.moved {
+                self.write_repair_note(st, &m)?;
+            }
         }
         Ok(held)
     }
@@ -265,15 +359,7 @@ impl FileSink {
         st.bytes = 0;
         // The new file starts with a checkpoint so it can be verified and continued alone.
         self.write_checkpoint(st, CheckpointReason::Open)?;
-        if let Some(dir) = self.opts.path.parent() {
-            if let Ok(d) = File::open(if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            }) {
-                let _ = d.sync_all();
-            }
-        }
+        sync_dir(&self.opts.path);
         Ok(())
     }
 
@@ -311,22 +397,28 @@ impl FileSink {
             });
         }
         let _held = self.lock_trail(&mut st)?;
-        let (line, hash) = chain::render_record(st.merkle.size(), &st.prev, &json);
-        self.write_line(&mut st, &line)?;
+        self.append_event(&mut st, &json)
+    }
+
+    /// Appends one record (the trail lock is held), then syncs, checkpoints and rotates as
+    /// configured.
+    fn append_event(&self, st: &mut State, json: &str) -> Result<(), AuditError> {
+        let (line, hash) = chain::render_record(st.merkle.size(), &st.prev, json);
+        self.write_line(st, &line)?;
         st.merkle.push(&hash);
         st.prev = hash;
         st.since_checkpoint += 1;
         match self.opts.fsync {
-            FsyncPolicy::Always => self.sync(&mut st)?,
-            FsyncPolicy::Interval(d) if st.last_sync.elapsed() >= d => self.sync(&mut st)?,
+            FsyncPolicy::Always => self.sync(st)?,
+            FsyncPolicy::Interval(d) if st.last_sync.elapsed() >= d => self.sync(st)?,
             _ => {}
         }
         if self.opts.checkpoint_every > 0 && st.since_checkpoint >= self.opts.checkpoint_every {
-            self.write_checkpoint(&mut st, CheckpointReason::Periodic)?;
+            self.write_checkpoint(st, CheckpointReason::Periodic)?;
         }
         if let Some(max) = self.opts.rotate_bytes {
             if st.bytes >= max {
-                self.rotate(&mut st)?;
+                self.rotate(st)?;
             }
         }
         Ok(())
@@ -354,80 +446,21 @@ impl AuditSink for FileSink {
     async fn close(&self) -> Result<(), AuditError> {
         self.close_sync()
     }
+    fn head(&self) -> Option<SignedHead> {
+        FileSink::head(self)
+    }
 }
 
-/// Recovers (merkle, prev, bytes) from an existing active file; cuts a torn last line.
-fn recover(
-    path: &Path,
-    file: &mut File,
-    key: &AuditKey,
-    origin: &str,
-) -> Result<(Merkle, [u8; 32], u64), AuditError> {
-    let mut text = String::new();
-    file.seek(SeekFrom::Start(0))
-        .and_then(|_| file.read_to_string(&mut text))
-        .map_err(|e| AuditError::io(path, e))?;
-    if text.is_empty() {
-        return Ok((Merkle::new(), GENESIS, 0));
-    }
-    if !text.ends_with('\n') {
-        let keep = text.rfind('\n').map_or(0, |i| i + 1);
-        tracing::warn!(
-            target: "sandboxio::audit",
-            path = %path.display(),
-            bytes = text.len() - keep,
-            "audit trail ends with a partial line (torn write); cutting it off"
-        );
-        file.set_len(keep as u64)
-            .map_err(|e| AuditError::io(path, e))?;
-        text.truncate(keep);
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    let broken = |line: usize, why: String| AuditError::ChainBroken {
-        path: path.to_path_buf(),
-        line: line as u64 + 1,
-        why,
-    };
-    // Start from the last checkpoint, or from genesis when there is none.
-    let mut start = 0usize;
-    let mut merkle = Merkle::new();
-    let mut prev = GENESIS;
-    for (i, l) in lines.iter().enumerate().rev() {
-        if let Ok(TrailLine::Checkpoint(cp)) = chain::parse_line(l) {
-            if !cp.verify_signature(&key.verifying_key()) || cp.origin != origin {
-                return Err(AuditError::BadCheckpointSignature {
-                    path: path.to_path_buf(),
-                    line: i as u64 + 1,
-                });
-            }
-            match (cp.merkle(), cp.last_hash_bytes()) {
-                (Some(m), Some(h)) => {
-                    merkle = m;
-                    prev = h;
-                }
-                _ => {
-                    return Err(broken(
-                        i,
-                        "checkpoint frontier does not match its root".into(),
-                    ))
-                }
-            }
-            start = i + 1;
-            break;
+/// Makes a rename in the trail's directory durable (best effort).
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
         }
     }
-    for (i, l) in lines.iter().enumerate().skip(start) {
-        match chain::parse_line(l) {
-            Ok(TrailLine::Record(r)) => {
-                if r.hash != r.computed_hash || r.seq != merkle.size() || r.prev_hash != prev {
-                    return Err(broken(i, format!("record seq {} does not chain", r.seq)));
-                }
-                merkle.push(&r.hash);
-                prev = r.hash;
-            }
-            Ok(TrailLine::Checkpoint(_)) => {}
-            Err(why) => return Err(broken(i, why)),
-        }
-    }
-    Ok((merkle, prev, text.len() as u64))
 }

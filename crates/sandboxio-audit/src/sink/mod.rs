@@ -4,18 +4,22 @@
 //! `Auditor` awaits every sink inline, bounded by its timeout.
 
 mod file;
+pub mod file_mode;
 pub(crate) mod file_paths;
+pub(crate) mod file_repair;
 mod logging;
 mod queue;
 
 use async_trait::async_trait;
 
 pub use file::{FileSink, FileSinkOptions, FsyncPolicy};
+pub use file_repair::REPAIR_EVENT;
 pub use logging::{LoggingSink, AUDIT_TARGET};
 pub use queue::QueueSink;
 
 use crate::error::AuditError;
 use crate::event::AuditEvent;
+use crate::head::SignedHead;
 
 /// A destination for audit events.
 #[async_trait]
@@ -27,6 +31,10 @@ pub trait AuditSink: Send + Sync {
     /// Flushes and closes the sink (the file sink writes its closing checkpoint).
     async fn close(&self) -> Result<(), AuditError> {
         Ok(())
+    }
+    /// The signed head of the trail this sink writes, when it keeps one (the file sink).
+    fn head(&self) -> Option<SignedHead> {
+        None
     }
 }
 

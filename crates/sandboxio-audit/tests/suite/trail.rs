@@ -84,7 +84,7 @@ async fn reopening_continues_the_chain() {
 }
 
 #[tokio::test]
-async fn reopening_after_a_crash_cuts_a_torn_line_and_continues() {
+async fn reopening_after_a_crash_moves_a_torn_line_aside_records_it_and_continues() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     let key = Arc::new(AuditKey::generate());
@@ -105,12 +105,107 @@ async fn reopening_after_a_crash_cuts_a_torn_line_and_continues() {
 
     let (logs, _g) = capture_logs();
     let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
-    assert!(logs.text().contains("partial line"));
-    assert_eq!(sink.tree_size(), 3);
+    assert!(logs.text().contains("moved it aside"), "{}", logs.text());
+    // The three records, then the record saying what was moved aside.
+    assert_eq!(sink.tree_size(), 4);
     sink.emit(&ev(3)).await.unwrap();
     sink.close().await.unwrap();
     let rep = verify(&[&path], Some(&key.verifying_key()));
-    assert!(rep.ok && rep.records == 4, "{rep:?}");
+    assert!(rep.ok && rep.records == 5, "{rep:?}");
+    let events = sandboxio_audit::read_events(&[&path]).unwrap();
+    assert_eq!(events[3].event.event, sandboxio_audit::REPAIR_EVENT);
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains(".torn-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read(&aside[0]).unwrap(),
+        b"{\"seq\":3,\"prev_hash\":\"00"
+    );
+}
+
+#[tokio::test]
+async fn garbage_before_the_last_line_is_still_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    {
+        let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+        for i in 0..3 {
+            sink.emit(&ev(i)).await.unwrap();
+        }
+        // No close: the records are the last lines.
+        std::mem::forget(sink);
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    lines[n - 2] = "garbage in the middle";
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let e = FileSink::open(opts(&path).rotate_bytes(None), key).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1603");
+}
+
+#[tokio::test]
+async fn the_signed_head_names_the_last_record_and_catches_a_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+    for i in 0..5 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    let head = sink.head().unwrap();
+    assert_eq!(head.size, 5);
+    assert!(head.verify_signature(&[key.verifying_key()]));
+    assert!(!head.verify_signature(&[AuditKey::generate().verifying_key()]));
+    sink.close().await.unwrap();
+    let files = sandboxio_audit::trail_files(&path).unwrap();
+    assert!(sandboxio_audit::check_head(&files, &head).ok());
+    // Cut the last record (and what follows it): the head is no longer held.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let keep = lines
+        .iter()
+        .rposition(|l| l.starts_with("{\"seq\":"))
+        .unwrap();
+    std::fs::write(&path, lines[..keep].join("\n") + "\n").unwrap();
+    let check = sandboxio_audit::check_head(&files, &head);
+    assert!(
+        matches!(
+            check,
+            sandboxio_audit::HeadCheck::Behind {
+                trail_size: 4,
+                head_size: 5
+            }
+        ),
+        "{check:?}"
+    );
+    // A different trail of the same length: diverges.
+    std::fs::remove_file(&path).unwrap();
+    let other = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+    for i in 10..15 {
+        other.emit(&ev(i)).await.unwrap();
+    }
+    other.close().await.unwrap();
+    let check = sandboxio_audit::check_head(&files, &head);
+    assert_eq!(check, sandboxio_audit::HeadCheck::Diverges { seq: 4 });
+}
+
+#[tokio::test]
+async fn trail_files_are_created_private_and_loose_ones_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    drop(FileSink::open(opts(&path), key.clone()).unwrap());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(FileSink::open(opts(&path), key).unwrap());
+    assert_eq!(mode(&path), 0o600);
 }
 
 #[tokio::test]
