@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Whole-gateway overhead per operation without a sandbox (a no-op tool), with every state
 //! change durable (SQLite WAL, synchronous=FULL) before the side effect; idempotent replay
-//! against first execution; throughput with 8 concurrent submitters.
+//! against first execution; throughput with 8 concurrent submitters. One case writes a
+//! real file trail (fsync never, so the disk does not hide the chain's own cost), which is
+//! where the trail's signed head is computed and stored.
 //!
 //! Run: `cargo bench -p sandboxio-gateway --bench gateway`. Prints a markdown table.
 
@@ -10,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sandboxio_audit::{AuditConfig, Auditor, NoopSink};
+use sandboxio_audit::{
+    AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, FsyncPolicy, NoopSink,
+};
 use sandboxio_core::{Decision, IdempotencyKey, Layer, Operation, OperationArgs, Principal};
 use sandboxio_gateway::store::{SqliteStore, SyncMode};
 use sandboxio_gateway::*;
@@ -31,9 +35,19 @@ impl Tool for Noop {
 }
 
 fn gateway(dir: &std::path::Path, sync: SyncMode, budget: bool) -> Gateway {
+    gateway_with(dir, sync, budget, false)
+}
+
+fn gateway_with(dir: &std::path::Path, sync: SyncMode, budget: bool, file: bool) -> Gateway {
     let store = Arc::new(SqliteStore::open(&dir.join("s.db"), sync).expect("store"));
     let redaction = Redaction::from_env(vec![]);
-    let cfg = AuditConfig::default().with_sinks(vec![Arc::new(NoopSink)]);
+    let sink: Arc<dyn sandboxio_audit::AuditSink> = if file {
+        let opts = FileSinkOptions::new(dir.join("audit.jsonl")).fsync(FsyncPolicy::Never);
+        Arc::new(FileSink::open(opts, Arc::new(AuditKey::generate())).expect("trail"))
+    } else {
+        Arc::new(NoopSink)
+    };
+    let cfg = AuditConfig::default().with_sinks(vec![sink]);
     let auditor = Auditor::new(cfg, redaction.base().expect("redactor"));
     let mut gc = GatewayConfig::default();
     if budget {
@@ -104,10 +118,11 @@ async fn main() {
         );
     }
     println!("| case | p50 µs | p99 µs |\n|---|---|---|");
-    for (name, sync, budget, keyed) in [
+    for (name, sync, budget, keyed, file) in [
         (
             "no budget, no key, synchronous=FULL",
             SyncMode::Full,
+            false,
             false,
             false,
         ),
@@ -116,22 +131,32 @@ async fn main() {
             SyncMode::Full,
             true,
             false,
+            false,
         ),
         (
             "budget + idempotency key (first execution), FULL",
             SyncMode::Full,
             true,
             true,
+            false,
         ),
         (
             "budget + key, synchronous=NORMAL",
             SyncMode::Normal,
             true,
             true,
+            false,
+        ),
+        (
+            "budget + key, NORMAL, file trail (fsync never)",
+            SyncMode::Normal,
+            true,
+            true,
+            true,
         ),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
-        let gw = gateway(dir.path(), sync, budget);
+        let gw = gateway_with(dir.path(), sync, budget, file);
         let mut v = measure(&gw, n, |i| keyed.then(|| format!("k{i}"))).await;
         println!(
             "| {name} | {:.0} | {:.0} |",

@@ -29,6 +29,9 @@ impl Default for RetrySettings {
     }
 }
 
+/// How long finished journal rows are kept: a week.
+pub const DEFAULT_JOURNAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayConfig {
     pub default_tier: IsolationTier,
@@ -38,6 +41,9 @@ pub struct GatewayConfig {
     /// How long an `ask` waits for a person before it becomes a deny.
     pub approval_timeout: Duration,
     pub idempotency_retention: Duration,
+    /// Finished journal rows and decided approvals older than this are deleted (at start,
+    /// by [`crate::Gateway::recover`]); expired idempotency keys go at the same time.
+    pub journal_retention: Duration,
     pub retry: RetrySettings,
     /// How often a running operation re-reads the persisted kill switch.
     pub kill_poll: Duration,
@@ -51,6 +57,7 @@ impl Default for GatewayConfig {
             rate_limits: RateLimitsConfig::default(),
             approval_timeout: Duration::from_secs(300),
             idempotency_retention: Duration::from_secs(24 * 3600),
+            journal_retention: DEFAULT_JOURNAL_RETENTION,
             retry: RetrySettings::default(),
             kill_poll: Duration::from_millis(200),
         }

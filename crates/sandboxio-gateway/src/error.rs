@@ -43,6 +43,29 @@ pub enum GatewayError {
     Config { why: String },
     #[error("the operation could not be recorded, so it was not run")]
     Unrecorded,
+    #[error("state directory `{path}` is not private: {why}")]
+    StateDirInsecure { path: String, why: String },
+    #[error("cannot secure state file `{path}`")]
+    StateFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database is gone while the trail shows there was state: never a fresh start.
+    #[error("state database `{db}` is {why} but the audit trail `{trail}` holds records: the kill switch, spend, approvals and idempotency keys it held are not known, so nothing runs; an operator recovers with `sandboxio state recover --from-trail` (the kill switch stays engaged until `sandboxio resume`)")]
+    StateLost {
+        db: String,
+        trail: String,
+        why: String,
+    },
+    #[error("state database `{db}` is damaged ({why}): nothing runs until an operator recovers with `sandboxio state recover --from-trail` (the damaged file is kept; the kill switch stays engaged until `sandboxio resume`)")]
+    StateCorrupt { db: String, why: String },
+    #[error("state recovery refused: {why}")]
+    RecoverRefused { why: String },
+    /// A trail that no longer holds the signed head kept for it (reported, never returned
+    /// as an error by the chain: the code marks the record and the log line).
+    #[error("audit trail `{trail}` does not hold its signed head: {why}")]
+    AnchorBroken { trail: String, why: String },
 }
 
 impl ErrorCode for GatewayError {
@@ -59,6 +82,12 @@ impl ErrorCode for GatewayError {
             GatewayError::StateDir { .. } => "SBX_E1509",
             GatewayError::Config { .. } => "SBX_E1510",
             GatewayError::Unrecorded => "SBX_E1511",
+            GatewayError::StateDirInsecure { .. } => "SBX_E1530",
+            GatewayError::StateFile { .. } => "SBX_E1531",
+            GatewayError::StateLost { .. } => "SBX_E1532",
+            GatewayError::StateCorrupt { .. } => "SBX_E1533",
+            GatewayError::RecoverRefused { .. } => "SBX_E1534",
+            GatewayError::AnchorBroken { .. } => "SBX_E1535",
         }
     }
     fn is_transient(&self) -> bool {
@@ -75,6 +104,10 @@ pub(crate) fn db(action: &'static str) -> impl FnOnce(rusqlite::Error) -> Gatewa
         Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked) => {
             GatewayError::StoreBusy { action }
         }
+        _ if crate::store::guard::is_damage(&e) => GatewayError::StateCorrupt {
+            db: "state.db".into(),
+            why: format!("{e} while {action}"),
+        },
         _ => GatewayError::Store { action, source: e },
     }
 }

@@ -198,7 +198,13 @@ impl Gateway {
     /// `interrupted`, their reservations released and their keys settled. Call at start.
     pub async fn recover(&self) -> Result<usize, GatewayError> {
         let now = Utc::now();
+        // Before any record of ours: does each trail still hold its signed head?
+        self.check_anchor().await?;
         self.store.expire_approvals(now)?;
+        let pruned = self.store.prune(now, self.cfg.journal_retention)?;
+        if pruned != Default::default() {
+            tracing::info!(?pruned, "pruned state older than its retention");
+        }
         // Cgroups a SIGKILLed process could not remove (empty and older than STALE_AGE).
         let stale = sandboxio_sandbox::cgroup::cleanup_stale();
         if !stale.is_empty() {
@@ -323,7 +329,15 @@ impl Gateway {
         };
         let mut ctx = RunCtx::default();
         let outcome = self
-            .chain(&id, &sub, &fingerprint, &mut rec, &mut ctx, started)
+            .chain(
+                &id,
+                &sub,
+                &fingerprint,
+                &redactor,
+                &mut rec,
+                &mut ctx,
+                started,
+            )
             .await;
         let (result, tool_output) = match outcome {
             Ok(v) => v,
@@ -365,8 +379,16 @@ impl Gateway {
             .auditor
             .record_with_parent(out.record.clone(), &parent)
             .await;
+        // The trail's signed head after this record, kept in the store (the trail anchored
+        // outside itself): in the closing transaction, or on its own when nothing was admitted.
+        let heads = self.auditor.heads();
         // Settle or release, store the key's outcome, close the journal: one transaction, so a
         // crash either replays this outcome or finds the operation interrupted, never both.
+        if !ctx.admitted {
+            if let Err(e) = self.store.put_heads(&heads, Utc::now()) {
+                tracing::warn!(operation_id = %id, code = e.code(), "storing the trail head failed: {e}");
+            }
+        }
         if ctx.admitted {
             let idem = ctx.idem.clone().map(|(tenant, key)| {
                 let end = if ctx.ran {
@@ -392,6 +414,7 @@ impl Gateway {
                 ledger: Some(ledger),
                 idem,
                 journal_status: out.record.status.as_str(),
+                heads: &heads,
                 now: Utc::now(),
             };
             match self.store.finish(&fin) {
@@ -416,6 +439,7 @@ impl Gateway {
         id: &str,
         sub: &Submission,
         fingerprint: &Fingerprint,
+        redactor: &sandboxio_audit::Redactor,
         rec: &mut OperationRecord,
         ctx: &mut RunCtx,
         started: Instant,
@@ -456,7 +480,10 @@ impl Gateway {
         let admission = Admission {
             journal: JournalEntry {
                 operation_id: id.to_string(),
-                intent: serde_json::to_string(op).unwrap_or_default(),
+                // Redacted like the trail: no argv, code or secret value reaches the store.
+                intent: redactor
+                    .redact_str(&serde_json::to_string(op).unwrap_or_default())
+                    .into_owned(),
                 started_at: Utc::now(),
                 owner: self.owner.clone(),
                 idempotent: op.idempotent,
@@ -504,7 +531,9 @@ impl Gateway {
         }
         // approval, then (bound to this request, once) the claim of the key
         if needs_approval {
-            let approval_id = self.approve(id, op, fingerprint, &decision, rec).await?;
+            let approval_id = self
+                .approve(id, op, fingerprint, &decision, rec, redactor)
+                .await?;
             match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
                 Ok(None) => ctx.idem = admission.journal.idem.clone(),
                 Ok(Some(Claimed::ApprovalInvalid)) => {
@@ -699,12 +728,12 @@ impl Gateway {
         fp: &Fingerprint,
         decision: &Decision,
         rec: &mut OperationRecord,
+        redactor: &sandboxio_audit::Redactor,
     ) -> Result<String, Stop> {
         let now = Utc::now();
         let approval_id = approval_id_for(id);
-        let redacted_op = self
-            .auditor
-            .redactor()
+        // The request's own redactor: its secrets never reach the approvals table.
+        let redacted_op = redactor
             .redact_str(&serde_json::to_string(op).unwrap_or_default())
             .into_owned();
         let a = Approval {

@@ -3,6 +3,7 @@
 //! Only this crate knows the order of the layers (DESIGN.md section 1). Policy, budget,
 //! audit and sandbox crates never depend on each other; this crate composes them.
 
+mod anchor;
 pub mod approval;
 pub mod config;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod session;
 pub mod store;
 pub mod tool;
 
+pub use anchor::ANCHOR_BROKEN_EVENT;
 pub use approval::{ApprovalAnswer, ApprovalCallback, Approver};
 pub use config::GatewayConfig;
 pub use error::GatewayError;

@@ -10,8 +10,17 @@
 //! the wait). Budget arithmetic is the budget crate's: the store loads the scopes a
 //! request touches, lets `BudgetState` decide, and writes back what changed.
 
+pub(crate) mod guard;
+mod heads;
+mod perms;
+mod rebuild;
 mod sqlite;
 
+pub use guard::{StateFiles, RECOVER_COMMAND};
+pub use heads::AnchorBreak;
+pub use perms::{prepare_state_dir, STATE_DIR_MODE, STATE_FILE_MODE};
+pub use rebuild::{rebuild_from_trail, Rebuilt};
+pub use sandboxio_audit::SignedHead;
 pub use sqlite::{SqliteStore, SyncMode};
 
 use chrono::{DateTime, Utc};
@@ -81,6 +90,8 @@ pub struct Finish<'a> {
     pub ledger: Option<LedgerLine>,
     pub idem: Option<(String, String, IdemEnd)>,
     pub journal_status: &'a str,
+    /// The audit trails' signed heads after this operation's record (kept if newer).
+    pub heads: &'a [SignedHead],
     pub now: DateTime<Utc>,
 }
 
@@ -249,6 +260,30 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<Vec<JournalEntry>>;
 
     fn live_counts(&self) -> StoreResult<LiveCounts>;
+
+    /// Keeps each trail's signed head, unless the stored one is further along (several
+    /// processes may write one trail). No fsync of its own.
+    fn put_heads(&self, heads: &[SignedHead], now: DateTime<Utc>) -> StoreResult<()>;
+    fn heads(&self) -> StoreResult<Vec<SignedHead>>;
+    /// Keeps the evidence that a trail no longer holds its head, and replaces the head
+    /// with `new_head` (the trail as it is now), in one transaction.
+    fn record_anchor_break(
+        &self,
+        b: &AnchorBreak,
+        new_head: Option<&SignedHead>,
+    ) -> StoreResult<()>;
+    fn anchor_breaks(&self) -> StoreResult<Vec<AnchorBreak>>;
+    /// Deletes finished journal rows older than `retention`, expired idempotency keys and
+    /// decided approvals older than `retention`.
+    fn prune(&self, now: DateTime<Utc>, retention: std::time::Duration) -> StoreResult<Pruned>;
+}
+
+/// What [`Store::prune`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pruned {
+    pub journal: u64,
+    pub idempotency: u64,
+    pub approvals: u64,
 }
 
 /// Why a claim after approval did not go through (nothing changed).

@@ -39,6 +39,12 @@ pub struct SqliteStore {
     relaxed: std::sync::atomic::AtomicBool,
 }
 
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<SqliteStore sync={:?}>", self.mode)
+    }
+}
+
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS kill_switch (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -76,6 +82,12 @@ CREATE TABLE IF NOT EXISTS journal (
     idem_tenant TEXT, idem_key TEXT
 );
 CREATE INDEX IF NOT EXISTS journal_open ON journal (status);
+CREATE TABLE IF NOT EXISTS trail_heads (
+    trail TEXT PRIMARY KEY, size INTEGER NOT NULL, head TEXT NOT NULL, updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trail_breaks (
+    trail TEXT NOT NULL, at_ms INTEGER NOT NULL, head TEXT NOT NULL, found TEXT NOT NULL
+);
 "#;
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -118,12 +130,49 @@ fn budget_err(e: sandboxio_budget::BudgetError) -> GatewayError {
 }
 
 impl SqliteStore {
+    /// Opens (or creates) the database at `path`: created 0600, and the database and its
+    /// `-wal`/`-shm` files tightened to 0600 when looser. Front ends open the state through
+    /// [`super::StateFiles::open_store`], which also refuses a lost or damaged database.
     pub fn open(path: &Path, sync: SyncMode) -> StoreResult<SqliteStore> {
+        super::perms::create_private(path)?;
+        for f in super::perms::db_files(path) {
+            super::perms::tighten_file(&f)?;
+        }
         let conn = Connection::open(path).map_err(|e| GatewayError::StoreOpen {
             path: path.display().to_string(),
             source: e,
         })?;
-        Self::init(conn, sync)
+        let store = Self::init(conn, sync).map_err(|e| match e {
+            GatewayError::Store { source, .. } => GatewayError::StoreOpen {
+                path: path.display().to_string(),
+                source,
+            },
+            other => other,
+        })?;
+        for f in super::perms::db_files(path) {
+            super::perms::tighten_file(&f)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens an existing database for reading only (e.g. to read a trail's signed head when
+    /// verifying); never creates or changes anything.
+    pub fn open_read_only(path: &Path) -> StoreResult<SqliteStore> {
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| GatewayError::StoreOpen {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(db("setting busy timeout"))?;
+        Ok(SqliteStore {
+            mode: SyncMode::Full,
+            relaxed: std::sync::atomic::AtomicBool::new(false),
+            conn: Mutex::new(conn),
+        })
     }
 
     pub fn open_in_memory() -> StoreResult<SqliteStore> {
@@ -168,7 +217,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn with_tx<T>(
+    pub(super) fn with_tx<T>(
         &self,
         action: &'static str,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
@@ -556,6 +605,7 @@ impl Store for SqliteStore {
                 params![f.operation_id, f.journal_status, ms(f.now)],
             )
             .map_err(db("journaling an outcome"))?;
+            super::heads::put_in(tx, f.heads, f.now)?;
             Ok(settlement)
         })
     }
@@ -763,6 +813,65 @@ impl Store for SqliteStore {
                 }
             }
             Ok(open)
+        })
+    }
+
+    fn put_heads(&self, heads: &[SignedHead], now: DateTime<Utc>) -> StoreResult<()> {
+        if heads.is_empty() {
+            return Ok(());
+        }
+        self.with_tx_durability("storing the trail head", false, |tx| {
+            super::heads::put_in(tx, heads, now)
+        })
+    }
+
+    fn heads(&self) -> StoreResult<Vec<SignedHead>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        super::heads::all(&conn)
+    }
+
+    fn record_anchor_break(
+        &self,
+        b: &AnchorBreak,
+        new_head: Option<&SignedHead>,
+    ) -> StoreResult<()> {
+        self.with_tx("recording a broken trail anchor", |tx| {
+            super::heads::record_break_in(tx, b, new_head)
+        })
+    }
+
+    fn anchor_breaks(&self) -> StoreResult<Vec<AnchorBreak>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        super::heads::breaks(&conn)
+    }
+
+    fn prune(&self, now: DateTime<Utc>, retention: std::time::Duration) -> StoreResult<Pruned> {
+        let cutoff =
+            ms(now).saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        self.with_tx_durability("pruning old state", false, |tx| {
+            let journal = tx
+                .execute(
+                    "DELETE FROM journal WHERE status IS NOT NULL AND ended_ms < ?1",
+                    params![cutoff],
+                )
+                .map_err(db("pruning the journal"))?;
+            let keys = tx
+                .execute(
+                    "DELETE FROM idempotency WHERE state = 'done' AND expires_ms <= ?1",
+                    params![ms(now)],
+                )
+                .map_err(db("pruning idempotency keys"))?;
+            let approvals = tx
+                .execute(
+                    "DELETE FROM approvals WHERE state NOT IN ('pending', 'approved') AND COALESCE(decided_ms, expires_ms) < ?1",
+                    params![cutoff],
+                )
+                .map_err(db("pruning approvals"))?;
+            Ok(Pruned {
+                journal: journal as u64,
+                idempotency: keys as u64,
+                approvals: approvals as u64,
+            })
         })
     }
 

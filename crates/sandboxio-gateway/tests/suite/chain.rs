@@ -326,6 +326,25 @@ impl Store for BrokenAdmission {
     ) -> store::StoreResult<store::Approval> {
         self.0.decide_approval(id, a, b, r, n)
     }
+    fn put_heads(&self, h: &[store::SignedHead], n: DateTime<Utc>) -> store::StoreResult<()> {
+        self.0.put_heads(h, n)
+    }
+    fn heads(&self) -> store::StoreResult<Vec<store::SignedHead>> {
+        self.0.heads()
+    }
+    fn record_anchor_break(
+        &self,
+        b: &store::AnchorBreak,
+        h: Option<&store::SignedHead>,
+    ) -> store::StoreResult<()> {
+        self.0.record_anchor_break(b, h)
+    }
+    fn anchor_breaks(&self) -> store::StoreResult<Vec<store::AnchorBreak>> {
+        self.0.anchor_breaks()
+    }
+    fn prune(&self, n: DateTime<Utc>, r: std::time::Duration) -> store::StoreResult<store::Pruned> {
+        self.0.prune(n, r)
+    }
     fn expire_approvals(&self, n: DateTime<Utc>) -> store::StoreResult<u64> {
         self.0.expire_approvals(n)
     }

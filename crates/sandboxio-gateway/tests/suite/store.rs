@@ -56,6 +56,7 @@ fn finish<'a>(id: &'a str, cfg: &'a BudgetConfig, charge: Option<&str>) -> Finis
         ledger: None,
         idem: None,
         journal_status: "ok",
+        heads: &[],
         now: Utc::now(),
     }
 }
@@ -370,4 +371,105 @@ fn recovery_marks_dead_intents_interrupted_and_releases_everything() {
         })
         .unwrap()
         .is_empty());
+}
+
+#[test]
+fn prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents() {
+    let (_d, s) = store();
+    let cfg = budget("50");
+    for id in ["done-1", "done-2", "open-1"] {
+        assert!(matches!(
+            s.admit(&admission(id, &cfg, "1")).unwrap(),
+            Admitted::Proceed(_)
+        ));
+    }
+    s.finish(&finish("done-1", &cfg, Some("1"))).unwrap();
+    s.finish(&finish("done-2", &cfg, None)).unwrap();
+    let ret = std::time::Duration::from_secs(3600);
+    // Within the retention nothing goes.
+    assert_eq!(s.prune(Utc::now(), ret).unwrap(), Pruned::default());
+    let later = Utc::now() + Duration::hours(2);
+    let p = s.prune(later, ret).unwrap();
+    assert_eq!(p.journal, 2, "{p:?}");
+    assert_eq!(s.prune(later, ret).unwrap().journal, 0);
+    // The open intent stays, so recovery still finds it.
+    assert_eq!(s.live_counts().unwrap().open_intents, 1);
+}
+
+#[test]
+fn prune_deletes_expired_idempotency_keys_only() {
+    let (_d, s) = store();
+    let cfg = budget("50");
+    for (id, key) in [("a", "k-a"), ("b", "k-b")] {
+        let mut a = admission(id, &cfg, "1");
+        a.idem = Some(IdemClaim {
+            retention_s: if key == "k-a" { 60 } else { 86_400 },
+            ..claim("acme", key, id)
+        });
+        assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
+        let mut f = finish(id, &cfg, Some("1"));
+        f.idem = Some(("acme".into(), key.into(), IdemEnd::Done("{}".into())));
+        s.finish(&f).unwrap();
+    }
+    let p = s
+        .prune(
+            Utc::now() + Duration::hours(1),
+            std::time::Duration::from_secs(86_400 * 7),
+        )
+        .unwrap();
+    assert_eq!(p.idempotency, 1, "{p:?}");
+    // The unexpired key still replays.
+    let again = s
+        .claim(None, Some(&claim("acme", "k-b", "b")), "c", Utc::now())
+        .unwrap();
+    assert!(
+        matches!(again, Some(Claimed::Idem(IdemBegin::Replay { .. }))),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_trail_head_only_moves_forward() {
+    let (_d, s) = store();
+    let head = |size: u64| SignedHead {
+        trail: "/t/audit.jsonl".into(),
+        size,
+        last_hash: format!("{size:064x}"),
+        origin: "o".into(),
+        key_id: "k".into(),
+        signature: String::new(),
+    };
+    s.put_heads(&[head(5)], Utc::now()).unwrap();
+    s.put_heads(&[head(3)], Utc::now()).unwrap();
+    assert_eq!(s.heads().unwrap(), vec![head(5)]);
+    s.put_heads(&[head(9)], Utc::now()).unwrap();
+    assert_eq!(s.heads().unwrap(), vec![head(9)]);
+    // A break keeps the old head as evidence and restarts from the trail as it is.
+    let b = AnchorBreak {
+        trail: "/t/audit.jsonl".into(),
+        at: Utc::now(),
+        head: head(9),
+        found: "cut".into(),
+    };
+    s.record_anchor_break(&b, Some(&head(2))).unwrap();
+    assert_eq!(s.heads().unwrap(), vec![head(2)]);
+    assert_eq!(s.anchor_breaks().unwrap()[0].head, head(9));
+}
+
+#[test]
+fn a_lost_or_garbage_state_db_next_to_a_trail_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = StateFiles::new(dir.path().join("state"), None);
+    // No trail yet: a new state.
+    drop(files.open_store(SyncMode::Full).unwrap());
+    std::fs::write(&files.trail, "{\"seq\":0,\"prev_hash\":\"00\"}\n").unwrap();
+    std::fs::remove_file(&files.db).unwrap();
+    let e = files.open_store(SyncMode::Full).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1532");
+    assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
+    assert!(!files.db.exists(), "nothing was created");
+    std::fs::write(&files.db, vec![7u8; 4096]).unwrap();
+    let e = files.open_store(SyncMode::Full).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1533");
+    assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
 }

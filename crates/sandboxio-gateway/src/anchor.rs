@@ -1,0 +1,100 @@
+//! Keeping the audit trail anchored outside itself: after each record the gateway stores
+//! the trails' signed heads (see `Finish::heads`); at start it checks that each trail
+//! still holds the head stored for it. A trail that does not (deleted, cut, swapped for
+//! an older copy) is recorded, in the trail and as a permanent row in the store, and the
+//! anchor restarts from the trail as it is, so `sandboxio audit verify` keeps reporting it.
+
+use std::path::Path;
+
+use chrono::Utc;
+use sandboxio_core::{Layer, OperationRecord, OperationStatus, Verdict};
+
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::store::AnchorBreak;
+
+/// The event of the record written when a trail no longer holds its signed head.
+pub const ANCHOR_BROKEN_EVENT: &str = "audit.anchor_broken";
+
+fn record_id() -> String {
+    let mut b = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut b);
+    hex::encode(b)
+}
+
+impl Gateway {
+    /// Compares every file trail with its stored signed head; records each break (in the
+    /// trail and in the store). Call before this process writes any record.
+    pub async fn check_anchor(&self) -> Result<Vec<AnchorBreak>, GatewayError> {
+        let stored = self.store().heads()?;
+        let mut breaks = Vec::new();
+        for current in self.auditor().heads() {
+            let Some(old) = stored.iter().find(|h| h.trail == current.trail) else {
+                continue;
+            };
+            let files = sandboxio_audit::trail_files(Path::new(&old.trail)).unwrap_or_default();
+            let check = sandboxio_audit::check_head(&files, old);
+            if check.ok() {
+                continue;
+            }
+            let found = check.describe();
+            tracing::warn!(
+                code = "SBX_E1535",
+                trail = %old.trail,
+                "the audit trail does not hold its signed head: {found}"
+            );
+            let mut rec = OperationRecord::new(record_id(), ANCHOR_BROKEN_EVENT);
+            rec.backend = "audit".into();
+            rec.status = OperationStatus::Warning;
+            rec.verdict = Verdict::Allow;
+            rec.layer = Layer::Record;
+            rec.error_code = Some("SBX_E1535".into());
+            rec.path = Some(old.trail.clone());
+            rec.reason = format!(
+                "the audit trail does not hold the signed head kept for it ({} record(s), last hash {}): {found}",
+                old.size, old.last_hash
+            );
+            self.auditor()
+                .record(rec)
+                .await
+                .map_err(|_| GatewayError::Unrecorded)?;
+            let new_head = self
+                .auditor()
+                .heads()
+                .into_iter()
+                .find(|h| h.trail == old.trail);
+            let b = AnchorBreak {
+                trail: old.trail.clone(),
+                at: Utc::now(),
+                head: old.clone(),
+                found,
+            };
+            self.store().record_anchor_break(&b, new_head.as_ref())?;
+            breaks.push(b);
+        }
+        // Trails without a stored head yet (a new trail, or a store from before heads).
+        self.store_heads();
+        Ok(breaks)
+    }
+
+    /// Stores the sinks' current signed heads (after records written outside an
+    /// operation). A failure is logged: the next operation stores them again.
+    pub fn store_heads(&self) {
+        let heads = self.auditor().heads();
+        if let Err(e) = self.store().put_heads(&heads, Utc::now()) {
+            use sandboxio_core::ErrorCode as _;
+            tracing::warn!(code = e.code(), "storing the trail head failed: {e}");
+        }
+    }
+
+    /// Records an administrative event (kill, resume, recovery, key rotation) and anchors
+    /// the trail after it.
+    pub async fn record_admin(&self, rec: OperationRecord) -> Result<(), GatewayError> {
+        self.auditor()
+            .record(rec)
+            .await
+            .map_err(|_| GatewayError::Unrecorded)?;
+        self.store_heads();
+        Ok(())
+    }
+}
