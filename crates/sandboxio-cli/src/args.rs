@@ -171,6 +171,24 @@ pub enum Command {
         #[arg(long, default_value = "default")]
         tenant: String,
     },
+    /// Repair the state database after it was lost or damaged.
+    State {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        cmd: StateCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCmd {
+    /// Rebuild a lost or damaged state database from the audit trail (spend, idempotency
+    /// keys); the damaged file is kept and the kill switch stays engaged until `resume`.
+    Recover {
+        /// Rebuild from the audit trail (the only source there is; required, to be explicit).
+        #[arg(long, required = true)]
+        from_trail: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,11 +227,21 @@ pub enum AuditCmd {
     Verify {
         #[arg(long)]
         json: bool,
-        /// Public key file to check checkpoint signatures.
+        /// Public key file to check checkpoint signatures (one key per line).
         #[arg(long)]
         key: Option<PathBuf>,
+        /// State directory holding the trail's signed head (default: the trail's own
+        /// directory when it holds `state.db`).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Start a new audit signing key (after the old one was lost, or to retire it): the
+    /// rotation is recorded in the trail and the old public key stays in `audit.pub`.
+    RotateKey {
+        #[command(flatten)]
+        common: Common,
     },
     /// The last events (and, with -f, new ones as they come).
     Tail {

@@ -63,9 +63,13 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
         | Command::Kill { common, .. }
         | Command::Resume { common }
         | Command::Costs { common, .. }
-        | Command::Budget { common, .. } => Some(common),
+        | Command::Budget { common, .. }
+        | Command::State { common, .. } => Some(common),
         Command::Audit {
-            cmd: AuditCmd::Tail { common, .. } | AuditCmd::Query { common, .. },
+            cmd:
+                AuditCmd::Tail { common, .. }
+                | AuditCmd::Query { common, .. }
+                | AuditCmd::RotateKey { common },
         } => Some(common),
         _ => None,
     }

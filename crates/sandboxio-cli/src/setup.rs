@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use sandboxio_config::Config;
-use sandboxio_gateway::store::{SqliteStore, SyncMode};
+use sandboxio_gateway::store::{SqliteStore, StateFiles, SyncMode};
 
 use crate::args::Common;
 
@@ -60,15 +60,15 @@ fn is_root() -> bool {
 }
 
 impl Loaded {
+    /// The state directory, its database and the audit trail.
+    pub fn state_files(&self) -> StateFiles {
+        StateFiles::new(&self.state_dir, Some(self.audit_file()))
+    }
+
+    /// Opens the state (0700 directory, 0600 files); a lost or damaged database where a
+    /// trail exists is refused with the recovery command.
     pub fn open_store(&self) -> Result<Arc<SqliteStore>> {
-        std::fs::create_dir_all(&self.state_dir).with_context(|| {
-            format!(
-                "cannot create state directory `{}`",
-                self.state_dir.display()
-            )
-        })?;
-        let store = SqliteStore::open(&self.state_dir.join("state.db"), SyncMode::Full)?;
-        Ok(Arc::new(store))
+        Ok(Arc::new(self.state_files().open_store(SyncMode::Full)?))
     }
 
     pub fn audit_file(&self) -> PathBuf {
@@ -99,6 +99,9 @@ pub fn gateway_config(
     };
     if let Some(t) = approval_timeout {
         g.approval_timeout = t;
+    }
+    if let Some(r) = c.state.retention {
+        g.journal_retention = r.0;
     }
     if let Some(b) = &c.budget {
         let text = toml::to_string(b).context("invalid [budget] section")?;
@@ -138,14 +141,11 @@ pub fn policy(loaded: &Loaded, common: &Common) -> Result<sandboxio_policy::Poli
 
 pub fn auditor(loaded: &Loaded, redactor: Arc<Redactor>) -> Result<Auditor> {
     let a = &loaded.config.audit;
-    std::fs::create_dir_all(&loaded.state_dir).with_context(|| {
-        format!(
-            "cannot create state directory `{}`",
-            loaded.state_dir.display()
-        )
-    })?;
-    let key = Arc::new(AuditKey::load_or_generate(
+    loaded.state_files().prepare_dir()?;
+    // A missing key where the trail has records is an error naming `audit rotate-key`.
+    let key = Arc::new(AuditKey::load_for_trail(
         &loaded.state_dir.join("audit.key"),
+        &loaded.audit_file(),
     )?);
     // The public half, for `sandboxio audit verify --key` (offline, on another machine).
     let public = loaded.state_dir.join("audit.pub");

@@ -19,3 +19,5 @@ mod crash;
 mod killswitch;
 #[path = "reliability/sigterm.rs"]
 mod sigterm;
+#[path = "reliability/state.rs"]
+mod state;

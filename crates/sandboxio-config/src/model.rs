@@ -228,6 +228,10 @@ pub struct StateSection {
     /// `/var/lib/sandboxio` for root, else `$XDG_STATE_HOME/sandboxio`.
     #[serde(default)]
     pub dir: Option<PathBuf>,
+    /// How long finished journal rows and decided approvals are kept (default 7d); expired
+    /// idempotency keys are deleted at the same time.
+    #[serde(default)]
+    pub retention: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! `sandboxio audit verify|tail|query`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,7 +13,13 @@ use crate::setup;
 
 pub async fn audit(cmd: AuditCmd) -> Result<i32> {
     match cmd {
-        AuditCmd::Verify { json, key, files } => verify(json, key.as_deref(), &files),
+        AuditCmd::Verify {
+            json,
+            key,
+            state_dir,
+            files,
+        } => super::verify::verify(json, key.as_deref(), state_dir.as_deref(), &files),
+        AuditCmd::RotateKey { common } => super::rotate_key::rotate_key(&common).await,
         AuditCmd::Tail {
             common,
             lines,
@@ -47,44 +53,6 @@ fn trail(common: &Common, file: Option<PathBuf>) -> Result<Vec<PathBuf>> {
         None => setup::load(common)?.audit_file(),
     };
     Ok(sandboxio_audit::trail_files(&base)?)
-}
-
-fn verify(json: bool, key: Option<&Path>, files: &[PathBuf]) -> Result<i32> {
-    let key = key.map(sandboxio_audit::load_public_key).transpose()?;
-    let mut paths = Vec::new();
-    for f in files {
-        let t = sandboxio_audit::trail_files(f)?;
-        if t.is_empty() {
-            paths.push(f.clone());
-        } else {
-            paths.extend(t);
-        }
-    }
-    paths.dedup();
-    let rep = sandboxio_audit::verify(&paths, key.as_ref());
-    if json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
-    } else if rep.ok {
-        println!(
-            "ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}",
-            rep.records,
-            rep.checkpoints,
-            rep.files,
-            if rep.signatures_checked {
-                "checked"
-            } else {
-                "not checked (no --key)"
-            },
-            if rep.sealed {
-                "sealed by a closing checkpoint"
-            } else {
-                "not sealed (still open, or truncated after the last checkpoint)"
-            }
-        );
-    } else if let Some(b) = &rep.first_bad {
-        println!("TAMPERED: {b:?}");
-    }
-    Ok(if rep.ok { exit::OK } else { exit::FAILURE })
 }
 
 fn print(entries: &[TrailEntry], json: bool) -> Result<()> {

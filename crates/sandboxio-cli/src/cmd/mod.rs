@@ -3,8 +3,11 @@
 mod audit;
 mod doctor;
 mod policy;
+mod recover;
+mod rotate_key;
 mod run;
 mod state;
+mod verify;
 
 use sandboxio_core::ErrorCode;
 
@@ -32,6 +35,11 @@ pub async fn dispatch(cli: Cli) -> i32 {
             labels,
         } => state::costs(&common, &since, until.as_deref(), &labels),
         Command::Budget { common, tenant } => state::budget(&common, &tenant),
+        Command::State { common, cmd } => match cmd {
+            crate::args::StateCmd::Recover { from_trail } => {
+                recover::recover(&common, from_trail).await
+            }
+        },
         Command::Policy { cmd } => policy::policy(cmd),
         Command::Audit { cmd } => audit::audit(cmd).await,
     };
