@@ -7,7 +7,8 @@
 //!
 //! An operation costs two write transactions: [`Store::admit`] before the side effect and
 //! [`Store::finish`] after it (three with an approval, whose [`Store::claim`] comes after
-//! the wait). Budget arithmetic is the budget crate's: the store loads the scopes a
+//! the wait); an operation refused before admission costs one write without fsync, its
+//! trail head. Budget arithmetic is the budget crate's: the store loads the scopes a
 //! request touches, lets `BudgetState` decide, and writes back what changed.
 
 pub(crate) mod guard;
