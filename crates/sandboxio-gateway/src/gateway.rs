@@ -329,15 +329,7 @@ impl Gateway {
         };
         let mut ctx = RunCtx::default();
         let outcome = self
-            .chain(
-                &id,
-                &sub,
-                &fingerprint,
-                &redactor,
-                &mut rec,
-                &mut ctx,
-                started,
-            )
+            .chain(&id, &sub, &fingerprint, &redactor, &mut rec, &mut ctx)
             .await;
         let (result, tool_output) = match outcome {
             Ok(v) => v,
@@ -442,9 +434,7 @@ impl Gateway {
         redactor: &sandboxio_audit::Redactor,
         rec: &mut OperationRecord,
         ctx: &mut RunCtx,
-        started: Instant,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
-        let _ = started;
         let op = &sub.op;
         // admit
         op.validate()
