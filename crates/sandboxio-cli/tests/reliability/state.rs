@@ -150,34 +150,37 @@ fn a_canary_secret_in_secret_env_argv_and_code_reaches_no_state_file() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    // An operation killed while it runs leaves its journal intent open in the database.
+    // An operation killed while it waits for approval leaves its journal intent open and
+    // its approval request pending in the database (and no sandbox behind).
+    let ask = env.path().join("ask.toml");
+    std::fs::write(
+        &ask,
+        "[settings]\nname = \"ask\"\ndescription = \"asks before sleeping\"\n\n[[rule]]\nid = \"ask-sleep\"\neffect = \"ask\"\nkind = [\"exec\"]\nargv_prefix = [\"sleep\"]\nreason = \"tests ask before a sleep\"\n",
+    )
+    .unwrap();
     let mut child = env
         .run_cmd(
             None,
-            &["--secret-env", &secret],
-            &["sh", "-c", &format!("sleep 30 # {canary} {}", env.marker)],
+            &["--policy", ask.to_str().unwrap(), "--secret-env", &secret],
+            &["sleep", "1", canary],
         )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while procs_with(&env.marker).len() < 2 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.live_counts().pending_approvals < 1 {
         assert!(
             std::time::Instant::now() < deadline,
-            "the payload never started"
+            "the run never asked for approval"
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     signal(child.id(), "KILL");
     let _ = child.wait();
-    let left = wait_no_procs(&env.marker, std::time::Duration::from_secs(5));
-    assert!(left.is_empty(), "left:{}", describe_and_stop(&left));
-    assert_eq!(
-        env.live_counts().open_intents,
-        1,
-        "the killed run's intent is open"
-    );
+    let counts = env.live_counts();
+    assert_eq!(counts.open_intents, 1, "the killed run's intent is open");
+    assert_eq!(counts.pending_approvals, 1);
     let hits = files_containing(&env.state(), canary.as_bytes());
     assert!(hits.is_empty(), "the canary is stored in {hits:?}");
     // The control: the canary is findable when present (the search itself works).
