@@ -189,6 +189,7 @@ pub fn gateway(
     let sandbox = sandboxio_sandbox::SandboxConfig {
         work_root: loaded.config.sandbox.work_root.clone(),
         landlock_fallback: loaded.config.sandbox.allow_landlock_fallback,
+        cgroup_root: loaded.config.sandbox.cgroup_root.clone(),
         ..Default::default()
     };
     let engine = Arc::new(sandboxio_gateway::policy::PolicySetEngine::new(

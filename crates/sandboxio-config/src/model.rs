@@ -49,6 +49,10 @@ pub struct SandboxSection {
     /// Host environment variables passed into sandboxes.
     #[serde(default = "default_env_allowlist")]
     pub env_allowlist: Vec<String>,
+    /// A cgroup2 directory this user may write, to create sandbox cgroups under (default:
+    /// root's hierarchies, or the subtree systemd delegated to this user).
+    #[serde(default)]
+    pub cgroup_root: Option<PathBuf>,
 }
 
 fn default_tier() -> IsolationTier {
@@ -70,6 +74,7 @@ impl Default for SandboxSection {
             keep_workspace: false,
             work_root: None,
             env_allowlist: default_env_allowlist(),
+            cgroup_root: None,
         }
     }
 }

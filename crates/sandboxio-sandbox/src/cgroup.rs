@@ -40,7 +40,17 @@ pub struct CgroupLayout {
     /// The cgroup2 mount point, if any.
     pub unified: Option<PathBuf>,
     /// Controllers the cgroup2 root offers (`cgroup.controllers`); empty on hybrid hosts.
+    /// With `delegated`: the controllers that directory offers.
     pub unified_controllers: Vec<String>,
+    /// The supervisor's own cgroup2 directory (from `/proc/self/cgroup`, line `0::`).
+    #[serde(default)]
+    pub unified_own: Option<PathBuf>,
+    /// A cgroup2 directory this (non-root) user may create cgroups under: the subtree
+    /// systemd delegated (`Delegate=yes`), found above the supervisor's own cgroup, or the
+    /// one named by `[sandbox] cgroup_root`. Sandbox cgroups then live at
+    /// `<delegated>/sandboxio/<id>`, and every other hierarchy is left alone.
+    #[serde(default)]
+    pub delegated: Option<PathBuf>,
 }
 
 /// Which cgroup version carries the limits.
@@ -165,7 +175,20 @@ pub fn parse_layout(mountinfo: &str, proc_cgroup: &str) -> CgroupLayout {
         let root = unescape_mount(pre[3]);
         let mount = PathBuf::from(unescape_mount(pre[4]));
         match post[0] {
-            "cgroup2" if layout.unified.is_none() => layout.unified = Some(mount),
+            "cgroup2" if layout.unified.is_none() => {
+                if let Some(own_path) = own.get("") {
+                    let rel = own_path
+                        .strip_prefix(root.as_str())
+                        .unwrap_or(own_path)
+                        .trim_start_matches('/');
+                    layout.unified_own = Some(if rel.is_empty() {
+                        mount.clone()
+                    } else {
+                        mount.join(rel)
+                    });
+                }
+                layout.unified = Some(mount)
+            }
             "cgroup" => {
                 for opt in post[2].split(',') {
                     if !V1_CONTROLLERS.contains(&opt) || layout.v1.contains_key(opt) {
@@ -203,13 +226,86 @@ pub fn detect() -> CgroupLayout {
     let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let mut layout = parse_layout(&mountinfo, &own);
     if let Some(u) = &layout.unified {
-        layout.unified_controllers = fs::read_to_string(u.join("cgroup.controllers"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
+        layout.unified_controllers = read_controllers(u);
+    }
+    // Not root of the host (so the v1 hierarchies and the cgroup2 root are not ours): look
+    // for a delegated cgroup2 subtree above our own cgroup.
+    if !crate::ids::is_host_root() {
+        if let (Some(m), Some(own)) = (&layout.unified, &layout.unified_own) {
+            if let Some(d) = find_delegated(m, own, &may_write) {
+                layout.unified_controllers = read_controllers(&d);
+                layout.delegated = Some(d);
+            }
+        }
     }
     layout
+}
+
+/// Where a non-root user may create cgroups: the topmost directory, from the supervisor's
+/// own cgroup (`own`) up to (not including) the cgroup2 mount, that it may write (as
+/// `writable` says: the directory, its `cgroup.procs` and `cgroup.subtree_control`), all
+/// directories in between writable too. That is what systemd's `Delegate=yes` hands to a
+/// user (`user@<uid>.service`, a delegated scope). Pure: I/O only through `writable`.
+pub fn find_delegated(
+    mount: &Path,
+    own: &Path,
+    writable: &dyn Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    if own == mount || !own.starts_with(mount) || !writable(own) {
+        return None;
+    }
+    let mut top = own.to_path_buf();
+    while let Some(parent) = top.parent() {
+        if parent == mount || !parent.starts_with(mount) || !writable(parent) {
+            break;
+        }
+        top = parent.to_path_buf();
+    }
+    Some(top)
+}
+
+fn may_write(p: &Path) -> bool {
+    ["", "cgroup.procs", "cgroup.subtree_control"]
+        .iter()
+        .all(|f| {
+            crate::probe::is_writable(&if f.is_empty() {
+                p.to_path_buf()
+            } else {
+                p.join(f)
+            })
+        })
+}
+
+fn read_controllers(dir: &Path) -> Vec<String> {
+    fs::read_to_string(dir.join("cgroup.controllers"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `layout` with sandbox cgroups under `root` (the `[sandbox] cgroup_root` key): a cgroup2
+/// directory the user may write. Its controllers are read from it.
+pub fn with_root(layout: &CgroupLayout, root: &Path) -> CgroupLayout {
+    let mut l = layout.clone();
+    l.unified_controllers = read_controllers(root);
+    l.delegated = Some(root.to_path_buf());
+    l
+}
+
+/// The gap recorded when a run goes on without a cgroup; for a user who is not root of the
+/// host it says how to get one.
+pub fn unavailable_gap(e: &SandboxError) -> String {
+    if crate::ids::is_host_root() {
+        format!("cgroup: {e}; running without a cgroup")
+    } else {
+        format!(
+            "cgroup: {e}; running without a cgroup: this user has no delegated cgroup \
+             (run under `systemd-run --user --scope -p Delegate=yes`, or set \
+             `[sandbox] cgroup_root` to a cgroup2 directory this user may write); limits \
+             fall back to rlimits"
+        )
+    }
 }
 
 /// The layout, detected once per process.
@@ -220,6 +316,9 @@ pub fn host_layout() -> &'static CgroupLayout {
 
 /// The `sandboxio` directories in which this layout creates sandbox cgroups.
 pub fn base_dirs(layout: &CgroupLayout) -> Vec<PathBuf> {
+    if let Some(d) = &layout.delegated {
+        return vec![d.join(CGROUP_DIR)];
+    }
     let mut out: Vec<PathBuf> = Vec::new();
     let v2_limits = !layout.v1.contains_key("memory")
         && layout.unified_controllers.iter().any(|c| c == "memory");
@@ -241,6 +340,12 @@ pub fn base_dirs(layout: &CgroupLayout) -> Vec<PathBuf> {
 
 /// Plan the cgroup of sandbox `id` with `limits` on `layout`. `None`: no cgroup at all.
 pub fn plan(layout: &CgroupLayout, id: &str, limits: &Limits) -> Option<CgroupPlan> {
+    if let Some(d) = &layout.delegated {
+        let mut p = plan_v2(d, &layout.unified_controllers, id, limits);
+        p.enforced
+            .push(format!("cgroup: delegated subtree {}", d.display()));
+        return Some(p);
+    }
     let has_v1_memory = layout.v1.contains_key("memory");
     let v2_controllers = &layout.unified_controllers;
     if !has_v1_memory && layout.unified.is_some() && v2_controllers.iter().any(|c| c == "memory") {
@@ -386,6 +491,8 @@ fn plan_v1(layout: &CgroupLayout, id: &str, limits: &Limits) -> CgroupPlan {
     p
 }
 
+/// `mount`: the cgroup2 directory under which `sandboxio/<id>` is made (the mount point,
+/// or a delegated subtree).
 fn plan_v2(mount: &Path, controllers: &[String], id: &str, limits: &Limits) -> CgroupPlan {
     let base = mount.join(CGROUP_DIR);
     let dir = base.join(id);
@@ -990,6 +1097,76 @@ mod tests {
         assert!(p.limits.is_empty());
         assert!(!p.limits_memory());
         assert!(p.gaps.iter().any(|g| g.contains("no controllers")));
+    }
+
+    #[test]
+    fn systemd_delegation_is_the_topmost_writable_ancestor() {
+        let mount = Path::new("/sys/fs/cgroup");
+        let own = mount.join("user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope");
+        let delegated = mount.join("user.slice/user-1000.slice/user@1000.service");
+        // The user owns user@1000.service and below; root owns the slices above.
+        let writable = |p: &Path| p.starts_with(&delegated);
+        assert_eq!(
+            find_delegated(mount, &own, &writable),
+            Some(delegated.clone())
+        );
+        // A login-session scope owned by root: nothing is delegated.
+        let session = mount.join("user.slice/user-1000.slice/session-3.scope");
+        assert_eq!(find_delegated(mount, &session, &writable), None);
+        // Never the mount itself, never outside it.
+        assert_eq!(find_delegated(mount, mount, &|_| true), None);
+        assert_eq!(
+            find_delegated(mount, Path::new("/elsewhere/x"), &|_| true),
+            None
+        );
+        assert_eq!(
+            find_delegated(mount, &own, &|_| true),
+            Some(mount.join("user.slice"))
+        );
+    }
+
+    #[test]
+    fn own_cgroup2_path_is_parsed() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let l = parse_layout(mi, "0::/user.slice/user-1000.slice/session-3.scope\n");
+        assert_eq!(
+            l.unified_own,
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_delegated_subtree_carries_the_limits() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let mut l = parse_layout(
+            mi,
+            "0::/user.slice/user-1000.slice/user@1000.service/a.scope\n",
+        );
+        let d = PathBuf::from("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service");
+        l.delegated = Some(d.clone());
+        l.unified_controllers = vec!["cpu".into(), "memory".into(), "pids".into()];
+        let p = plan(&l, "abc", &limits()).unwrap();
+        assert_eq!(p.version, CgroupVersion::V2);
+        assert_eq!(p.dirs, vec![d.join("sandboxio/abc")]);
+        assert!(p.limits_memory());
+        assert!(p.limits.iter().any(|w| w.path.ends_with("pids.max")));
+        assert!(
+            p.prepare.iter().all(|w| w.path.starts_with(&d)),
+            "{:?}",
+            p.prepare
+        );
+        assert_eq!(base_dirs(&l), vec![d.join("sandboxio")]);
+        // Controllers the delegation lacks are named as gaps.
+        l.unified_controllers = vec!["pids".into()];
+        let p = plan(&l, "abc", &limits()).unwrap();
+        assert!(!p.limits_memory());
+        assert!(
+            p.gaps.iter().any(|g| g.starts_with("memory:")),
+            "{:?}",
+            p.gaps
+        );
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub struct SandboxConfig {
     /// Whether policy allows the weaker Landlock tier where user namespaces are missing.
     #[serde(default)]
     pub landlock_fallback: bool,
+    /// A cgroup2 directory to create sandbox cgroups under (`[sandbox] cgroup_root`): for
+    /// a user who may write one. `None`: detected (root's hierarchies, or the subtree
+    /// systemd delegated to this user).
+    #[serde(default)]
+    pub cgroup_root: Option<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -49,6 +54,7 @@ impl Default for SandboxConfig {
             work_root: None,
             cgroups: CgroupUsage::Auto,
             landlock_fallback: false,
+            cgroup_root: None,
         }
     }
 }

@@ -142,7 +142,13 @@ pub(crate) async fn run_prepared(
         helper_pid: None,
         done: false,
     };
-    let layout = cgroup::host_layout();
+    let configured_layout = cfg
+        .cgroup_root
+        .as_ref()
+        .map(|root| cgroup::with_root(cgroup::host_layout(), root));
+    let layout = configured_layout
+        .as_ref()
+        .unwrap_or_else(|| cgroup::host_layout());
     let mut cg_plan: Option<CgroupPlan>;
     let mut applied: Option<Applied> = None;
     let sandbox_id;
@@ -241,7 +247,7 @@ pub(crate) async fn run_prepared(
             }
             Err(e) if cfg.cgroups == CgroupUsage::Required => return Err(e),
             Err(e) => {
-                gaps.push(format!("cgroup: {e}; running without a cgroup"));
+                gaps.push(crate::cgroup::unavailable_gap(&e));
                 cg_plan = None;
             }
         }

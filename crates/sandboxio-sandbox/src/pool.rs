@@ -232,11 +232,16 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
     let mut gaps = Vec::new();
     let mut cg: Option<CgroupPlan> = None;
     if cfg.cgroups != CgroupUsage::Off {
-        match cgroup::plan(cgroup::host_layout(), &sandbox_id, &Limits::default()) {
+        let configured = cfg
+            .cgroup_root
+            .as_ref()
+            .map(|root| cgroup::with_root(cgroup::host_layout(), root));
+        let layout = configured.as_ref().unwrap_or_else(|| cgroup::host_layout());
+        match cgroup::plan(layout, &sandbox_id, &Limits::default()) {
             Some(p) => match cgroup::create_dirs(&p) {
                 Ok(_) => cg = Some(p),
                 Err(e) if cfg.cgroups == CgroupUsage::Required => return Err(e),
-                Err(e) => gaps.push(format!("cgroup: {e}; running without a cgroup")),
+                Err(e) => gaps.push(cgroup::unavailable_gap(&e)),
             },
             None if cfg.cgroups == CgroupUsage::Required => {
                 return Err(SandboxError::CgroupUnavailable {

@@ -402,7 +402,8 @@ fn kernel_has_cgroup_kill(mount: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn is_writable(p: &Path) -> bool {
+/// Whether this process may write `p` (access(2) with W_OK).
+pub(crate) fn is_writable(p: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
         return false;
     };

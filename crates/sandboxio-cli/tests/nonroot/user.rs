@@ -1,6 +1,9 @@
 //! As an unprivileged user (uid 65534 with its own HOME and state dir): the default tier,
 //! limits without a delegated cgroup, and `doctor` agreeing with `run`.
 
+use std::path::PathBuf;
+use std::process::Command;
+
 use crate::harness::*;
 
 #[test]
@@ -106,4 +109,121 @@ fn doctor_agrees_with_run_for_an_unprivileged_user() {
         user.uid
     );
     assert!(detail.contains("probe sandbox ran"), "{detail}");
+}
+
+/// A cgroup2 subtree handed to `uid` the way systemd's `Delegate=yes` does: the directory
+/// and its `cgroup.procs`, `cgroup.subtree_control` and `cgroup.threads` owned by the user,
+/// with a leaf `sup` for the supervisor. Removed (bottom up) on drop.
+struct Delegation {
+    dir: PathBuf,
+}
+
+impl Delegation {
+    fn new(uid: u32) -> Option<Delegation> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mount = mounts.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            if !post.starts_with("cgroup2 ") {
+                return None;
+            }
+            pre.split(' ').nth(4).map(PathBuf::from)
+        })?;
+        let dir = mount.join(format!("sbx-nonroot-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let d = Delegation { dir };
+        std::fs::create_dir(d.dir.join("sup")).ok()?;
+        for sub in [d.dir.clone(), d.dir.join("sup")] {
+            for f in [
+                "",
+                "cgroup.procs",
+                "cgroup.subtree_control",
+                "cgroup.threads",
+            ] {
+                let p = if f.is_empty() {
+                    sub.clone()
+                } else {
+                    sub.join(f)
+                };
+                let _ = std::os::unix::fs::chown(&p, Some(uid), Some(uid));
+            }
+        }
+        Some(d)
+    }
+}
+
+impl Drop for Delegation {
+    fn drop(&mut self) {
+        let mut dirs = vec![self.dir.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(rd) = std::fs::read_dir(&dirs[i]) {
+                dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            i += 1;
+        }
+        for d in dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+#[test]
+fn a_delegated_cgroup_subtree_is_found_and_used() {
+    let Some(user) = as_nobody() else { return };
+    let Some(deleg) = Delegation::new(user.uid) else {
+        eprintln!("SKIP: no writable cgroup2 mount here to delegate a subtree from");
+        return;
+    };
+    // Root puts the supervisor into the delegated leaf, then becomes the user: where a
+    // systemd user service or `systemd-run --user --scope -p Delegate=yes` would start it.
+    let inner = user.cli(&["run", "--json", "--pids", "8", "--", "/usr/bin/true"]);
+    let mut cmd = Command::new("sh");
+    let script = format!(
+        "echo $$ > '{}/sup/cgroup.procs' && exec setpriv --reuid={uid} --regid={uid} --clear-groups \"$@\"",
+        deleg.dir.display(),
+        uid = user.uid
+    );
+    cmd.arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.current_dir(user.state());
+    let o = output(cmd);
+    let r = json(&o);
+    assert_eq!(r["exit"]["code"], 0, "{r}\n{}", text(&o.stderr));
+    let limits = r["enforcement"]["limits"].to_string();
+    assert_eq!(r["enforcement"]["cgroup"], "v2", "{r}");
+    assert!(
+        limits.contains(&format!(
+            "cgroup: delegated subtree {}",
+            deleg.dir.display()
+        )),
+        "{limits}"
+    );
+    // Whatever the delegated subtree lacks is a named gap, not silence.
+    let controllers =
+        std::fs::read_to_string(deleg.dir.join("cgroup.controllers")).unwrap_or_default();
+    let g = gaps(&r).join("\n");
+    if !controllers.contains("pids") {
+        assert!(g.contains("pids:"), "{g}");
+    } else {
+        assert!(limits.contains("pids=8"), "{limits}");
+    }
+    // The sandbox cgroup is gone after the run.
+    let base = deleg.dir.join("sandboxio");
+    let left: Vec<_> = std::fs::read_dir(&base)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "sandbox cgroups left: {left:?}");
 }
