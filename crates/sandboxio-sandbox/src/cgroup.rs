@@ -763,7 +763,7 @@ struct CloneArgs {
 /// # Safety
 /// Same as `fork()`: the calling process must be single-threaded (or the child must only
 /// call async-signal-safe functions), and the child must end in execve or `_exit`.
-pub unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
+pub(crate) unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
     let fd = u64::try_from(cgroup_fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     let args = CloneArgs {
         flags: flags | CLONE_INTO_CGROUP,

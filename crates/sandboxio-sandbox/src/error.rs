@@ -291,6 +291,10 @@ pub const CODES: &[(&str, &str)] = &[
         "SBX_E1494",
         "a fresh /proc cannot be mounted (masked /proc)",
     ),
+    (
+        "SBX_E1495",
+        "seccomp filters cannot be installed (kernel or container)",
+    ),
 ];
 
 impl SandboxError {

@@ -203,7 +203,7 @@ pub(crate) async fn after_refusal(
 ) -> Result<ExecResult, SandboxError> {
     let refused = match &first {
         Err(e) if tier == IsolationTier::Namespace && cfg.landlock_fallback => {
-            Restriction::from_code(e.code())
+            Restriction::from_code(e.code()).filter(|r| r.landlock_may_help())
         }
         _ => None,
     };
@@ -405,6 +405,22 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
     let source = std::io::Error::from_raw_os_error(errno);
     Err(match buf[0] {
         ST_NO_LANDLOCK => NsError::LandlockRequired.into(),
+        ST_SECCOMP => match restriction::diagnose(
+            restriction::Step::InstallSeccomp,
+            errno,
+            &restriction::HostFacts::read(),
+        ) {
+            Some(restriction) => NsError::HostRestricted {
+                restriction,
+                step: restriction::Step::InstallSeccomp,
+                errno,
+            }
+            .into(),
+            None => SandboxError::FallbackSetup {
+                stage: stage_name(ST_SECCOMP),
+                source,
+            },
+        },
         ST_EXEC => SandboxError::Exec {
             program: prog.clone(),
             source,

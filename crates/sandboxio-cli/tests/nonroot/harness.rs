@@ -159,7 +159,7 @@ pub enum Host<'a> {
     /// set to 0: a host with user namespaces switched off, as far as anything inside can tell.
     UsernsOff,
     /// Under the seccomp wrapper of [`deny_tool`] at this path; the string says what it
-    /// refuses: `userns`, `landlock` or `userns,landlock`.
+    /// refuses: `userns`, `landlock`, `seccomp`, or several joined by commas.
     Seccomp(&'a Path, &'a str),
 }
 
@@ -199,7 +199,9 @@ impl User {
 /// A C program that installs a seccomp filter, then execs its arguments. Like Docker's
 /// default profile it refuses `unshare`/`clone` with `CLONE_NEWUSER` (EPERM) and `clone3`
 /// (ENOSYS, so callers fall back to clone); with `landlock` it refuses the three Landlock
-/// syscalls with ENOSYS (a kernel without Landlock).
+/// syscalls with ENOSYS (a kernel without Landlock); with `seccomp` it refuses `seccomp()`
+/// with ENOSYS (a kernel without seccomp filters; this wrapper installs its own filter
+/// through prctl first).
 const DENY_SRC: &str = r#"
 #define _GNU_SOURCE
 #include <errno.h>
@@ -222,6 +224,7 @@ int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: deny userns|landlock|userns,landlock cmd...\n"); return 2; }
     int userns = strstr(argv[1], "userns") != NULL;
     int landlock = strstr(argv[1], "landlock") != NULL;
+    int no_seccomp = strstr(argv[1], "seccomp") != NULL;
     struct sock_filter f[32];
     int n = 0;
     f[n++] = (struct sock_filter)LD(offsetof(struct seccomp_data, arch));
@@ -233,6 +236,10 @@ int main(int argc, char **argv) {
         f[n++] = (struct sock_filter)IF_NR(__NR_landlock_add_rule, 2, 0);
         f[n++] = (struct sock_filter)IF_NR(__NR_landlock_restrict_self, 1, 0);
         f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0);
+        f[n++] = (struct sock_filter)RET(SECCOMP_RET_ERRNO | ENOSYS);
+    }
+    if (no_seccomp) {
+        f[n++] = (struct sock_filter)IF_NR(__NR_seccomp, 0, 1);
         f[n++] = (struct sock_filter)RET(SECCOMP_RET_ERRNO | ENOSYS);
     }
     if (userns) {

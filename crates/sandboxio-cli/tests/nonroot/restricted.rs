@@ -158,3 +158,32 @@ fn landlock_refused_by_the_kernel_is_named_with_its_fix() {
         assert!(fix.contains("CONFIG_SECURITY_LANDLOCK"), "{fix}");
     }
 }
+
+#[test]
+fn no_seccomp_is_named_with_its_fix_and_nothing_falls_back() {
+    let Some(tool) = deny_tool() else { return };
+    for user in users() {
+        // Even with the fallback allowed: the landlock tier needs seccomp too.
+        user.config(FALLBACK_ON);
+        let o = output(user.cli_on(
+            Host::Seccomp(&tool, "seccomp"),
+            &["run", "--", "/usr/bin/true"],
+        ));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert!(err.contains("SBX_E1495"), "{err}");
+        assert!(err.contains("CONFIG_SECCOMP_FILTER"), "{err}");
+        assert!(!err.contains("fell back"), "{err}");
+        std::fs::remove_file(user.state().join("sandboxio.toml")).unwrap();
+
+        let d = output(user.cli_on(Host::Seccomp(&tool, "seccomp"), &["doctor", "--json"]));
+        let doctor = json(&d);
+        assert_eq!(doctor["seccomp"]["available"], false, "{doctor}");
+        for tier in ["namespace", "landlock"] {
+            let (ok, detail, fix) = doctor_tier(&doctor, tier);
+            assert!(!ok, "doctor says {tier} ok without seccomp: {detail}");
+            assert!(detail.contains("SBX_E1495"), "{detail}");
+            assert!(fix.contains("CONFIG_SECCOMP_FILTER"), "{fix}");
+        }
+    }
+}

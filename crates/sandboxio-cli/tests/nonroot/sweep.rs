@@ -83,8 +83,11 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn kill_runs(user: &User, rounds: usize) -> BTreeSet<u32> {
+/// Starts and SIGKILLs `rounds` runs; returns the killed pids (with their descendants) and
+/// the directories they owned at the moment of the kill.
+fn kill_runs(user: &User, rounds: usize) -> (BTreeSet<u32>, Vec<PathBuf>) {
     let mut killed = BTreeSet::new();
+    let mut seen = Vec::new();
     for round in 0..rounds {
         let mut child = user
             .cli(&["run", "--timeout", "30s", "--", "/bin/sleep", "20"])
@@ -104,7 +107,9 @@ fn kill_runs(user: &User, rounds: usize) -> BTreeSet<u32> {
         } else {
             std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 400));
         }
-        killed.extend(tree(pid));
+        let procs = tree(pid);
+        seen.extend(owned_by(&procs));
+        killed.extend(procs);
         child.kill().expect("SIGKILL the CLI");
         child.wait().expect("reap the CLI");
     }
@@ -118,7 +123,7 @@ fn kill_runs(user: &User, rounds: usize) -> BTreeSet<u32> {
         left.is_empty(),
         "processes of killed runs still alive: {left:?}"
     );
-    killed
+    (killed, seen)
 }
 
 #[test]
@@ -128,14 +133,15 @@ fn workspaces_of_killed_supervisors_are_swept_by_the_next_start() {
         users.push(u);
     }
     for user in users {
-        let killed = kill_runs(&user, 5);
-        let left = owned_by(&killed);
+        let (killed, seen) = kill_runs(&user, 5);
         assert!(
-            !left.is_empty(),
-            "a supervisor killed mid-run left no workspace: nothing to sweep, the test proves \
-             nothing (roots {:?})",
+            !seen.is_empty(),
+            "no run was killed while it had a workspace: the test proves nothing (roots {:?})",
             roots()
         );
+        // Any other start (a concurrent test) may sweep them first; what counts is that
+        // none is left once the next start has run.
+        let left = owned_by(&killed);
         // A live run of another supervisor must survive the sweep.
         let mut live = user
             .cli(&["run", "--timeout", "30s", "--", "/bin/sleep", "20"])
@@ -160,16 +166,21 @@ fn workspaces_of_killed_supervisors_are_swept_by_the_next_start() {
              {left:?})",
             user.uid
         );
+        for d in &seen {
+            assert!(!d.exists(), "{} survived the next start", d.display());
+        }
         for d in &live_dirs {
             assert!(d.exists(), "the sweep removed a live run's {}", d.display());
         }
         let _ = live.kill();
         let _ = live.wait();
         eprintln!(
-            "uid {}: swept {} directories of {} killed processes",
+            "uid {}: {} directories of {} killed processes existed at the kills, {} were \
+             still there before the next start; none after",
             user.uid,
-            left.len(),
-            killed.len()
+            seen.len(),
+            killed.len(),
+            left.len()
         );
     }
 }

@@ -238,7 +238,7 @@ pub fn cleanup_stale_staging(older_than: std::time::Duration) -> usize {
 
 /// `err` unless the host's settings explain `errno` at `step`: then the restriction, with
 /// its own code and fix.
-fn restricted(step: RestrictedStep, errno: i32, err: NsError) -> NsError {
+pub(crate) fn restricted(step: RestrictedStep, errno: i32, err: NsError) -> NsError {
     match restriction::diagnose(step, errno, &HostFacts::read()) {
         Some(restriction) => NsError::HostRestricted {
             restriction,
@@ -968,6 +968,7 @@ impl NsChild {
                     };
                     failure.get_or_insert(match stage {
                         Stage::MountProc => restricted(RestrictedStep::MountProc, errno, err),
+                        Stage::Seccomp => restricted(RestrictedStep::InstallSeccomp, errno, err),
                         _ => err,
                     });
                 }

@@ -25,6 +25,8 @@ pub enum Step {
     UseUserNamespace,
     /// Mounting a fresh `/proc` for the sandbox's pid namespace.
     MountProc,
+    /// Installing the payload's seccomp filter.
+    InstallSeccomp,
 }
 
 /// One reason this host refuses the namespace tier. Each has its own code and fix.
@@ -42,6 +44,9 @@ pub enum Restriction {
     Container,
     /// A fresh `/proc` cannot be mounted: `/proc` is partly masked (a container's default).
     MaskedProc,
+    /// Seccomp filters cannot be installed (kernel without `CONFIG_SECCOMP_FILTER`, or a
+    /// container that refuses `seccomp()`). Every tier but `process` needs them.
+    NoSeccomp,
 }
 
 impl Restriction {
@@ -53,6 +58,7 @@ impl Restriction {
             Restriction::AppArmor => "SBX_E1492",
             Restriction::Container => "SBX_E1493",
             Restriction::MaskedProc => "SBX_E1494",
+            Restriction::NoSeccomp => "SBX_E1495",
         }
     }
 
@@ -64,6 +70,7 @@ impl Restriction {
             Restriction::AppArmor,
             Restriction::Container,
             Restriction::MaskedProc,
+            Restriction::NoSeccomp,
         ]
         .into_iter()
         .find(|r| r.code() == code)
@@ -91,6 +98,10 @@ impl Restriction {
                 "a fresh /proc cannot be mounted: this host's /proc is partly masked \
                  (a container's default)"
             }
+            Restriction::NoSeccomp => {
+                "seccomp filters cannot be installed here (a kernel without \
+                 CONFIG_SECCOMP_FILTER, or a container that refuses seccomp())"
+            }
         }
     }
 
@@ -116,11 +127,28 @@ impl Restriction {
                 "give the container an unmasked /proc (docker run --security-opt \
                  systempaths=unconfined), or run sandboxio on the host"
             }
+            Restriction::NoSeccomp => {
+                "use a kernel built with CONFIG_SECCOMP_FILTER=y; in a container, allow the \
+                 seccomp syscall in its seccomp profile"
+            }
         }
     }
 
-    /// The full message: why, fix, and the fallback key.
+    /// Whether the landlock tier could run where this refuses the namespace tier (it needs
+    /// seccomp too).
+    pub fn landlock_may_help(self) -> bool {
+        self != Restriction::NoSeccomp
+    }
+
+    /// The full message: why, fix, and (where it would help) the fallback key.
     pub fn message(self) -> String {
+        if !self.landlock_may_help() {
+            return format!(
+                "no sandbox tier but `process` can run here: {}; fix: {}",
+                self.why(),
+                self.fix()
+            );
+        }
         format!(
             "the namespace tier cannot run here: {}; fix: {}; or set `{FALLBACK_KEY} = true` \
              to use the weaker landlock tier on this host",
@@ -171,6 +199,13 @@ impl HostFacts {
 /// Why `step` failed with `errno` on a host with `facts`; `None` when the failure is not a
 /// host restriction (e.g. ENOMEM), so the caller reports it as it is (pure).
 pub fn diagnose(step: Step, errno: i32, facts: &HostFacts) -> Option<Restriction> {
+    if step == Step::InstallSeccomp {
+        return matches!(
+            errno,
+            libc::EINVAL | libc::ENOSYS | libc::EACCES | libc::EPERM
+        )
+        .then_some(Restriction::NoSeccomp);
+    }
     let refused = matches!(
         errno,
         libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EUSERS
@@ -190,6 +225,7 @@ pub fn diagnose(step: Step, errno: i32, facts: &HostFacts) -> Option<Restriction
     }
     match step {
         Step::MountProc => Some(Restriction::MaskedProc),
+        Step::InstallSeccomp => None,
         // ENOSPC with namespaces allowed: the per-user count is used up, not a policy.
         _ if errno == libc::ENOSPC || errno == libc::EUSERS => None,
         _ => Some(Restriction::Container),
@@ -277,6 +313,22 @@ mod tests {
     }
 
     #[test]
+    fn seccomp_refused_is_its_own_restriction_and_no_fallback_helps() {
+        for e in [libc::ENOSYS, libc::EINVAL] {
+            let r = diagnose(Step::InstallSeccomp, e, &facts(1000));
+            assert_eq!(r, Some(Restriction::NoSeccomp));
+        }
+        assert_eq!(
+            diagnose(Step::InstallSeccomp, libc::EFAULT, &facts(0)),
+            None
+        );
+        assert!(!Restriction::NoSeccomp.landlock_may_help());
+        assert!(Restriction::NoSeccomp
+            .fix()
+            .contains("CONFIG_SECCOMP_FILTER"));
+    }
+
+    #[test]
     fn every_restriction_has_its_own_code_and_a_fix() {
         let all = [
             Restriction::UsernsDisabled,
@@ -284,6 +336,7 @@ mod tests {
             Restriction::AppArmor,
             Restriction::Container,
             Restriction::MaskedProc,
+            Restriction::NoSeccomp,
         ];
         let mut codes = std::collections::BTreeSet::new();
         for r in all {
@@ -293,8 +346,9 @@ mod tests {
             assert!(!r.fix().is_empty());
             let m = r.message();
             assert!(!m.ends_with('.'), "{m}");
-            assert!(
+            assert_eq!(
                 m.contains("`[sandbox] allow_landlock_fallback = true`"),
+                r.landlock_may_help(),
                 "{m}"
             );
             assert!(!m.contains("SandboxConfig"), "names a struct field: {m}");
