@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use thiserror::Error;
 
 /// Everything that can go wrong while redacting, recording or verifying audit data.
@@ -71,6 +71,21 @@ impl ErrorCode for AuditError {
             AuditError::Render { .. } => "SBX_E1609",
             AuditError::SinkClosed { .. } => "SBX_E1610",
             AuditError::KeyLost { .. } => "SBX_E1620",
+        }
+    }
+    fn class(&self) -> ErrorClass {
+        match self {
+            AuditError::ChainBroken { .. }
+            | AuditError::BadCheckpointSignature { .. }
+            | AuditError::Parse { .. }
+            | AuditError::KeyLost { .. } => ErrorClass::Integrity,
+            AuditError::BadKey { .. }
+            | AuditError::SecretTooShort { .. }
+            | AuditError::InvalidTimeout { .. } => ErrorClass::Usage,
+            AuditError::SinkFailed { .. }
+            | AuditError::Io { .. }
+            | AuditError::Render { .. }
+            | AuditError::SinkClosed { .. } => ErrorClass::Internal,
         }
     }
 

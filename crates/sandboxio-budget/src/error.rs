@@ -2,7 +2,7 @@
 //! ([`crate::BudgetDenial`], [`crate::RateDecision`]), not errors: an error means the
 //! caller or the configuration is wrong, and the gateway turns it into a deny.
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -36,6 +36,18 @@ impl ErrorCode for BudgetError {
             BudgetError::InvalidAmount { .. } => "SBX_E1306",
             BudgetError::InconsistentState { .. } => "SBX_E1307",
             BudgetError::InvalidLatencyTargets { .. } => "SBX_E1308",
+        }
+    }
+    fn class(&self) -> ErrorClass {
+        match self {
+            BudgetError::InvalidConfig { .. }
+            | BudgetError::InvalidRateLimit { .. }
+            | BudgetError::InvalidAmount { .. }
+            | BudgetError::InvalidLatencyTargets { .. } => ErrorClass::Usage,
+            BudgetError::UnknownReservation { .. }
+            | BudgetError::DuplicateReservation { .. }
+            | BudgetError::Overflow
+            | BudgetError::InconsistentState { .. } => ErrorClass::Internal,
         }
     }
 }

@@ -164,6 +164,15 @@ pub enum Command {
         #[arg(long = "label")]
         labels: Vec<String>,
     },
+    /// What would stop the next operation: kill switch, pending approvals, budgets with
+    /// their windows, rate-limit headroom.
+    Status {
+        #[command(flatten)]
+        common: Common,
+        /// The tenant whose budget scopes are shown.
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
     /// Budget summary by scope and category.
     Budget {
         #[command(flatten)]

@@ -1,10 +1,15 @@
-//! Exit codes of the `sandboxio` binary (besides the sandboxed command's own).
+//! Exit statuses of the `sandboxio` binary (besides the sandboxed command's own).
+//!
+//! The CLI's own statuses are 1, 2 and 120-125. A sandboxed program can exit with the same
+//! numbers; `--json` tells them apart (`record.status` and `record.error_code`).
+
+use sandboxio_core::ErrorClass;
 
 /// Success.
 pub const OK: i32 = 0;
-/// A `sandboxio` command failed (bad file, verification failure, store error).
+/// A check failed: `audit verify` found tampering, a trail does not chain.
 pub const FAILURE: i32 = 1;
-/// Usage or configuration error (bad flag, malformed config or policy).
+/// Usage or configuration error (bad flag, malformed config or policy, unreadable input).
 pub const USAGE: i32 = 2;
 /// The gateway denied the operation (kill switch, policy, rate limit, budget, approval,
 /// idempotency conflict).
@@ -19,3 +24,14 @@ pub const INTERRUPTED: i32 = 123;
 pub const TIMEOUT: i32 = 124;
 /// The sandbox could not be set up, or the runtime failed (internal error).
 pub const INTERNAL: i32 = 125;
+
+/// The exit status for an error of this class.
+pub fn for_class(class: ErrorClass) -> i32 {
+    match class {
+        ErrorClass::Usage => USAGE,
+        ErrorClass::Denied => DENIED,
+        ErrorClass::Interrupted => INTERRUPTED,
+        ErrorClass::Integrity => FAILURE,
+        ErrorClass::Internal => INTERNAL,
+    }
+}

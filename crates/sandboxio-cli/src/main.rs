@@ -5,7 +5,11 @@
 
 mod args;
 mod cmd;
+mod error;
 mod exit;
+mod hostenv;
+mod out;
+mod paths;
 mod setup;
 mod telemetry;
 
@@ -27,11 +31,7 @@ fn main() {
         .build()
     {
         Ok(rt) => rt.block_on(cmd::dispatch(cli)),
-        Err(e) => {
-            let msg = telemetry::redact(&format!("cannot start the async runtime: {e}"));
-            eprintln!("error: {msg}");
-            exit::INTERNAL
-        }
+        Err(source) => cmd::report(&error::CliError::Runtime { source }.into()),
     };
     // Spans and metrics are buffered on the exporters' threads: flush them before exiting.
     telemetry.shutdown();
@@ -64,7 +64,8 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
         | Command::Resume { common }
         | Command::Costs { common, .. }
         | Command::Budget { common, .. }
-        | Command::State { common, .. } => Some(common),
+        | Command::State { common, .. }
+        | Command::Status { common, .. } => Some(common),
         Command::Audit {
             cmd:
                 AuditCmd::Tail { common, .. }

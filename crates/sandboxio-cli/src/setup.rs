@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use sandboxio_config::Config;
 use sandboxio_gateway::store::{SqliteStore, StateFiles, SyncMode};
 
@@ -22,7 +22,7 @@ pub fn load(common: &Common) -> Result<Loaded> {
         None if Path::new("sandboxio.toml").exists() => Config::load(Path::new("sandboxio.toml"))?,
         None => Config::default(),
     };
-    let state_dir = state_dir(common, &config);
+    let state_dir = crate::paths::absolute(&state_dir(common, &config))?;
     Ok(Loaded { config, state_dir })
 }
 
@@ -85,7 +85,7 @@ use std::time::Duration;
 use sandboxio_audit::{
     AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
 };
-use sandboxio_budget::{BudgetConfig, RateLimitsConfig, ScopeKey};
+use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig, ScopeKey};
 use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
 
 pub fn gateway_config(
@@ -97,20 +97,29 @@ pub fn gateway_config(
         default_tier: c.sandbox.tier,
         ..GatewayConfig::default()
     };
-    if let Some(t) = approval_timeout {
-        g.approval_timeout = t;
-    }
+    // `--approval-timeout`, else `[approvals] timeout` (default 300 s).
+    g.approval_timeout = approval_timeout.unwrap_or(c.approvals.timeout.0);
     if let Some(r) = c.state.retention {
         g.journal_retention = r.0;
     }
     if let Some(b) = &c.budget {
-        let text = toml::to_string(b).context("invalid [budget] section")?;
+        let text = toml::to_string(b).map_err(|e| BudgetError::InvalidConfig {
+            key: "budget".into(),
+            why: e.to_string(),
+        })?;
         g.budget = BudgetConfig::from_toml(&text)?;
     }
     if let Some(r) = &c.rate_limits {
-        let limits: RateLimitsConfig = toml::Value::Table(r.clone())
-            .try_into()
-            .context("invalid [rate_limits] section (expected [[rate_limits.limit]] entries with action and limit)")?;
+        let limits: RateLimitsConfig =
+            toml::Value::Table(r.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| BudgetError::InvalidConfig {
+                    key: "rate_limits".into(),
+                    why: format!(
+                        "{} (expected [[rate_limits.limit]] entries with action and limit)",
+                        e.message().trim()
+                    ),
+                })?;
         limits.validate()?;
         g.rate_limits = limits;
     }
@@ -151,8 +160,10 @@ pub fn auditor(loaded: &Loaded, redactor: Arc<Redactor>) -> Result<Auditor> {
     let public = loaded.state_dir.join("audit.pub");
     if !public.exists() {
         let text = format!("{}\n", key.export_public(sandboxio_audit::DEFAULT_ORIGIN));
-        std::fs::write(&public, text)
-            .with_context(|| format!("cannot write `{}`", public.display()))?;
+        std::fs::write(&public, text).map_err(|source| sandboxio_audit::AuditError::Io {
+            path: public.clone(),
+            source,
+        })?;
     }
     let fsync = match a.fsync {
         sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
@@ -183,7 +194,13 @@ pub fn gateway(
     let cfg = gateway_config(loaded, approval_timeout)?;
     let store = loaded.open_store()?;
     let policy = policy(loaded, common)?;
-    let env: Vec<(String, String)> = std::env::vars().collect();
+    let (env, skipped) = crate::hostenv::utf8_vars();
+    if skipped > 0 {
+        tracing::warn!(
+            skipped,
+            "environment variables that are not UTF-8 were skipped (not scanned for credentials)"
+        );
+    }
     let redaction = sandboxio_gateway::Redaction::from_env(env);
     let auditor = auditor(loaded, redaction.base()?)?;
     let sandbox = sandboxio_sandbox::SandboxConfig {

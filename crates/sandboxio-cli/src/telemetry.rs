@@ -239,7 +239,7 @@ static LOG_REDACTOR: OnceLock<Option<Redactor>> = OnceLock::new();
 fn log_redactor() -> Option<&'static Redactor> {
     LOG_REDACTOR
         .get_or_init(|| {
-            let env: Vec<(String, String)> = std::env::vars().collect();
+            let (env, _) = crate::hostenv::utf8_vars();
             Redactor::builder()
                 .env(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .secrets(LOG_SECRETS.get().into_iter().flatten())

@@ -1,4 +1,4 @@
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use thiserror::Error;
 
 /// Configuration errors. Each names where the problem is.
@@ -59,6 +59,10 @@ impl ErrorCode for ConfigError {
             ConfigError::NotUtf8 { .. } => "SBX_E1107",
             ConfigError::AlreadyExists { .. } => "SBX_E1108",
         }
+    }
+    /// Every configuration error is about the file the user gave.
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Usage
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Config {
     pub audit: AuditSection,
     #[serde(default)]
     pub telemetry: TelemetrySection,
+    #[serde(default)]
+    pub approvals: ApprovalsSection,
     /// Budget ceilings, rate card and latency budgets; validated by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<toml::Table>,
@@ -293,4 +295,46 @@ pub struct TelemetrySection {
     /// Same as `SBX_DEBUG=1`: raise log verbosity.
     #[serde(default)]
     pub debug: bool,
+}
+
+/// How long an `ask` waits for a person by default (`[approvals] timeout`).
+pub const DEFAULT_APPROVAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// The longest an `ask` may wait: a pending request holds its budget reservation meanwhile.
+pub const MAX_APPROVAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Whether `d` is an acceptable approval wait (at least 1 s, at most a day).
+pub fn check_approval_timeout(d: std::time::Duration) -> Result<(), String> {
+    if d < std::time::Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    if d > MAX_APPROVAL_TIMEOUT {
+        return Err("must be at most 24h".into());
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsSection {
+    /// How long a run waits for a person to approve an `ask` before it is denied.
+    #[serde(default = "d_approval_timeout", deserialize_with = "approval_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn d_approval_timeout() -> HumanDuration {
+    HumanDuration(DEFAULT_APPROVAL_TIMEOUT)
+}
+
+fn approval_timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HumanDuration, D::Error> {
+    let t = HumanDuration::deserialize(d)?;
+    check_approval_timeout(t.0).map_err(serde::de::Error::custom)?;
+    Ok(t)
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        ApprovalsSection {
+            timeout: d_approval_timeout(),
+        }
+    }
 }

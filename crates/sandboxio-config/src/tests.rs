@@ -43,6 +43,32 @@ fn syntax_error_has_its_own_code() {
 }
 
 #[test]
+fn approval_timeout_defaults_to_five_minutes_and_is_read() {
+    assert_eq!(
+        Config::default().approvals.timeout.0,
+        std::time::Duration::from_secs(300)
+    );
+    let c = Config::parse("[approvals]\ntimeout = \"90s\"\n", "c.toml").unwrap();
+    assert_eq!(c.approvals.timeout.0, std::time::Duration::from_secs(90));
+}
+
+#[test]
+fn approval_timeout_out_of_bounds_names_key_and_line() {
+    for bad in ["\"0s\"", "\"2d\"", "\"soon\""] {
+        let text = format!("[approvals]\n\ntimeout = {bad}\n");
+        let e = Config::parse(&text, "c.toml").unwrap_err();
+        assert_eq!(e.code(), "SBX_E1103", "{bad}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("c.toml:3:") && msg.contains("`timeout`"),
+            "{bad}: {msg}"
+        );
+    }
+    let e = Config::parse("[approvals]\ntimout = \"5s\"\n", "c.toml").unwrap_err();
+    assert_eq!(e.code(), "SBX_E1102");
+}
+
+#[test]
 fn unknown_tier_is_rejected() {
     let e = Config::parse("[sandbox]\ntier = \"docker\"\n", "c.toml").unwrap_err();
     assert_eq!(e.code(), "SBX_E1103");

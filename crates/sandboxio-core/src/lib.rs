@@ -16,7 +16,7 @@ pub mod tier;
 pub mod units;
 
 pub use decision::{Decision, Layer, RuleRef, Verdict};
-pub use error::{CoreError, ErrorCode};
+pub use error::{CoreError, ErrorClass, ErrorCode};
 pub use exec::{
     Enforcement, ExecRequest, ExecResult, ExitStatus, Limits, Meter, NetworkMode, Usage,
 };

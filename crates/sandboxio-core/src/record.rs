@@ -91,6 +91,10 @@ pub struct OperationRecord {
     /// How long idempotency outcomes are retained, in seconds.
     pub idempotency_retention_s: Option<u64>,
     pub replayed: bool,
+    /// For a replay: how the operation it replays ended (its `error_code` is copied too),
+    /// so a front end answers a replay the way it answered the original.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_status: Option<OperationStatus>,
     /// Attempts made (1 unless retried).
     pub attempts: u32,
     pub approval_id: Option<String>,
@@ -141,6 +145,7 @@ impl OperationRecord {
             idempotency_key: None,
             idempotency_retention_s: None,
             replayed: false,
+            replayed_status: None,
             attempts: 1,
             approval_id: None,
             approver: None,

@@ -1,6 +1,6 @@
 //! Gateway and store errors.
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -88,6 +88,21 @@ impl ErrorCode for GatewayError {
             GatewayError::StateCorrupt { .. } => "SBX_E1533",
             GatewayError::RecoverRefused { .. } => "SBX_E1534",
             GatewayError::AnchorBroken { .. } => "SBX_E1535",
+        }
+    }
+    fn class(&self) -> ErrorClass {
+        match self {
+            GatewayError::IdempotencyConflict { .. }
+            | GatewayError::IdempotencyInProgress { .. } => ErrorClass::Denied,
+            GatewayError::ApprovalNotFound { .. }
+            | GatewayError::ApprovalNotPending { .. }
+            | GatewayError::Config { .. }
+            | GatewayError::RecoverRefused { .. } => ErrorClass::Usage,
+            // State that does not add up: refused until an operator recovers it.
+            GatewayError::StateLost { .. }
+            | GatewayError::StateCorrupt { .. }
+            | GatewayError::AnchorBroken { .. } => ErrorClass::Integrity,
+            _ => ErrorClass::Internal,
         }
     }
     fn is_transient(&self) -> bool {

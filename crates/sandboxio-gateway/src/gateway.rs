@@ -23,6 +23,7 @@ use sandboxio_sandbox::{CancelToken, SandboxConfig};
 
 use crate::approval::{ApprovalAnswer, Approver};
 use crate::config::GatewayConfig;
+use crate::denial;
 use crate::error::GatewayError;
 use crate::policy::PolicyEngine;
 use crate::redaction::Redaction;
@@ -51,6 +52,9 @@ pub struct Submission {
     pub workspace: Option<std::path::PathBuf>,
     /// The bytes a `file_write` writes.
     pub content: Option<Vec<u8>>,
+    /// Told about the pending approval as soon as an `ask` starts waiting (a front end
+    /// shows the id and how to approve it). Dropped receivers are ignored.
+    pub approval_pending: Option<tokio::sync::mpsc::UnboundedSender<Approval>>,
 }
 
 impl Submission {
@@ -64,6 +68,7 @@ impl Submission {
             labels: BTreeMap::new(),
             workspace: None,
             content: None,
+            approval_pending: None,
         }
     }
 }
@@ -513,16 +518,19 @@ impl Gateway {
                     ),
                 );
                 s.retry_after_ms = Some(retry_after_ms);
-                return Err(s);
+                return Err(s.code(denial::RATE_LIMIT));
             }
-            Ok(Admitted::Budget(d)) => return Err(Stop::deny(Layer::Budget, d.reason)),
+            Ok(Admitted::Budget(d)) => {
+                return Err(Stop::deny(Layer::Budget, d.reason).code(denial::BUDGET))
+            }
             Ok(Admitted::Idem(x)) => return self.idem_answer(x, op, rec),
             Err(e) => return Err(Stop::error(Layer::Journal, &e)),
         }
         // approval, then (bound to this request, once) the claim of the key
         if needs_approval {
+            let notify = sub.approval_pending.as_ref();
             let approval_id = self
-                .approve(id, op, fingerprint, &decision, rec, redactor)
+                .approve(id, op, fingerprint, &decision, rec, redactor, notify)
                 .await?;
             match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
                 Ok(None) => ctx.idem = admission.journal.idem.clone(),
@@ -530,7 +538,7 @@ impl Gateway {
                     return Err(Stop::deny(
                         Layer::Approval,
                         format!("approval `{approval_id}` is not valid for this request (used, expired or for another request)"),
-                    ))
+                    ).code(denial::APPROVAL_INVALID))
                 }
                 Ok(Some(Claimed::Idem(x))) => return self.idem_answer(x, op, rec),
                 Err(e) => return Err(Stop::error(Layer::Approval, &e)),
@@ -612,6 +620,8 @@ impl Gateway {
                 );
                 rec.exit_code = prev.record.exit_code;
                 rec.signal = prev.record.signal;
+                rec.replayed_status = Some(prev.record.status);
+                rec.error_code = prev.record.error_code.clone();
                 rec.sandbox_id = prev.record.sandbox_id.clone();
                 if prev.record.status == OperationStatus::Interrupted {
                     rec.status = OperationStatus::Interrupted;
@@ -719,6 +729,7 @@ impl Gateway {
         decision: &Decision,
         rec: &mut OperationRecord,
         redactor: &sandboxio_audit::Redactor,
+        notify: Option<&tokio::sync::mpsc::UnboundedSender<Approval>>,
     ) -> Result<String, Stop> {
         let now = Utc::now();
         let approval_id = approval_id_for(id);
@@ -746,6 +757,9 @@ impl Gateway {
             .create_approval(&a)
             .map_err(|e| Stop::error(Layer::Approval, &e))?;
         rec.approval_id = Some(approval_id.clone());
+        if let Some(tx) = notify {
+            let _ = tx.send(a.clone());
+        }
         let metrics = sandboxio_audit::Metrics::new();
         metrics.approvals_pending(1);
         let waited = Instant::now();
@@ -779,7 +793,8 @@ impl Gateway {
                     "approval `{approval_id}` was not given before the timeout ({}s)",
                     self.cfg.approval_timeout.as_secs()
                 ),
-            ));
+            )
+            .code(denial::APPROVAL_TIMEOUT));
         };
         rec.approver = Some(ans.approver.clone());
         if !ans.approve {
@@ -790,7 +805,8 @@ impl Gateway {
                     "approval `{approval_id}` was denied by {}{why}",
                     ans.approver
                 ),
-            ));
+            )
+            .code(denial::APPROVAL_DENIED));
         }
         Ok(approval_id)
     }
@@ -845,6 +861,7 @@ impl Gateway {
                 match res {
                     Ok(r) => {
                         fill_from_result(rec, &r, tier);
+                        outcome_reason(rec, &r, &req.limits);
                         Ok((Some(r), None))
                     }
                     Err(e) => {
@@ -1011,9 +1028,11 @@ impl Stop {
             Layer::KillSwitch,
             format!("the kill switch is engaged: {}", k.reason),
         )
+        .code(denial::KILL_SWITCH)
     }
+    /// A policy deny (the only decision turned into a stop here).
     fn from_decision(d: Decision) -> Stop {
-        let mut s = Stop::deny(d.layer, d.reason);
+        let mut s = Stop::deny(d.layer, d.reason).code(denial::POLICY);
         s.retry_after_ms = d.retry_after_ms;
         s
     }
@@ -1066,6 +1085,28 @@ fn fill_from_result(rec: &mut OperationRecord, r: &ExecResult, tier: IsolationTi
     } else {
         OperationStatus::Failed
     };
+}
+
+/// The reason of a run that ended by a limit: the limit, not the rule that allowed it.
+fn outcome_reason(rec: &mut OperationRecord, r: &ExecResult, limits: &sandboxio_core::Limits) {
+    match rec.status {
+        OperationStatus::TimedOut => {
+            rec.reason = format!(
+                "ran past its {} wall-clock limit; the whole process tree was killed",
+                sandboxio_core::HumanDuration(limits.timeout)
+            );
+        }
+        OperationStatus::OomKilled => {
+            rec.reason = format!("killed for exceeding its memory limit of {}", limits.memory);
+        }
+        OperationStatus::Failed => {
+            rec.reason = match r.exit {
+                ExitStatus::Code(c) => format!("ran and exited with status {c}"),
+                ExitStatus::Signal(s) => format!("ran and was killed by signal {s}"),
+            };
+        }
+        _ => {}
+    }
 }
 
 fn redact_result(redactor: &sandboxio_audit::Redactor, mut r: ExecResult) -> ExecResult {

@@ -6,6 +6,7 @@
 mod anchor;
 pub mod approval;
 pub mod config;
+pub mod denial;
 pub mod error;
 pub mod files;
 pub mod gateway;

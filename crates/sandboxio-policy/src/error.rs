@@ -1,7 +1,7 @@
 //! The one error type of this crate. Parsing and validation fail with a `PolicyError`;
 //! evaluation never does (it turns any problem into a deny).
 
-use sandboxio_core::{ErrorCode, Verdict};
+use sandboxio_core::{ErrorClass, ErrorCode, Verdict};
 use thiserror::Error;
 
 /// Where in a policy file something is: file name, 1-based line and column.
@@ -165,6 +165,10 @@ impl ErrorCode for PolicyError {
             PolicyError::Read { .. } => "SBX_E1217",
             PolicyError::NoFiles => "SBX_E1218",
         }
+    }
+    /// Every policy error is about the policy files the user gave.
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Usage
     }
 }
 

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use sandboxio_core::{ErrorCode, IsolationTier};
+use sandboxio_core::{ErrorClass, ErrorCode, IsolationTier};
 use thiserror::Error;
 
 /// Everything that can stop a sandbox from doing its job. A program that runs and fails is
@@ -348,6 +348,20 @@ impl ErrorCode for SandboxError {
             SandboxError::FallbackSetup { .. } => "SBX_E1434",
             SandboxError::Namespace(e) => e.code(),
             SandboxError::Files(e) => e.code(),
+        }
+    }
+
+    /// Requests the sandbox refuses as malformed are usage errors; everything else means
+    /// the sandbox could not be set up.
+    fn class(&self) -> ErrorClass {
+        match self {
+            SandboxError::EmptyArgv
+            | SandboxError::InvalidFileName { .. }
+            | SandboxError::InvalidEnv { .. }
+            | SandboxError::InvalidArgument { .. } => ErrorClass::Usage,
+            SandboxError::Namespace(e) => e.class(),
+            SandboxError::Files(e) => e.class(),
+            _ => ErrorClass::Internal,
         }
     }
 

@@ -637,7 +637,14 @@ impl Workspace {
             paths.input_dir = d.clone();
         }
         if let Some(d) = &req.output_dir {
-            std::fs::create_dir_all(d).map_err(|source| SandboxError::OutputDir {
+            // A missing output directory is created private (0700): it receives whatever
+            // the sandboxed program writes.
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(d)
+            .map_err(|source| SandboxError::OutputDir {
                 path: d.clone(),
                 source,
             })?;

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -46,6 +46,13 @@ impl ErrorCode for FileError {
             FileError::TooLarge { .. } => "SBX_E1483",
             FileError::Io { .. } => "SBX_E1484",
             FileError::IsDirectory { .. } => "SBX_E1485",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            FileError::Io { .. } => ErrorClass::Internal,
+            _ => ErrorClass::Usage,
         }
     }
 }

@@ -9,6 +9,7 @@ use sandboxio_core::Verdict;
 
 use crate::args::{AuditCmd, Common};
 use crate::exit;
+use crate::out::{errln, outln};
 use crate::setup;
 
 pub async fn audit(cmd: AuditCmd) -> Result<i32> {
@@ -58,10 +59,10 @@ fn trail(common: &Common, file: Option<PathBuf>) -> Result<Vec<PathBuf>> {
 fn print(entries: &[TrailEntry], json: bool) -> Result<()> {
     for e in entries {
         if json {
-            println!("{}", serde_json::to_string(&e.event)?);
+            outln!("{}", crate::out::compact(&e.event)?)?;
         } else {
             let ev = &e.event;
-            println!(
+            outln!(
                 "{} #{} {:10} {:5} {:10} tenant={} layer={} {}",
                 ev.ts.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
                 e.seq,
@@ -71,7 +72,7 @@ fn print(entries: &[TrailEntry], json: bool) -> Result<()> {
                 ev.tenant_id.as_deref().unwrap_or("-"),
                 ev.layer,
                 ev.reason
-            );
+            )?;
         }
     }
     Ok(())
@@ -92,6 +93,10 @@ async fn tail(common: &Common, n: usize, follow: bool, file: Option<PathBuf>) ->
                 _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
             }
             print(&f.poll()?, common.json)?;
+            // The reader went away (`| head`): nothing more to follow for.
+            if crate::out::stdout_closed() {
+                return Ok(exit::OK);
+            }
         }
     }
     Ok(exit::OK)
@@ -102,7 +107,7 @@ fn query(common: &Common, q: &Query, file: Option<PathBuf>) -> Result<i32> {
     let entries = sandboxio_audit::query(&paths, q)?;
     print(&entries, common.json)?;
     if !common.json {
-        eprintln!("{} event(s)", entries.len());
+        errln!("{} event(s)", entries.len());
     }
     Ok(exit::OK)
 }

@@ -3,6 +3,7 @@
 use sandboxio_sandbox::probe::{Check, HostReport};
 
 use crate::exit;
+use crate::out::outln;
 
 /// The tiers are judged by real probe sandboxes (the same code path as `run`, with the
 /// default sandbox settings), so doctor cannot say ok where `run` fails.
@@ -10,9 +11,9 @@ pub async fn doctor(json: bool) -> anyhow::Result<i32> {
     let cfg = sandboxio_sandbox::SandboxConfig::default();
     let report = sandboxio_sandbox::probe::probe_with_runs(&cfg).await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", crate::out::pretty(&report)?)?;
     } else {
-        print!("{}", render(&report));
+        crate::out::stdout_fmt(format_args!("{}", render(&report)))?;
     }
     Ok(exit::OK)
 }

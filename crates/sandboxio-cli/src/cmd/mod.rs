@@ -7,9 +7,13 @@ mod recover;
 mod rotate_key;
 mod run;
 mod state;
+mod status;
 mod verify;
+mod waiting;
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
+
+use crate::out::{errln, outln};
 
 use crate::args::{Cli, Command};
 use crate::exit;
@@ -40,6 +44,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
                 recover::recover(&common, from_trail).await
             }
         },
+        Command::Status { common, tenant } => status::status(&common, &tenant),
         Command::Policy { cmd } => policy::policy(cmd),
         Command::Audit { cmd } => audit::audit(cmd).await,
     };
@@ -49,57 +54,44 @@ pub async fn dispatch(cli: Cli) -> i32 {
     }
 }
 
-/// Prints an error with its stable code and picks the exit status.
+/// Prints an error with its stable code and picks the exit status from its class.
 pub fn report(e: &anyhow::Error) -> i32 {
-    let code = error_code(e);
+    let (code, class) = classify(e);
     // Error messages can quote user input (paths, argv): redacted like every other output.
     let message = crate::telemetry::redact(&format!("{e:#}"));
-    match code {
-        Some(c) => eprintln!("error[{c}]: {message}"),
-        None => eprintln!("error: {message}"),
-    }
-    match code {
-        Some(c)
-            if ["SBX_E10", "SBX_E11", "SBX_E12", "SBX_E13"]
-                .iter()
-                .any(|p| c.starts_with(p)) =>
-        {
-            exit::USAGE
-        }
-        Some(c) if c.starts_with("SBX_E14") => exit::INTERNAL,
-        _ => exit::FAILURE,
-    }
+    errln!("error[{code}]: {message}");
+    exit::for_class(class)
 }
 
-fn error_code(e: &anyhow::Error) -> Option<&'static str> {
+/// The code and class of the first typed error in the chain. An error no crate typed is
+/// a bug: it still gets a code (`SBX_E1799`) and counts as internal.
+pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
+    fn typed<T: ErrorCode + std::error::Error + 'static>(
+        cause: &(dyn std::error::Error + 'static),
+    ) -> Option<(&'static str, ErrorClass)> {
+        cause.downcast_ref::<T>().map(|x| (x.code(), x.class()))
+    }
     for cause in e.chain() {
-        if let Some(x) = cause.downcast_ref::<sandboxio_config::ConfigError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_core::CoreError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_gateway::GatewayError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_sandbox::SandboxError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_policy::PolicyError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_audit::AuditError>() {
-            return Some(x.code());
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_budget::BudgetError>() {
-            return Some(x.code());
+        let found = typed::<crate::error::CliError>(cause)
+            .or_else(|| typed::<sandboxio_config::ConfigError>(cause))
+            .or_else(|| typed::<sandboxio_core::CoreError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::GatewayError>(cause))
+            .or_else(|| typed::<sandboxio_sandbox::SandboxError>(cause))
+            .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
+            .or_else(|| typed::<sandboxio_audit::AuditError>(cause))
+            .or_else(|| typed::<sandboxio_budget::BudgetError>(cause));
+        if let Some(f) = found {
+            return f;
         }
     }
-    None
+    let unexpected = crate::error::CliError::Unexpected {
+        message: String::new(),
+    };
+    (unexpected.code(), unexpected.class())
 }
 
 fn init(path: &std::path::Path) -> anyhow::Result<i32> {
     sandboxio_config::write_default(path)?;
-    println!("wrote {}", path.display());
+    outln!("wrote {}", path.display())?;
     Ok(exit::OK)
 }

@@ -2,13 +2,15 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use chrono::Utc;
 use sandboxio_core::{ErrorCode, Operation};
 use sandboxio_policy::{check_files, Context, PolicySet};
 
 use crate::args::PolicyCmd;
+use crate::error::CliError;
 use crate::exit;
+use crate::out::outln;
 
 pub fn policy(cmd: PolicyCmd) -> Result<i32> {
     match cmd {
@@ -28,20 +30,20 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
     let warnings: Vec<String> = report.warnings.iter().map(|w| w.to_string()).collect();
     if json {
         let v = serde_json::json!({ "ok": report.is_ok(), "files": report.files, "rules": report.rules, "errors": errors, "warnings": warnings });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", crate::out::pretty(&v)?)?;
     } else {
         for e in &report.errors {
-            println!("error[{}]: {e}", e.code());
+            outln!("error[{}]: {e}", e.code())?;
         }
         for w in &warnings {
-            println!("warning: {w}");
+            outln!("warning: {w}")?;
         }
         if report.is_ok() {
-            println!(
+            outln!(
                 "ok: {} rule(s) in {} file(s); every example and counterexample holds",
                 report.rules,
                 report.files.len()
-            );
+            )?;
         }
     }
     Ok(if report.is_ok() {
@@ -51,15 +53,19 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
     })
 }
 
-fn read_op(arg: &str) -> Result<Operation> {
+fn read_op(arg: &str) -> Result<Operation, CliError> {
     let text = match arg.strip_prefix('@') {
         Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("cannot read `{path}`"))?
+            let path = crate::paths::absolute(std::path::Path::new(path))?;
+            std::fs::read_to_string(&path).map_err(|source| CliError::ReadInput {
+                flag: "--op @FILE",
+                path,
+                source,
+            })?
         }
         None => arg.to_string(),
     };
-    serde_json::from_str(&text)
-        .context("`--op` is not a valid operation (see docs/ for the JSON form)")
+    serde_json::from_str(&text).map_err(|e| CliError::Operation { why: e.to_string() })
 }
 
 fn explain(json: bool, op: &str, files: &[PathBuf]) -> Result<i32> {
@@ -67,16 +73,16 @@ fn explain(json: bool, op: &str, files: &[PathBuf]) -> Result<i32> {
     let op = read_op(op)?;
     let ex = set.explain(&op, &Context::new(Utc::now()));
     if json {
-        println!("{}", serde_json::to_string_pretty(&ex)?);
+        outln!("{}", crate::out::pretty(&ex)?)?;
     } else {
-        println!("decision: {} ({})", ex.decision.verdict, ex.decision.reason);
-        println!("rules considered: {}", ex.considered);
+        outln!("decision: {} ({})", ex.decision.verdict, ex.decision.reason)?;
+        outln!("rules considered: {}", ex.considered)?;
         for m in &ex.matched {
             let mark = if m.decided { "*" } else { " " };
-            println!(" {mark} {:5} {}  {}", m.effect.as_str(), m.rule, m.reason);
+            outln!(" {mark} {:5} {}  {}", m.effect.as_str(), m.rule, m.reason)?;
         }
         if ex.matched.is_empty() {
-            println!("   no rule matched: denied by default");
+            outln!("   no rule matched: denied by default")?;
         }
     }
     Ok(exit::OK)
@@ -116,24 +122,28 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
         }
     }
     if json {
-        println!(
+        outln!(
             "{}",
-            serde_json::to_string_pretty(
+            crate::out::pretty(
                 &serde_json::json!({ "considered": considered, "changes": changes })
             )?
-        );
+        )?;
     } else {
         for c in &changes {
-            println!(
+            outln!(
                 "{}  {}  {} -> {}  {}",
-                c["ts"], c["operation_id"], c["before"], c["after"], c["reason"]
-            );
+                c["ts"],
+                c["operation_id"],
+                c["before"],
+                c["after"],
+                c["reason"]
+            )?;
         }
-        println!(
+        outln!(
             "{} recorded operation(s) re-decided, {} would change",
             considered,
             changes.len()
-        );
+        )?;
     }
     Ok(exit::OK)
 }

@@ -12,6 +12,7 @@ use sandboxio_gateway::GatewayError;
 
 use crate::args::Common;
 use crate::exit;
+use crate::out::{errln, outln};
 use crate::setup;
 
 /// The event of the record a recovery writes.
@@ -86,20 +87,23 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
     );
     let recorded = gateway.record_admin(rec).await;
     if common.json {
-        println!("{}", serde_json::to_string_pretty(&rebuilt)?);
+        outln!("{}", crate::out::pretty(&rebuilt)?)?;
     } else {
         match &rebuilt.moved_to {
-            Some(p) => println!("moved the damaged database to {}", p.display()),
-            None => println!("the state database was missing"),
+            Some(p) => outln!("moved the damaged database to {}", p.display())?,
+            None => outln!("the state database was missing")?,
         }
-        println!(
+        outln!(
             "rebuilt from {} trail record(s): {} ledger line(s), {} spent, {} idempotency key(s)",
-            rebuilt.records, rebuilt.ledger_lines, rebuilt.spend, rebuilt.keys
-        );
-        println!("kill switch engaged: {}", rebuilt.kill_reason);
+            rebuilt.records,
+            rebuilt.ledger_lines,
+            rebuilt.spend,
+            rebuilt.keys
+        )?;
+        outln!("kill switch engaged: {}", rebuilt.kill_reason)?;
     }
     if let Err(e) = recorded {
-        eprintln!(
+        errln!(
             "error[{}]: the recovery could not be recorded in the audit trail: {e}",
             e.code()
         );

@@ -18,6 +18,7 @@ use sandboxio_gateway::store::{Store as _, SyncMode};
 
 use crate::args::Common;
 use crate::exit;
+use crate::out::outln;
 use crate::setup;
 
 const ROTATED_EVENT: &str = "audit.key_rotated";
@@ -89,13 +90,13 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
         store.put_heads(&auditor.heads(), chrono::Utc::now())?;
     }
     if common.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "old_key_id": old_id, "new_key_id": new_id, "public_keys": pub_path })
-        );
+        )?;
     } else {
-        println!("audit signing key rotated: {old_id} -> {new_id}");
-        println!("public keys (old and new): {}", pub_path.display());
+        outln!("audit signing key rotated: {old_id} -> {new_id}")?;
+        outln!("public keys (old and new): {}", pub_path.display())?;
     }
     Ok(exit::OK)
 }

@@ -2,16 +2,19 @@
 
 use std::io::Read as _;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::Result;
 use sandboxio_core::{
     ByteSize, ExecRequest, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language,
-    Money, Operation, OperationArgs, OperationStatus, Principal, Verdict,
+    Layer, Money, Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
 };
 use sandboxio_gateway::{Outcome, Submission};
 use sandboxio_sandbox::CancelToken;
 
 use crate::args::{Common, RunOpts};
+use crate::error::CliError;
 use crate::exit;
+use crate::out::{errln, outln};
+use crate::paths;
 use crate::setup;
 
 pub enum What {
@@ -37,25 +40,36 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         exec.limits.pids = p;
     }
     let mut secrets = Vec::new();
-    for kv in opts.env.iter().chain(&opts.secret_env) {
-        let Some((k, v)) = kv.split_once('=') else {
-            bail!("--env expects K=V, got `{kv}`")
-        };
-        if k.is_empty() || k.contains('\0') || v.contains('\0') {
-            bail!("invalid environment variable `{k}`");
-        }
+    for (flag, kv) in opts
+        .env
+        .iter()
+        .map(|kv| ("--env", kv))
+        .chain(opts.secret_env.iter().map(|kv| ("--secret-env", kv)))
+    {
+        let (k, v) = env_pair(flag, kv)?;
         exec.env.insert(k.to_string(), v.to_string());
-    }
-    for kv in &opts.secret_env {
-        if let Some((_, v)) = kv.split_once('=') {
+        if flag == "--secret-env" {
             secrets.push(sandboxio_audit::Secret::new(v));
         }
     }
-    exec.input_dir = opts.input.clone();
-    exec.output_dir = opts.output.clone();
+    // Host paths resolve against the working directory (the sandbox needs absolute ones).
+    exec.input_dir = opts.input.as_deref().map(paths::absolute).transpose()?;
+    if let Some(d) = &exec.input_dir {
+        // Refused here, with the flag named, rather than deep in the sandbox's setup.
+        std::fs::read_dir(d).map_err(|source| CliError::ReadInput {
+            flag: "--input",
+            path: d.clone(),
+            source,
+        })?;
+    }
+    exec.output_dir = opts.output.as_deref().map(paths::absolute).transpose()?;
     if let Some(f) = &opts.stdin_file {
-        exec.stdin =
-            Some(std::fs::read(f).with_context(|| format!("cannot read `{}`", f.display()))?);
+        let f = paths::absolute(f)?;
+        exec.stdin = Some(std::fs::read(&f).map_err(|source| CliError::ReadInput {
+            flag: "--stdin-file",
+            path: f.clone(),
+            source,
+        })?);
     }
     let args = match what {
         What::Argv(argv) => OperationArgs::Exec { argv },
@@ -65,10 +79,19 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
                 let mut s = String::new();
                 std::io::stdin()
                     .read_to_string(&mut s)
-                    .context("cannot read code from standard input")?;
+                    .map_err(|source| CliError::ReadInput {
+                        flag: "run-code -",
+                        path: "<standard input>".into(),
+                        source,
+                    })?;
                 s
             } else {
-                std::fs::read_to_string(&file).with_context(|| format!("cannot read `{file}`"))?
+                let path = paths::absolute(std::path::Path::new(&file))?;
+                std::fs::read_to_string(&path).map_err(|source| CliError::ReadInput {
+                    flag: "run-code FILE",
+                    path,
+                    source,
+                })?
             };
             OperationArgs::RunCode { language, code }
         }
@@ -99,9 +122,9 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let approval_timeout = opts
         .approval_timeout
         .as_deref()
-        .map(str::parse::<HumanDuration>)
+        .map(approval_timeout)
         .transpose()?;
-    let gateway = setup::gateway(&loaded, &common, approval_timeout.map(|d| d.0))?;
+    let gateway = setup::gateway(&loaded, &common, approval_timeout)?;
     gateway.recover().await?;
     // Leftovers of crashed supervisors: empty sandbox cgroups and namespace staging dirs.
     sandboxio_sandbox::cgroup::cleanup_stale();
@@ -115,12 +138,55 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     sub.secrets = secrets;
     sub.traceparent = opts.traceparent.clone();
     sub.cancel = Some(cancel.clone());
+    let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
+    sub.approval_pending = Some(pending);
     let signals = tokio::spawn(cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;
     signals.abort();
+    waiting.abort();
     let outcome = outcome?;
     print_outcome(&outcome, common.json)?;
     Ok(exit_code(&outcome))
+}
+
+/// `K=V` from `--env` or `--secret-env`. A secret is never echoed in an error.
+fn env_pair<'a>(flag: &'static str, kv: &'a str) -> Result<(&'a str, &'a str), CliError> {
+    let secret = flag == "--secret-env";
+    let Some((k, v)) = kv.split_once('=') else {
+        let shown = if secret {
+            "(value not shown)".to_string()
+        } else {
+            kv.to_string()
+        };
+        return Err(CliError::EnvNotKeyValue { flag, shown });
+    };
+    if k.is_empty() || k.contains('\0') {
+        return Err(CliError::EnvName {
+            flag,
+            name: k.to_string(),
+        });
+    }
+    if v.contains('\0') {
+        return Err(CliError::EnvValue {
+            flag,
+            name: k.to_string(),
+        });
+    }
+    Ok((k, v))
+}
+
+/// `--approval-timeout`, bounded like the `[approvals] timeout` key.
+fn approval_timeout(s: &str) -> Result<std::time::Duration, CliError> {
+    let err = |why: String| CliError::ApprovalTimeout {
+        input: s.to_string(),
+        why,
+    };
+    let d = s
+        .parse::<HumanDuration>()
+        .map_err(|e| err(e.to_string()))?
+        .0;
+    sandboxio_config::check_approval_timeout(d).map_err(err)?;
+    Ok(d)
 }
 
 /// Ctrl-C and SIGTERM cancel the operation; the sandbox's process tree is killed.
@@ -139,7 +205,6 @@ async fn cancel_on_signals(cancel: CancelToken) {
 }
 
 fn print_outcome(o: &Outcome, json: bool) -> Result<()> {
-    use std::io::Write as _;
     if json {
         // The whole ExecResult when something ran; the record otherwise.
         let v = match &o.result {
@@ -152,61 +217,73 @@ fn print_outcome(o: &Outcome, json: bool) -> Result<()> {
             }
             None => serde_json::json!({ "record": o.record }),
         };
-        println!("{}", serde_json::to_string(&v)?);
+        outln!("{}", crate::out::compact(&v)?)?;
         return Ok(());
     }
     if let Some(r) = &o.result {
-        std::io::stdout().write_all(r.stdout.as_bytes())?;
-        std::io::stderr().write_all(r.stderr.as_bytes())?;
+        crate::out::stdout_bytes(r.stdout.as_bytes())?;
+        crate::out::stderr_bytes(r.stderr.as_bytes());
         if r.stdout_truncated {
-            eprintln!(
+            errln!(
                 "sandboxio: stdout truncated ({} bytes written, cap reached)",
                 r.stdout_bytes
             );
         }
         if r.stderr_truncated {
-            eprintln!(
+            errln!(
                 "sandboxio: stderr truncated ({} bytes written, cap reached)",
                 r.stderr_bytes
             );
         }
     }
-    let rec = &o.record;
+    if let Some(line) = status_line(&o.record) {
+        errln!("{line}");
+    }
+    Ok(())
+}
+
+/// The line that says why the CLI, not the program, chose the exit status: the layer that
+/// stopped the operation, its own reason and code; the policy rules only when the policy
+/// decided. `None` when the program ran and its own status is the answer.
+pub fn status_line(rec: &OperationRecord) -> Option<String> {
+    let code = rec
+        .error_code
+        .as_deref()
+        .map(|c| format!("[{c}]"))
+        .unwrap_or_default();
     match rec.status {
-        OperationStatus::Ok | OperationStatus::Failed => {}
-        OperationStatus::Replayed => eprintln!("sandboxio: {}", rec.reason),
+        OperationStatus::Ok | OperationStatus::Failed => None,
+        OperationStatus::Replayed => Some(format!("sandboxio{code}: {}", rec.reason)),
         _ => {
-            let code = rec
-                .error_code
-                .as_deref()
-                .map(|c| format!("[{c}]"))
-                .unwrap_or_default();
             let rules = rec
                 .rules
                 .iter()
                 .map(|r| r.to_string())
                 .collect::<Vec<_>>()
                 .join(", ");
-            let rules = if rules.is_empty() {
+            let rules = if rules.is_empty() || rec.layer != Layer::Policy {
                 String::new()
             } else {
                 format!(" (rules: {rules})")
             };
-            eprintln!(
+            Some(format!(
                 "sandboxio{code}: {} at {}: {}{rules}",
                 rec.status.as_str(),
                 rec.layer,
                 rec.reason
-            );
+            ))
         }
     }
-    Ok(())
 }
 
-/// The command's own status, or a documented code.
+/// The command's own status, or a documented code. A replay answers like the original.
 pub fn exit_code(o: &Outcome) -> i32 {
     let rec = &o.record;
-    match rec.status {
+    let status = match (rec.status, rec.replayed_status) {
+        (OperationStatus::Replayed, Some(original)) => original,
+        (s, _) => s,
+    };
+    match status {
         OperationStatus::Denied if rec.verdict == Verdict::Deny => exit::DENIED,
         OperationStatus::Error => exit::INTERNAL,
         OperationStatus::TimedOut => exit::TIMEOUT,

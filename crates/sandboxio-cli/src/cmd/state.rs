@@ -2,13 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
-use sandboxio_core::{CostEntry, HumanDuration};
+use sandboxio_core::{CoreError, CostEntry, HumanDuration};
 use sandboxio_gateway::store::{ApprovalState, Store};
 
 use crate::args::{ApprovalsCmd, Common};
+use crate::error::CliError;
 use crate::exit;
+use crate::out::outln;
 use crate::setup;
 
 pub fn kill(common: &Common, reason: &str) -> Result<i32> {
@@ -16,14 +18,14 @@ pub fn kill(common: &Common, reason: &str) -> Result<i32> {
     let store = loaded.open_store()?;
     let by = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     store.set_kill(reason, &by, Utc::now())?;
-    println!("kill switch engaged: {reason}");
+    outln!("kill switch engaged: {reason}")?;
     Ok(exit::OK)
 }
 
 pub fn resume(common: &Common) -> Result<i32> {
     let loaded = setup::load(common)?;
     loaded.open_store()?.clear_kill()?;
-    println!("kill switch released");
+    outln!("kill switch released")?;
     Ok(exit::OK)
 }
 
@@ -39,12 +41,12 @@ pub fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 Some(ApprovalState::Pending)
             })?;
             if common.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", crate::out::pretty(&list)?)?;
             } else if list.is_empty() {
-                println!("no {}approvals", if all { "" } else { "pending " });
+                outln!("no {}approvals", if all { "" } else { "pending " })?;
             } else {
                 for a in list {
-                    println!(
+                    outln!(
                         "{}  {:8}  tenant={}  expires={}  {}\n    why: {}\n    op: {}",
                         a.id,
                         a.state.as_str(),
@@ -57,17 +59,17 @@ pub fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                             &a.rationale
                         },
                         a.operation
-                    );
+                    )?;
                 }
             }
         }
         ApprovalsCmd::Approve { id, by, reason } => {
             let a = store.decide_approval(&id, true, &by, reason.as_deref(), Utc::now())?;
-            println!("approved {} (by {})", a.id, by);
+            outln!("approved {} (by {})", a.id, by)?;
         }
         ApprovalsCmd::Deny { id, by, reason } => {
             let a = store.decide_approval(&id, false, &by, reason.as_deref(), Utc::now())?;
-            println!("denied {} (by {})", a.id, by);
+            outln!("denied {} (by {})", a.id, by)?;
         }
     }
     Ok(exit::OK)
@@ -79,7 +81,12 @@ pub fn parse_time(s: &str) -> Result<DateTime<Utc>> {
         return Ok(t.with_timezone(&Utc));
     }
     let d: HumanDuration = s.parse()?;
-    Ok(Utc::now() - chrono::Duration::from_std(d.0)?)
+    let too_far = || CoreError::InvalidDuration {
+        input: s.to_string(),
+        why: "too far in the past",
+    };
+    let d = chrono::Duration::from_std(d.0).map_err(|_| too_far())?;
+    Ok(Utc::now().checked_sub_signed(d).ok_or_else(too_far)?)
 }
 
 pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String]) -> Result<i32> {
@@ -90,7 +97,7 @@ pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String
     let mut want = BTreeMap::new();
     for l in labels {
         let Some((k, v)) = l.split_once('=') else {
-            bail!("--label expects k=v, got `{l}`")
+            return Err(CliError::Label { input: l.clone() }.into());
         };
         want.insert(k.to_string(), v.to_string());
     }
@@ -115,24 +122,24 @@ pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String
         })
         .collect();
     if common.json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
+        outln!("{}", crate::out::pretty(&entries)?)?;
     } else {
         let mut total = sandboxio_core::Money::ZERO;
         for e in &entries {
-            println!(
+            outln!(
                 "{}  {}  {:>12}  {}",
                 e.interval_start.format("%Y-%m-%dT%H:%M:%SZ"),
                 e.object_id,
                 e.cost_usd.to_string(),
                 e.description
-            );
+            )?;
             total = total.checked_add(e.cost_usd)?;
         }
-        println!(
+        outln!(
             "{} entries, total {} (resolution: per operation, from the settled ledger)",
             entries.len(),
             total
-        );
+        )?;
     }
     Ok(exit::OK)
 }
@@ -143,7 +150,7 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
     let store = loaded.open_store()?;
     let summary = store.budget_summary(&gw_cfg.budget, &setup::scopes_for(tenant))?;
     if common.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", crate::out::pretty(&summary)?)?;
     } else {
         for s in summary {
             let ceiling = s
@@ -154,7 +161,7 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
                 .remaining
                 .map(|r| r.to_string())
                 .unwrap_or_else(|| "-".into());
-            println!(
+            outln!(
                 "{}: spent {} {}, reserved {}, ceiling {}, remaining {}{}",
                 s.scope,
                 s.total,
@@ -167,9 +174,9 @@ pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
                 } else {
                     ""
                 }
-            );
+            )?;
             for (c, v) in s.by_category {
-                println!("    {:8} {}", c.as_str(), v);
+                outln!("    {:8} {}", c.as_str(), v)?;
             }
         }
     }

@@ -9,7 +9,9 @@ use sandboxio_audit::{HeadCheck, SignedHead, VerifyReport, VerifyingKey};
 use sandboxio_gateway::store::{AnchorBreak, SqliteStore, Store};
 use serde::Serialize;
 
+use crate::error::CliError;
 use crate::exit;
+use crate::out::outln;
 
 /// How the trail compares with its anchor in the state database.
 #[derive(Debug, Serialize)]
@@ -143,23 +145,21 @@ pub fn verify(
             obj.insert("anchor".into(), serde_json::to_value(&anchor)?);
             obj.insert("ok".into(), serde_json::Value::Bool(ok));
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", crate::out::pretty(&v)?)?;
     } else {
-        print_human(&rep, anchor.as_ref());
+        print_human(&rep, anchor.as_ref())?;
     }
     Ok(if ok { exit::OK } else { exit::FAILURE })
 }
 
-fn print_human(rep: &VerifyReport, anchor: Option<&Anchor>) {
+fn print_human(rep: &VerifyReport, anchor: Option<&Anchor>) -> Result<(), CliError> {
     if let Some(b) = &rep.first_bad {
-        println!("TAMPERED: {b:?}");
-        return;
+        return outln!("TAMPERED: {b:?}");
     }
     if let Some(a) = anchor.filter(|a| !a.ok) {
-        println!("TAMPERED: {}", a.why);
-        return;
+        return outln!("TAMPERED: {}", a.why);
     }
-    println!(
+    outln!(
         "ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}; {}",
         rep.records,
         rep.checkpoints,
@@ -175,5 +175,5 @@ fn print_human(rep: &VerifyReport, anchor: Option<&Anchor>) {
             "not sealed (still open, or truncated after the last checkpoint)"
         },
         anchor.map_or("not compared with a signed head", |a| a.why.as_str())
-    );
+    )
 }

@@ -277,6 +277,10 @@ pub trait Store: Send + Sync {
     /// Deletes finished journal rows older than `retention`, expired idempotency keys and
     /// decided approvals older than `retention`.
     fn prune(&self, now: DateTime<Utc>, retention: std::time::Duration) -> StoreResult<Pruned>;
+
+    /// Rate-limit events newer than `since` under each counting key that starts with
+    /// `prefix` (keys are `"{rule}|{tenant}|{agent}|{action}"`), for headroom reports.
+    fn rate_usage(&self, prefix: &str, since: DateTime<Utc>) -> StoreResult<Vec<RateUsage>>;
 }
 
 /// What [`Store::prune`] deleted.
@@ -285,6 +289,15 @@ pub struct Pruned {
     pub journal: u64,
     pub idempotency: u64,
     pub approvals: u64,
+}
+
+/// How much of a rate limit one counting key has used in the current window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateUsage {
+    pub key: String,
+    pub count: u64,
+    /// The oldest counted event: the window frees a slot when it ages out.
+    pub oldest: DateTime<Utc>,
 }
 
 /// Why a claim after approval did not go through (nothing changed).

@@ -889,4 +889,41 @@ impl Store for SqliteStore {
             open_intents: count("SELECT COUNT(*) FROM journal WHERE status IS NULL")?,
         })
     }
+
+    fn rate_usage(&self, prefix: &str, since: DateTime<Utc>) -> StoreResult<Vec<RateUsage>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = conn
+            .prepare(
+                "SELECT key, COUNT(*), MIN(at_ms) FROM rate_events
+                 WHERE substr(key, 1, length(?1)) = ?1 AND at_ms > ?2
+                 GROUP BY key ORDER BY key",
+            )
+            .map_err(db("reading rate usage"))?;
+        let rows = st
+            .query_map(params![prefix, ms(since)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(db("reading rate usage"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (key, count, oldest) = row.map_err(db("reading rate usage"))?;
+            let oldest = DateTime::<Utc>::from_timestamp_millis(oldest).ok_or_else(|| {
+                GatewayError::Corrupt {
+                    table: "rate_events",
+                    column: "at_ms",
+                    value: oldest.to_string(),
+                }
+            })?;
+            out.push(RateUsage {
+                key,
+                count: u64::try_from(count).unwrap_or(0),
+                oldest,
+            });
+        }
+        Ok(out)
+    }
 }

@@ -363,6 +363,13 @@ impl Store for BrokenAdmission {
     fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
         self.0.live_counts()
     }
+    fn rate_usage(
+        &self,
+        p: &str,
+        since: DateTime<Utc>,
+    ) -> store::StoreResult<Vec<store::RateUsage>> {
+        self.0.rate_usage(p, since)
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use sandboxio_core::ErrorCode;
+use sandboxio_core::{ErrorClass, ErrorCode};
 use thiserror::Error;
 
 /// A failure while planning or applying the namespace tier.
@@ -148,6 +148,15 @@ impl ErrorCode for NsError {
             NsError::OutputTooLarge { .. } => "SBX_E1470",
             NsError::HostRestricted { restriction, .. } => restriction.code(),
             NsError::HelperUserNamespace { .. } => "SBX_E1471",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            NsError::InvalidPath { .. } | NsError::EmptyArgv | NsError::NulByte => {
+                ErrorClass::Usage
+            }
+            _ => ErrorClass::Internal,
         }
     }
 }

@@ -1,0 +1,70 @@
+//! While a run waits for a person: the approval id and the exact commands that decide it,
+//! on standard error, as soon as the gateway creates the pending approval.
+
+use std::path::PathBuf;
+
+use sandboxio_gateway::store::Approval;
+use tokio::sync::mpsc;
+
+use crate::out::errln;
+
+/// A sender for `Submission::approval_pending` and the task that prints what it receives.
+pub fn announce(
+    state_dir: PathBuf,
+) -> (mpsc::UnboundedSender<Approval>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Approval>();
+    let task = tokio::spawn(async move {
+        while let Some(a) = rx.recv().await {
+            for line in lines(&a, &state_dir) {
+                errln!("{line}");
+            }
+        }
+    });
+    (tx, task)
+}
+
+/// The lines printed for one pending approval.
+pub fn lines(a: &Approval, state_dir: &std::path::Path) -> Vec<String> {
+    let dir = shell_quote(&state_dir.display().to_string());
+    vec![
+        format!(
+            "sandboxio: waiting for approval {} until {} ({})",
+            a.id,
+            a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
+            a.reason
+        ),
+        format!(
+            "sandboxio: approve with: sandboxio approvals approve {} --state-dir {dir}",
+            a.id
+        ),
+        format!(
+            "sandboxio: deny with:    sandboxio approvals deny {} --state-dir {dir} --reason '...'",
+            a.id
+        ),
+    ]
+}
+
+/// `s` quoted for a POSIX shell when it holds anything but plain path characters.
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn paths_with_spaces_or_quotes_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("/var/lib/sandboxio"), "/var/lib/sandboxio");
+        assert_eq!(shell_quote("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_quote("/tmp/it's"), r"'/tmp/it'\''s'");
+    }
+}

@@ -1,0 +1,87 @@
+//! Errors of the binary itself (flags, files it reads, its own output). Codes `SBX_E17xx`.
+
+use std::path::PathBuf;
+
+use sandboxio_core::{ErrorClass, ErrorCode};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("`{flag}` expects K=V, got `{shown}`")]
+    EnvNotKeyValue { flag: &'static str, shown: String },
+    #[error("invalid environment variable name `{name}` given with `{flag}` (empty, or with `=` or a NUL byte)")]
+    EnvName { flag: &'static str, name: String },
+    #[error("the value of `{name}` given with `{flag}` contains a NUL byte")]
+    EnvValue { flag: &'static str, name: String },
+    #[error("cannot read `{path}` (given with `{flag}`)")]
+    ReadInput {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot resolve `{path}` against the working directory")]
+    Resolve {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`--label` expects k=v, got `{input}`")]
+    Label { input: String },
+    #[error("`--op` is not a valid operation: {why}")]
+    Operation { why: String },
+    #[error("cannot write to standard output")]
+    Stdout {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid approval timeout `{input}`: {why}")]
+    ApprovalTimeout { input: String, why: String },
+    #[error("cannot render the answer as JSON")]
+    Json {
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("unexpected error (please report it): {message}")]
+    Unexpected { message: String },
+}
+
+impl ErrorCode for CliError {
+    fn code(&self) -> &'static str {
+        match self {
+            CliError::EnvNotKeyValue { .. } => "SBX_E1701",
+            CliError::EnvName { .. } => "SBX_E1702",
+            CliError::EnvValue { .. } => "SBX_E1703",
+            CliError::ReadInput { .. } => "SBX_E1704",
+            CliError::Resolve { .. } => "SBX_E1705",
+            CliError::Label { .. } => "SBX_E1706",
+            CliError::Operation { .. } => "SBX_E1707",
+            CliError::Stdout { .. } => "SBX_E1708",
+            CliError::Runtime { .. } => "SBX_E1709",
+            CliError::ApprovalTimeout { .. } => "SBX_E1710",
+            CliError::Json { .. } => "SBX_E1711",
+            CliError::Unexpected { .. } => "SBX_E1799",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            CliError::Stdout { .. }
+            | CliError::Runtime { .. }
+            | CliError::Json { .. }
+            | CliError::Unexpected { .. } => ErrorClass::Internal,
+            _ => ErrorClass::Usage,
+        }
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(source: serde_json::Error) -> Self {
+        CliError::Json { source }
+    }
+}

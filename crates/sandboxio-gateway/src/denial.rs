@@ -1,0 +1,18 @@
+//! Codes of the chain's denials. A denial is a value (a record with `verdict = deny`), not
+//! an error, but it carries a stable code like every error so an agent or a script can act
+//! on it without parsing the reason. The layer that denied is in the record.
+
+/// A policy rule denied the operation (or no rule allowed it).
+pub const POLICY: &str = "SBX_E1530";
+/// The kill switch is engaged.
+pub const KILL_SWITCH: &str = "SBX_E1531";
+/// A rate limit was reached (`retry_after_ms` says when to try again).
+pub const RATE_LIMIT: &str = "SBX_E1532";
+/// A budget ceiling would be passed.
+pub const BUDGET: &str = "SBX_E1533";
+/// A person (or the approval callback) denied the request.
+pub const APPROVAL_DENIED: &str = "SBX_E1534";
+/// Nobody approved the request before the approval timeout.
+pub const APPROVAL_TIMEOUT: &str = "SBX_E1535";
+/// The approval was used, expired or was for another request.
+pub const APPROVAL_INVALID: &str = "SBX_E1536";
