@@ -97,6 +97,7 @@ impl ErrorCode for GatewayError {
             GatewayError::ApprovalNotFound { .. }
             | GatewayError::ApprovalNotPending { .. }
             | GatewayError::Config { .. }
+            | GatewayError::StateDir { .. }
             | GatewayError::RecoverRefused { .. } => ErrorClass::Usage,
             // State that does not add up: refused until an operator recovers it.
             GatewayError::StateLost { .. }

@@ -1,0 +1,93 @@
+//! While a run waits for a person, it says so: the approval id and the exact command that
+//! approves it, on stderr. The wait comes from `--approval-timeout` or `[approvals] timeout`.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::Stdio;
+
+use crate::common::*;
+use crate::util::*;
+
+fn ask_policy(env: &Env) {
+    std::fs::write(
+        env.path().join("policy.toml"),
+        r#"[settings]
+name = "ask-tests"
+description = "every exec in the process tier needs a person"
+
+[[rule]]
+id = "ask-process"
+effect = "ask"
+kind = ["exec", "run_code"]
+tier = "process"
+network = "none"
+reason = "a person approves each run in these tests"
+"#,
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_printed_approve_command_approves_the_waiting_run() {
+    let env = Env::new("ask-wait", "process");
+    ask_policy(&env);
+    let mut child = env
+        .run_cmd(None, &["--approval-timeout", "60s"], &["sh", "-c", "echo approved-and-ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let approve = loop {
+        let Some(line) = lines.next() else {
+            let _ = child.kill();
+            panic!("stderr ended without an approve command: {seen:?}");
+        };
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if let Some(cmd) = line.strip_prefix("sandboxio: approve with: ") {
+            break cmd.to_string();
+        }
+    };
+    assert!(
+        seen.iter().any(|l| l.contains("waiting for approval apr_")),
+        "{seen:?}"
+    );
+    // Run exactly what was printed (no quoting needed: the temp path is plain).
+    let words: Vec<&str> = approve.split_whitespace().collect();
+    assert_eq!(words[0], "sandboxio", "{approve}");
+    assert_eq!(&words[1..3], ["approvals", "approve"], "{approve}");
+    let st = run(std::process::Command::new(BIN)
+        .args(&words[1..])
+        .env_remove("SBX_STATE_DIR"));
+    assert_eq!(st.status.code(), Some(0), "{approve}: {st:?}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{rest:?}");
+    assert_eq!(text(&out.stdout), "approved-and-ran\n");
+}
+
+#[test]
+fn the_approvals_timeout_key_sets_the_wait() {
+    let env = Env::new("ask-timeout", "process");
+    ask_policy(&env);
+    let cfg = env.write_config("short.toml", "[approvals]\ntimeout = \"1s\"\n");
+    let o = run(env.run_cmd(Some(&cfg), &[], &["true"]));
+    assert_no_panic("approval timeout", &o);
+    assert_eq!(o.status.code(), Some(120), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("waiting for approval apr_"), "{err}");
+    assert!(
+        err.contains("sandboxio[SBX_E1535]: denied at approval: ") && err.contains("(1s)"),
+        "{err}"
+    );
+    assert!(!err.contains(ALLOW_REASON) && !err.contains("rules:"), "{err}");
+    // A bad value names the key and line; a bad flag has its own code.
+    let bad = env.write_config("bad.toml", "[approvals]\ntimeout = \"0s\"\n");
+    let o = run(env.run_cmd(Some(&bad), &[], &["true"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("error[SBX_E1103]"), "{o:?}");
+    let o = run(env.run_cmd(None, &["--approval-timeout", "3d"], &["true"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("error[SBX_E1710]"), "{o:?}");
+}

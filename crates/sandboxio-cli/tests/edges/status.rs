@@ -1,0 +1,53 @@
+//! `sandboxio status`: the kill switch, pending approvals, budgets with their windows and
+//! rate-limit headroom, as text and as JSON.
+
+use crate::common::*;
+use crate::util::*;
+
+#[test]
+fn status_shows_kill_switch_budgets_and_rate_limit_headroom() {
+    let env = Env::new("status", "process");
+    let cfg = env.write_config(
+        "limits.toml",
+        "[budget]\nglobal = \"100\"\n\n[[rate_limits.limit]]\naction = \"exec\"\nlimit = \"3/minute\"\n",
+    );
+    let json = |env: &Env| -> serde_json::Value {
+        let o = run(env.cmd("status", Some(&cfg)).arg("--json"));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let v = json(&env);
+    assert!(v["kill_switch"].is_null(), "{v}");
+    assert_eq!(v["pending_approvals"].as_array().unwrap().len(), 0);
+    let rl = &v["rate_limits"][0];
+    assert_eq!(rl["action"], "exec");
+    assert_eq!(rl["limit"], "3/minute");
+    assert_eq!(rl["used"].as_array().unwrap().len(), 0, "{v}");
+    let global = v["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["scope"] == "global" || b["scope"]["global"].is_null() && b["ceiling"] == "100")
+        .unwrap_or_else(|| panic!("no global budget: {v}"));
+    assert_eq!(global["ceiling"], "100", "{v}");
+    assert!(global["window"].is_string(), "{v}");
+
+    let ok = run(env.run_cmd(Some(&cfg), &[], &["true"]));
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    let k = run(env.cmd("kill", Some(&cfg)).args(["--reason", "status test"]));
+    assert_eq!(k.status.code(), Some(0));
+
+    let v = json(&env);
+    assert_eq!(v["kill_switch"]["reason"], "status test", "{v}");
+    let used = &v["rate_limits"][0]["used"][0];
+    assert_eq!(used["tenant"], "default", "{v}");
+    assert_eq!(used["count"], 1, "{v}");
+    assert_eq!(used["remaining"], 2, "{v}");
+
+    let o = run(env.cmd("status", Some(&cfg)));
+    let out = text(&o.stdout);
+    assert!(out.contains("kill switch: ENGAGED"), "{out}");
+    assert!(out.contains("status test"), "{out}");
+    assert!(out.contains("1 used, 2 left"), "{out}");
+    assert!(out.contains("window:"), "{out}");
+}
