@@ -31,7 +31,11 @@ fn the_printed_approve_command_approves_the_waiting_run() {
     let env = Env::new("ask-wait", "process");
     ask_policy(&env);
     let mut child = env
-        .run_cmd(None, &["--approval-timeout", "60s"], &["sh", "-c", "echo approved-and-ran"])
+        .run_cmd(
+            None,
+            &["--approval-timeout", "60s"],
+            &["sh", "-c", "echo approved-and-ran"],
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -81,7 +85,10 @@ fn the_approvals_timeout_key_sets_the_wait() {
         err.contains("sandboxio[SBX_E1535]: denied at approval: ") && err.contains("(1s)"),
         "{err}"
     );
-    assert!(!err.contains(ALLOW_REASON) && !err.contains("rules:"), "{err}");
+    assert!(
+        !err.contains(ALLOW_REASON) && !err.contains("rules:"),
+        "{err}"
+    );
     // A bad value names the key and line; a bad flag has its own code.
     let bad = env.write_config("bad.toml", "[approvals]\ntimeout = \"0s\"\n");
     let o = run(env.run_cmd(Some(&bad), &[], &["true"]));

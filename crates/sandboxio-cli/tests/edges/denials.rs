@@ -64,7 +64,9 @@ fn a_budget_denial_names_the_budget() {
 fn a_policy_denial_carries_a_code_and_the_policys_reason() {
     let env = Env::new("deny-policy", "process");
     // The policy allows the process tier only.
-    let o = run(env.cmd("run", None).args(["--tier", "landlock", "--", "true"]));
+    let o = run(env
+        .cmd("run", None)
+        .args(["--tier", "landlock", "--", "true"]));
     assert_no_panic("policy", &o);
     assert_eq!(o.status.code(), Some(120), "{}", text(&o.stderr));
     let line = status_line(&o);

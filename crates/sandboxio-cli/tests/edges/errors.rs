@@ -87,7 +87,14 @@ fn relative_host_paths_resolve_against_the_working_directory() {
     let o = run(env
         .run_cmd(
             None,
-            &["--stdin-file", "in.txt", "--input", "indir", "--output", "out/"],
+            &[
+                "--stdin-file",
+                "in.txt",
+                "--input",
+                "indir",
+                "--output",
+                "out/",
+            ],
             &[
                 "sh",
                 "-c",
@@ -97,14 +104,17 @@ fn relative_host_paths_resolve_against_the_working_directory() {
         .current_dir(env.path()));
     assert_no_panic("relative paths", &o);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert_eq!(
-        text(&o.stdout),
-        "from a relative stdin file\ninput data\n"
-    );
+    assert_eq!(text(&o.stdout), "from a relative stdin file\ninput data\n");
     let out = env.path().join("out");
-    assert_eq!(std::fs::read_to_string(out.join("r.txt")).unwrap(), "written\n");
+    assert_eq!(
+        std::fs::read_to_string(out.join("r.txt")).unwrap(),
+        "written\n"
+    );
     let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o700, "a created --output directory is private: {mode:o}");
+    assert_eq!(
+        mode, 0o700,
+        "a created --output directory is private: {mode:o}"
+    );
 }
 
 /// The README's own example, in the default (namespace) tier, where it was refused.

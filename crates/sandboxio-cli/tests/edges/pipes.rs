@@ -9,10 +9,13 @@ use std::process::{Command, Stdio};
 use crate::common::*;
 use crate::util::*;
 
-/// One command line, given a fresh suffix for paths that must differ between runs.
+/// Builds a command line from the test dir and a run number (for paths that must differ).
+type Args = Box<dyn Fn(&Path, usize) -> Vec<String>>;
+
+/// One command line.
 struct Case {
     name: &'static str,
-    args: Box<dyn Fn(&Path, usize) -> Vec<String>>,
+    args: Args,
 }
 
 fn case(name: &'static str, f: impl Fn(&Path, usize) -> Vec<String> + 'static) -> Case {
@@ -58,11 +61,20 @@ fn cases() -> Vec<Case> {
             a.push(d.join("big.sh").display().to_string());
             a
         }),
-        case("init", |d, i| s(&["init", &d.join(format!("init-{i}.toml")).display().to_string()])),
+        case("init", |d, i| {
+            s(&[
+                "init",
+                &d.join(format!("init-{i}.toml")).display().to_string(),
+            ])
+        }),
         case("doctor", |_, _| s(&["doctor"])),
         case("doctor --json", |_, _| s(&["doctor", "--json"])),
         case("policy check", |d, _| {
-            s(&["policy", "check", &d.join("policy.toml").display().to_string()])
+            s(&[
+                "policy",
+                "check",
+                &d.join("policy.toml").display().to_string(),
+            ])
         }),
         case("policy explain", |d, _| {
             s(&[
@@ -83,11 +95,21 @@ fn cases() -> Vec<Case> {
             ])
         }),
         case("audit verify", |d, _| {
-            s(&["audit", "verify", &d.join("state/audit.jsonl").display().to_string()])
+            s(&[
+                "audit",
+                "verify",
+                &d.join("state/audit.jsonl").display().to_string(),
+            ])
         }),
-        case("audit tail", |d, _| with_state(d, &["audit", "tail", "-n", "100"])),
-        case("audit query", |d, _| with_state(d, &["audit", "query", "--json"])),
-        case("approvals list", |d, _| with_state(d, &["approvals", "list", "--all"])),
+        case("audit tail", |d, _| {
+            with_state(d, &["audit", "tail", "-n", "100"])
+        }),
+        case("audit query", |d, _| {
+            with_state(d, &["audit", "query", "--json"])
+        }),
+        case("approvals list", |d, _| {
+            with_state(d, &["approvals", "list", "--all"])
+        }),
         case("approvals approve (unknown id)", |d, _| {
             with_state(d, &["approvals", "approve", "apr_0000000000000000"])
         }),
@@ -96,7 +118,9 @@ fn cases() -> Vec<Case> {
         }),
         case("costs", |d, _| with_state(d, &["costs", "--json"])),
         case("budget", |d, _| with_state(d, &["budget"])),
-        case("kill", |d, _| with_state(d, &["kill", "--reason", "edge test"])),
+        case("kill", |d, _| {
+            with_state(d, &["kill", "--reason", "edge test"])
+        }),
         case("status", |d, _| with_state(d, &["status"])),
         case("status --json", |d, _| with_state(d, &["status", "--json"])),
         case("run (denied by the kill switch)", |d, _| {
@@ -110,7 +134,9 @@ fn cases() -> Vec<Case> {
 
 fn command(args: &[String]) -> Command {
     let mut c = Command::new(BIN);
-    c.args(args).env_remove("SBX_STATE_DIR").stdin(Stdio::null());
+    c.args(args)
+        .env_remove("SBX_STATE_DIR")
+        .stdin(Stdio::null());
     non_utf8_env(&mut c);
     c
 }
@@ -218,7 +244,12 @@ fn audit_tail_follow_stops_when_its_reader_goes_away() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }

@@ -34,7 +34,9 @@ fn status_shows_kill_switch_budgets_and_rate_limit_headroom() {
 
     let ok = run(env.run_cmd(Some(&cfg), &[], &["true"]));
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
-    let k = run(env.cmd("kill", Some(&cfg)).args(["--reason", "status test"]));
+    let k = run(env
+        .cmd("kill", Some(&cfg))
+        .args(["--reason", "status test"]));
     assert_eq!(k.status.code(), Some(0));
 
     let v = json(&env);

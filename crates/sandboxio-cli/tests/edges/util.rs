@@ -31,6 +31,13 @@ pub fn assert_no_panic(what: &str, o: &Output) {
         !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
         "{what}: panicked: {err}"
     );
-    assert!(o.status.code().is_some(), "{what}: killed by a signal: {o:?}");
-    assert_ne!(o.status.code(), Some(101), "{what}: exit 101 (panic): {err}");
+    assert!(
+        o.status.code().is_some(),
+        "{what}: killed by a signal: {o:?}"
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(101),
+        "{what}: exit 101 (panic): {err}"
+    );
 }
