@@ -3,16 +3,16 @@
 //! on it without parsing the reason. The layer that denied is in the record.
 
 /// A policy rule denied the operation (or no rule allowed it).
-pub const POLICY: &str = "SBX_E1530";
+pub const POLICY: &str = "SBX_E1550";
 /// The kill switch is engaged.
-pub const KILL_SWITCH: &str = "SBX_E1531";
+pub const KILL_SWITCH: &str = "SBX_E1551";
 /// A rate limit was reached (`retry_after_ms` says when to try again).
-pub const RATE_LIMIT: &str = "SBX_E1532";
+pub const RATE_LIMIT: &str = "SBX_E1552";
 /// A budget ceiling would be passed.
-pub const BUDGET: &str = "SBX_E1533";
+pub const BUDGET: &str = "SBX_E1553";
 /// A person (or the approval callback) denied the request.
-pub const APPROVAL_DENIED: &str = "SBX_E1534";
+pub const APPROVAL_DENIED: &str = "SBX_E1554";
 /// Nobody approved the request before the approval timeout.
-pub const APPROVAL_TIMEOUT: &str = "SBX_E1535";
+pub const APPROVAL_TIMEOUT: &str = "SBX_E1555";
 /// The approval was used, expired or was for another request.
-pub const APPROVAL_INVALID: &str = "SBX_E1536";
+pub const APPROVAL_INVALID: &str = "SBX_E1556";

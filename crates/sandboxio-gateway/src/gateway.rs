@@ -528,9 +528,8 @@ impl Gateway {
         }
         // approval, then (bound to this request, once) the claim of the key
         if needs_approval {
-            let notify = sub.approval_pending.as_ref();
             let approval_id = self
-                .approve(id, op, fingerprint, &decision, rec, redactor, notify)
+                .approve(id, sub, fingerprint, &decision, rec, redactor)
                 .await?;
             match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
                 Ok(None) => ctx.idem = admission.journal.idem.clone(),
@@ -724,13 +723,14 @@ impl Gateway {
     async fn approve(
         &self,
         id: &str,
-        op: &Operation,
+        sub: &Submission,
         fp: &Fingerprint,
         decision: &Decision,
         rec: &mut OperationRecord,
         redactor: &sandboxio_audit::Redactor,
-        notify: Option<&tokio::sync::mpsc::UnboundedSender<Approval>>,
     ) -> Result<String, Stop> {
+        let op = &sub.op;
+        let notify = sub.approval_pending.as_ref();
         let now = Utc::now();
         let approval_id = approval_id_for(id);
         // The request's own redactor: its secrets never reach the approvals table.

@@ -82,7 +82,7 @@ fn the_approvals_timeout_key_sets_the_wait() {
     let err = text(&o.stderr);
     assert!(err.contains("waiting for approval apr_"), "{err}");
     assert!(
-        err.contains("sandboxio[SBX_E1535]: denied at approval: ") && err.contains("(1s)"),
+        err.contains("sandboxio[SBX_E1555]: denied at approval: ") && err.contains("(1s)"),
         "{err}"
     );
     assert!(

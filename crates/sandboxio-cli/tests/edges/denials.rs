@@ -38,7 +38,7 @@ fn a_rate_limit_denial_names_the_rate_limit_not_the_allow_rule() {
     let ok = run(env.run_cmd(Some(&cfg), &[], &["true"]));
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
     let o = run(env.run_cmd(Some(&cfg), &[], &["true"]));
-    let line = assert_denied_by("rate limit", &o, "rate_limit", "SBX_E1532");
+    let line = assert_denied_by("rate limit", &o, "rate_limit", "SBX_E1552");
     assert!(line.contains("1/hour"), "{line}");
 }
 
@@ -48,7 +48,7 @@ fn a_kill_switch_denial_names_the_kill_switch() {
     let k = run(env.cmd("kill", None).args(["--reason", "edge maintenance"]));
     assert_eq!(k.status.code(), Some(0), "{k:?}");
     let o = run(env.run_cmd(None, &[], &["true"]));
-    let line = assert_denied_by("kill switch", &o, "kill_switch", "SBX_E1531");
+    let line = assert_denied_by("kill switch", &o, "kill_switch", "SBX_E1551");
     assert!(line.contains("edge maintenance"), "{line}");
 }
 
@@ -57,7 +57,7 @@ fn a_budget_denial_names_the_budget() {
     let env = Env::new("deny-budget", "process");
     let cfg = env.write_config("budget.toml", "[budget]\nglobal = \"0.10\"\n");
     let o = run(env.run_cmd(Some(&cfg), &["--estimated-cost", "5"], &["true"]));
-    assert_denied_by("budget", &o, "budget", "SBX_E1533");
+    assert_denied_by("budget", &o, "budget", "SBX_E1553");
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn a_policy_denial_carries_a_code_and_the_policys_reason() {
     assert_eq!(o.status.code(), Some(120), "{}", text(&o.stderr));
     let line = status_line(&o);
     assert!(
-        line.starts_with("sandboxio[SBX_E1530]: denied at policy: "),
+        line.starts_with("sandboxio[SBX_E1550]: denied at policy: "),
         "{line}"
     );
     assert!(!line.contains(ALLOW_REASON), "{line}");
@@ -80,7 +80,7 @@ fn a_policy_denial_carries_a_code_and_the_policys_reason() {
         .args(["--json", "--tier", "landlock", "--", "true"]));
     let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
     assert_eq!(v["record"]["layer"], "policy");
-    assert_eq!(v["record"]["error_code"], "SBX_E1530");
+    assert_eq!(v["record"]["error_code"], "SBX_E1550");
 }
 
 #[test]
