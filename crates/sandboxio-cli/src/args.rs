@@ -82,7 +82,7 @@ pub struct RunOpts {
     #[arg(long)]
     pub rationale: Option<String>,
     /// W3C traceparent of the caller's span (also read from $TRACEPARENT).
-    #[arg(long, env = "TRACEPARENT")]
+    #[arg(long)]
     pub traceparent: Option<String>,
     /// Seconds to wait for a person to approve an `ask` (default from config: 300).
     #[arg(long)]

@@ -47,6 +47,8 @@ pub enum CliError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("{message}")]
+    CommandLine { message: String },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -65,6 +67,7 @@ impl ErrorCode for CliError {
             CliError::Runtime { .. } => "SBX_E1709",
             CliError::ApprovalTimeout { .. } => "SBX_E1710",
             CliError::Json { .. } => "SBX_E1711",
+            CliError::CommandLine { .. } => "SBX_E1712",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

@@ -13,7 +13,7 @@ mod paths;
 mod setup;
 mod telemetry;
 
-use clap::Parser;
+use clap::Parser as _;
 
 fn main() {
     // The sandbox helper: re-executed by ourselves, single-threaded, before any runtime.
@@ -22,7 +22,10 @@ fn main() {
     {
         sandboxio_sandbox::helper::main();
     }
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => std::process::exit(command_line_error(&e)),
+    };
     // Logs and OpenTelemetry export: installed here, by the binary only, before the runtime.
     let telemetry = telemetry::Telemetry::init(debug_requested(&cli), log_secrets(&cli));
     let code = match tokio::runtime::Builder::new_multi_thread()
@@ -36,6 +39,35 @@ fn main() {
     // Spans and metrics are buffered on the exporters' threads: flush them before exiting.
     telemetry.shutdown();
     std::process::exit(code);
+}
+
+/// A command line the parser refused: usage error with a code. `--help` and `--version`
+/// come here too and print on standard output.
+fn command_line_error(e: &clap::Error) -> i32 {
+    let text = e.render().to_string();
+    if !e.use_stderr() {
+        let _ = out::stdout_fmt(format_args!("{text}"));
+        return exit::OK;
+    }
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        out::stderr_fmt(format_args!("{text}\n"));
+        return cmd::report(
+            &error::CliError::CommandLine {
+                message: "a command is required (see above)".into(),
+            }
+            .into(),
+        );
+    }
+    let message = text
+        .trim_end()
+        .strip_prefix("error: ")
+        .unwrap_or(text.trim_end());
+    cmd::report(
+        &error::CliError::CommandLine {
+            message: message.to_string(),
+        }
+        .into(),
+    )
 }
 
 /// `SBX_DEBUG=1`, or `[telemetry] debug = true` in the config the command will load.

@@ -136,7 +136,12 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let mut sub = Submission::new(op);
     sub.exec = Some(exec);
     sub.secrets = secrets;
-    sub.traceparent = opts.traceparent.clone();
+    // `$TRACEPARENT` when no flag: read here, not by the parser, so a value that is not
+    // UTF-8 is skipped like any other such variable instead of refusing the command line.
+    sub.traceparent = opts
+        .traceparent
+        .clone()
+        .or_else(|| std::env::var("TRACEPARENT").ok());
     sub.cancel = Some(cancel.clone());
     let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
     sub.approval_pending = Some(pending);

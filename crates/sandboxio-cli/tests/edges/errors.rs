@@ -33,6 +33,31 @@ fn env_without_equals_is_a_usage_error_with_a_code() {
 }
 
 #[test]
+fn a_bad_command_line_is_a_usage_error_with_a_code() {
+    let env = Env::new("badflags", "process");
+    let o = run(env.run_cmd(None, &["--no-such-flag"], &["true"]));
+    assert_error("unknown flag", &o, "SBX_E1712", 2);
+    let o = run(Command::new(BIN));
+    assert_error("no command", &o, "SBX_E1712", 2);
+    // Help is not an error.
+    let o = run(Command::new(BIN).arg("--help"));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o.stdout).contains("Usage"), "{o:?}");
+}
+
+#[test]
+fn a_non_utf8_traceparent_is_skipped_not_a_refused_command_line() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let env = Env::new("tracep", "process");
+    let o = run(env
+        .run_cmd(None, &[], &["sh", "-c", "echo ran"])
+        .env("TRACEPARENT", std::ffi::OsStr::from_bytes(b"00-\xff")));
+    assert_no_panic("non-UTF-8 TRACEPARENT", &o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ran\n");
+}
+
+#[test]
 fn a_missing_stdin_file_is_a_usage_error_with_a_code() {
     let env = Env::new("stdinfile", "process");
     let o = run(env.run_cmd(None, &["--stdin-file", "no-such-file"], &["cat"]));
