@@ -22,6 +22,13 @@ fn main() {
     {
         sandboxio_sandbox::helper::main();
     }
+    // `--json` anywhere before `--` (after it, the words are the sandboxed command's).
+    out::set_json(
+        std::env::args_os()
+            .skip(1)
+            .take_while(|a| a != "--")
+            .any(|a| a == "--json"),
+    );
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(command_line_error(&e)),

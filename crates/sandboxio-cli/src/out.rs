@@ -14,6 +14,16 @@ use crate::error::CliError;
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The command line asked for `--json` (before any `--`): errors are answered as JSON too.
+pub fn set_json(json: bool) {
+    JSON.store(json, Ordering::Relaxed);
+}
+
+pub fn json() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
 
 /// Prints a line on standard output: `outln!("{x}")?`.
 macro_rules! outln {

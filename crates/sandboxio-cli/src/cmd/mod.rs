@@ -60,7 +60,19 @@ pub fn report(e: &anyhow::Error) -> i32 {
     // Error messages can quote user input (paths, argv): redacted like every other output.
     let message = crate::telemetry::redact(&format!("{e:#}"));
     errln!("error[{code}]: {message}");
-    exit::for_class(class)
+    let status = exit::for_class(class);
+    if crate::out::json() {
+        // With `--json` the answer on stdout says the CLI chose the status, so a program
+        // that exits with the same number is never mistaken for it.
+        let v = serde_json::json!({
+            "error": { "code": code, "class": class, "message": message },
+            "exit_status": status,
+        });
+        if let Ok(line) = crate::out::compact(&v) {
+            let _ = outln!("{line}");
+        }
+    }
+    status
 }
 
 /// The code and class of the first typed error in the chain. An error no crate typed is

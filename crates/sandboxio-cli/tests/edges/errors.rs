@@ -33,6 +33,28 @@ fn env_without_equals_is_a_usage_error_with_a_code() {
 }
 
 #[test]
+fn json_tells_the_clis_status_from_the_programs_own() {
+    let env = Env::new("jsonstatus", "process");
+    // The program exits 2 ...
+    let prog = run(env.run_cmd(None, &["--json"], &["sh", "-c", "exit 2"]));
+    assert_eq!(prog.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&prog.stdout).unwrap();
+    assert_eq!(v["record"]["status"], "failed", "{v}");
+    assert!(v["error"].is_null(), "{v}");
+    // ... and the CLI exits 2 for a usage error: the JSON says which is which.
+    let cli = run(env.run_cmd(None, &["--json", "--env", "NOEQ"], &["sh", "-c", "exit 2"]));
+    assert_eq!(cli.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "SBX_E1701", "{v}");
+    assert_eq!(v["error"]["class"], "usage", "{v}");
+    assert_eq!(v["exit_status"], 2, "{v}");
+    // A `--json` that belongs to the sandboxed command does not switch the CLI's answer.
+    let o = run(env.run_cmd(None, &["--env", "NOEQ"], &["sh", "-c", "true", "--json"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
+
+#[test]
 fn a_bad_command_line_is_a_usage_error_with_a_code() {
     let env = Env::new("badflags", "process");
     let o = run(env.run_cmd(None, &["--no-such-flag"], &["true"]));
