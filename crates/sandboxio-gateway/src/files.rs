@@ -30,6 +30,13 @@ pub(crate) fn execute(
 ) -> Result<serde_json::Value, Stop> {
     rec.backend = "local-files".into();
     let out = match args {
+        // The workspace's root (`.`, `./`): its listing.
+        OperationArgs::FileRead { path }
+            if !path.is_empty() && path.split('/').all(|c| c.is_empty() || c == ".") =>
+        {
+            let entries = files::list(root, ".").map_err(refused)?;
+            serde_json::json!({ "path": path, "entries": entries })
+        }
         OperationArgs::FileRead { path } => match files::read(root, path, READ_CAP) {
             Ok(bytes) => {
                 rec.bytes_out = bytes.len() as u64;

@@ -6,6 +6,7 @@
 mod anchor;
 pub mod approval;
 pub mod config;
+pub mod credential;
 pub mod denial;
 pub mod error;
 pub mod files;
@@ -24,5 +25,7 @@ pub use error::GatewayError;
 pub use gateway::{owner_alive, process_owner, Gateway, Outcome, Submission};
 pub use policy::PolicyEngine;
 pub use redaction::Redaction;
+/// Front ends cancel the operations they submit (a client that went away, a shutdown).
+pub use sandboxio_sandbox::CancelToken;
 pub use session::Sandbox;
 pub use tool::{Tool, ToolError};

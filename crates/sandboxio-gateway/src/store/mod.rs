@@ -32,6 +32,7 @@ use sandboxio_budget::{
 use sandboxio_core::{CostCategory, Money};
 use serde::{Deserialize, Serialize};
 
+use crate::credential::Credential;
 use crate::error::GatewayError;
 
 pub type StoreResult<T> = Result<T, GatewayError>;
@@ -281,6 +282,16 @@ pub trait Store: Send + Sync {
     /// Rate-limit events newer than `since` under each counting key that starts with
     /// `prefix` (keys are `"{rule}|{tenant}|{agent}|{action}"`), for headroom reports.
     fn rate_usage(&self, prefix: &str, since: DateTime<Utc>) -> StoreResult<Vec<RateUsage>>;
+
+    // Credentials (API keys and capability tokens): rows with the secret's hash, never
+    // the secret. See `crate::credential`.
+    fn create_credential(&self, c: &Credential) -> StoreResult<()>;
+    fn credential(&self, id: &str) -> StoreResult<Option<Credential>>;
+    /// Every credential, or a tenant's, oldest first.
+    fn list_credentials(&self, tenant: Option<&str>) -> StoreResult<Vec<Credential>>;
+    /// Revokes a credential and every capability token minted from it, in one transaction;
+    /// `false` when no credential has this id.
+    fn revoke_credential(&self, id: &str, now: DateTime<Utc>) -> StoreResult<bool>;
 }
 
 /// What [`Store::prune`] deleted.

@@ -23,6 +23,8 @@ use sandboxio_core::{CostCategory, Money};
 use super::*;
 use crate::error::{db, GatewayError};
 
+mod credentials;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
     /// fsync the WAL on every commit.
@@ -194,6 +196,8 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(db("enabling foreign keys"))?;
         conn.execute_batch(SCHEMA).map_err(db("creating schema"))?;
+        conn.execute_batch(credentials::SCHEMA)
+            .map_err(db("creating schema"))?;
         Ok(SqliteStore {
             mode: sync,
             relaxed: std::sync::atomic::AtomicBool::new(sync == SyncMode::Normal),
@@ -925,5 +929,25 @@ impl Store for SqliteStore {
             });
         }
         Ok(out)
+    }
+
+    fn create_credential(&self, c: &Credential) -> StoreResult<()> {
+        self.with_tx("storing a credential", |tx| credentials::insert(tx, c))
+    }
+
+    fn credential(&self, id: &str) -> StoreResult<Option<Credential>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        credentials::get(&conn, id)
+    }
+
+    fn list_credentials(&self, tenant: Option<&str>) -> StoreResult<Vec<Credential>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        credentials::list(&conn, tenant)
+    }
+
+    fn revoke_credential(&self, id: &str, now: DateTime<Utc>) -> StoreResult<bool> {
+        self.with_tx("revoking a credential", |tx| {
+            credentials::revoke(tx, id, ms(now))
+        })
     }
 }

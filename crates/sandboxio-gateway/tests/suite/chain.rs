@@ -370,6 +370,27 @@ impl Store for BrokenAdmission {
     ) -> store::StoreResult<Vec<store::RateUsage>> {
         self.0.rate_usage(p, since)
     }
+    fn create_credential(
+        &self,
+        c: &sandboxio_gateway::credential::Credential,
+    ) -> store::StoreResult<()> {
+        self.0.create_credential(c)
+    }
+    fn credential(
+        &self,
+        id: &str,
+    ) -> store::StoreResult<Option<sandboxio_gateway::credential::Credential>> {
+        self.0.credential(id)
+    }
+    fn list_credentials(
+        &self,
+        t: Option<&str>,
+    ) -> store::StoreResult<Vec<sandboxio_gateway::credential::Credential>> {
+        self.0.list_credentials(t)
+    }
+    fn revoke_credential(&self, id: &str, n: DateTime<Utc>) -> store::StoreResult<bool> {
+        self.0.revoke_credential(id, n)
+    }
 }
 
 #[tokio::test]

@@ -61,6 +61,18 @@ async fn file_operations_go_through_the_chain_and_stay_in_the_workspace() {
         l.tool_output.as_ref().unwrap()["entries"][0]["name"],
         "a.txt"
     );
+    // The workspace's own root lists too.
+    let root = sbx.list_files(".").await.unwrap();
+    assert_eq!(
+        root.record.status,
+        OperationStatus::Ok,
+        "{}",
+        root.record.reason
+    );
+    assert_eq!(
+        root.tool_output.as_ref().unwrap()["entries"][0]["name"],
+        "notes"
+    );
 
     // `..` is refused by policy before anything runs.
     let esc = sbx.read_file("../outside.txt").await.unwrap();
