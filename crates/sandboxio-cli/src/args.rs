@@ -187,6 +187,20 @@ pub enum Command {
         #[command(subcommand)]
         cmd: StateCmd,
     },
+    /// Serve the HTTP API (a Unix socket in the state directory by default).
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        opts: ServeArgs,
+    },
+    /// Create, list and revoke API keys for the HTTP API.
+    Keys {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        cmd: KeysCmd,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,6 +212,67 @@ pub enum StateCmd {
         #[arg(long, required = true)]
         from_trail: bool,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// Listen on TCP at this address (e.g. 127.0.0.1:8700) instead of the Unix socket.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Unix socket path (default: sandboxio.sock in the state directory); mode 0600.
+    #[arg(long, conflicts_with = "listen")]
+    pub socket: Option<PathBuf>,
+    /// TLS certificate chain (PEM); with --tls-key, serves HTTPS.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Requests handled at once; more are answered 503 with Retry-After.
+    #[arg(long)]
+    pub max_concurrent: Option<usize>,
+    /// Open connections at once; more are closed at accept.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Longest a request may take, e.g. 5m.
+    #[arg(long)]
+    pub request_timeout: Option<String>,
+    /// On SIGTERM, how long running requests may finish before they are cancelled, e.g. 10s.
+    #[arg(long)]
+    pub shutdown_grace: Option<String>,
+    /// Sandboxes one tenant may hold at once.
+    #[arg(long)]
+    pub max_sandboxes: Option<usize>,
+    /// Largest JSON request body, e.g. 1MiB.
+    #[arg(long)]
+    pub json_limit: Option<String>,
+    /// Largest file upload, e.g. 16MiB.
+    #[arg(long)]
+    pub upload_limit: Option<String>,
+    /// How long an `ask` waits for a person before it is denied (default from config: 300s).
+    #[arg(long)]
+    pub approval_timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCmd {
+    /// Create a key; its secret is printed once and only its hash is kept.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Comma-separated: exec, run_code, files, approve, admin, read (or `all`).
+        #[arg(long)]
+        scopes: String,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// Keys (and capability tokens) with their tenant, scopes and state; never secrets.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a key and every capability token minted from it.
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]

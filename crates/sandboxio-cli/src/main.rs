@@ -104,7 +104,9 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
         | Command::Costs { common, .. }
         | Command::Budget { common, .. }
         | Command::State { common, .. }
-        | Command::Status { common, .. } => Some(common),
+        | Command::Status { common, .. }
+        | Command::Serve { common, .. }
+        | Command::Keys { common, .. } => Some(common),
         Command::Audit {
             cmd:
                 AuditCmd::Tail { common, .. }

@@ -63,6 +63,11 @@ fn crate_layering_holds() {
                 "sandboxio-sandbox",
             ][..],
         ),
+        // Front ends talk to the gateway (and its re-exports), never to the layers.
+        (
+            "sandboxio-server",
+            &["sandboxio-core", "sandboxio-config", "sandboxio-gateway"][..],
+        ),
     ]);
     assert!(
         edges.len() >= 9,

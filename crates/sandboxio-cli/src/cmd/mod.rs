@@ -2,10 +2,12 @@
 
 mod audit;
 mod doctor;
+mod keys;
 mod policy;
 mod recover;
 mod rotate_key;
 mod run;
+mod serve;
 mod state;
 mod status;
 mod verify;
@@ -47,6 +49,8 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Command::Status { common, tenant } => status::status(&common, &tenant),
         Command::Policy { cmd } => policy::policy(cmd),
         Command::Audit { cmd } => audit::audit(cmd).await,
+        Command::Serve { common, opts } => serve::serve(common, opts).await,
+        Command::Keys { common, cmd } => keys::keys(&common, cmd),
     };
     match res {
         Ok(code) => code,
@@ -94,6 +98,9 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_budget::BudgetError>(cause));
         if let Some(f) = found {
             return f;
+        }
+        if let Some(x) = cause.downcast_ref::<sandboxio_server::ServerError>() {
+            return Some(x.code());
         }
     }
     let unexpected = crate::error::CliError::Unexpected {

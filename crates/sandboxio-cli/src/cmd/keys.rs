@@ -1,0 +1,96 @@
+//! `sandboxio keys create|list|revoke`: API keys for the HTTP API, kept hashed in the state
+//! store. A key's secret is printed once, at creation.
+
+use anyhow::Result;
+use chrono::Utc;
+use sandboxio_gateway::credential::{self, Scopes};
+use sandboxio_gateway::store::Store;
+use sandboxio_server::ServerError;
+
+use crate::args::{Common, KeysCmd};
+use crate::exit;
+use crate::setup;
+
+pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
+    let loaded = setup::load(common)?;
+    let store = loaded.open_store()?;
+    match cmd {
+        KeysCmd::Create {
+            tenant,
+            scopes,
+            label,
+        } => {
+            let scopes: Scopes = scopes.parse().map_err(|why| ServerError::BadValue {
+                field: "scopes",
+                why,
+            })?;
+            if tenant.is_empty() || tenant.len() > 128 {
+                return Err(ServerError::BadValue {
+                    field: "tenant",
+                    why: "a tenant is 1 to 128 characters".into(),
+                }
+                .into());
+            }
+            let m = credential::mint_api_key(&tenant, scopes, &label);
+            store.create_credential(&m.credential)?;
+            if common.json {
+                let v = serde_json::json!({
+                    "id": m.credential.id,
+                    "token": m.token,
+                    "tenant": m.credential.tenant,
+                    "scopes": m.credential.scopes,
+                });
+                println!("{v}");
+            } else {
+                println!("{}", m.token);
+                eprintln!(
+                    "created key {} for tenant `{}` with scopes {} (the secret above is shown once)",
+                    m.credential.id, m.credential.tenant, m.credential.scopes
+                );
+            }
+        }
+        KeysCmd::List { tenant } => {
+            let list = store.list_credentials(tenant.as_deref())?;
+            let now = Utc::now();
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                println!("no keys");
+            } else {
+                for c in list {
+                    let state = if c.revoked_at.is_some() {
+                        "revoked"
+                    } else if c.is_live(now) {
+                        "live"
+                    } else {
+                        "expired"
+                    };
+                    println!(
+                        "{}  {:10}  {:7}  tenant={}  scopes={}{}{}",
+                        c.id,
+                        c.kind.as_str(),
+                        state,
+                        c.tenant,
+                        c.scopes,
+                        c.sandbox
+                            .as_deref()
+                            .map(|s| format!("  sandbox={s}"))
+                            .unwrap_or_default(),
+                        if c.label.is_empty() {
+                            String::new()
+                        } else {
+                            format!("  label={}", c.label)
+                        },
+                    );
+                }
+            }
+        }
+        KeysCmd::Revoke { id } => {
+            if !store.revoke_credential(&id, Utc::now())? {
+                return Err(ServerError::NotFound { what: "key", id }.into());
+            }
+            println!("revoked {id}");
+        }
+    }
+    Ok(exit::OK)
+}

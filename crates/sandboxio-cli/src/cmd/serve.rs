@@ -1,0 +1,121 @@
+//! `sandboxio serve`: the HTTP API over the same chain as `run`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use sandboxio_core::{ByteSize, HumanDuration};
+use sandboxio_gateway::Approver;
+use sandboxio_server::{
+    app, AppState, Backend, Listen, Listener, ServeOptions, ServerApprover, TlsFiles,
+};
+
+use crate::args::{Common, ServeArgs};
+use crate::exit;
+use crate::setup;
+
+fn duration(v: &Option<String>) -> Result<Option<Duration>> {
+    Ok(v.as_deref()
+        .map(str::parse::<HumanDuration>)
+        .transpose()?
+        .map(|d| d.as_duration()))
+}
+
+fn size(v: &Option<String>) -> Result<Option<usize>> {
+    Ok(v.as_deref()
+        .map(str::parse::<ByteSize>)
+        .transpose()?
+        .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)))
+}
+
+pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
+    let loaded = setup::load(&common)?;
+    let approver = ServerApprover::new();
+    let gw = setup::gateway_with(
+        &loaded,
+        &common,
+        duration(&args.approval_timeout)?,
+        Approver::Callback(approver.clone()),
+    )?;
+    gw.recover().await?;
+    sandboxio_sandbox::cgroup::cleanup_stale();
+    let listen = match &args.listen {
+        Some(a) => Listen::Tcp(
+            a.parse()
+                .with_context(|| format!("`{a}` is not an address such as 127.0.0.1:8700"))?,
+        ),
+        None => Listen::Unix(
+            args.socket
+                .clone()
+                .unwrap_or_else(|| loaded.state_dir.join("sandboxio.sock")),
+        ),
+    };
+    // Workspaces are read by sandboxed programs under an unprivileged id: they live in a
+    // directory of their own (0711), not in the state directory.
+    let root = loaded
+        .config
+        .sandbox
+        .work_root
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("sandboxio-serve-{}", std::process::id()));
+    let mut opts = ServeOptions::new(listen, root.clone());
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        opts.tls = Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
+    if let Some(n) = args.max_concurrent {
+        opts.max_concurrent = n.max(1);
+    }
+    if let Some(n) = args.max_connections {
+        opts.max_connections = n.max(1);
+    }
+    if let Some(n) = args.max_sandboxes {
+        opts.max_sandboxes_per_tenant = n;
+    }
+    if let Some(d) = duration(&args.request_timeout)? {
+        opts.request_timeout = d;
+    }
+    if let Some(d) = duration(&args.shutdown_grace)? {
+        opts.shutdown_grace = d;
+    }
+    if let Some(n) = size(&args.json_limit)? {
+        opts.json_limit = n;
+    }
+    if let Some(n) = size(&args.upload_limit)? {
+        opts.upload_limit = n;
+    }
+    let backend = Arc::new(Backend::new(Arc::new(gw), approver));
+    let state = AppState::new(backend, opts);
+    let router = app::router(state.clone(), Vec::new());
+    let listener = Listener::bind(&state.opts).await?;
+    let scheme = if listener.is_tls() { "https" } else { "http" };
+    // One line on stdout, for scripts and tests that start the server.
+    println!("sandboxio serving {scheme} on {}", listener.address());
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    sandboxio_server::serve(listener, router, state, shutdown_signal()).await?;
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(exit::OK)
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! `sandboxio serve` against the real binary and a real HTTP client: lifecycle, keys and
+//! scopes, tenants, capability tokens, approvals over the API, bad input, TLS, the Unix
+//! socket and graceful shutdown. Every test starts its own server (on loopback or a socket
+//! in its own temporary directory) and stops it by pid.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "server/approvals.rs"]
+mod approvals;
+#[path = "server/auth.rs"]
+mod auth;
+#[path = "server/badinput.rs"]
+mod badinput;
+#[path = "server/harness.rs"]
+mod harness;
+#[path = "server/lifecycle.rs"]
+mod lifecycle;
+#[path = "server/transport.rs"]
+mod transport;

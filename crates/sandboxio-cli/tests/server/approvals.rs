@@ -1,0 +1,112 @@
+//! An `ask` over HTTP: 202 with the approval id, decided over the API, then it runs (or not).
+
+use serde_json::{json, Value};
+
+use crate::harness::{problem, Server};
+
+fn ask(s: &Server, key: &str, id: &str) -> String {
+    let r = s.post(
+        key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["touch", "flag"], "rationale": "mark the run as done"}),
+    );
+    assert_eq!(r.status(), 202);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["code"], "SBX_E1821");
+    assert_eq!(v["layer"], "approval");
+    let apr = v["approval_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        v["wait"].as_str().unwrap(),
+        format!("/v1/approvals/{apr}/outcome?timeout=60")
+    );
+    apr
+}
+
+#[test]
+fn an_ask_is_approved_over_the_api_and_then_runs() {
+    let s = Server::start(&[]);
+    let agent = s.key("acme", "exec,read,files");
+    let person = s.key("acme", "approve");
+    let other = s.key("globex", "all");
+    let id = s.sandbox(&agent);
+    let apr = ask(&s, &agent, &id);
+
+    // Pending, visible to the tenant only; the agent cannot approve its own ask.
+    let r = s.get(&agent, &format!("/v1/approvals/{apr}/outcome?timeout=0"));
+    assert_eq!(r.status(), 202);
+    let list: Value = s.get(&person, "/v1/approvals").json().unwrap();
+    let a = &list["approvals"][0];
+    assert_eq!(a["id"], apr.as_str());
+    assert_eq!(a["rationale"], "mark the run as done");
+    assert_eq!(s.get(&other, &format!("/v1/approvals/{apr}")).status(), 404);
+    assert_eq!(
+        s.post(&other, &format!("/v1/approvals/{apr}/approve"), &json!({}))
+            .status(),
+        404
+    );
+    let (st, p) = problem(s.post(&agent, &format!("/v1/approvals/{apr}/approve"), &json!({})));
+    assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1803"));
+
+    let r = s.post(
+        &person,
+        &format!("/v1/approvals/{apr}/approve"),
+        &json!({"reason": "fine"}),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().unwrap()["state"], "approved");
+
+    let r = s.get(&agent, &format!("/v1/approvals/{apr}/outcome?timeout=30"));
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["record"]["approval_id"], apr.as_str());
+    assert_eq!(v["record"]["exit_code"], 0);
+    assert!(v["record"]["approver"]
+        .as_str()
+        .unwrap()
+        .starts_with("key:"));
+    assert_eq!(v["record"]["status"], "ok", "the approved command ran: {v}");
+    assert!(
+        !v["result"]["exit"].is_null(),
+        "the sandbox reported an exit: {v}"
+    );
+    // A second decision conflicts.
+    let (st, p) = problem(s.post(&person, &format!("/v1/approvals/{apr}/deny"), &json!({})));
+    assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1508"));
+    assert!(s
+        .audit()
+        .iter()
+        .any(|e| e.to_string().contains("approval.approve")));
+}
+
+#[test]
+fn a_denied_ask_does_not_run_and_says_why() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let apr = ask(&s, &key, &id);
+    let w: Value = s
+        .get(&key, &format!("/v1/approvals/{apr}/wait?timeout=0"))
+        .json()
+        .unwrap();
+    assert_eq!(w["state"], "pending");
+    let r = s.post(
+        &key,
+        &format!("/v1/approvals/{apr}/deny"),
+        &json!({"reason": "not today"}),
+    );
+    assert_eq!(r.status(), 200);
+    let w: Value = s
+        .get(&key, &format!("/v1/approvals/{apr}/wait?timeout=5"))
+        .json()
+        .unwrap();
+    assert_eq!(w["state"], "denied");
+    let (st, p) = problem(s.get(&key, &format!("/v1/approvals/{apr}/outcome?timeout=30")));
+    assert_eq!(st, 403);
+    assert_eq!(p["code"], "SBX_E1825");
+    assert_eq!(p["layer"], "approval");
+    assert!(p["detail"].as_str().unwrap().contains("not today"), "{p}");
+    assert!(
+        p["record"]["exit_code"].is_null(),
+        "the denied command did not run: {p}"
+    );
+}

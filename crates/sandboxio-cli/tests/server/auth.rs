@@ -1,0 +1,230 @@
+//! Keys, scopes, tenants and capability tokens.
+
+use serde_json::{json, Value};
+
+use crate::harness::{problem, Server};
+
+#[test]
+fn no_or_bad_credentials_are_401_with_a_code() {
+    let s = Server::start(&[]);
+    let r = s.client.get(s.url("/v1/sandboxes")).send().unwrap();
+    let (st, p) = problem(r);
+    assert_eq!((st, p["code"].as_str().unwrap()), (401, "SBX_E1801"));
+    let fake = format!("sbxk_{}_{}", "0".repeat(16), "1".repeat(64));
+    for bad in ["nonsense", fake.as_str()] {
+        let (st, p) = problem(s.get(bad, "/v1/sandboxes"));
+        assert_eq!((st, p["code"].as_str().unwrap()), (401, "SBX_E1802"));
+    }
+}
+
+#[test]
+fn a_key_without_the_scope_gets_403_and_a_record() {
+    let s = Server::start(&[]);
+    let admin = s.key("acme", "all");
+    let reader = s.key("acme", "read");
+    let id = s.sandbox(&admin);
+    let (st, p) = problem(s.post(
+        &reader,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    ));
+    assert_eq!(st, 403);
+    assert_eq!(p["code"], "SBX_E1803");
+    assert!(p["detail"].as_str().unwrap().contains("`exec`"));
+    let forbidden: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|e| e.to_string().contains("http.forbidden"))
+        .collect();
+    assert_eq!(forbidden.len(), 1, "one record of the refusal");
+    assert!(forbidden[0].to_string().contains("acme"));
+    // The reader may still look.
+    assert_eq!(s.get(&reader, &format!("/v1/sandboxes/{id}")).status(), 200);
+}
+
+#[test]
+fn another_tenants_sandbox_is_404_everywhere() {
+    let s = Server::start(&[]);
+    let a = s.key("acme", "all");
+    let b = s.key("globex", "all");
+    let id = s.sandbox(&a);
+    let paths = [
+        format!("/v1/sandboxes/{id}"),
+        format!("/v1/sandboxes/{id}/files?path=x"),
+        format!("/v1/sandboxes/{id}/files/list"),
+    ];
+    for p in &paths {
+        let (st, body) = problem(s.get(&b, p));
+        assert_eq!(
+            (st, body["code"].as_str().unwrap()),
+            (404, "SBX_E1804"),
+            "{p}"
+        );
+    }
+    let (st, _) = problem(s.post(
+        &b,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    ));
+    assert_eq!(st, 404);
+    let (st, _) = problem(s.delete(&b, &format!("/v1/sandboxes/{id}")));
+    assert_eq!(st, 404);
+    let listed: Value = s.get(&b, "/v1/sandboxes").json().unwrap();
+    assert!(listed["sandboxes"].as_array().unwrap().is_empty());
+    // Still there for its owner.
+    assert_eq!(s.get(&a, &format!("/v1/sandboxes/{id}")).status(), 200);
+}
+
+fn mint(s: &Server, key: &str, id: &str, body: Value) -> (String, String) {
+    let r = s.post(key, &format!("/v1/sandboxes/{id}/tokens"), &body);
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    (
+        v["id"].as_str().unwrap().to_string(),
+        v["token"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_capability_token_is_confined_to_its_sandbox_directory_scopes_and_lifetime() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let a = s.sandbox(&key);
+    let b = s.sandbox(&key);
+    assert_eq!(
+        s.put_bytes(
+            &key,
+            &format!("/v1/sandboxes/{a}/files?path=pub/x.txt"),
+            b"x".to_vec()
+        )
+        .status(),
+        200
+    );
+    assert_eq!(
+        s.put_bytes(
+            &key,
+            &format!("/v1/sandboxes/{a}/files?path=secret.txt"),
+            b"s".to_vec()
+        )
+        .status(),
+        200
+    );
+    let (tid, tok) = mint(
+        &s,
+        &key,
+        &a,
+        json!({"scopes": ["files"], "dir": "pub", "ttl": "10m"}),
+    );
+
+    // Its own sandbox and directory: yes.
+    let r = s.get(&tok, &format!("/v1/sandboxes/{a}/files?path=pub/x.txt"));
+    assert_eq!(r.status(), 200);
+    // Outside its directory, another sandbox, another scope: no.
+    assert_eq!(
+        s.get(&tok, &format!("/v1/sandboxes/{a}/files?path=secret.txt"))
+            .status(),
+        404
+    );
+    assert_eq!(
+        s.get(&tok, &format!("/v1/sandboxes/{b}/files?path=pub/x.txt"))
+            .status(),
+        404
+    );
+    assert_eq!(s.get(&tok, &format!("/v1/sandboxes/{b}")).status(), 404);
+    let (st, _) = problem(s.post(
+        &tok,
+        &format!("/v1/sandboxes/{a}/exec"),
+        &json!({"argv": ["true"]}),
+    ));
+    assert_eq!(st, 403);
+    // It cannot mint, nor create sandboxes.
+    assert_eq!(
+        s.post(
+            &tok,
+            &format!("/v1/sandboxes/{a}/tokens"),
+            &json!({"scopes": ["files"], "ttl": "1m"})
+        )
+        .status(),
+        403
+    );
+    assert_eq!(s.post(&tok, "/v1/sandboxes", &json!({})).status(), 403);
+    // A token with more scopes than the key, or exec with a directory: refused.
+    let reader = s.key("acme", "read,files");
+    assert_eq!(
+        s.post(
+            &reader,
+            &format!("/v1/sandboxes/{a}/tokens"),
+            &json!({"scopes": ["exec"], "ttl": "1m"})
+        )
+        .status(),
+        403
+    );
+    assert_eq!(
+        s.post(
+            &key,
+            &format!("/v1/sandboxes/{a}/tokens"),
+            &json!({"scopes": ["exec"], "dir": "pub", "ttl": "1m"})
+        )
+        .status(),
+        422
+    );
+
+    // Revoked: unauthenticated from then on.
+    assert_eq!(s.delete(&key, &format!("/v1/tokens/{tid}")).status(), 204);
+    let (st, p) = problem(s.get(&tok, &format!("/v1/sandboxes/{a}/files?path=pub/x.txt")));
+    assert_eq!((st, p["code"].as_str().unwrap()), (401, "SBX_E1802"));
+
+    // Expired: the same.
+    let (_, short) = mint(&s, &key, &a, json!({"scopes": ["files"], "ttl": "1s"}));
+    assert_eq!(
+        s.get(&short, &format!("/v1/sandboxes/{a}/files/list"))
+            .status(),
+        200
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        s.get(&short, &format!("/v1/sandboxes/{a}/files/list"))
+            .status(),
+        401
+    );
+}
+
+#[test]
+fn a_revoked_key_and_its_tokens_stop_working() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let (_, tok) = mint(&s, &key, &id, json!({"scopes": ["files"], "ttl": "10m"}));
+    let list = std::process::Command::new(crate::harness::BIN)
+        .args(["keys", "list", "--json", "--state-dir"])
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    let keys: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert!(!String::from_utf8_lossy(&list.stdout).contains(key.rsplit('_').next().unwrap()));
+    let kid = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "api_key")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["keys", "revoke", &kid, "--state-dir"])
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(s.get(&key, "/v1/sandboxes").status(), 401);
+    assert_eq!(
+        s.get(&tok, &format!("/v1/sandboxes/{id}/files/list"))
+            .status(),
+        401
+    );
+}

@@ -1,0 +1,96 @@
+//! Bad input gets a clear, coded answer, changes nothing, and the server keeps serving.
+
+use serde_json::{json, Value};
+
+use crate::harness::{problem, Server};
+
+#[test]
+fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let exec = s.url(&format!("/v1/sandboxes/{id}/exec"));
+    let send = |body: Vec<u8>| {
+        s.client
+            .post(&exec)
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{\"argv\": [\"true\"".to_vec(), 400, "SBX_E1805"),
+        (b"".to_vec(), 400, "SBX_E1805"),
+        (
+            b"{\"argv\": [\"true\"], \"rm_rf\": true}".to_vec(),
+            422,
+            "SBX_E1806",
+        ),
+        (b"{\"argv\": \"true\"}".to_vec(), 422, "SBX_E1806"),
+        (b"{\"argv\": []}".to_vec(), 422, "SBX_E1005"),
+        (
+            b"{\"argv\": [\"true\"], \"timeout\": \"forever\"}".to_vec(),
+            422,
+            "SBX_E1806",
+        ),
+        (
+            b"{\"argv\": [\"true\"], \"idempotency_key\": \"has space\"}".to_vec(),
+            422,
+            "SBX_E1810",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let shown = String::from_utf8_lossy(&body).into_owned();
+        let (st, p) = problem(send(body));
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (status, code),
+            "{shown}: {p}"
+        );
+    }
+    // Oversized: more than the 1 MiB JSON limit.
+    let mut big = b"{\"argv\": [\"".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 2 << 20));
+    big.extend(b"\"]}");
+    let (st, p) = problem(send(big));
+    assert_eq!((st, p["code"].as_str().unwrap()), (413, "SBX_E1807"));
+
+    // Path traversal in the file API: refused, with a code and a record.
+    for path in ["../../etc/passwd", "/etc/passwd", "a/../../x"] {
+        let url = format!("/v1/sandboxes/{id}/files?path={}", urlencode(path));
+        let (st, p) = problem(s.get(&key, &url));
+        assert_eq!(st, 403, "{path}: {p}");
+        assert!(p["record"].is_object(), "{path}: the refusal is recorded");
+        let (st, _) = problem(s.put_bytes(&key, &url, b"x".to_vec()));
+        assert_eq!(st, 403, "{path}");
+    }
+    // Unknown route and unknown query field.
+    let (st, p) = problem(s.get(&key, "/v1/nothing-here"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (404, "SBX_E1815"));
+
+    // Still serving.
+    assert_eq!(
+        s.client.get(s.url("/healthz")).send().unwrap().status(),
+        200
+    );
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/exec"),
+            &json!({"argv": ["echo", "ok"]}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(v["result"]["stdout"], "ok\n");
+    assert!(!std::path::Path::new("/etc/passwd.x").exists());
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

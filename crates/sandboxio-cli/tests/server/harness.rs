@@ -1,0 +1,255 @@
+//! A server process per test, API keys made with `sandboxio keys create`, a blocking client.
+
+#![allow(dead_code)] // each test module uses a subset
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::blocking::{Client, Response};
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxio");
+
+/// Allows commands and code in the process tier (fast, and no user namespaces needed),
+/// asks a person before `touch`, and allows files inside the workspace.
+pub const POLICY: &str = r#"[settings]
+name = "server-tests"
+description = "process tier; touch needs approval; files stay in the workspace"
+
+[[rule]]
+id = "run-in-process"
+effect = "allow"
+kind = ["exec", "run_code"]
+tier = "process"
+network = "none"
+reason = "tests run commands in the process tier"
+
+[[rule]]
+id = "touch-needs-approval"
+effect = "ask"
+kind = "exec"
+argv_prefix = ["touch"]
+reason = "creating files from the shell needs a person's approval"
+
+[[rule]]
+id = "files-in-workspace"
+effect = "allow"
+kind = ["file_read", "file_write", "file_delete"]
+in_workspace = true
+reason = "files inside the workspace are allowed"
+"#;
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT` (or `http://localhost` over the Unix socket).
+    pub base: String,
+    pub client: Client,
+}
+
+pub fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+impl Server {
+    pub fn start(extra: &[&str]) -> Server {
+        Self::start_with(extra, |_| {})
+    }
+
+    /// Starts `sandboxio serve --listen 127.0.0.1:0` (unless `extra` says otherwise) and
+    /// waits for its "serving" line.
+    pub fn start_with(extra: &[&str], prepare: impl FnOnce(&Path)) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-serve-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        std::fs::write(dir.path().join("config.toml"), "").unwrap();
+        prepare(dir.path());
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--policy")
+            .arg(dir.path().join("policy.toml"))
+            .arg("--config")
+            .arg(dir.path().join("config.toml"));
+        if !extra.contains(&"--socket") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("SBX_STATE_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("sandboxio serving"),
+            "server did not start: {line:?}"
+        );
+        let addr = line.split_whitespace().last().unwrap().to_string();
+        let base = if addr.starts_with("unix:") {
+            "http://localhost".to_string()
+        } else {
+            let scheme = line.split_whitespace().nth(2).unwrap();
+            format!("{scheme}://{addr}")
+        };
+        Server {
+            dir,
+            child: Some(child),
+            base,
+            client: client(),
+        }
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// `sandboxio keys create`: the token printed once.
+    pub fn key(&self, tenant: &str, scopes: &str) -> String {
+        let out = Command::new(BIN)
+            .args(["keys", "create", "--tenant", tenant, "--scopes", scopes])
+            .arg("--state-dir")
+            .arg(self.state())
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, key: &str, path: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .unwrap()
+    }
+
+    pub fn delete(&self, key: &str, path: &str) -> Response {
+        self.client
+            .delete(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .unwrap()
+    }
+
+    pub fn post(&self, key: &str, path: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .unwrap()
+    }
+
+    pub fn put_bytes(&self, key: &str, path: &str, body: Vec<u8>) -> Response {
+        self.client
+            .put(self.url(path))
+            .bearer_auth(key)
+            .body(body)
+            .send()
+            .unwrap()
+    }
+
+    /// Creates a process-tier sandbox and returns its id.
+    pub fn sandbox(&self, key: &str) -> String {
+        let r = self.post(
+            key,
+            "/v1/sandboxes",
+            &serde_json::json!({"tier": "process"}),
+        );
+        assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+        r.json::<Value>().unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The audit trail's events.
+    pub fn audit(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.state().join("audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
+    /// Waits (at most 60 s) for a server already sent SIGTERM to exit.
+    pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        for _ in 0..1200 {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        panic!("the server did not exit within 60 s of SIGTERM");
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            for _ in 0..200 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A problem answer's `code`, checking its content type.
+pub fn problem(r: Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body: Value = r.json().unwrap();
+    assert_eq!(ct, "application/problem+json", "{body}");
+    assert!(
+        body["code"].as_str().unwrap().starts_with("SBX_E"),
+        "{body}"
+    );
+    (status, body)
+}

@@ -1,0 +1,165 @@
+//! A sandbox's whole life over the API, each step one operation with one record.
+
+use serde_json::{json, Value};
+
+use crate::harness::Server;
+
+#[test]
+fn sandbox_lifecycle_exec_files_code_extend_delete() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+
+    let r = s.get(&key, &format!("/v1/sandboxes/{id}"));
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["tenant"], "acme");
+    assert_eq!(v["tier"], "process");
+    let listed: Value = s.get(&key, "/v1/sandboxes").json().unwrap();
+    assert!(listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["id"] == id.as_str()));
+
+    // Exec: the result, and the record whose id the response header names.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["sh", "-c", "echo hello; echo err >&2; exit 3"]}),
+    );
+    assert_eq!(r.status(), 200);
+    let op = r.headers()["sandboxio-operation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(r.headers().contains_key("sandboxio-trace-id"));
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["result"]["stdout"], "hello\n");
+    assert_eq!(v["result"]["stderr"], "err\n");
+    assert_eq!(v["record"]["exit_code"], 3);
+    assert_eq!(v["record"]["operation_id"], op.as_str());
+    assert_eq!(v["record"]["session_id"], id.as_str());
+
+    // Files: upload, read back, list, stat; a program sees the upload.
+    let r = s.put_bytes(
+        &key,
+        &format!("/v1/sandboxes/{id}/files?path=data/in.txt"),
+        b"42\n".to_vec(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let r = s.get(&key, &format!("/v1/sandboxes/{id}/files?path=data/in.txt"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().unwrap().as_ref(), b"42\n");
+    let l: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/files/list?path=data"))
+        .json()
+        .unwrap();
+    assert_eq!(l["entries"][0]["name"], "in.txt");
+    assert_eq!(l["entries"][0]["size"], 3);
+    let st: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/files/stat?path=data"))
+        .json()
+        .unwrap();
+    assert_eq!(st["is_dir"], true);
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/exec"),
+            &json!({"argv": ["sh", "-c", "cat \"$SANDBOX_INPUT/data/in.txt\""]}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(v["result"]["stdout"], "42\n", "{v}");
+
+    // Code, with stdin and env.
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/run_code"),
+            &json!({"language": "python", "code": "import os,sys; print(int(sys.stdin.read()) + int(os.environ['N']))",
+                    "stdin": "40", "env": {"N": "2"}}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(v["result"]["stdout"], "42\n", "{v}");
+
+    // Delete a file, then it is gone.
+    let r = s.delete(&key, &format!("/v1/sandboxes/{id}/files?path=data/in.txt"));
+    assert_eq!(r.status(), 200);
+    let r = s.get(&key, &format!("/v1/sandboxes/{id}/files?path=data/in.txt"));
+    assert_eq!(r.status(), 404);
+
+    // Extend, then delete: the sandbox and its workspace are gone.
+    let before: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    let after: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/extend"),
+            &json!({"by": "30m"}),
+        )
+        .json()
+        .unwrap();
+    assert!(after["expires_at"].as_str().unwrap() > before["expires_at"].as_str().unwrap());
+    assert_eq!(s.delete(&key, &format!("/v1/sandboxes/{id}")).status(), 204);
+    assert_eq!(s.get(&key, &format!("/v1/sandboxes/{id}")).status(), 404);
+
+    // One record per operation, plus the server's own lifecycle records.
+    let trail = s.audit();
+    let op_rec = trail.iter().filter(|e| e.to_string().contains(&op)).count();
+    assert!(op_rec >= 1, "the exec's record is in the trail");
+    for ev in ["sandbox.create", "sandbox.delete"] {
+        assert!(
+            trail.iter().any(|e| e.to_string().contains(ev)),
+            "no `{ev}` record"
+        );
+    }
+}
+
+#[test]
+fn the_callers_traceparent_is_honoured_in_the_answer_and_the_record() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "exec");
+    let id = s.sandbox(&key);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = s
+        .client
+        .post(s.url(&format!("/v1/sandboxes/{id}/exec")))
+        .bearer_auth(&key)
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .json(&json!({"argv": ["true"]}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["sandboxio-trace-id"], trace);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["record"]["trace_id"], trace);
+}
+
+#[test]
+fn an_idle_sandbox_is_reaped_and_recorded() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "exec");
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "idle_timeout": "1s"}),
+    );
+    let id = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut gone = false;
+    for _ in 0..100 {
+        if s.get(&key, &format!("/v1/sandboxes/{id}")).status() == 404 {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(gone, "an idle sandbox was not reaped");
+    assert!(s
+        .audit()
+        .iter()
+        .any(|e| e.to_string().contains("sandbox.reap") && e.to_string().contains(&id)));
+}

@@ -1,0 +1,158 @@
+//! Who is calling: an API key (a tenant and scopes) or a capability token (one sandbox,
+//! maybe one directory, fewer scopes, an expiry). `Caller` is an extractor any route module
+//! (the API, MCP, the dashboard) uses; a refused scope is answered 403 and recorded.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use chrono::Utc;
+use sandboxio_core::Verdict;
+use sandboxio_gateway::credential::{self, Credential, CredentialKind, Scope};
+
+use crate::backend::server_record;
+use crate::context::RequestCtx;
+use crate::error::ServerError;
+use crate::state::AppState;
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub credential: Credential,
+    pub ctx: RequestCtx,
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let v = parts.headers.get(axum::http::header::AUTHORIZATION)?;
+    let v = v.to_str().ok()?.trim();
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ServerError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let ctx = parts
+            .extensions
+            .get::<RequestCtx>()
+            .cloned()
+            .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
+        let token = bearer(parts).ok_or(ServerError::Unauthenticated)?;
+        let (kind, id, secret) =
+            credential::parse_token(token).ok_or(ServerError::BadCredential)?;
+        let store = state.backend.store().clone();
+        let id = id.to_string();
+        let found = tokio::task::spawn_blocking(move || store.credential(&id))
+            .await
+            .map_err(|_| ServerError::Internal {
+                action: "checking a credential",
+            })??;
+        let c = found.ok_or(ServerError::BadCredential)?;
+        if !credential::secret_matches(&c, kind, secret) || !c.is_live(Utc::now()) {
+            return Err(ServerError::BadCredential);
+        }
+        // A capability token lives no longer than the key it was minted from.
+        if let Some(parent) = c.parent.clone() {
+            let store = state.backend.store().clone();
+            let p = tokio::task::spawn_blocking(move || store.credential(&parent))
+                .await
+                .map_err(|_| ServerError::Internal {
+                    action: "checking a credential",
+                })??;
+            if !p.is_some_and(|p| p.is_live(Utc::now())) {
+                return Err(ServerError::BadCredential);
+            }
+        }
+        Ok(Caller { credential: c, ctx })
+    }
+}
+
+impl Caller {
+    pub fn tenant(&self) -> &str {
+        &self.credential.tenant
+    }
+
+    /// How the caller is named in records (`key:<id>` or `token:<id>`), never the secret.
+    pub fn name(&self) -> String {
+        match self.credential.kind {
+            CredentialKind::ApiKey => format!("key:{}", self.credential.id),
+            CredentialKind::Capability => format!("token:{}", self.credential.id),
+        }
+    }
+
+    pub fn is_capability(&self) -> bool {
+        self.credential.kind == CredentialKind::Capability
+    }
+
+    /// Refuses (403, recorded) unless the credential has `scope`.
+    pub async fn require(&self, state: &AppState, scope: Scope) -> Result<(), ServerError> {
+        if self.credential.scopes.contains(scope) {
+            return Ok(());
+        }
+        let e = ServerError::MissingScope {
+            scope: scope.as_str(),
+        };
+        let mut rec = server_record(
+            "http.forbidden",
+            self.tenant(),
+            &self.ctx,
+            Verdict::Deny,
+            format!("{} lacks the `{scope}` scope", self.name()),
+        );
+        rec.error_code = Some(sandboxio_core::ErrorCode::code(&e).to_string());
+        state.backend.record(rec).await;
+        Err(e)
+    }
+
+    /// Whether the caller may see sandbox `id` at all (a token sees only its own). Anything
+    /// else answers 404, as if it did not exist.
+    pub fn may_see_sandbox(&self, id: &str) -> bool {
+        match &self.credential.sandbox {
+            Some(s) => s == id,
+            None => !self.is_capability(),
+        }
+    }
+
+    /// Whether a file path is inside the directory a token is confined to.
+    pub fn may_touch_path(&self, path: &str) -> bool {
+        let Some(dir) = &self.credential.dir else {
+            return true;
+        };
+        let (Some(dir), Some(path)) = (components(dir), components(path)) else {
+            return false;
+        };
+        path.len() >= dir.len() && path[..dir.len()] == dir[..]
+    }
+}
+
+/// The lexical components of a relative path (`.` and empty parts dropped); `None` when it
+/// climbs (`..`) or is absolute.
+pub fn components(p: &str) -> Option<Vec<&str>> {
+    if p.starts_with('/') {
+        return None;
+    }
+    let mut v = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return None,
+            c => v.push(c),
+        }
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_refuse_climbing_and_absolute_paths() {
+        assert_eq!(components("a/./b//c"), Some(vec!["a", "b", "c"]));
+        assert_eq!(components("a/../b"), None);
+        assert_eq!(components("/etc"), None);
+        assert_eq!(components("."), Some(vec![]));
+    }
+}

@@ -1,0 +1,407 @@
+//! The glue between HTTP and the gateway: the only module that submits operations.
+//!
+//! Every operation runs in its own task with a cancel token, so a client that goes away, a
+//! request timeout or a shutdown cancels it (the sandbox's whole process tree is killed and
+//! the operation still gets its one record). An `ask` does not hold the request: the server's
+//! approver tells the waiting handler the approval id, the handler answers 202, and the
+//! operation goes on waiting in its task; its outcome is kept for `GET
+//! /v1/approvals/{id}/outcome`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sandboxio_core::{ErrorCode, Fingerprint, Layer, OperationRecord, OperationStatus, Verdict};
+use sandboxio_gateway::store::{Approval, ApprovalState, Store};
+use sandboxio_gateway::{
+    ApprovalAnswer, ApprovalCallback, CancelToken, Gateway, GatewayError, Outcome, Submission,
+};
+use tokio::sync::{oneshot, watch};
+
+/// How often a waiting `ask` re-reads its approval (a person may answer from the CLI, in
+/// another process, as well as over this API).
+const APPROVAL_POLL: Duration = Duration::from_millis(100);
+/// How long a finished asked-for outcome is kept for its caller to fetch.
+const PENDING_KEEP: Duration = Duration::from_secs(3600);
+
+type AskKey = (String, String);
+
+/// The gateway's approver inside the server: it tells the handler waiting on the request
+/// which approval was created, then waits for a person's decision in the store.
+#[derive(Default)]
+pub struct ServerApprover {
+    store: OnceLock<Arc<dyn Store>>,
+    waiting: Mutex<HashMap<AskKey, Vec<oneshot::Sender<String>>>>,
+}
+
+impl ServerApprover {
+    pub fn new() -> Arc<ServerApprover> {
+        Arc::new(ServerApprover::default())
+    }
+
+    fn register(&self, key: AskKey) -> oneshot::Receiver<String> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut w) = self.waiting.lock() {
+            w.entry(key).or_default().push(tx);
+        }
+        rx
+    }
+
+    fn forget(&self, key: &AskKey) {
+        if let Ok(mut w) = self.waiting.lock() {
+            if let Some(v) = w.get_mut(key) {
+                v.retain(|tx| !tx.is_closed());
+                if v.is_empty() {
+                    w.remove(key);
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ApprovalCallback for ServerApprover {
+    async fn decide(&self, a: &Approval) -> Option<ApprovalAnswer> {
+        let key = (a.tenant.clone(), a.fingerprint.clone());
+        if let Ok(mut w) = self.waiting.lock() {
+            if let Some(v) = w.get_mut(&key) {
+                while let Some(tx) = v.pop() {
+                    if tx.send(a.id.clone()).is_ok() {
+                        break;
+                    }
+                }
+                if v.is_empty() {
+                    w.remove(&key);
+                }
+            }
+        }
+        let store = self.store.get()?.clone();
+        // The gateway bounds this wait by its approval timeout.
+        loop {
+            match store.get_approval(&a.id) {
+                Ok(Some(now)) => match now.state {
+                    ApprovalState::Approved | ApprovalState::Denied => {
+                        return Some(ApprovalAnswer {
+                            approve: now.state == ApprovalState::Approved,
+                            approver: now.decided_by.unwrap_or_default(),
+                            reason: now.decision_reason,
+                        })
+                    }
+                    ApprovalState::Pending => {}
+                    ApprovalState::Expired | ApprovalState::Used => return None,
+                },
+                Ok(None) | Err(_) => return None,
+            }
+            tokio::time::sleep(APPROVAL_POLL).await;
+        }
+    }
+}
+
+/// The outcome of an operation, or the gateway's failure (its code and message).
+pub type Finished = Result<Outcome, (String, String)>;
+
+/// An operation that asked for approval and goes on in the background.
+struct Pending {
+    tenant: String,
+    done: watch::Receiver<Option<Finished>>,
+    finished_at: Arc<Mutex<Option<Instant>>>,
+}
+
+/// What a submission came to.
+pub enum Submitted {
+    Done(Box<Outcome>),
+    /// An approval is pending; the operation runs once it is given.
+    Asked {
+        approval_id: String,
+    },
+}
+
+pub struct Backend {
+    gw: Arc<Gateway>,
+    approver: Arc<ServerApprover>,
+    running: Arc<Mutex<HashMap<u64, CancelToken>>>,
+    pending: Mutex<HashMap<String, Pending>>,
+    seq: AtomicU64,
+}
+
+/// Cancels the operation when the handler awaiting it is dropped (the client went away or
+/// the request timed out), unless disarmed.
+struct CancelOnDrop(Option<CancelToken>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.cancel("the client went away");
+        }
+    }
+}
+
+impl Backend {
+    pub fn new(gw: Arc<Gateway>, approver: Arc<ServerApprover>) -> Backend {
+        let _ = approver.store.set(gw.store().clone());
+        Backend {
+            gw,
+            approver,
+            running: Arc::new(Mutex::new(HashMap::new())),
+            pending: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gw
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        self.gw.store()
+    }
+
+    /// Runs one operation through the chain. Returns when it finished or when it is waiting
+    /// for an approval.
+    /// `linked`: a token (the sandbox's) whose cancellation cancels this operation too.
+    pub async fn submit(
+        &self,
+        mut sub: Submission,
+        linked: Option<CancelToken>,
+    ) -> Result<Submitted, ServerError> {
+        let token = CancelToken::new();
+        sub.cancel = Some(token.clone());
+        let link = linked.map(|l| {
+            let t = token.clone();
+            tokio::spawn(async move {
+                let why = l.cancelled().await;
+                t.cancel(why);
+            })
+        });
+        let answer = self.submit_with(sub, token).await;
+        if let (Some(link), Ok(Submitted::Done(_))) = (&link, &answer) {
+            link.abort();
+        }
+        answer
+    }
+
+    async fn submit_with(
+        &self,
+        sub: Submission,
+        token: CancelToken,
+    ) -> Result<Submitted, ServerError> {
+        let key: AskKey = (
+            sub.op.principal.tenant.clone(),
+            Fingerprint::of_operation(&sub.op).0,
+        );
+        let mut asked = self.approver.register(key.clone());
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(n, token.clone());
+        }
+        let gw = self.gw.clone();
+        let mut task = tokio::spawn(async move { gw.submit(sub).await });
+        let mut guard = CancelOnDrop(Some(token));
+        let answer = tokio::select! {
+            biased;
+            done = &mut task => {
+                guard.0 = None;
+                self.approver.forget(&key);
+                self.untrack(n);
+                match done {
+                    Ok(Ok(out)) => Ok(Submitted::Done(Box::new(out))),
+                    Ok(Err(e)) => Err(ServerError::Gateway(e)),
+                    Err(_) => Err(ServerError::Internal { action: "running an operation" }),
+                }
+            }
+            Ok(approval_id) = &mut asked => {
+                guard.0 = None;
+                self.keep_pending(&approval_id, key.0.clone(), task, n);
+                Ok(Submitted::Asked { approval_id })
+            }
+        };
+        answer
+    }
+
+    fn untrack(&self, n: u64) {
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&n);
+        }
+    }
+
+    fn keep_pending(
+        self: &Backend,
+        approval_id: &str,
+        tenant: String,
+        task: tokio::task::JoinHandle<Result<Outcome, GatewayError>>,
+        n: u64,
+    ) {
+        let (tx, rx) = watch::channel(None);
+        let finished_at = Arc::new(Mutex::new(None));
+        let fin = finished_at.clone();
+        let running = self.running.clone();
+        tokio::spawn(async move {
+            let res: Finished = match task.await {
+                Ok(Ok(out)) => Ok(out),
+                Ok(Err(e)) => Err((e.code().to_string(), e.to_string())),
+                Err(_) => Err(("SBX_E1812".into(), "the operation's task failed".into())),
+            };
+            if let Ok(mut r) = running.lock() {
+                r.remove(&n);
+            }
+            let _ = tx.send(Some(res));
+            if let Ok(mut f) = fin.lock() {
+                *f = Some(Instant::now());
+            }
+        });
+        if let Ok(mut p) = self.pending.lock() {
+            p.retain(|_, v| {
+                v.finished_at
+                    .lock()
+                    .map(|f| f.is_none_or(|t| t.elapsed() < PENDING_KEEP))
+                    .unwrap_or(false)
+            });
+            p.insert(
+                approval_id.to_string(),
+                Pending {
+                    tenant,
+                    done: rx,
+                    finished_at,
+                },
+            );
+        }
+    }
+
+    /// The outcome of an asked-for operation of `tenant`, waiting up to `wait` for it.
+    /// `None`: no such operation for this tenant; `Some(None)`: not finished yet.
+    pub async fn pending_outcome(
+        &self,
+        tenant: &str,
+        approval_id: &str,
+        wait: Duration,
+    ) -> Option<Option<Finished>> {
+        let mut rx = {
+            let p = self.pending.lock().ok()?;
+            let e = p.get(approval_id).filter(|e| e.tenant == tenant)?;
+            e.done.clone()
+        };
+        let got = match tokio::time::timeout(wait, rx.wait_for(|v| v.is_some())).await {
+            Ok(Ok(v)) => Some(v.clone()),
+            _ => None,
+        };
+        Some(got.unwrap_or_else(|| rx.borrow().clone()))
+    }
+
+    /// Cancels everything this server runs (shutdown past its grace period).
+    pub fn cancel_all(&self, reason: &str) -> usize {
+        let tokens: Vec<CancelToken> = self
+            .running
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
+        for t in &tokens {
+            t.cancel(reason.to_string());
+        }
+        tokens.len()
+    }
+
+    /// How many operations are running (or waiting for an approval).
+    pub fn running(&self) -> usize {
+        self.running.lock().map(|r| r.len()).unwrap_or(0)
+            + self
+                .pending
+                .lock()
+                .map(|p| p.values().filter(|v| v.done.borrow().is_none()).count())
+                .unwrap_or(0)
+    }
+
+    /// Writes a record that did not come from the chain: a refused credential or scope, an
+    /// admin action, a sandbox's lifecycle. Same redaction and sinks as the chain's.
+    pub async fn record(&self, rec: OperationRecord) {
+        if let Err(e) = self.gw.auditor().record(rec).await {
+            tracing::warn!(code = e.code(), "recording a server event failed: {e}");
+        }
+    }
+}
+
+/// A record for something the server itself decided or did.
+pub fn server_record(
+    event: &str,
+    tenant: &str,
+    ctx: &crate::context::RequestCtx,
+    verdict: Verdict,
+    reason: String,
+) -> OperationRecord {
+    let mut rec = OperationRecord::new(ctx.request_id.clone(), event);
+    rec.tool_name = event.to_string();
+    rec.tenant_id = Some(tenant.to_string());
+    rec.backend = "server".into();
+    rec.verdict = verdict;
+    rec.layer = Layer::Admit;
+    rec.status = if verdict == Verdict::Deny {
+        OperationStatus::Denied
+    } else {
+        OperationStatus::Ok
+    };
+    rec.reason = reason;
+    if let Some((trace, span)) = crate::context::parse_traceparent(&ctx.traceparent) {
+        rec.trace_id = Some(trace);
+        rec.span_id = Some(span);
+    }
+    rec
+}
+
+use crate::error::ServerError;
+
+/// The submission for an operation in a session: its tenant, its sandbox's tier, the
+/// workspace as input and output directory and as the root of file operations.
+pub fn session_submission(
+    session: &crate::sessions::Session,
+    args: sandboxio_core::OperationArgs,
+    ctx: &crate::context::RequestCtx,
+    extra: SubmitExtras,
+) -> Submission {
+    use sandboxio_core::{ExecRequest, Operation, Principal};
+    let principal = Principal {
+        tenant: session.tenant.clone(),
+        session: Some(session.id.clone()),
+        agent: None,
+    };
+    let is_exec = matches!(
+        args,
+        sandboxio_core::OperationArgs::Exec { .. } | sandboxio_core::OperationArgs::RunCode { .. }
+    );
+    let mut op = Operation::new(principal, args);
+    op.tier = Some(session.spec.tier);
+    op.idempotency_key = extra.idempotency_key;
+    op.rationale = extra.rationale;
+    let mut sub = Submission::new(op);
+    if is_exec {
+        let mut req = ExecRequest::new(Vec::<String>::new());
+        req.env = session.spec.env.clone();
+        req.env.extend(extra.env);
+        req.stdin = extra.stdin;
+        req.limits = session.spec.limits.clone();
+        if let Some(t) = extra.timeout {
+            req.limits.timeout = t;
+        }
+        req.input_dir = Some(session.dir.clone());
+        req.output_dir = Some(session.dir.clone());
+        sub.exec = Some(req);
+    }
+    sub.workspace = Some(session.dir.clone());
+    sub.content = extra.content;
+    sub.labels = session.spec.labels.clone();
+    sub.labels
+        .insert("sandbox_session".into(), session.id.clone());
+    sub.traceparent = Some(ctx.traceparent.clone());
+    sub
+}
+
+/// The parts of a request that are not the operation's arguments.
+#[derive(Debug, Default)]
+pub struct SubmitExtras {
+    pub idempotency_key: Option<sandboxio_core::IdempotencyKey>,
+    pub rationale: Option<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Option<Duration>,
+    pub content: Option<Vec<u8>>,
+}

@@ -1,0 +1,55 @@
+//! Request bodies: JSON read under a size limit, with unknown fields refused by the types
+//! (`deny_unknown_fields`) and every failure a coded problem, never axum's plain text.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use crate::error::ServerError;
+use crate::state::AppState;
+
+/// A JSON body of at most the configured JSON limit.
+pub struct ApiJson<T>(pub T);
+
+/// Reads a whole body of at most `limit` bytes.
+pub async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ServerError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            ServerError::TooLarge { limit }
+        } else {
+            ServerError::MalformedJson {
+                why: "the body could not be read".into(),
+            }
+        }
+    })
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServerError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ServerError::MalformedJson {
+            why: "the body is empty".into(),
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        let why = e.to_string();
+        match e.classify() {
+            Category::Data => ServerError::InvalidBody { why },
+            Category::Syntax | Category::Eof | Category::Io => ServerError::MalformedJson { why },
+        }
+    })
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ServerError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.opts.json_limit;
+        let bytes = read_limited(req.into_body(), limit).await?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}

@@ -1,0 +1,163 @@
+//! Server errors: each has a stable code (`SBX_E18xx`) and an HTTP status, and becomes an
+//! `application/problem+json` answer that never echoes internals.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use sandboxio_core::ErrorCode;
+use sandboxio_gateway::GatewayError;
+use thiserror::Error;
+
+use crate::problem::Problem;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("no credential: send `Authorization: Bearer <api key or capability token>`")]
+    Unauthenticated,
+    #[error("the credential is malformed, unknown, revoked or expired")]
+    BadCredential,
+    #[error("the credential lacks the `{scope}` scope")]
+    MissingScope { scope: &'static str },
+    #[error("{what} `{id}` not found")]
+    NotFound { what: &'static str, id: String },
+    #[error("the request body is not valid JSON: {why}")]
+    MalformedJson { why: String },
+    #[error("the request body does not fit the schema: {why}")]
+    InvalidBody { why: String },
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the server is at its limit of {limit} concurrent requests; retry shortly")]
+    Busy { limit: usize },
+    #[error("the request did not finish within {secs} s")]
+    Timeout { secs: u64 },
+    #[error("invalid `{field}`: {why}")]
+    BadValue { field: &'static str, why: String },
+    #[error("tenant `{tenant}` already has {limit} sandboxes (the most it may hold)")]
+    Quota { tenant: String, limit: usize },
+    #[error("internal error while {action}")]
+    Internal { action: &'static str },
+    #[error("cannot listen on `{addr}`")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot load the TLS {what} `{path}`: {why}")]
+    Tls {
+        what: &'static str,
+        path: String,
+        why: String,
+    },
+    #[error("no route for `{method} {path}`")]
+    NoRoute { method: String, path: String },
+    #[error("the gateway failed: {0}")]
+    Gateway(#[from] GatewayError),
+}
+
+impl ErrorCode for ServerError {
+    fn code(&self) -> &'static str {
+        match self {
+            ServerError::Unauthenticated => "SBX_E1801",
+            ServerError::BadCredential => "SBX_E1802",
+            ServerError::MissingScope { .. } => "SBX_E1803",
+            ServerError::NotFound { .. } => "SBX_E1804",
+            ServerError::MalformedJson { .. } => "SBX_E1805",
+            ServerError::InvalidBody { .. } => "SBX_E1806",
+            ServerError::TooLarge { .. } => "SBX_E1807",
+            ServerError::Busy { .. } => "SBX_E1808",
+            ServerError::Timeout { .. } => "SBX_E1809",
+            ServerError::BadValue { .. } => "SBX_E1810",
+            ServerError::Quota { .. } => "SBX_E1811",
+            ServerError::Internal { .. } => "SBX_E1812",
+            ServerError::Listen { .. } => "SBX_E1813",
+            ServerError::Tls { .. } => "SBX_E1814",
+            ServerError::NoRoute { .. } => "SBX_E1815",
+            ServerError::Gateway(e) => e.code(),
+        }
+    }
+    fn is_transient(&self) -> bool {
+        match self {
+            ServerError::Busy { .. } | ServerError::Timeout { .. } => true,
+            ServerError::Gateway(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+impl ServerError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ServerError::Unauthenticated | ServerError::BadCredential => StatusCode::UNAUTHORIZED,
+            ServerError::MissingScope { .. } => StatusCode::FORBIDDEN,
+            ServerError::NotFound { .. } | ServerError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ServerError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
+            ServerError::InvalidBody { .. } | ServerError::BadValue { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ServerError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ServerError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ServerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ServerError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ServerError::Gateway(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+            ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => StatusCode::CONFLICT,
+            ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => StatusCode::NOT_FOUND,
+            ServerError::Internal { .. }
+            | ServerError::Listen { .. }
+            | ServerError::Tls { .. }
+            | ServerError::Gateway(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            ServerError::Unauthenticated | ServerError::BadCredential => "unauthenticated",
+            ServerError::MissingScope { .. } => "forbidden",
+            ServerError::NotFound { .. } | ServerError::NoRoute { .. } => "not found",
+            ServerError::MalformedJson { .. }
+            | ServerError::InvalidBody { .. }
+            | ServerError::BadValue { .. } => "bad request",
+            ServerError::TooLarge { .. } => "request too large",
+            ServerError::Busy { .. } => "server busy",
+            ServerError::Timeout { .. } => "timed out",
+            ServerError::Quota { .. } => "quota reached",
+            ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => "conflict",
+            ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => "not found",
+            _ => "internal error",
+        }
+    }
+
+    pub fn problem(&self) -> Problem {
+        let status = self.status();
+        // Gateway internals are logged, not returned: the code says what class it was.
+        let detail = match self {
+            ServerError::Gateway(
+                e @ (GatewayError::ApprovalNotPending { .. }
+                | GatewayError::ApprovalNotFound { .. }),
+            ) => e.to_string(),
+            ServerError::Gateway(e) => {
+                tracing::warn!(code = e.code(), "request failed in the gateway: {e}");
+                "the gateway could not complete this request; it was not run".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut p = Problem::new(status, self.title(), self.code(), detail);
+        if self.is_transient() {
+            p.retry_after_s = Some(1);
+        }
+        p
+    }
+}
+
+impl IntoResponse for ServerError {
+    fn into_response(self) -> Response {
+        let unread_body = matches!(self, ServerError::TooLarge { .. });
+        let mut res = self.problem().into_response();
+        if unread_body {
+            // The rest of the body was not read: this connection cannot carry another request.
+            res.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        res
+    }
+}

@@ -1,0 +1,30 @@
+//! `sandboxio serve`: the HTTP API in front of the gateway.
+//!
+//! Every operation it performs goes through the gateway's chain and leaves the same one
+//! record as the CLI (`backend`); what the server decides itself (a refused scope, an admin
+//! action, a sandbox's lifecycle) is recorded through the same auditor. Layout: `app` (the
+//! router and its layers), `serve` (listeners, TLS, shutdown), `auth` (keys, tokens,
+//! scopes, tenants), `sessions` (sandboxes as sessions), `routes/*` (one module per
+//! resource), `answer` and `problem` (answers an agent can act on).
+
+pub mod answer;
+pub mod app;
+pub mod auth;
+pub mod backend;
+pub mod body;
+pub mod context;
+pub mod error;
+pub mod model;
+pub mod options;
+pub mod problem;
+pub mod routes;
+pub mod serve;
+pub mod sessions;
+pub mod state;
+pub mod tls;
+
+pub use backend::{Backend, ServerApprover};
+pub use error::ServerError;
+pub use options::{Listen, ServeOptions, TlsFiles};
+pub use serve::{serve, Listener};
+pub use state::AppState;

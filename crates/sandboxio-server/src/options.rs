@@ -1,0 +1,93 @@
+//! What `serve` is told: where to listen and the limits it keeps. Safe defaults as constants.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Largest JSON request body.
+pub const JSON_LIMIT: usize = 1 << 20;
+/// Largest file upload (the gateway reads files back up to the same size).
+pub const UPLOAD_LIMIT: usize = 16 << 20;
+/// Requests handled at once; more get 503 with `Retry-After`.
+pub const MAX_CONCURRENT: usize = 64;
+/// Open connections at once; more are closed at accept.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Longest a request may take (an exec's own timeout is capped below it).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest a connection may take to send a request's headers, including idle keep-alive.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// On SIGTERM: how long running requests may finish before they are cancelled.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub const MAX_SANDBOXES_PER_TENANT: usize = 32;
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+pub const LIFETIME: Duration = Duration::from_secs(3600);
+pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// Longest a capability token may live.
+pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Longest a long-poll waits before answering "not yet".
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket, created with mode 0600.
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
+            Listen::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: Listen,
+    pub tls: Option<TlsFiles>,
+    /// Where sandbox workspaces live.
+    pub workspace_root: PathBuf,
+    pub json_limit: usize,
+    pub upload_limit: usize,
+    pub max_concurrent: usize,
+    pub max_connections: usize,
+    pub request_timeout: Duration,
+    pub header_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_sandboxes_per_tenant: usize,
+    pub idle_timeout: Duration,
+    pub lifetime: Duration,
+    pub max_lifetime: Duration,
+    /// How often the idle and lifetime reaper looks.
+    pub reap_every: Duration,
+}
+
+impl ServeOptions {
+    pub fn new(listen: Listen, workspace_root: PathBuf) -> ServeOptions {
+        ServeOptions {
+            listen,
+            tls: None,
+            workspace_root,
+            json_limit: JSON_LIMIT,
+            upload_limit: UPLOAD_LIMIT,
+            max_concurrent: MAX_CONCURRENT,
+            max_connections: MAX_CONNECTIONS,
+            request_timeout: REQUEST_TIMEOUT,
+            header_timeout: HEADER_TIMEOUT,
+            shutdown_grace: SHUTDOWN_GRACE,
+            max_sandboxes_per_tenant: MAX_SANDBOXES_PER_TENANT,
+            idle_timeout: IDLE_TIMEOUT,
+            lifetime: LIFETIME,
+            max_lifetime: MAX_LIFETIME,
+            reap_every: Duration::from_secs(1),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! What every handler shares.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::backend::Backend;
+use crate::options::ServeOptions;
+use crate::sessions::Sessions;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub backend: Arc<Backend>,
+    pub sessions: Arc<Sessions>,
+    pub opts: Arc<ServeOptions>,
+    /// Requests in flight (`opts.max_concurrent` permits).
+    pub inflight: Arc<Semaphore>,
+    /// Set at shutdown: `/readyz` answers 503 and new requests are refused.
+    pub draining: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(backend: Arc<Backend>, opts: ServeOptions) -> AppState {
+        let sessions = Arc::new(Sessions::new(
+            opts.workspace_root.clone(),
+            opts.max_sandboxes_per_tenant,
+        ));
+        AppState {
+            backend,
+            sessions,
+            inflight: Arc::new(Semaphore::new(opts.max_concurrent)),
+            opts: Arc::new(opts),
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
