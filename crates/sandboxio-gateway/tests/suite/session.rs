@@ -96,7 +96,7 @@ async fn file_operations_go_through_the_chain_and_stay_in_the_workspace() {
     assert_eq!(d.record.status, OperationStatus::Ok);
     assert!(!sbx.workspace().join("notes/a.txt").exists());
     // One record per operation, allowed or not.
-    assert_eq!(sink.0.lock().unwrap().len(), 6);
+    assert_eq!(sink.0.lock().unwrap().len(), 7);
     let dir = sbx.workspace().to_path_buf();
     sbx.close();
     assert!(!dir.exists());
