@@ -137,13 +137,13 @@ fn past_the_concurrency_limit_requests_get_503_and_the_server_recovers() {
             s.post(
                 &key,
                 &format!("/v1/sandboxes/{id}/exec"),
-                &json!({"argv": ["sleep", "2"]}),
+                &json!({"argv": ["sleep", "5"]}),
             )
             .status()
         });
         // While the slow one runs, the next request is refused.
         let mut refused = None;
-        for _ in 0..200 {
+        while !slow.is_finished() {
             let r = s.get(&key, "/v1/sandboxes");
             if r.status() == 503 {
                 refused = Some(r);
