@@ -13,15 +13,10 @@ use crate::context::{OperationId, RequestCtx};
 use crate::model::OutcomeView;
 use crate::problem::Problem;
 
-/// Codes for denials that carry no code of their own: one per layer, so an agent can act on
-/// the code alone.
+/// Codes the server adds: the gateway gives every denial its own code (per layer, in the
+/// record); these name an approval still pending and, defensively, a denial without one.
 pub mod codes {
-    pub const POLICY_DENIED: &str = "SBX_E1820";
     pub const APPROVAL_PENDING: &str = "SBX_E1821";
-    pub const RATE_LIMITED: &str = "SBX_E1822";
-    pub const BUDGET_EXCEEDED: &str = "SBX_E1823";
-    pub const KILL_SWITCH: &str = "SBX_E1824";
-    pub const APPROVAL_REFUSED: &str = "SBX_E1825";
     pub const DENIED: &str = "SBX_E1826";
 }
 
@@ -57,17 +52,7 @@ fn status_of(rec: &OperationRecord, code: &str) -> StatusCode {
 }
 
 fn code_of(rec: &OperationRecord) -> &str {
-    if let Some(c) = rec.error_code.as_deref() {
-        return c;
-    }
-    match rec.layer {
-        Layer::Policy => codes::POLICY_DENIED,
-        Layer::RateLimit => codes::RATE_LIMITED,
-        Layer::Budget => codes::BUDGET_EXCEEDED,
-        Layer::KillSwitch => codes::KILL_SWITCH,
-        Layer::Approval => codes::APPROVAL_REFUSED,
-        _ => codes::DENIED,
-    }
+    rec.error_code.as_deref().unwrap_or(codes::DENIED)
 }
 
 /// The problem for an operation the chain stopped (or that failed in the sandbox).

@@ -74,6 +74,27 @@ impl ErrorCode for ServerError {
             ServerError::Gateway(e) => e.code(),
         }
     }
+    fn class(&self) -> sandboxio_core::ErrorClass {
+        use sandboxio_core::ErrorClass;
+        match self {
+            ServerError::Unauthenticated
+            | ServerError::BadCredential
+            | ServerError::MissingScope { .. } => ErrorClass::Denied,
+            ServerError::NotFound { .. }
+            | ServerError::MalformedJson { .. }
+            | ServerError::InvalidBody { .. }
+            | ServerError::TooLarge { .. }
+            | ServerError::BadValue { .. }
+            | ServerError::Quota { .. }
+            | ServerError::Listen { .. }
+            | ServerError::Tls { .. }
+            | ServerError::NoRoute { .. } => ErrorClass::Usage,
+            ServerError::Gateway(e) => e.class(),
+            ServerError::Busy { .. }
+            | ServerError::Timeout { .. }
+            | ServerError::Internal { .. } => ErrorClass::Internal,
+        }
+    }
     fn is_transient(&self) -> bool {
         match self {
             ServerError::Busy { .. } | ServerError::Timeout { .. } => true,

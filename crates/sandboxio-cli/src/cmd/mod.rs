@@ -95,12 +95,10 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_sandbox::SandboxError>(cause))
             .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
             .or_else(|| typed::<sandboxio_audit::AuditError>(cause))
-            .or_else(|| typed::<sandboxio_budget::BudgetError>(cause));
+            .or_else(|| typed::<sandboxio_budget::BudgetError>(cause))
+            .or_else(|| typed::<sandboxio_server::ServerError>(cause));
         if let Some(f) = found {
             return f;
-        }
-        if let Some(x) = cause.downcast_ref::<sandboxio_server::ServerError>() {
-            return Some(x.code());
         }
     }
     let unexpected = crate::error::CliError::Unexpected {

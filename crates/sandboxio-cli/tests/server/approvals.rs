@@ -102,7 +102,7 @@ fn a_denied_ask_does_not_run_and_says_why() {
     assert_eq!(w["state"], "denied");
     let (st, p) = problem(s.get(&key, &format!("/v1/approvals/{apr}/outcome?timeout=30")));
     assert_eq!(st, 403);
-    assert_eq!(p["code"], "SBX_E1825");
+    assert_eq!(p["code"], "SBX_E1554");
     assert_eq!(p["layer"], "approval");
     assert!(p["detail"].as_str().unwrap().contains("not today"), "{p}");
     assert!(
