@@ -145,9 +145,16 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // Not root: the same runs as that user (a user namespace of the helper's own first),
+    // with whatever cgroup the user may have (else rlimits; see the rows' labels).
+    let root = sandboxio_sandbox::ids::is_host_root();
     let cfg = SandboxConfig {
         helper_path: Some(env!("CARGO_BIN_EXE_sandboxio-helper").into()),
-        cgroups: CgroupUsage::Required,
+        cgroups: if root {
+            CgroupUsage::Required
+        } else {
+            CgroupUsage::Auto
+        },
         ..SandboxConfig::default()
     };
     let nocg = SandboxConfig {
@@ -159,7 +166,18 @@ fn main() {
         .output()
         .is_ok_and(|o| o.status.success());
 
-    println!("iterations per case: {iters}; cgroups: required (memory, pids, cpu limits on); bwrap: {have_bwrap}\n");
+    let who = if root {
+        "root; cgroups: required (memory, pids, cpu limits on)".to_string()
+    } else {
+        let euid = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().nth(1).map(str::to_string))
+            .unwrap_or_default();
+        format!("uid {euid} (not root); cgroups: where this user may create them, else rlimits")
+    };
+    println!("iterations per case: {iters}; as {who}; bwrap: {have_bwrap}\n");
     println!("| program | runner | p50 ms | p90 ms | p99 ms | p50 vs bwrap |");
     println!("|---|---|---:|---:|---:|---:|");
     let programs: [(&str, Vec<&str>); 2] = [
@@ -223,7 +241,14 @@ fn main() {
         for (name, v) in [
             ("plain fork+exec", &p),
             ("bwrap (no cgroup limits)", &b),
-            ("namespace tier, cold, cgroup limits", &n),
+            (
+                if root {
+                    "namespace tier, cold, cgroup limits"
+                } else {
+                    "namespace tier, cold, as this user (limits: cgroup if delegated, else rlimits)"
+                },
+                &n,
+            ),
             ("namespace tier, cold, no cgroup (for the breakdown)", &nn),
             ("process tier, no cgroup (framework baseline)", &pt),
         ] {

@@ -353,25 +353,16 @@ fn probe_cgroups(layout: &CgroupLayout) -> CgroupReport {
     let writable = bases
         .iter()
         .any(|b| b.parent().is_some_and(|p| p.exists() && is_writable(p)));
-    let check = if has_mem && has_pids && writable {
-        Check::yes(format!(
-            "{mode}: memory and pids controllers available, sandbox cgroups under {}",
-            bases
-                .first()
-                .map(|b| b.display().to_string())
-                .unwrap_or_default()
-        ))
-    } else if !writable {
-        Check::no(
-            format!("{mode}: cannot create cgroups here (not writable)"),
-            "run as root, or delegate a cgroup subtree to this user (systemd: Delegate=yes)",
-        )
-    } else {
-        Check::no(
-            format!("{mode}: memory or pids controller missing"),
-            "enable the memory and pids controllers (v2: echo +memory +pids > cgroup.subtree_control; v1: mount them)",
-        )
-    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let check = cgroup_check(CgroupFacts {
+        mode,
+        has_mem,
+        has_pids,
+        writable,
+        read_only: cgroup_mounts_read_only(&mountinfo),
+        host_root: crate::ids::is_host_root(),
+        first_base: bases.first().cloned(),
+    });
     CgroupReport {
         check,
         mode: mode.into(),
@@ -381,6 +372,95 @@ fn probe_cgroups(layout: &CgroupLayout) -> CgroupReport {
         cgroup_kill,
         base_dirs: bases,
     }
+}
+
+/// What the cgroup entry of `doctor` is decided from.
+struct CgroupFacts {
+    mode: &'static str,
+    has_mem: bool,
+    has_pids: bool,
+    writable: bool,
+    read_only: bool,
+    host_root: bool,
+    first_base: Option<PathBuf>,
+}
+
+/// Whether every cgroup filesystem is mounted read-only (a container's default) (pure).
+fn cgroup_mounts_read_only(mountinfo: &str) -> bool {
+    let mut any = false;
+    for line in mountinfo.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
+        if !(post.starts_with("cgroup ") || post.starts_with("cgroup2 ")) {
+            continue;
+        }
+        any = true;
+        let opts = pre.split(' ').nth(5).unwrap_or("");
+        if !opts.split(',').any(|o| o == "ro") {
+            return false;
+        }
+    }
+    any
+}
+
+/// The cgroup entry of `doctor`, with the fix for each way it can be missing (pure).
+fn cgroup_check(f: CgroupFacts) -> Check {
+    const FALLBACK: &str = "until then limits fall back to rlimits and every missing limit \
+                            is named in enforcement.gaps";
+    if f.mode == "none" {
+        return Check::no(
+            "no cgroup hierarchy is mounted",
+            format!("mount cgroup2 at /sys/fs/cgroup (mount -t cgroup2 none /sys/fs/cgroup); {FALLBACK}"),
+        );
+    }
+    if f.read_only {
+        return Check::no(
+            format!(
+                "{}: cgroups are mounted read-only here (a container's default)",
+                f.mode
+            ),
+            format!(
+                "give the container a writable cgroup (docker run --cgroupns=private on a \
+                 cgroup v2 host, with a delegated subtree), or set `[sandbox] cgroup_root` to \
+                 a writable cgroup2 directory; {FALLBACK}"
+            ),
+        );
+    }
+    if !f.writable {
+        let fix = if f.host_root {
+            format!("check the permissions of the cgroup mounts; {FALLBACK}")
+        } else {
+            format!(
+                "run under a delegated cgroup (systemd-run --user --scope -p Delegate=yes, or \
+                 a systemd unit with Delegate=yes), or set `[sandbox] cgroup_root` to a cgroup2 \
+                 directory this user may write; {FALLBACK}"
+            )
+        };
+        return Check::no(
+            format!(
+                "{}: cannot create cgroups here (not writable by this user)",
+                f.mode
+            ),
+            fix,
+        );
+    }
+    if !(f.has_mem && f.has_pids) {
+        return Check::no(
+            format!("{}: memory or pids controller missing", f.mode),
+            format!(
+                "enable the memory and pids controllers (v2: echo +memory +pids > \
+                 cgroup.subtree_control of the parent; v1: mount them); {FALLBACK}"
+            ),
+        );
+    }
+    Check::yes(format!(
+        "{}: memory and pids controllers available, sandbox cgroups under {}",
+        f.mode,
+        f.first_base
+            .map(|b| b.display().to_string())
+            .unwrap_or_default()
+    ))
 }
 
 fn kernel_has_cgroup_kill(mount: &Path) -> bool {
@@ -452,6 +532,59 @@ mod tests {
         }
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("user_namespaces"));
+    }
+
+    fn facts() -> CgroupFacts {
+        CgroupFacts {
+            mode: "v2",
+            has_mem: true,
+            has_pids: true,
+            writable: true,
+            read_only: false,
+            host_root: false,
+            first_base: Some(PathBuf::from("/sys/fs/cgroup/x/sandboxio")),
+        }
+    }
+
+    #[test]
+    fn each_missing_cgroup_case_has_its_own_fix() {
+        assert!(cgroup_check(facts()).available);
+        let ro = cgroup_check(CgroupFacts {
+            read_only: true,
+            writable: false,
+            ..facts()
+        });
+        assert!(!ro.available);
+        assert!(ro.detail.contains("read-only"), "{}", ro.detail);
+        let user = cgroup_check(CgroupFacts {
+            writable: false,
+            ..facts()
+        });
+        let fix = user.fix.unwrap_or_default();
+        assert!(
+            fix.contains("Delegate=yes") && fix.contains("[sandbox] cgroup_root"),
+            "{fix}"
+        );
+        let none = cgroup_check(CgroupFacts {
+            mode: "none",
+            ..facts()
+        });
+        assert!(none.fix.unwrap_or_default().contains("mount -t cgroup2"));
+        let ctl = cgroup_check(CgroupFacts {
+            has_pids: false,
+            ..facts()
+        });
+        assert!(ctl.detail.contains("controller missing"));
+    }
+
+    #[test]
+    fn read_only_cgroup_mounts_are_seen() {
+        let ro = "31 23 0:28 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 ro\n";
+        assert!(cgroup_mounts_read_only(ro));
+        let rw = "31 23 0:28 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+        assert!(!cgroup_mounts_read_only(rw));
+        assert!(!cgroup_mounts_read_only(&format!("{ro}{rw}")));
+        assert!(!cgroup_mounts_read_only(""));
     }
 
     #[test]
