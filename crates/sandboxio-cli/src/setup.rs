@@ -191,19 +191,6 @@ pub fn gateway(
     common: &Common,
     approval_timeout: Option<Duration>,
 ) -> Result<Gateway> {
-    let approver = Approver::Store {
-        poll: Duration::from_millis(200),
-    };
-    gateway_with(loaded, common, approval_timeout, approver)
-}
-
-/// The whole chain, with a front end's own approver (the server's answers over HTTP).
-pub fn gateway_with(
-    loaded: &Loaded,
-    common: &Common,
-    approval_timeout: Option<Duration>,
-    approver: Approver,
-) -> Result<Gateway> {
     let cfg = gateway_config(loaded, approval_timeout)?;
     let store = loaded.open_store()?;
     let policy = policy(loaded, common)?;
@@ -227,6 +214,14 @@ pub fn gateway_with(
         cfg.default_tier,
     ));
     Ok(Gateway::new(
-        cfg, store, engine, auditor, redaction, sandbox, approver,
+        cfg,
+        store,
+        engine,
+        auditor,
+        redaction,
+        sandbox,
+        Approver::Store {
+            poll: Duration::from_millis(200),
+        },
     ))
 }

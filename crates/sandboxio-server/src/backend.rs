@@ -2,102 +2,24 @@
 //!
 //! Every operation runs in its own task with a cancel token, so a client that goes away, a
 //! request timeout or a shutdown cancels it (the sandbox's whole process tree is killed and
-//! the operation still gets its one record). An `ask` does not hold the request: the server's
-//! approver tells the waiting handler the approval id, the handler answers 202, and the
-//! operation goes on waiting in its task; its outcome is kept for `GET
+//! the operation still gets its one record). An `ask` does not hold the request: the gateway
+//! tells the handler the pending approval (`Submission::approval_pending`), the handler
+//! answers 202, and the operation goes on waiting in its task for a person's decision in the
+//! store (over this API or from the CLI); its outcome is kept for `GET
 //! /v1/approvals/{id}/outcome`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use sandboxio_core::{ErrorCode, Fingerprint, Layer, OperationRecord, OperationStatus, Verdict};
-use sandboxio_gateway::store::{Approval, ApprovalState, Store};
-use sandboxio_gateway::{
-    ApprovalAnswer, ApprovalCallback, CancelToken, Gateway, GatewayError, Outcome, Submission,
-};
-use tokio::sync::{oneshot, watch};
+use sandboxio_core::{ErrorCode, Layer, OperationRecord, OperationStatus, Verdict};
+use sandboxio_gateway::store::Store;
+use sandboxio_gateway::{CancelToken, Gateway, GatewayError, Outcome, Submission};
+use tokio::sync::watch;
 
-/// How often a waiting `ask` re-reads its approval (a person may answer from the CLI, in
-/// another process, as well as over this API).
-const APPROVAL_POLL: Duration = Duration::from_millis(100);
 /// How long a finished asked-for outcome is kept for its caller to fetch.
 const PENDING_KEEP: Duration = Duration::from_secs(3600);
-
-type AskKey = (String, String);
-
-/// The gateway's approver inside the server: it tells the handler waiting on the request
-/// which approval was created, then waits for a person's decision in the store.
-#[derive(Default)]
-pub struct ServerApprover {
-    store: OnceLock<Arc<dyn Store>>,
-    waiting: Mutex<HashMap<AskKey, Vec<oneshot::Sender<String>>>>,
-}
-
-impl ServerApprover {
-    pub fn new() -> Arc<ServerApprover> {
-        Arc::new(ServerApprover::default())
-    }
-
-    fn register(&self, key: AskKey) -> oneshot::Receiver<String> {
-        let (tx, rx) = oneshot::channel();
-        if let Ok(mut w) = self.waiting.lock() {
-            w.entry(key).or_default().push(tx);
-        }
-        rx
-    }
-
-    fn forget(&self, key: &AskKey) {
-        if let Ok(mut w) = self.waiting.lock() {
-            if let Some(v) = w.get_mut(key) {
-                v.retain(|tx| !tx.is_closed());
-                if v.is_empty() {
-                    w.remove(key);
-                }
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl ApprovalCallback for ServerApprover {
-    async fn decide(&self, a: &Approval) -> Option<ApprovalAnswer> {
-        let key = (a.tenant.clone(), a.fingerprint.clone());
-        if let Ok(mut w) = self.waiting.lock() {
-            if let Some(v) = w.get_mut(&key) {
-                while let Some(tx) = v.pop() {
-                    if tx.send(a.id.clone()).is_ok() {
-                        break;
-                    }
-                }
-                if v.is_empty() {
-                    w.remove(&key);
-                }
-            }
-        }
-        let store = self.store.get()?.clone();
-        // The gateway bounds this wait by its approval timeout.
-        loop {
-            match store.get_approval(&a.id) {
-                Ok(Some(now)) => match now.state {
-                    ApprovalState::Approved | ApprovalState::Denied => {
-                        return Some(ApprovalAnswer {
-                            approve: now.state == ApprovalState::Approved,
-                            approver: now.decided_by.unwrap_or_default(),
-                            reason: now.decision_reason,
-                        })
-                    }
-                    ApprovalState::Pending => {}
-                    ApprovalState::Expired | ApprovalState::Used => return None,
-                },
-                Ok(None) | Err(_) => return None,
-            }
-            tokio::time::sleep(APPROVAL_POLL).await;
-        }
-    }
-}
 
 /// The outcome of an operation, or the gateway's failure (its code and message).
 pub type Finished = Result<Outcome, (String, String)>;
@@ -120,7 +42,6 @@ pub enum Submitted {
 
 pub struct Backend {
     gw: Arc<Gateway>,
-    approver: Arc<ServerApprover>,
     running: Arc<Mutex<HashMap<u64, CancelToken>>>,
     pending: Mutex<HashMap<String, Pending>>,
     seq: AtomicU64,
@@ -139,11 +60,11 @@ impl Drop for CancelOnDrop {
 }
 
 impl Backend {
-    pub fn new(gw: Arc<Gateway>, approver: Arc<ServerApprover>) -> Backend {
-        let _ = approver.store.set(gw.store().clone());
+    /// The gateway should wait for approvals in the store (`Approver::Store`), where this
+    /// API and the CLI write decisions.
+    pub fn new(gw: Arc<Gateway>) -> Backend {
         Backend {
             gw,
-            approver,
             running: Arc::new(Mutex::new(HashMap::new())),
             pending: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
@@ -184,14 +105,12 @@ impl Backend {
 
     async fn submit_with(
         &self,
-        sub: Submission,
+        mut sub: Submission,
         token: CancelToken,
     ) -> Result<Submitted, ServerError> {
-        let key: AskKey = (
-            sub.op.principal.tenant.clone(),
-            Fingerprint::of_operation(&sub.op).0,
-        );
-        let mut asked = self.approver.register(key.clone());
+        let tenant = sub.op.principal.tenant.clone();
+        let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        sub.approval_pending = Some(tx);
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut r) = self.running.lock() {
             r.insert(n, token.clone());
@@ -203,7 +122,6 @@ impl Backend {
             biased;
             done = &mut task => {
                 guard.0 = None;
-                self.approver.forget(&key);
                 self.untrack(n);
                 match done {
                     Ok(Ok(out)) => Ok(Submitted::Done(Box::new(out))),
@@ -211,10 +129,10 @@ impl Backend {
                     Err(_) => Err(ServerError::Internal { action: "running an operation" }),
                 }
             }
-            Ok(approval_id) = &mut asked => {
+            Some(approval) = asked.recv() => {
                 guard.0 = None;
-                self.keep_pending(&approval_id, key.0.clone(), task, n);
-                Ok(Submitted::Asked { approval_id })
+                self.keep_pending(&approval.id, tenant, task, n);
+                Ok(Submitted::Asked { approval_id: approval.id })
             }
         };
         answer

@@ -23,7 +23,7 @@ pub mod sessions;
 pub mod state;
 pub mod tls;
 
-pub use backend::{Backend, ServerApprover};
+pub use backend::Backend;
 pub use error::ServerError;
 pub use options::{Listen, ServeOptions, TlsFiles};
 pub use serve::{serve, Listener};

@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use sandboxio_core::{ByteSize, HumanDuration};
-use sandboxio_gateway::Approver;
-use sandboxio_server::{
-    app, AppState, Backend, Listen, Listener, ServeOptions, ServerApprover, TlsFiles,
-};
+use sandboxio_server::{app, AppState, Backend, Listen, Listener, ServeOptions, TlsFiles};
 
 use crate::args::{Common, ServeArgs};
 use crate::exit;
@@ -30,13 +27,8 @@ fn size(v: &Option<String>) -> Result<Option<usize>> {
 
 pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let loaded = setup::load(&common)?;
-    let approver = ServerApprover::new();
-    let gw = setup::gateway_with(
-        &loaded,
-        &common,
-        duration(&args.approval_timeout)?,
-        Approver::Callback(approver.clone()),
-    )?;
+    // Asks wait for a decision in the store, where this API and the CLI write it.
+    let gw = setup::gateway(&loaded, &common, duration(&args.approval_timeout)?)?;
     gw.recover().await?;
     sandboxio_sandbox::cgroup::cleanup_stale();
     let listen = match &args.listen {
@@ -87,7 +79,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     if let Some(n) = size(&args.upload_limit)? {
         opts.upload_limit = n;
     }
-    let backend = Arc::new(Backend::new(Arc::new(gw), approver));
+    let backend = Arc::new(Backend::new(Arc::new(gw)));
     let state = AppState::new(backend, opts);
     let router = app::router(state.clone(), Vec::new());
     let listener = Listener::bind(&state.opts).await?;
