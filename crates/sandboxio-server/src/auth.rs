@@ -74,11 +74,12 @@ impl Caller {
         &self.credential.tenant
     }
 
-    /// How the caller is named in records (`key:<id>` or `token:<id>`), never the secret.
+    /// How the caller is named in records (`api key <id>` or `capability token <id>`), never
+    /// the secret. No `name: value` shape, which the redactor would take for a secret.
     pub fn name(&self) -> String {
         match self.credential.kind {
-            CredentialKind::ApiKey => format!("key:{}", self.credential.id),
-            CredentialKind::Capability => format!("token:{}", self.credential.id),
+            CredentialKind::ApiKey => format!("api key {}", self.credential.id),
+            CredentialKind::Capability => format!("capability token {}", self.credential.id),
         }
     }
 

@@ -60,10 +60,13 @@ fn an_ask_is_approved_over_the_api_and_then_runs() {
     let v: Value = r.json().unwrap();
     assert_eq!(v["record"]["approval_id"], apr.as_str());
     assert_eq!(v["record"]["exit_code"], 0);
-    assert!(v["record"]["approver"]
-        .as_str()
-        .unwrap()
-        .starts_with("key:"));
+    assert!(
+        v["record"]["approver"]
+            .as_str()
+            .unwrap()
+            .starts_with("api key "),
+        "the approver is named, not redacted: {v}"
+    );
     assert_eq!(v["record"]["status"], "ok", "the approved command ran: {v}");
     assert!(
         !v["result"]["exit"].is_null(),

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Time to interactive and exec round trip against a running `sandboxio serve` (TCP).
+
+Usage: bench-server.py BASE_URL API_KEY [TIER]
+Prints one JSON object: sequential time to interactive (create, then `node -v` done) p50/p95,
+a burst of 100 concurrent creates + `node -v` (median, p95), and the exec round trip of
+`true` minus the sandbox's own duration (what HTTP, the server and the gateway add).
+"""
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+
+BASE, KEY = sys.argv[1], sys.argv[2]
+TIER = sys.argv[3] if len(sys.argv) > 3 else "namespace"
+
+
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, data=data, method=method)
+    req.add_header("Authorization", "Bearer " + KEY)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=120) as r:
+        raw = r.read()
+        return r.status, (json.loads(raw) if raw else None)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def tti():
+    t0 = time.perf_counter()
+    st, sbx = call("POST", "/v1/sandboxes", {"tier": TIER})
+    assert st == 201, sbx
+    st, out = call("POST", f"/v1/sandboxes/{sbx['id']}/exec", {"argv": ["node", "-v"]})
+    took = (time.perf_counter() - t0) * 1000
+    assert st == 200 and out["result"]["stdout"].startswith("v"), out
+    call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+    return took
+
+
+def main():
+    for _ in range(3):  # warm-up
+        tti()
+    seq = [tti() for _ in range(30)]
+
+    burst, errors = [], []
+    lock = threading.Lock()
+
+    def one():
+        try:
+            t = tti()
+            with lock:
+                burst.append(t)
+        except Exception as e:  # counted, reported
+            with lock:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=one) for _ in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    st, sbx = call("POST", "/v1/sandboxes", {"tier": TIER})
+    overhead, rtt = [], []
+    for i in range(60):
+        t0 = time.perf_counter()
+        st, out = call("POST", f"/v1/sandboxes/{sbx['id']}/exec", {"argv": ["true"]})
+        took = (time.perf_counter() - t0) * 1000
+        if i < 10:
+            continue
+        rtt.append(took)
+        overhead.append(took - out["result"]["duration_ms"])
+    call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+    print(json.dumps({
+        "tier": TIER,
+        "tti_sequential_ms": {"n": len(seq), "p50": round(statistics.median(seq), 1), "p95": round(pct(seq, 95), 1)},
+        "tti_burst100_ms": {"ok": len(burst), "errors": len(errors),
+                             "p50": round(statistics.median(burst), 1) if burst else None,
+                             "p95": round(pct(burst, 95), 1) if burst else None},
+        "exec_true_rtt_ms": {"n": len(rtt), "p50": round(statistics.median(rtt), 2)},
+        "exec_overhead_ms": {"note": "client round trip minus the sandbox's duration_ms (whole ms)",
+                             "p50": round(statistics.median(overhead), 2), "p95": round(pct(overhead, 95), 2)},
+        "first_errors": errors[:3],
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Time to interactive (create, then `node -v`) and exec round trip over loopback against
+# `sandboxio serve`, release build, in a temporary state directory. Usage:
+#   scripts/bench-server.sh [tier]        # namespace (default) or process
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TIER="${1:-namespace}"
+cargo build --release -q -p sandboxio-cli
+B=target/release/sandboxio
+D=$(mktemp -d)
+cleanup() { [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null; wait "${PID:-}" 2>/dev/null || true; rm -rf "$D"; }
+trap cleanup EXIT
+cat > "$D/policy.toml" <<POL
+[settings]
+name = "bench"
+description = "exec in the $TIER tier without network"
+
+[[rule]]
+id = "bench-$TIER"
+effect = "allow"
+kind = ["exec", "run_code"]
+tier = "$TIER"
+network = "none"
+reason = "benchmark"
+POL
+: > "$D/config.toml"
+KEY=$("$B" keys create --state-dir "$D/state" --config "$D/config.toml" --tenant bench --scopes all 2>/dev/null)
+"$B" serve --state-dir "$D/state" --config "$D/config.toml" --policy "$D/policy.toml" \
+  --listen 127.0.0.1:0 --max-sandboxes 256 --max-concurrent 256 > "$D/out" 2>"$D/err" &
+PID=$!
+for _ in $(seq 100); do [ -s "$D/out" ] && break; sleep 0.1; done
+ADDR=$(awk '{print $NF}' "$D/out")
+python3 scripts/bench-server.py "http://$ADDR" "$KEY" "$TIER"
