@@ -68,6 +68,8 @@ pub struct ServeOptions {
     pub max_lifetime: Duration,
     /// How often the idle and lifetime reaper looks.
     pub reap_every: Duration,
+    /// The audit trail file, for `GET /v1/audit` (none: the answer is empty).
+    pub audit_file: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -88,6 +90,7 @@ impl ServeOptions {
             lifetime: LIFETIME,
             max_lifetime: MAX_LIFETIME,
             reap_every: Duration::from_secs(1),
+            audit_file: None,
         }
     }
 }

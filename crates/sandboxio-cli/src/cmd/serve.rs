@@ -52,6 +52,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("sandboxio-serve-{}", std::process::id()));
     let mut opts = ServeOptions::new(listen, root.clone());
+    opts.audit_file = Some(loaded.audit_file());
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         opts.tls = Some(TlsFiles {
             cert: cert.clone(),

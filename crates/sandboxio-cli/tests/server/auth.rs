@@ -228,3 +228,36 @@ fn a_revoked_key_and_its_tokens_stop_working() {
         401
     );
 }
+
+#[test]
+fn the_audit_query_shows_a_tenant_only_its_own_events() {
+    let s = Server::start(&[]);
+    let a = s.key("acme", "all");
+    let b = s.key("globex", "all");
+    let id = s.sandbox(&a);
+    let r = s.post(
+        &a,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    );
+    assert_eq!(r.status(), 200);
+    let mine: Value = s.get(&a, "/v1/audit?event=exec").json().unwrap();
+    let events = mine["events"].as_array().unwrap();
+    assert!(!events.is_empty(), "{mine}");
+    assert!(events.iter().all(|e| e["tenant_id"] == "acme"));
+    let theirs: Value = s.get(&b, "/v1/audit").json().unwrap();
+    assert!(
+        theirs["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["tenant_id"] == "globex"),
+        "{theirs}"
+    );
+    assert!(
+        !theirs.to_string().contains(&id),
+        "another tenant's sandbox leaked"
+    );
+    let (st, _) = problem(s.get(&b, "/v1/audit?decision=maybe"));
+    assert_eq!(st, 422);
+}

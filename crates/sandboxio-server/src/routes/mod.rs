@@ -13,6 +13,7 @@ use crate::state::AppState;
 
 pub mod admin;
 pub mod approvals;
+pub mod audit;
 pub mod exec;
 pub mod files;
 pub mod health;
@@ -26,6 +27,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(files::routes())
         .merge(approvals::routes())
         .merge(admin::routes())
+        .merge(audit::routes())
 }
 
 /// The caller's sandbox `id`: another tenant's, or another sandbox than a token's, is 404.
