@@ -72,6 +72,14 @@ async fn admission(State(st): State<AppState>, req: Request, next: Next) -> Resp
     }
 }
 
+async fn wrong_method(req: Request) -> Response {
+    ServerError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().chars().take(256).collect(),
+    }
+    .into_response()
+}
+
 async fn no_route(req: Request) -> Response {
     ServerError::NoRoute {
         method: req.method().to_string(),
@@ -96,6 +104,7 @@ pub fn router(state: AppState, extra: Vec<OpenApiRouter<AppState>>) -> Router {
         .merge(health)
         .merge(api)
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn(crate::context::stamp))
         .with_state(state)
 }

@@ -49,6 +49,8 @@ pub enum ServerError {
     },
     #[error("no route for `{method} {path}`")]
     NoRoute { method: String, path: String },
+    #[error("`{path}` does not answer `{method}`")]
+    MethodNotAllowed { method: String, path: String },
     #[error("the gateway failed: {0}")]
     Gateway(#[from] GatewayError),
 }
@@ -71,6 +73,7 @@ impl ErrorCode for ServerError {
             ServerError::Listen { .. } => "SBX_E1813",
             ServerError::Tls { .. } => "SBX_E1814",
             ServerError::NoRoute { .. } => "SBX_E1815",
+            ServerError::MethodNotAllowed { .. } => "SBX_E1816",
             ServerError::Gateway(e) => e.code(),
         }
     }
@@ -88,7 +91,8 @@ impl ErrorCode for ServerError {
             | ServerError::Quota { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
-            | ServerError::NoRoute { .. } => ErrorClass::Usage,
+            | ServerError::NoRoute { .. }
+            | ServerError::MethodNotAllowed { .. } => ErrorClass::Usage,
             ServerError::Gateway(e) => e.class(),
             ServerError::Busy { .. }
             | ServerError::Timeout { .. }
@@ -110,6 +114,7 @@ impl ServerError {
             ServerError::Unauthenticated | ServerError::BadCredential => StatusCode::UNAUTHORIZED,
             ServerError::MissingScope { .. } => StatusCode::FORBIDDEN,
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ServerError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
             ServerError::InvalidBody { .. } | ServerError::BadValue { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
@@ -133,6 +138,7 @@ impl ServerError {
             ServerError::Unauthenticated | ServerError::BadCredential => "unauthenticated",
             ServerError::MissingScope { .. } => "forbidden",
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => "not found",
+            ServerError::MethodNotAllowed { .. } => "method not allowed",
             ServerError::MalformedJson { .. }
             | ServerError::InvalidBody { .. }
             | ServerError::BadValue { .. } => "bad request",

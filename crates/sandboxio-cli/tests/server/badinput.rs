@@ -69,6 +69,15 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
     let (st, p) = problem(s.get(&key, "/v1/nothing-here"));
     assert_eq!((st, p["code"].as_str().unwrap()), (404, "SBX_E1815"));
 
+    let r = s
+        .client
+        .patch(s.url("/v1/sandboxes"))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    let (st, p) = problem(r);
+    assert_eq!((st, p["code"].as_str().unwrap()), (405, "SBX_E1816"));
+
     // Still serving.
     assert_eq!(
         s.client.get(s.url("/healthz")).send().unwrap().status(),
