@@ -197,6 +197,13 @@ fn damage_truncate(db: &Path) {
 fn damage_delete(db: &Path) {
     std::fs::remove_file(db).unwrap();
 }
+fn damage_replace(db: &Path) {
+    std::fs::remove_file(db).unwrap();
+    drop(
+        sandboxio_gateway::store::SqliteStore::open(db, sandboxio_gateway::store::SyncMode::Full)
+            .unwrap(),
+    );
+}
 fn damage_garbage(db: &Path) {
     std::fs::write(db, vec![b'x'; 8192]).unwrap();
 }
@@ -317,6 +324,11 @@ fn a_truncated_state_db_is_refused_until_recovered() {
 #[test]
 fn a_deleted_state_db_is_refused_until_recovered() {
     lost_state_is_refused_until_recovered("deleted", damage_delete, "SBX_E1532");
+}
+
+#[test]
+fn a_state_db_replaced_by_a_new_one_is_refused_until_recovered() {
+    lost_state_is_refused_until_recovered("replaced", damage_replace, "SBX_E1532");
 }
 
 #[test]

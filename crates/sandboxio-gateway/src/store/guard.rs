@@ -1,9 +1,9 @@
 //! Opening the state so that losing it is never a silent fresh start.
 //!
 //! The database holds what must not be forgotten: an engaged kill switch, spend against
-//! ceilings, idempotency keys, approvals. When it is missing, empty (0 bytes) or not a
-//! database while the audit trail next to it already holds records, the state was lost or
-//! damaged, and starting afresh would release the kill switch and forget the spend. Every
+//! ceilings, idempotency keys, approvals. When it is missing, empty (0 bytes), not a
+//! database, or a database holding nothing at all (not even a trail head) while the audit
+//! trail next to it already holds records, the state was lost or damaged, and starting afresh would release the kill switch and forget the spend. Every
 //! open is then refused with a code that names the recovery command, until an operator
 //! runs it (`sandboxio state recover --from-trail`, which rebuilds spend and keys from the
 //! trail and leaves the kill switch engaged until `sandboxio resume`).
@@ -47,7 +47,18 @@ impl StateFiles {
     pub fn open_store(&self, sync: SyncMode) -> Result<SqliteStore, GatewayError> {
         self.prepare_dir()?;
         self.check_not_lost()?;
-        SqliteStore::open(&self.db, sync).map_err(|e| self.damaged(e))
+        let store = SqliteStore::open(&self.db, sync).map_err(|e| self.damaged(e))?;
+        // A database that holds nothing at all (not even a trail head) next to a trail
+        // with records was replaced by a new one: the same loss, refused the same way.
+        // Cheap in the normal case: the trail is read only when the database is blank.
+        if store.is_blank().map_err(|e| self.damaged(e))? && self.trail_has_records()? {
+            return Err(GatewayError::StateLost {
+                db: self.db.display().to_string(),
+                trail: self.trail.display().to_string(),
+                why: "a new, empty database".into(),
+            });
+        }
+        Ok(store)
     }
 
     /// Whether the trail already holds records (the state is then not new).

@@ -468,6 +468,10 @@ fn a_lost_or_garbage_state_db_next_to_a_trail_is_refused() {
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1532");
     assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
     assert!(!files.db.exists(), "nothing was created");
+    // A new, valid but empty database in its place is the same loss.
+    drop(SqliteStore::open(&files.db, SyncMode::Full).unwrap());
+    let e = files.open_store(SyncMode::Full).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1532");
     std::fs::write(&files.db, vec![7u8; 4096]).unwrap();
     let e = files.open_store(SyncMode::Full).unwrap_err();
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1533");
