@@ -158,14 +158,14 @@ impl SqliteStore {
     }
 
     /// Whether the database holds no state at all: no kill switch, journal, budget, key,
-    /// approval, ledger line or trail head (a new database).
+    /// approval, ledger line, credential or trail head (a new database).
     pub fn is_blank(&self) -> StoreResult<bool> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         conn.query_row(
             "SELECT NOT (EXISTS (SELECT 1 FROM trail_heads) OR EXISTS (SELECT 1 FROM journal)
                 OR EXISTS (SELECT 1 FROM kill_switch) OR EXISTS (SELECT 1 FROM budget_scopes)
                 OR EXISTS (SELECT 1 FROM idempotency) OR EXISTS (SELECT 1 FROM approvals)
-                OR EXISTS (SELECT 1 FROM ledger))",
+                OR EXISTS (SELECT 1 FROM ledger) OR EXISTS (SELECT 1 FROM credentials))",
             [],
             |r| r.get::<_, bool>(0),
         )
