@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
-use sandboxio_core::Money;
+use sandboxio_core::{CostCategory, Money};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BudgetError;
@@ -38,6 +38,9 @@ pub struct BudgetConfig {
     /// Ceilings for named tenants (override `per_tenant`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tenants: BTreeMap<String, Money>,
+    /// `[[budget.ceiling]]`: ceilings on any scope, over a calendar window or a lifetime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ceiling: Vec<CeilingRule>,
     /// Fraction of a ceiling whose crossing emits one warning (0 < f <= 1).
     #[serde(default = "default_warn_fraction")]
     pub warn_fraction: f64,
@@ -48,6 +51,64 @@ pub struct BudgetConfig {
     pub rate_card: RateCard,
     #[serde(default)]
     pub latency: LatencyConfig,
+}
+
+/// The kind of scope a `[[budget.ceiling]]` applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeKind {
+    Global,
+    Tenant,
+    Session,
+    Agent,
+    Category,
+}
+
+/// One `[[budget.ceiling]]`: `amount` per `window` for each scope of kind `scope` (or only
+/// the one named by `name`: a tenant id, a session id, an agent name, a category).
+///
+/// ```toml
+/// [[budget.ceiling]]
+/// scope = "tenant"
+/// amount = "1.00"
+/// window = "day"      # lifetime (default), day, week or month: UTC calendar windows
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CeilingRule {
+    pub scope: ScopeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub amount: Money,
+    #[serde(default)]
+    pub window: crate::window::Window,
+}
+
+impl CeilingRule {
+    /// Whether this rule's scope kind and name cover `base` (a scope without window).
+    pub fn names(&self, base: &ScopeKey) -> bool {
+        let (kind, name) = match base {
+            ScopeKey::Global => (ScopeKind::Global, None),
+            ScopeKey::Tenant(t) => (ScopeKind::Tenant, Some(t.as_str())),
+            ScopeKey::Session(s) => (ScopeKind::Session, Some(s.as_str())),
+            ScopeKey::Agent { agent, .. } => (ScopeKind::Agent, Some(agent.as_str())),
+            ScopeKey::Category(c) => (ScopeKind::Category, Some(c.as_str())),
+            ScopeKey::Window { .. } => return false,
+        };
+        kind == self.scope
+            && match (&self.name, name) {
+                (None, _) => true,
+                (Some(want), Some(have)) => want == have,
+                (Some(_), None) => false,
+            }
+    }
+}
+
+fn min_money(a: Option<Money>, b: Money) -> Option<Money> {
+    Some(match a {
+        Some(a) if a < b => a,
+        _ => b,
+    })
 }
 
 fn default_currency() -> String {
@@ -66,6 +127,7 @@ impl Default for BudgetConfig {
             per_tenant: None,
             per_session: None,
             tenants: BTreeMap::new(),
+            ceiling: Vec::new(),
             warn_fraction: DEFAULT_WARN_FRACTION,
             default_estimate: Money::ZERO,
             rate_card: RateCard::default(),
@@ -117,6 +179,25 @@ impl BudgetConfig {
         for (t, m) in &self.tenants {
             non_neg(&format!("tenants.{t}"), m)?;
         }
+        for (i, c) in self.ceiling.iter().enumerate() {
+            non_neg(&format!("ceiling[{i}].amount"), &c.amount)?;
+            if c.scope == ScopeKind::Global && c.name.is_some() {
+                return Err(invalid(
+                    &format!("ceiling[{i}].name"),
+                    "a global ceiling names no scope",
+                ));
+            }
+            if c.scope == ScopeKind::Category {
+                if let Some(n) = &c.name {
+                    if !CostCategory::ALL.iter().any(|k| k.as_str() == n) {
+                        return Err(invalid(
+                            &format!("ceiling[{i}].name"),
+                            format!("`{n}` is not a cost category (compute, api, storage, human)"),
+                        ));
+                    }
+                }
+            }
+        }
         non_neg("default_estimate", &self.default_estimate)?;
         if !(self.warn_fraction > 0.0 && self.warn_fraction <= 1.0) {
             return Err(invalid(
@@ -136,12 +217,34 @@ impl BudgetConfig {
             .unwrap_or(Decimal::new(8, 1))
     }
 
-    /// The ceiling of a scope, if it has one.
+    /// The ceiling of a scope, if it has one: the smallest that applies.
     pub fn ceiling(&self, scope: &ScopeKey) -> Option<Money> {
-        match scope {
-            ScopeKey::Global => self.global,
-            ScopeKey::Tenant(t) => self.tenants.get(t).copied().or(self.per_tenant),
-            ScopeKey::Session(_) => self.per_session,
+        let (base, window) = match scope {
+            ScopeKey::Window { scope, window } => {
+                (scope.as_ref(), crate::window::Window::of_id(window))
+            }
+            other => (other, Some(crate::window::Window::Lifetime)),
+        };
+        let window = window?;
+        let mut c = None;
+        if window == crate::window::Window::Lifetime {
+            c = match base {
+                ScopeKey::Global => self.global,
+                ScopeKey::Tenant(t) => self.tenants.get(t).copied().or(self.per_tenant),
+                ScopeKey::Session(_) => self.per_session,
+                _ => None,
+            };
         }
+        for rule in &self.ceiling {
+            if rule.window == window && rule.names(base) {
+                c = min_money(c, rule.amount);
+            }
+        }
+        c
+    }
+
+    /// Whether any ceiling names scopes of this kind.
+    pub fn ceilings_for(&self, kind: ScopeKind) -> bool {
+        self.ceiling.iter().any(|c| c.scope == kind)
     }
 }

@@ -50,7 +50,8 @@ impl LatencyClass {
             OperationKind::FileRead
             | OperationKind::FileWrite
             | OperationKind::FileDelete
-            | OperationKind::NetConnect => LatencyClass::Interactive,
+            | OperationKind::NetConnect
+            | OperationKind::Admin => LatencyClass::Interactive,
         }
     }
     fn index(self) -> usize {

@@ -6,9 +6,11 @@
 //! transition this module performs, given it held before and the ceiling did not shrink.
 //! - `reserve` admits an estimate only if `spent + reserved + estimate <= ceiling` in
 //!   every scope (global, tenant, session), otherwise nothing changes.
-//! - `settle` charges the measured cost, capped at the reservation plus the unreserved
-//!   headroom of every scope; what does not fit is recorded as `unbilled_overrun` (visible,
-//!   never charged). So settled spend never exceeds a ceiling.
+//! - `settle` charges the measured cost, all of it. What passes the reservation is an
+//!   `overrun`: charged, recorded, and it closes every scope of the reservation (later
+//!   reservations there are refused until an operator reopens it). Spend can then pass a
+//!   ceiling by at most that overrun; the gateway reserves the most an operation can cost
+//!   (from its limits), so for those the overrun is zero.
 //! - `release` returns the whole reservation.
 
 use std::collections::BTreeMap;
@@ -21,14 +23,25 @@ use serde::{Deserialize, Serialize};
 use crate::config::BudgetConfig;
 use crate::error::BudgetError;
 
-/// A budget scope: everything, one tenant, or one session.
-/// Written as `global`, `tenant:<id>`, `session:<id>`.
+/// A budget scope: everything, one tenant, one session, one agent of a tenant, one cost
+/// category, or one calendar window of any of these.
+/// Written as `global`, `tenant:<id>`, `session:<id>`, `agent:<tenant>/<agent>`,
+/// `category:<name>`, and `<scope>@<window id>` (`tenant:acme@day:2026-12-01`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScopeKey {
     Global,
     Tenant(String),
     Session(String),
+    Agent {
+        tenant: String,
+        agent: String,
+    },
+    Category(CostCategory),
+    Window {
+        scope: Box<ScopeKey>,
+        window: String,
+    },
 }
 
 impl fmt::Display for ScopeKey {
@@ -37,6 +50,9 @@ impl fmt::Display for ScopeKey {
             ScopeKey::Global => f.write_str("global"),
             ScopeKey::Tenant(t) => write!(f, "tenant:{t}"),
             ScopeKey::Session(s) => write!(f, "session:{s}"),
+            ScopeKey::Agent { tenant, agent } => write!(f, "agent:{tenant}/{agent}"),
+            ScopeKey::Category(c) => write!(f, "category:{}", c.as_str()),
+            ScopeKey::Window { scope, window } => write!(f, "{scope}@{window}"),
         }
     }
 }
@@ -48,6 +64,19 @@ impl ScopeKey {
             ScopeKey::Global => "the global budget".into(),
             ScopeKey::Tenant(t) => format!("tenant `{t}`"),
             ScopeKey::Session(s) => format!("session `{s}`"),
+            ScopeKey::Agent { tenant, agent } => format!("agent `{agent}` of tenant `{tenant}`"),
+            ScopeKey::Category(c) => format!("category `{}`", c.as_str()),
+            ScopeKey::Window { scope, window } => {
+                format!("{} in window `{window}`", scope.describe())
+            }
+        }
+    }
+
+    /// The scope without its window.
+    pub fn base(&self) -> &ScopeKey {
+        match self {
+            ScopeKey::Window { scope, .. } => scope.base(),
+            other => other,
         }
     }
 }
@@ -55,16 +84,43 @@ impl ScopeKey {
 impl FromStr for ScopeKey {
     type Err = BudgetError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            BudgetError::InvalidConfig {
+            key: "scope".into(),
+            why: format!(
+                "`{s}` is not global, tenant:<id>, session:<id>, agent:<tenant>/<agent>, category:<name>, or one of these followed by @<window>"
+            ),
+        }
+        };
+        if let Some((scope, window)) = s.rsplit_once('@') {
+            if crate::window::Window::of_id(window).is_none() {
+                return Err(bad());
+            }
+            let inner: ScopeKey = scope.parse()?;
+            return Ok(ScopeKey::Window {
+                scope: Box::new(inner),
+                window: window.to_string(),
+            });
+        }
         if s == "global" {
             return Ok(ScopeKey::Global);
         }
         match s.split_once(':') {
             Some(("tenant", t)) if !t.is_empty() => Ok(ScopeKey::Tenant(t.into())),
             Some(("session", v)) if !v.is_empty() => Ok(ScopeKey::Session(v.into())),
-            _ => Err(BudgetError::InvalidConfig {
-                key: "scope".into(),
-                why: format!("`{s}` is not global, tenant:<id> or session:<id>"),
-            }),
+            Some(("agent", v)) => match v.split_once('/') {
+                Some((t, a)) if !t.is_empty() && !a.is_empty() => Ok(ScopeKey::Agent {
+                    tenant: t.into(),
+                    agent: a.into(),
+                }),
+                _ => Err(bad()),
+            },
+            Some(("category", c)) => CostCategory::ALL
+                .into_iter()
+                .find(|k| k.as_str() == c)
+                .map(ScopeKey::Category)
+                .ok_or_else(bad),
+            _ => Err(bad()),
         }
     }
 }
@@ -91,12 +147,15 @@ pub struct ScopeState {
     /// Sum of the open reservations that include this scope.
     #[serde(default)]
     pub reserved: Money,
-    /// Measured cost that did not fit under a ceiling and was not charged.
-    #[serde(default)]
-    pub unbilled_overrun: Money,
+    /// Measured cost charged past reservations (each overrun closes the scope).
+    #[serde(default, alias = "unbilled_overrun")]
+    pub overrun: Money,
     /// Whether the warn fraction has been crossed (and reported) already.
     #[serde(default)]
     pub warned: bool,
+    /// Closed by an overrun: every reservation is refused until an operator reopens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
 }
 
 impl ScopeState {
@@ -129,15 +188,68 @@ pub struct ReserveRequest {
     /// The estimate; `None` reserves the configured `default_estimate`.
     #[serde(default)]
     pub estimate: Option<Money>,
+    /// The agent asking, for agent-scoped ceilings.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// When the request is admitted: picks the calendar window of windowed ceilings.
+    #[serde(default)]
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ReserveRequest {
-    /// The scopes the request is charged to: global, tenant and (if any) session.
+    /// The lifetime scopes the request is always charged to: global, tenant and (if any)
+    /// session.
     pub fn scopes(&self) -> Vec<ScopeKey> {
         let mut v = vec![ScopeKey::Global, ScopeKey::Tenant(self.tenant.clone())];
         if let Some(s) = &self.session {
             v.push(ScopeKey::Session(s.clone()));
         }
+        v
+    }
+
+    /// Every scope the request is charged to under `cfg`: the lifetime scopes, the agent and
+    /// category scopes when some ceiling names them, and the current window of every
+    /// windowed ceiling that applies.
+    pub fn scopes_in(&self, cfg: &BudgetConfig) -> Vec<ScopeKey> {
+        let mut v = self.scopes();
+        let agent = self.agent.as_ref().map(|a| ScopeKey::Agent {
+            tenant: self.tenant.clone(),
+            agent: a.clone(),
+        });
+        if let Some(a) = &agent {
+            if cfg.ceilings_for(crate::config::ScopeKind::Agent) {
+                v.push(a.clone());
+            }
+        }
+        if cfg.ceilings_for(crate::config::ScopeKind::Category) {
+            v.push(ScopeKey::Category(self.category));
+        }
+        let at = self.at.unwrap_or_else(chrono::Utc::now);
+        let mut windowed = Vec::new();
+        for rule in &cfg.ceiling {
+            let Some(window) = rule.window.id_at(at) else {
+                continue;
+            };
+            let base = match rule.scope {
+                crate::config::ScopeKind::Global => Some(ScopeKey::Global),
+                crate::config::ScopeKind::Tenant => Some(ScopeKey::Tenant(self.tenant.clone())),
+                crate::config::ScopeKind::Session => self.session.clone().map(ScopeKey::Session),
+                crate::config::ScopeKind::Agent => agent.clone(),
+                crate::config::ScopeKind::Category => Some(ScopeKey::Category(self.category)),
+            };
+            let Some(base) = base else { continue };
+            if !rule.names(&base) {
+                continue;
+            }
+            let key = ScopeKey::Window {
+                scope: Box::new(base),
+                window,
+            };
+            if !windowed.contains(&key) {
+                windowed.push(key);
+            }
+        }
+        v.extend(windowed);
         v
     }
 }
@@ -184,10 +296,10 @@ pub struct Settlement {
     pub id: String,
     pub measured: Money,
     pub reserved: Money,
-    /// What was added to spend.
+    /// What was added to spend (the measured cost).
     pub charged: Money,
-    /// Measured cost that did not fit under a ceiling.
-    pub unbilled_overrun: Money,
+    /// What passed the reservation (charged too); non-zero closes the scopes.
+    pub overrun: Money,
     pub warnings: Vec<WarningCrossed>,
 }
 
@@ -199,7 +311,10 @@ pub struct Summary {
     pub by_category: BTreeMap<CostCategory, Money>,
     pub total: Money,
     pub reserved: Money,
-    pub unbilled_overrun: Money,
+    pub overrun: Money,
+    /// Why the scope is closed, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<Money>,
     /// `ceiling - total - reserved`, at least zero; `None` without a ceiling.
@@ -252,7 +367,7 @@ impl BudgetState {
                 reason: format!("reservation `{}` already exists", req.id),
             });
         }
-        let scopes = req.scopes();
+        let scopes = req.scopes_in(cfg);
         let mut updated = Vec::with_capacity(scopes.len());
         for key in &scopes {
             let mut st = self.scope(key);
@@ -262,6 +377,15 @@ impl BudgetState {
                 .checked_add(amount)
                 .map_err(|_| overflow_denial())?;
             let committed = spent.checked_add(reserved).map_err(|_| overflow_denial())?;
+            if let Some(why) = &st.closed {
+                return Err(BudgetDenial {
+                    scope: Some(key.clone()),
+                    reason: format!(
+                        "{} is closed: {why}; an operator reopens it with `sandboxio budget reopen {key}`",
+                        key.describe()
+                    ),
+                });
+            }
             if let Some(ceiling) = cfg.ceiling(key) {
                 if committed > ceiling {
                     return Err(BudgetDenial {
@@ -309,27 +433,8 @@ impl BudgetState {
             .get(id)
             .cloned()
             .ok_or_else(|| BudgetError::UnknownReservation { id: id.into() })?;
-        // The most that fits: the reservation plus the smallest unreserved headroom.
-        let mut cap: Option<Money> = None;
-        for key in &r.scopes {
-            if let Some(ceiling) = cfg.ceiling(key) {
-                let st = self.scope(key);
-                let headroom = ceiling
-                    .checked_sub(st.spent_total()?)?
-                    .checked_sub(st.reserved)?
-                    .clamp_non_negative();
-                let fits = r.amount.checked_add(headroom)?;
-                cap = Some(match cap {
-                    Some(c) if c < fits => c,
-                    _ => fits,
-                });
-            }
-        }
-        let charged = match cap {
-            Some(c) if measured > c => c,
-            _ => measured,
-        };
-        let overrun = measured.checked_sub(charged)?;
+        let charged = measured;
+        let overrun = measured.checked_sub(r.amount)?.clamp_non_negative();
         let threshold_fraction = cfg.warn_fraction_decimal();
         let mut updated = Vec::with_capacity(r.scopes.len());
         let mut warnings = Vec::new();
@@ -343,7 +448,13 @@ impl BudgetState {
             }
             let cat = st.spent.entry(r.category).or_insert(Money::ZERO);
             *cat = cat.checked_add(charged)?;
-            st.unbilled_overrun = st.unbilled_overrun.checked_add(overrun)?;
+            if !overrun.is_zero() {
+                st.overrun = st.overrun.checked_add(overrun)?;
+                st.closed = Some(format!(
+                    "operation `{id}` cost {measured}, {overrun} more than its reservation of {}",
+                    r.amount
+                ));
+            }
             if let Some(ceiling) = cfg.ceiling(key) {
                 let threshold = ceiling.checked_mul(threshold_fraction)?;
                 let spent = st.spent_total()?;
@@ -371,9 +482,20 @@ impl BudgetState {
             measured,
             reserved: r.amount,
             charged,
-            unbilled_overrun: overrun,
+            overrun,
             warnings,
         })
+    }
+
+    /// Reopens a scope closed by an overrun (an operator's decision).
+    pub fn reopen(&mut self, key: &ScopeKey) -> bool {
+        match self.scopes.get_mut(key) {
+            Some(st) if st.closed.is_some() => {
+                st.closed = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Returns a reservation without charging anything (failure or cancel).
@@ -424,7 +546,8 @@ impl BudgetState {
             by_category,
             total,
             reserved: st.reserved,
-            unbilled_overrun: st.unbilled_overrun,
+            overrun: st.overrun,
+            closed: st.closed.clone(),
             ceiling,
             remaining,
             warned: st.warned,
@@ -457,7 +580,7 @@ impl BudgetState {
                     ),
                 });
             }
-            if st.spent.values().any(Money::is_negative) || st.unbilled_overrun.is_negative() {
+            if st.spent.values().any(Money::is_negative) || st.overrun.is_negative() {
                 return Err(BudgetError::InconsistentState {
                     why: format!("{} has a negative amount", k.describe()),
                 });

@@ -14,9 +14,10 @@ mod latency;
 mod ledger;
 mod ratecard;
 mod ratelimit;
+mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{BudgetConfig, DEFAULT_CURRENCY, DEFAULT_WARN_FRACTION};
+pub use config::{BudgetConfig, CeilingRule, ScopeKind, DEFAULT_CURRENCY, DEFAULT_WARN_FRACTION};
 pub use error::BudgetError;
 pub use latency::{
     LatencyClass, LatencyConfig, LatencyReport, LatencyTargets, LatencyTracker, LatencyViolation,
@@ -28,6 +29,6 @@ pub use ledger::{
 };
 pub use ratecard::{MeasuredUsage, RateCard, CHARGE_DECIMAL_PLACES};
 pub use ratelimit::{
-    RateDecision, RateLimit, RateLimitRule, RateLimiter, RateLimitsConfig, SlidingLog,
-    MAX_RATE_COUNT,
+    RateDecision, RateLimit, RateLimitRule, RateLimitsConfig, RatePer, SlidingLog, MAX_RATE_COUNT,
 };
+pub use window::Window;

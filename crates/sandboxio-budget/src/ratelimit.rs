@@ -6,7 +6,7 @@
 //! allowed events. When denied, `retry_after_ms` is when the oldest event leaves the window.
 //! Time is injected as milliseconds; a clock that steps backwards is treated as not moving.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 
@@ -150,6 +150,15 @@ impl SlidingLog {
         SlidingLog::default()
     }
 
+    /// A log of past allowed events (unix ms, any order), e.g. as loaded from a store.
+    pub fn from_events(events: impl IntoIterator<Item = u64>) -> SlidingLog {
+        let mut v: Vec<u64> = events.into_iter().collect();
+        v.sort_unstable();
+        SlidingLog {
+            events_ms: v.into(),
+        }
+    }
+
     /// Number of allowed events still remembered.
     pub fn len(&self) -> usize {
         self.events_ms.len()
@@ -230,8 +239,23 @@ impl SlidingLog {
     }
 }
 
-/// One `[[rate_limits.limit]]` entry. Every matching entry applies, each counted separately
-/// per (tenant, agent, action).
+/// What one rate-limit counter is shared by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RatePer {
+    /// One counter per (tenant, agent, action): the default.
+    #[default]
+    Action,
+    /// One counter per (tenant, agent) across every matching action.
+    Agent,
+    /// One counter per tenant across its agents and every matching action.
+    Tenant,
+    /// One counter for everyone.
+    Global,
+}
+
+/// One `[[rate_limits.limit]]` entry. Every matching entry applies, each counted under the
+/// key its `per` says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitRule {
@@ -244,6 +268,9 @@ pub struct RateLimitRule {
     /// Only this agent (default: every agent, each counted separately).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// What one counter is shared by (default: `action`).
+    #[serde(default)]
+    pub per: RatePer,
 }
 
 /// `[rate_limits]`.
@@ -292,63 +319,14 @@ impl RateLimitsConfig {
                 (None, _) => true,
             })
             .map(|(i, r)| {
-                (
-                    format!("{i}|{tenant}|{}|{action}", agent.unwrap_or("")),
-                    r.limit,
-                )
+                let key = match r.per {
+                    RatePer::Action => format!("{i}|{tenant}|{}|{action}", agent.unwrap_or("")),
+                    RatePer::Agent => format!("{i}|{tenant}|{}|*", agent.unwrap_or("")),
+                    RatePer::Tenant => format!("{i}|{tenant}|*|*"),
+                    RatePer::Global => format!("{i}|*|*|*"),
+                };
+                (key, r.limit)
             })
             .collect()
-    }
-}
-
-/// An in-memory rate limiter over [`RateLimitsConfig`]; the gateway keeps the same
-/// [`SlidingLog`]s in its store instead.
-#[derive(Debug, Clone, Default)]
-pub struct RateLimiter {
-    config: RateLimitsConfig,
-    logs: BTreeMap<String, SlidingLog>,
-}
-
-impl RateLimiter {
-    pub fn new(config: RateLimitsConfig) -> Result<RateLimiter, BudgetError> {
-        config.validate()?;
-        Ok(RateLimiter {
-            config,
-            logs: BTreeMap::new(),
-        })
-    }
-
-    /// Allows only if every matching limit allows; records in all of them only then.
-    /// When denied, `retry_after_ms` is the longest wait among the limits that denied.
-    pub fn check(
-        &mut self,
-        tenant: &str,
-        agent: Option<&str>,
-        action: &str,
-        now_ms: u64,
-    ) -> RateDecision {
-        let matching = self.config.matching(tenant, agent, action);
-        let mut wait: Option<u64> = None;
-        for (key, limit) in &matching {
-            let d = self
-                .logs
-                .get(key)
-                .map(|l| l.decide(limit, now_ms))
-                .unwrap_or(RateDecision::Allow);
-            if let RateDecision::Deny { retry_after_ms } = d {
-                wait = Some(wait.map_or(retry_after_ms, |w| w.max(retry_after_ms)));
-            }
-        }
-        if let Some(retry_after_ms) = wait {
-            return RateDecision::Deny { retry_after_ms };
-        }
-        for (key, limit) in matching {
-            self.logs.entry(key).or_default().record(&limit, now_ms);
-        }
-        RateDecision::Allow
-    }
-
-    pub fn log(&self, key: &str) -> Option<&SlidingLog> {
-        self.logs.get(key)
     }
 }

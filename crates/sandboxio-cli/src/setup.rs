@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use sandboxio_config::Config;
-use sandboxio_gateway::store::{SqliteStore, StateFiles, SyncMode};
+use sandboxio_gateway::store::{SqliteStore, StateFiles};
 
 use crate::args::Common;
 
@@ -60,70 +60,69 @@ fn is_root() -> bool {
 }
 
 impl Loaded {
+    /// The runtime every command that submits operations uses (one composition root).
+    pub fn runtime(&self, common: &Common, approval_timeout: Option<Duration>) -> Result<Runtime> {
+        self.runtime_with(
+            common,
+            approval_timeout,
+            sandboxio_gateway::Approver::Store {
+                poll: Duration::from_millis(200),
+            },
+        )
+    }
+
+    /// The runtime with a front end's own approver (the server's answers over HTTP).
+    pub fn runtime_with(
+        &self,
+        common: &Common,
+        approval_timeout: Option<Duration>,
+        approver: sandboxio_gateway::Approver,
+    ) -> Result<Runtime> {
+        let mut opts = RuntimeOptions::new(self.config.clone(), self.state_dir.clone());
+        opts.approver = approver;
+        opts.policy_files = common.policies.clone();
+        opts.approval_timeout = approval_timeout;
+        let (env, skipped) = crate::hostenv::utf8_vars();
+        if skipped > 0 {
+            tracing::warn!(
+                skipped,
+                "environment variables that are not UTF-8 were skipped (not scanned for credentials)"
+            );
+        }
+        opts.env = env;
+        Ok(Runtime::open(opts)?)
+    }
+
     /// The state directory, its database and the audit trail.
     pub fn state_files(&self) -> StateFiles {
-        StateFiles::new(&self.state_dir, Some(self.audit_file()))
+        runtime::state_files(&self.config, &self.state_dir)
     }
 
     /// Opens the state (0700 directory, 0600 files); a lost or damaged database where a
     /// trail exists is refused with the recovery command.
     pub fn open_store(&self) -> Result<Arc<SqliteStore>> {
-        Ok(Arc::new(self.state_files().open_store(SyncMode::Full)?))
+        Ok(Arc::new(runtime::open_store(
+            &self.config,
+            &self.state_dir,
+        )?))
     }
 
     pub fn audit_file(&self) -> PathBuf {
-        self.config
-            .audit
-            .file
-            .clone()
-            .unwrap_or_else(|| self.state_dir.join("audit.jsonl"))
+        runtime::audit_file(&self.config, &self.state_dir)
     }
 }
 
 use std::time::Duration;
 
-use sandboxio_audit::{
-    AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
-};
-use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig, ScopeKey};
-use sandboxio_gateway::{Approver, Gateway, GatewayConfig};
+use sandboxio_budget::ScopeKey;
+use sandboxio_gateway::runtime;
+use sandboxio_gateway::{GatewayConfig, Runtime, RuntimeOptions};
 
 pub fn gateway_config(
     loaded: &Loaded,
     approval_timeout: Option<Duration>,
 ) -> Result<GatewayConfig> {
-    let c = &loaded.config;
-    let mut g = GatewayConfig {
-        default_tier: c.sandbox.tier,
-        ..GatewayConfig::default()
-    };
-    // `--approval-timeout`, else `[approvals] timeout` (default 300 s).
-    g.approval_timeout = approval_timeout.unwrap_or(c.approvals.timeout.0);
-    if let Some(r) = c.state.retention {
-        g.journal_retention = r.0;
-    }
-    if let Some(b) = &c.budget {
-        let text = toml::to_string(b).map_err(|e| BudgetError::InvalidConfig {
-            key: "budget".into(),
-            why: e.to_string(),
-        })?;
-        g.budget = BudgetConfig::from_toml(&text)?;
-    }
-    if let Some(r) = &c.rate_limits {
-        let limits: RateLimitsConfig =
-            toml::Value::Table(r.clone())
-                .try_into()
-                .map_err(|e: toml::de::Error| BudgetError::InvalidConfig {
-                    key: "rate_limits".into(),
-                    why: format!(
-                        "{} (expected [[rate_limits.limit]] entries with action and limit)",
-                        e.message().trim()
-                    ),
-                })?;
-        limits.validate()?;
-        g.rate_limits = limits;
-    }
-    Ok(g)
+    Ok(runtime::gateway_config(&loaded.config, approval_timeout)?)
 }
 
 /// The budget scopes a tenant's operations are charged to.
@@ -131,97 +130,10 @@ pub fn scopes_for(tenant: &str) -> Vec<ScopeKey> {
     vec![ScopeKey::Global, ScopeKey::Tenant(tenant.to_string())]
 }
 
-/// Loads the policy files named by flags, else config, else the built-in default.
-pub fn policy(loaded: &Loaded, common: &Common) -> Result<sandboxio_policy::PolicySet> {
-    let files = if !common.policies.is_empty() {
-        common.policies.clone()
-    } else {
-        loaded.config.policy.files.clone()
-    };
-    if files.is_empty() {
-        let src = sandboxio_policy::PolicySource::new(
-            sandboxio_policy::DEFAULT_POLICY_NAME,
-            sandboxio_policy::DEFAULT_POLICY.as_bytes(),
-        );
-        return Ok(sandboxio_policy::PolicySet::from_sources(&[src])?);
-    }
-    Ok(sandboxio_policy::PolicySet::load_files(&files)?)
-}
-
-pub fn auditor(loaded: &Loaded, redactor: Arc<Redactor>) -> Result<Auditor> {
-    let a = &loaded.config.audit;
-    loaded.state_files().prepare_dir()?;
-    // A missing key where the trail has records is an error naming `audit rotate-key`.
-    let key = Arc::new(AuditKey::load_for_trail(
-        &loaded.state_dir.join("audit.key"),
-        &loaded.audit_file(),
-    )?);
-    // The public half, for `sandboxio audit verify --key` (offline, on another machine).
-    let public = loaded.state_dir.join("audit.pub");
-    if !public.exists() {
-        let text = format!("{}\n", key.export_public(sandboxio_audit::DEFAULT_ORIGIN));
-        std::fs::write(&public, text).map_err(|source| sandboxio_audit::AuditError::Io {
-            path: public.clone(),
-            source,
-        })?;
-    }
-    let fsync = match a.fsync {
-        sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
-        sandboxio_config::FsyncPolicy::Never => sandboxio_audit::FsyncPolicy::Never,
-    };
-    let file = FileSink::open(FileSinkOptions::new(loaded.audit_file()).fsync(fsync), key)?;
-    let mut sinks: Vec<Arc<dyn sandboxio_audit::AuditSink>> = vec![Arc::new(file)];
-    if a.log_events {
-        sinks.push(Arc::new(LoggingSink::new()));
-    }
-    let mode = match a.on_sink_failure {
-        sandboxio_config::OnSinkFailure::Warn => sandboxio_audit::OnSinkFailure::Warn,
-        sandboxio_config::OnSinkFailure::Fail => sandboxio_audit::OnSinkFailure::Fail,
-    };
-    let cfg = AuditConfig::from_env()?
-        .with_sinks(sinks)
-        .on_sink_failure(mode)
-        .capture_code(a.capture_code);
-    Ok(Auditor::new(cfg, redactor))
-}
-
-/// The whole chain, ready to submit operations.
-pub fn gateway(
-    loaded: &Loaded,
-    common: &Common,
-    approval_timeout: Option<Duration>,
-) -> Result<Gateway> {
-    let cfg = gateway_config(loaded, approval_timeout)?;
-    let store = loaded.open_store()?;
-    let policy = policy(loaded, common)?;
-    let (env, skipped) = crate::hostenv::utf8_vars();
-    if skipped > 0 {
-        tracing::warn!(
-            skipped,
-            "environment variables that are not UTF-8 were skipped (not scanned for credentials)"
-        );
-    }
-    let redaction = sandboxio_gateway::Redaction::from_env(env);
-    let auditor = auditor(loaded, redaction.base()?)?;
-    let sandbox = sandboxio_sandbox::SandboxConfig {
-        work_root: loaded.config.sandbox.work_root.clone(),
-        landlock_fallback: loaded.config.sandbox.allow_landlock_fallback,
-        cgroup_root: loaded.config.sandbox.cgroup_root.clone(),
-        ..Default::default()
-    };
-    let engine = Arc::new(sandboxio_gateway::policy::PolicySetEngine::new(
-        policy,
-        cfg.default_tier,
-    ));
-    Ok(Gateway::new(
-        cfg,
-        store,
-        engine,
-        auditor,
-        redaction,
-        sandbox,
-        Approver::Store {
-            poll: Duration::from_millis(200),
-        },
-    ))
+/// Who is acting, for the records of operator actions.
+pub fn actor() -> String {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "operator".into());
+    format!("cli:{user}")
 }

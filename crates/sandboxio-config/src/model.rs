@@ -107,6 +107,107 @@ pub struct LimitsSection {
     pub tmp_size: ByteSize,
     #[serde(default = "d_output_size")]
     pub output_size: ByteSize,
+    /// `[limits.max]`: ceilings no request may exceed (a request above one is denied).
+    #[serde(default)]
+    pub max: LimitsMaxSection,
+}
+
+/// `[limits.max]`: the ceilings of every limit. Defaults: `sandboxio_core::exec::defaults::MAX_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsMaxSection {
+    #[serde(default = "m_timeout")]
+    pub timeout: HumanDuration,
+    #[serde(default = "m_memory")]
+    pub memory: ByteSize,
+    #[serde(default = "m_cpu_seconds")]
+    pub cpu_seconds: u64,
+    #[serde(default = "m_cpu_millis")]
+    pub cpu_millis: u32,
+    #[serde(default = "m_pids")]
+    pub pids: u32,
+    #[serde(default = "m_file_size")]
+    pub file_size: ByteSize,
+    #[serde(default = "m_open_files")]
+    pub open_files: u64,
+    #[serde(default = "m_stdout_cap")]
+    pub stdout_cap: ByteSize,
+    #[serde(default = "m_stderr_cap")]
+    pub stderr_cap: ByteSize,
+    #[serde(default = "m_tmp_size")]
+    pub tmp_size: ByteSize,
+    #[serde(default = "m_output_size")]
+    pub output_size: ByteSize,
+}
+
+fn m_timeout() -> HumanDuration {
+    HumanDuration(defaults::MAX_TIMEOUT)
+}
+fn m_memory() -> ByteSize {
+    defaults::MAX_MEMORY
+}
+fn m_cpu_seconds() -> u64 {
+    defaults::MAX_CPU_SECONDS
+}
+fn m_cpu_millis() -> u32 {
+    defaults::MAX_CPU_QUOTA_MILLIS
+}
+fn m_pids() -> u32 {
+    defaults::MAX_PIDS
+}
+fn m_file_size() -> ByteSize {
+    defaults::MAX_FILE_SIZE
+}
+fn m_open_files() -> u64 {
+    defaults::MAX_OPEN_FILES
+}
+fn m_stdout_cap() -> ByteSize {
+    defaults::MAX_STDOUT_CAP
+}
+fn m_stderr_cap() -> ByteSize {
+    defaults::MAX_STDERR_CAP
+}
+fn m_tmp_size() -> ByteSize {
+    defaults::MAX_TMP_SIZE
+}
+fn m_output_size() -> ByteSize {
+    defaults::MAX_OUTPUT_SIZE
+}
+
+impl Default for LimitsMaxSection {
+    fn default() -> Self {
+        LimitsMaxSection {
+            timeout: m_timeout(),
+            memory: m_memory(),
+            cpu_seconds: m_cpu_seconds(),
+            cpu_millis: m_cpu_millis(),
+            pids: m_pids(),
+            file_size: m_file_size(),
+            open_files: m_open_files(),
+            stdout_cap: m_stdout_cap(),
+            stderr_cap: m_stderr_cap(),
+            tmp_size: m_tmp_size(),
+            output_size: m_output_size(),
+        }
+    }
+}
+
+impl LimitsMaxSection {
+    pub fn to_limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout.0,
+            memory: self.memory,
+            cpu_seconds: self.cpu_seconds,
+            cpu_quota_millis: self.cpu_millis,
+            pids: self.pids,
+            file_size: self.file_size,
+            open_files: self.open_files,
+            stdout_cap: self.stdout_cap,
+            stderr_cap: self.stderr_cap,
+            tmp_size: self.tmp_size,
+            output_size: self.output_size,
+        }
+    }
 }
 
 fn d_timeout() -> HumanDuration {
@@ -157,6 +258,7 @@ impl Default for LimitsSection {
             stderr_cap: d_stderr_cap(),
             tmp_size: d_tmp_size(),
             output_size: d_output_size(),
+            max: LimitsMaxSection::default(),
         }
     }
 }

@@ -21,9 +21,10 @@ pub enum NetworkMode {
     Full,
 }
 
-/// Resource limits; every field has a safe default.
+/// Resource limits; every field has a safe default. Zero means "unset": the gateway
+/// resolves it to the configured default, never to "unlimited" ([`Limits::resolve`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default = "Limits::unset")]
 pub struct Limits {
     /// Wall-clock timeout; the whole process tree is killed when it passes.
     #[serde(with = "duration_ms")]
@@ -68,6 +69,219 @@ pub mod defaults {
     pub const ENV_ALLOWLIST: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
     /// PATH inside a sandbox when the host's is not passed.
     pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+    /// Ceilings a caller cannot exceed unless the configuration raises them (`[limits.max]`).
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+    pub const MAX_MEMORY: ByteSize = ByteSize::mib(4096);
+    pub const MAX_CPU_SECONDS: u64 = 3600;
+    pub const MAX_CPU_QUOTA_MILLIS: u32 = 2000;
+    pub const MAX_PIDS: u32 = 1024;
+    pub const MAX_FILE_SIZE: ByteSize = ByteSize::mib(1024);
+    pub const MAX_OPEN_FILES: u64 = 4096;
+    pub const MAX_STDOUT_CAP: ByteSize = ByteSize::mib(64);
+    pub const MAX_STDERR_CAP: ByteSize = ByteSize::mib(64);
+    pub const MAX_TMP_SIZE: ByteSize = ByteSize::mib(1024);
+    pub const MAX_OUTPUT_SIZE: ByteSize = ByteSize::mib(1024);
+}
+
+/// A limit the caller asked for above its ceiling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitAboveCeiling {
+    /// The limit's name as written in `[limits]` (`memory`, `timeout`, ...).
+    pub name: &'static str,
+    pub asked: String,
+    pub ceiling: String,
+}
+
+impl std::fmt::Display for LimitAboveCeiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` = {} is above its ceiling {} (`[limits.max] {}`)",
+            self.name, self.asked, self.ceiling, self.name
+        )
+    }
+}
+
+impl Limits {
+    /// [`Limits::UNSET`], as a function (serde's default for missing fields).
+    pub fn unset() -> Limits {
+        Limits::UNSET
+    }
+
+    /// Every limit unset: each one takes the configured default when resolved.
+    pub const UNSET: Limits = Limits {
+        timeout: Duration::ZERO,
+        memory: ByteSize(0),
+        cpu_seconds: 0,
+        cpu_quota_millis: 0,
+        pids: 0,
+        file_size: ByteSize(0),
+        open_files: 0,
+        stdout_cap: ByteSize(0),
+        stderr_cap: ByteSize(0),
+        tmp_size: ByteSize(0),
+        output_size: ByteSize(0),
+    };
+
+    /// The built-in ceilings ([`defaults`]`::MAX_*`).
+    pub fn max() -> Limits {
+        Limits {
+            timeout: defaults::MAX_TIMEOUT,
+            memory: defaults::MAX_MEMORY,
+            cpu_seconds: defaults::MAX_CPU_SECONDS,
+            cpu_quota_millis: defaults::MAX_CPU_QUOTA_MILLIS,
+            pids: defaults::MAX_PIDS,
+            file_size: defaults::MAX_FILE_SIZE,
+            open_files: defaults::MAX_OPEN_FILES,
+            stdout_cap: defaults::MAX_STDOUT_CAP,
+            stderr_cap: defaults::MAX_STDERR_CAP,
+            tmp_size: defaults::MAX_TMP_SIZE,
+            output_size: defaults::MAX_OUTPUT_SIZE,
+        }
+    }
+
+    /// The limits that apply: a missing (zero) limit takes `default` (and a zero default the
+    /// built-in one), never "unlimited"; a limit above `max` is refused, never clamped
+    /// silently.
+    pub fn resolve(&self, default: &Limits, max: &Limits) -> Result<Limits, LimitAboveCeiling> {
+        let builtin = Limits::default();
+        fn pick<T: PartialEq + Copy + Default>(asked: T, default: T, builtin: T) -> T {
+            if asked != T::default() {
+                asked
+            } else if default != T::default() {
+                default
+            } else {
+                builtin
+            }
+        }
+        let r = Limits {
+            timeout: pick(self.timeout, default.timeout, builtin.timeout),
+            memory: ByteSize(pick(self.memory.0, default.memory.0, builtin.memory.0)),
+            cpu_seconds: pick(self.cpu_seconds, default.cpu_seconds, builtin.cpu_seconds),
+            cpu_quota_millis: pick(
+                self.cpu_quota_millis,
+                default.cpu_quota_millis,
+                builtin.cpu_quota_millis,
+            ),
+            pids: pick(self.pids, default.pids, builtin.pids),
+            file_size: ByteSize(pick(
+                self.file_size.0,
+                default.file_size.0,
+                builtin.file_size.0,
+            )),
+            open_files: pick(self.open_files, default.open_files, builtin.open_files),
+            stdout_cap: ByteSize(pick(
+                self.stdout_cap.0,
+                default.stdout_cap.0,
+                builtin.stdout_cap.0,
+            )),
+            stderr_cap: ByteSize(pick(
+                self.stderr_cap.0,
+                default.stderr_cap.0,
+                builtin.stderr_cap.0,
+            )),
+            tmp_size: ByteSize(pick(
+                self.tmp_size.0,
+                default.tmp_size.0,
+                builtin.tmp_size.0,
+            )),
+            output_size: ByteSize(pick(
+                self.output_size.0,
+                default.output_size.0,
+                builtin.output_size.0,
+            )),
+        };
+        let max = max.resolve_max();
+        let above = |name: &'static str, asked: String, ceiling: String| LimitAboveCeiling {
+            name,
+            asked,
+            ceiling,
+        };
+        if r.timeout > max.timeout {
+            return Err(above(
+                "timeout",
+                crate::units::HumanDuration(r.timeout).to_string(),
+                crate::units::HumanDuration(max.timeout).to_string(),
+            ));
+        }
+        let sizes = [
+            ("memory", r.memory, max.memory),
+            ("file_size", r.file_size, max.file_size),
+            ("stdout_cap", r.stdout_cap, max.stdout_cap),
+            ("stderr_cap", r.stderr_cap, max.stderr_cap),
+            ("tmp_size", r.tmp_size, max.tmp_size),
+            ("output_size", r.output_size, max.output_size),
+        ];
+        for (name, asked, ceiling) in sizes {
+            if asked.0 > ceiling.0 {
+                return Err(above(name, asked.to_string(), ceiling.to_string()));
+            }
+        }
+        let counts = [
+            ("cpu_seconds", r.cpu_seconds, max.cpu_seconds),
+            (
+                "cpu_millis",
+                u64::from(r.cpu_quota_millis),
+                u64::from(max.cpu_quota_millis),
+            ),
+            ("pids", u64::from(r.pids), u64::from(max.pids)),
+            ("open_files", r.open_files, max.open_files),
+        ];
+        for (name, asked, ceiling) in counts {
+            if asked > ceiling {
+                return Err(above(name, asked.to_string(), ceiling.to_string()));
+            }
+        }
+        Ok(r)
+    }
+
+    /// Unset (zero) limits replaced by the built-in defaults; no ceiling applied. The
+    /// sandbox calls this on whatever it is given, so zero never means "unlimited".
+    pub fn or_builtin_defaults(&self) -> Limits {
+        let unlimited = Limits {
+            timeout: Duration::MAX,
+            memory: ByteSize(u64::MAX),
+            cpu_seconds: u64::MAX,
+            cpu_quota_millis: u32::MAX,
+            pids: u32::MAX,
+            file_size: ByteSize(u64::MAX),
+            open_files: u64::MAX,
+            stdout_cap: ByteSize(u64::MAX),
+            stderr_cap: ByteSize(u64::MAX),
+            tmp_size: ByteSize(u64::MAX),
+            output_size: ByteSize(u64::MAX),
+        };
+        self.resolve(&Limits::default(), &unlimited)
+            .unwrap_or_else(|_| Limits::default())
+    }
+
+    /// Ceilings with unset (zero) entries replaced by the built-in ceilings.
+    fn resolve_max(&self) -> Limits {
+        let b = Limits::max();
+        let z = |v: u64, d: u64| if v == 0 { d } else { v };
+        Limits {
+            timeout: if self.timeout.is_zero() {
+                b.timeout
+            } else {
+                self.timeout
+            },
+            memory: ByteSize(z(self.memory.0, b.memory.0)),
+            cpu_seconds: z(self.cpu_seconds, b.cpu_seconds),
+            cpu_quota_millis: if self.cpu_quota_millis == 0 {
+                b.cpu_quota_millis
+            } else {
+                self.cpu_quota_millis
+            },
+            pids: if self.pids == 0 { b.pids } else { self.pids },
+            file_size: ByteSize(z(self.file_size.0, b.file_size.0)),
+            open_files: z(self.open_files, b.open_files),
+            stdout_cap: ByteSize(z(self.stdout_cap.0, b.stdout_cap.0)),
+            stderr_cap: ByteSize(z(self.stderr_cap.0, b.stderr_cap.0)),
+            tmp_size: ByteSize(z(self.tmp_size.0, b.tmp_size.0)),
+            output_size: ByteSize(z(self.output_size.0, b.output_size.0)),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -111,7 +325,8 @@ pub struct ExecRequest {
     /// When absent, a fresh directory inside the workspace is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_dir: Option<PathBuf>,
-    #[serde(default)]
+    /// Unset (zero) limits take the configured defaults; see [`Limits::resolve`].
+    #[serde(default = "Limits::unset")]
     pub limits: Limits,
     #[serde(default)]
     pub network: NetworkMode,
@@ -144,7 +359,7 @@ impl ExecRequest {
             files: BTreeMap::new(),
             input_dir: None,
             output_dir: None,
-            limits: Limits::default(),
+            limits: Limits::UNSET,
             network: NetworkMode::None,
             keep_workspace: false,
             allow_exec_in_writable: false,

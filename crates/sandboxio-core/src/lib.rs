@@ -18,12 +18,14 @@ pub mod units;
 pub use decision::{Decision, Layer, RuleRef, Verdict};
 pub use error::{CoreError, ErrorClass, ErrorCode};
 pub use exec::{
-    Enforcement, ExecRequest, ExecResult, ExitStatus, Limits, Meter, NetworkMode, Usage,
+    Enforcement, ExecRequest, ExecResult, ExitStatus, LimitAboveCeiling, Limits, Meter,
+    NetworkMode, Usage,
 };
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};
 pub use operation::{
-    IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind, Principal,
+    AdminAction, IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind,
+    Principal,
 };
 pub use record::{CostEntry, OperationRecord, OperationStatus};
 pub use tier::{Capability, IsolationTier};

@@ -140,10 +140,12 @@ pub enum OperationKind {
     FileDelete,
     NetConnect,
     ToolCall,
+    /// An operator's action: kill, resume, approve, deny, policy reload, key rotation.
+    Admin,
 }
 
 impl OperationKind {
-    pub const ALL: [OperationKind; 7] = [
+    pub const ALL: [OperationKind; 8] = [
         OperationKind::Exec,
         OperationKind::RunCode,
         OperationKind::FileRead,
@@ -151,6 +153,7 @@ impl OperationKind {
         OperationKind::FileDelete,
         OperationKind::NetConnect,
         OperationKind::ToolCall,
+        OperationKind::Admin,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -162,6 +165,7 @@ impl OperationKind {
             OperationKind::FileDelete => "file_delete",
             OperationKind::NetConnect => "net_connect",
             OperationKind::ToolCall => "tool_call",
+            OperationKind::Admin => "admin",
         }
     }
 
@@ -207,6 +211,10 @@ pub enum OperationArgs {
         path: String,
         #[serde(default)]
         size: u64,
+        /// SHA-256 of the bytes written (hex), set by the gateway from the content, so the
+        /// fingerprint (and an approval or an idempotency key) covers what is written.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_sha256: Option<String>,
     },
     FileDelete {
         path: String,
@@ -220,6 +228,50 @@ pub enum OperationArgs {
         #[serde(default)]
         arguments: serde_json::Value,
     },
+    /// An operator's action; authorised by the front end, recorded like everything else.
+    Admin {
+        action: AdminAction,
+    },
+}
+
+/// What an operator does. Each is an operation with its own record and actor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AdminAction {
+    /// Engage the kill switch: everything is denied, running work is cancelled, pending
+    /// approvals end as denials.
+    Kill { reason: String },
+    /// Release the kill switch.
+    Resume,
+    /// Approve a pending approval.
+    Approve {
+        approval_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Deny a pending approval.
+    Deny {
+        approval_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The policy was reloaded (the digest of the new policy set).
+    PolicyReload { digest: String },
+    /// The audit signing key was rotated (the new public key's id).
+    KeyRotate { key_id: String },
+}
+
+impl AdminAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdminAction::Kill { .. } => "kill",
+            AdminAction::Resume => "resume",
+            AdminAction::Approve { .. } => "approve",
+            AdminAction::Deny { .. } => "deny",
+            AdminAction::PolicyReload { .. } => "policy_reload",
+            AdminAction::KeyRotate { .. } => "key_rotate",
+        }
+    }
 }
 
 impl OperationArgs {
@@ -232,6 +284,7 @@ impl OperationArgs {
             OperationArgs::FileDelete { .. } => OperationKind::FileDelete,
             OperationArgs::NetConnect { .. } => OperationKind::NetConnect,
             OperationArgs::ToolCall { .. } => OperationKind::ToolCall,
+            OperationArgs::Admin { .. } => OperationKind::Admin,
         }
     }
 
@@ -239,6 +292,7 @@ impl OperationArgs {
     pub fn tool_name(&self) -> &str {
         match self {
             OperationArgs::ToolCall { tool, .. } => tool,
+            OperationArgs::Admin { action } => action.name(),
             other => other.kind().as_str(),
         }
     }
@@ -283,6 +337,12 @@ pub struct Operation {
     /// Why the agent wants this; shown to approvers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rationale: Option<String>,
+    /// For `exec` and `run_code`: everything else that changes what runs (env, stdin,
+    /// files, directories, mounts, limits, network). The gateway resolves it (defaults,
+    /// ceilings, the argv of `run_code`) before policy sees it and before it is
+    /// fingerprinted; the sandbox runs exactly the resolved value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<crate::exec::ExecRequest>,
 }
 
 fn default_category() -> CostCategory {
@@ -300,7 +360,14 @@ impl Operation {
             cost_category: CostCategory::Compute,
             idempotent: false,
             rationale: None,
+            exec: None,
         }
+    }
+
+    /// The same operation with its sandbox request (for `exec` and `run_code`).
+    pub fn with_exec(mut self, exec: crate::exec::ExecRequest) -> Self {
+        self.exec = Some(exec);
+        self
     }
 
     pub fn kind(&self) -> OperationKind {

@@ -9,8 +9,8 @@ use std::path::Path;
 use chrono::Utc;
 use sandboxio_core::{Layer, OperationRecord, OperationStatus, Verdict};
 
+use crate::chain::Gateway;
 use crate::error::GatewayError;
-use crate::gateway::Gateway;
 use crate::store::AnchorBreak;
 
 /// The event of the record written when a trail no longer holds its signed head.

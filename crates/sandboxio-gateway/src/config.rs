@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sandboxio_budget::{BudgetConfig, RateLimitsConfig};
-use sandboxio_core::IsolationTier;
+use sandboxio_core::{IsolationTier, Limits};
 
 /// Retry policy: at the gateway only, for transient errors of idempotent or keyed operations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +35,10 @@ pub const DEFAULT_JOURNAL_RETENTION: Duration = Duration::from_secs(7 * 24 * 360
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayConfig {
     pub default_tier: IsolationTier,
+    /// Limits a request gets where it sets none (zero means unset, never unlimited).
+    pub limits_default: Limits,
+    /// Ceilings no request may exceed (`[limits.max]`); a request above one is denied.
+    pub limits_max: Limits,
     /// Ceilings, warn fraction, rate card, default estimate and latency targets.
     pub budget: BudgetConfig,
     pub rate_limits: RateLimitsConfig,
@@ -53,6 +57,8 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             default_tier: IsolationTier::Namespace,
+            limits_default: Limits::default(),
+            limits_max: Limits::max(),
             budget: BudgetConfig::default(),
             rate_limits: RateLimitsConfig::default(),
             approval_timeout: Duration::from_secs(300),

@@ -43,6 +43,13 @@ pub enum GatewayError {
     Config { why: String },
     #[error("the operation could not be recorded, so it was not run")]
     Unrecorded,
+    /// An operator action was refused (an unknown or already decided approval, a store
+    /// error); its record in the trail says why.
+    #[error("operator action `{action}` was refused: {reason}")]
+    AdminRefused {
+        action: &'static str,
+        reason: String,
+    },
     #[error("state directory `{path}` is not private: {why}")]
     StateDirInsecure { path: String, why: String },
     #[error("cannot secure state file `{path}`")]
@@ -82,6 +89,7 @@ impl ErrorCode for GatewayError {
             GatewayError::StateDir { .. } => "SBX_E1509",
             GatewayError::Config { .. } => "SBX_E1510",
             GatewayError::Unrecorded => "SBX_E1511",
+            GatewayError::AdminRefused { .. } => "SBX_E1521",
             GatewayError::StateDirInsecure { .. } => "SBX_E1530",
             GatewayError::StateFile { .. } => "SBX_E1531",
             GatewayError::StateLost { .. } => "SBX_E1532",
@@ -98,7 +106,8 @@ impl ErrorCode for GatewayError {
             | GatewayError::ApprovalNotPending { .. }
             | GatewayError::Config { .. }
             | GatewayError::StateDir { .. }
-            | GatewayError::RecoverRefused { .. } => ErrorClass::Usage,
+            | GatewayError::RecoverRefused { .. }
+            | GatewayError::AdminRefused { .. } => ErrorClass::Usage,
             // State that does not add up: refused until an operator recovers it.
             GatewayError::StateLost { .. }
             | GatewayError::StateCorrupt { .. }

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use sandboxio_core::{ErrorCode, Layer, OperationArgs, OperationRecord, OperationStatus, Verdict};
 use sandboxio_sandbox::files::{self, FileError};
 
-use crate::gateway::Stop;
+use crate::chain::Stop;
 
 /// Largest file `file_read` returns.
 pub const READ_CAP: u64 = 16 << 20;
@@ -57,7 +57,7 @@ pub(crate) fn execute(
             }
             Err(e) => return Err(refused(e)),
         },
-        OperationArgs::FileWrite { path, size } => {
+        OperationArgs::FileWrite { path, size, .. } => {
             let data = content.unwrap_or_default();
             if *size != 0 && *size != data.len() as u64 {
                 return Err(Stop::deny(

@@ -5,26 +5,28 @@
 
 mod anchor;
 pub mod approval;
+pub mod chain;
 pub mod config;
 pub mod credential;
 pub mod denial;
 pub mod error;
 pub mod files;
-pub mod gateway;
 pub mod policy;
 pub mod redaction;
 pub mod retry;
+pub mod runtime;
 pub mod session;
 pub mod store;
 pub mod tool;
 
 pub use anchor::ANCHOR_BROKEN_EVENT;
 pub use approval::{ApprovalAnswer, ApprovalCallback, Approver};
+pub use chain::{owner_alive, process_owner, Gateway, Outcome, Submission};
 pub use config::GatewayConfig;
 pub use error::GatewayError;
-pub use gateway::{owner_alive, process_owner, Gateway, Outcome, Submission};
 pub use policy::PolicyEngine;
 pub use redaction::Redaction;
+pub use runtime::{Runtime, RuntimeError, RuntimeOptions};
 /// Front ends cancel the operations they submit (a client that went away, a shutdown).
 pub use sandboxio_sandbox::CancelToken;
 pub use session::Sandbox;

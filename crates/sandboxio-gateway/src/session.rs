@@ -13,8 +13,8 @@ use sandboxio_core::{
     Capability, ExecRequest, IsolationTier, Language, Operation, OperationArgs, Principal,
 };
 
+use crate::chain::{Gateway, Outcome, Submission};
 use crate::error::GatewayError;
-use crate::gateway::{Gateway, Outcome, Submission};
 
 pub struct Sandbox {
     gw: Arc<Gateway>,
@@ -126,7 +126,7 @@ impl Sandbox {
         exec: Option<ExecRequest>,
     ) -> Result<Outcome, GatewayError> {
         let mut sub = self.submission(OperationArgs::Exec { argv })?;
-        sub.exec = Some(self.with_dirs(exec));
+        sub.op.exec = Some(self.with_dirs(exec));
         self.gw.submit(sub).await
     }
 
@@ -137,7 +137,7 @@ impl Sandbox {
         exec: Option<ExecRequest>,
     ) -> Result<Outcome, GatewayError> {
         let mut sub = self.submission(OperationArgs::RunCode { language, code })?;
-        sub.exec = Some(self.with_dirs(exec));
+        sub.op.exec = Some(self.with_dirs(exec));
         self.gw.submit(sub).await
     }
 
@@ -156,6 +156,7 @@ impl Sandbox {
         let mut sub = self.submission(OperationArgs::FileWrite {
             path: path.into(),
             size: content.len() as u64,
+            content_sha256: None,
         })?;
         sub.content = Some(content);
         self.gw.submit(sub).await

@@ -473,6 +473,37 @@ fn compile_rule(
             Some(out)
         }
     };
+    let memory_above = match &r.memory_above {
+        None => None,
+        Some(s) => Some(
+            s.get_ref()
+                .parse::<sandboxio_core::ByteSize>()
+                .map_err(|e| c.invalid(s, "memory_above", e.to_string()))?,
+        ),
+    };
+    let timeout_above = match &r.timeout_above {
+        None => None,
+        Some(s) => Some(
+            s.get_ref()
+                .parse::<sandboxio_core::HumanDuration>()
+                .map_err(|e| c.invalid(s, "timeout_above", e.to_string()))?
+                .0,
+        ),
+    };
+    let env_names = match &r.env {
+        None => None,
+        Some(s) => {
+            let mut out = Vec::new();
+            for n in c.nonempty(s, "env")? {
+                out.push(
+                    globset::Glob::new(n)
+                        .map_err(|e| c.invalid(s, "env", e.kind().to_string()))?
+                        .compile_matcher(),
+                );
+            }
+            Some(out)
+        }
+    };
     let cost_above = r.cost_above.as_ref().map(|s| c.money(s)).transpose()?;
     let cost_at_most = r.cost_at_most.as_ref().map(|s| c.money(s)).transpose()?;
     if let (Some(a), Some(m), Some(s)) = (cost_above, cost_at_most, &r.cost_at_most) {
@@ -536,6 +567,11 @@ fn compile_rule(
         port,
         tier,
         network,
+        memory_above,
+        timeout_above,
+        pids_above: r.pids_above.as_ref().map(|s| *s.get_ref()),
+        cpu_millis_above: r.cpu_millis_above.as_ref().map(|s| *s.get_ref()),
+        env_names,
         cost_above,
         cost_at_most,
         time,
@@ -585,6 +621,11 @@ fn no_conditions(r: &RuleRaw) -> bool {
         && r.agent.is_none()
         && r.tier.is_none()
         && r.network.is_none()
+        && r.memory_above.is_none()
+        && r.timeout_above.is_none()
+        && r.pids_above.is_none()
+        && r.cpu_millis_above.is_none()
+        && r.env.is_none()
         && r.cost_above.is_none()
         && r.cost_at_most.is_none()
         && r.time.is_none()

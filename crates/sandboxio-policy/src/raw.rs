@@ -62,6 +62,18 @@ pub(crate) struct RuleRaw {
     pub tier: Option<Spanned<StrList>>,
     #[serde(default)]
     pub network: Option<Spanned<StrList>>,
+    /// Resource matchers: the request's resolved limits and environment.
+    #[serde(default)]
+    pub memory_above: Option<Spanned<String>>,
+    #[serde(default)]
+    pub timeout_above: Option<Spanned<String>>,
+    #[serde(default)]
+    pub pids_above: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub cpu_millis_above: Option<Spanned<u32>>,
+    /// Environment variable names (globs) the request sets; matches when any does.
+    #[serde(default)]
+    pub env: Option<Spanned<StrList>>,
     #[serde(default)]
     pub cost_above: Option<Spanned<String>>,
     #[serde(default)]

@@ -44,6 +44,7 @@ pub(crate) fn kind_index(k: OperationKind) -> usize {
         OperationKind::FileDelete => 4,
         OperationKind::NetConnect => 5,
         OperationKind::ToolCall => 6,
+        OperationKind::Admin => 7,
     }
 }
 
@@ -326,6 +327,11 @@ pub(crate) struct Rule {
     pub port: Option<Vec<(u16, u16)>>,
     pub tier: Option<Vec<IsolationTier>>,
     pub network: Option<Vec<NetAccess>>,
+    pub memory_above: Option<sandboxio_core::ByteSize>,
+    pub timeout_above: Option<std::time::Duration>,
+    pub pids_above: Option<u32>,
+    pub cpu_millis_above: Option<u32>,
+    pub env_names: Option<Vec<GlobMatcher>>,
     pub cost_above: Option<Money>,
     pub cost_at_most: Option<Money>,
     pub time: Option<TimeWindow>,
@@ -348,6 +354,9 @@ pub(crate) struct Facts<'a> {
     pub port: Option<u16>,
     pub tier: IsolationTier,
     pub network: NetAccess,
+    /// The resolved limits and env names of an exec or run_code request.
+    pub limits: Option<&'a sandboxio_core::Limits>,
+    pub env_names: Vec<&'a str>,
     pub cost: Option<Money>,
     pub minute: u32,
     pub weekday: u8,
@@ -385,7 +394,22 @@ impl<'a> Facts<'a> {
             host,
             port,
             tier: op.tier.unwrap_or(ctx.default_tier),
-            network: ctx.network,
+            // The request's own network, never a default, when it carries one.
+            network: op
+                .exec
+                .as_ref()
+                .map(|e| match e.network {
+                    sandboxio_core::NetworkMode::None => NetAccess::None,
+                    sandboxio_core::NetworkMode::Allowlist { .. } => NetAccess::Allowlist,
+                    sandboxio_core::NetworkMode::Full => NetAccess::Full,
+                })
+                .unwrap_or(ctx.network),
+            limits: op.exec.as_ref().map(|e| &e.limits),
+            env_names: op
+                .exec
+                .as_ref()
+                .map(|e| e.env.keys().map(String::as_str).collect())
+                .unwrap_or_default(),
             cost: op.estimated_cost,
             minute: minute_of_day(&ctx.now),
             weekday: 1 << ctx.now.weekday().num_days_from_monday(),
@@ -448,6 +472,43 @@ impl Rule {
         }
         if let Some(n) = &self.network {
             if !n.contains(&f.network) {
+                return false;
+            }
+        }
+        if self.memory_above.is_some()
+            || self.timeout_above.is_some()
+            || self.pids_above.is_some()
+            || self.cpu_millis_above.is_some()
+        {
+            // Only requests that run something have limits; others never match.
+            let Some(l) = f.limits else { return false };
+            if let Some(m) = self.memory_above {
+                if l.memory <= m {
+                    return false;
+                }
+            }
+            if let Some(t) = self.timeout_above {
+                if l.timeout <= t {
+                    return false;
+                }
+            }
+            if let Some(p) = self.pids_above {
+                if l.pids <= p {
+                    return false;
+                }
+            }
+            if let Some(c) = self.cpu_millis_above {
+                if l.cpu_quota_millis <= c {
+                    return false;
+                }
+            }
+        }
+        if let Some(globs) = &self.env_names {
+            if !f
+                .env_names
+                .iter()
+                .any(|n| globs.iter().any(|g| g.is_match(n)))
+            {
                 return false;
             }
         }

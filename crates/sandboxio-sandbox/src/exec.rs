@@ -132,6 +132,17 @@ pub(crate) async fn run_prepared(
     cancel: Option<CancelToken>,
     prepared: Option<Prepared>,
 ) -> Result<ExecResult, SandboxError> {
+    // Zero never means "unlimited": unset limits take the built-in defaults.
+    let defaulted;
+    let req = if req.limits == req.limits.or_builtin_defaults() {
+        req
+    } else {
+        defaulted = ExecRequest {
+            limits: req.limits.or_builtin_defaults(),
+            ..req.clone()
+        };
+        &defaulted
+    };
     let started = Instant::now();
     let mut gaps: Vec<String> = Vec::new();
     let mut guard = Inflight {

@@ -302,7 +302,7 @@ pub fn session_submission(
         }
         req.input_dir = Some(session.dir.clone());
         req.output_dir = Some(session.dir.clone());
-        sub.exec = Some(req);
+        sub.op.exec = Some(req);
     }
     sub.workspace = Some(session.dir.clone());
     sub.content = extra.content;

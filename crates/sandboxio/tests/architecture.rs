@@ -57,6 +57,7 @@ fn crate_layering_holds() {
             "sandboxio-gateway",
             &[
                 "sandboxio-core",
+                "sandboxio-config",
                 "sandboxio-policy",
                 "sandboxio-budget",
                 "sandboxio-audit",

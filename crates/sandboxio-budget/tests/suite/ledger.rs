@@ -14,6 +14,8 @@ fn req(id: &str, tenant: &str, est: &str) -> ReserveRequest {
         session: None,
         category: CostCategory::Compute,
         estimate: Some(m(est)),
+        agent: None,
+        at: None,
     }
 }
 
@@ -66,23 +68,106 @@ fn session_ceiling_applies_with_the_tenant_one() {
 }
 
 #[test]
-fn settle_charges_measured_cost_capped_by_headroom() {
+fn an_overrun_is_charged_recorded_and_closes_the_scope() {
     let mut g = guard();
     g.reserve(&req("a", "acme", "1")).unwrap();
-    // Measured above the reservation but within the ceiling: charged in full.
+    // Measured above the reservation: charged in full, the excess is an overrun.
     let s = g.settle("a", m("3")).unwrap();
     assert_eq!(s.charged, m("3"));
-    assert!(s.unbilled_overrun.is_zero());
-    // Reserve the rest, then overrun far beyond the ceiling: capped.
-    g.reserve(&req("b", "acme", "6")).unwrap();
-    let s = g.settle("b", m("20")).unwrap();
-    assert_eq!(s.charged, m("7"));
-    assert_eq!(s.unbilled_overrun, m("13"));
+    assert_eq!(s.overrun, m("2"));
     let sum = g.summary(&ScopeKey::Tenant("acme".into())).unwrap();
-    assert_eq!(sum.total, m("10"));
-    assert_eq!(sum.remaining, Some(Money::ZERO));
-    assert_eq!(sum.unbilled_overrun, m("13"));
+    assert_eq!(sum.total, m("3"));
+    assert_eq!(sum.overrun, m("2"));
+    assert!(sum
+        .closed
+        .as_deref()
+        .unwrap_or("")
+        .contains("operation `a`"));
+    // Closed: even a zero estimate is refused, and the reason says how to reopen it.
+    let d = g.reserve(&req("b", "acme", "0")).unwrap_err();
+    assert!(d.reason.contains("sandboxio budget reopen"), "{}", d.reason);
     assert!(g.state.is_valid());
+    // Another tenant is closed too only where it shares the scope (global).
+    let d = g.reserve(&req("c", "other", "0")).unwrap_err();
+    assert!(d.reason.contains("global"), "{}", d.reason);
+    assert!(g.state.reopen(&ScopeKey::Global));
+    assert!(g.state.reopen(&ScopeKey::Tenant("acme".into())));
+    g.reserve(&req("d", "acme", "1")).unwrap();
+}
+
+#[test]
+fn settle_within_reservation_has_no_overrun() {
+    let mut g = guard();
+    g.reserve(&req("a", "acme", "4")).unwrap();
+    let s = g.settle("a", m("4")).unwrap();
+    assert_eq!(s.charged, m("4"));
+    assert!(s.overrun.is_zero());
+    assert!(g
+        .state
+        .scope(&ScopeKey::Tenant("acme".into()))
+        .closed
+        .is_none());
+}
+
+#[test]
+fn windowed_ceiling_applies_per_calendar_day() {
+    use chrono::TimeZone;
+    let cfg = BudgetConfig::from_toml(
+        "[[ceiling]]\nscope = \"tenant\"\namount = \"1.00\"\nwindow = \"day\"\n",
+    )
+    .unwrap();
+    let mut st = sandboxio_budget::BudgetState::new();
+    let day1 = chrono::Utc.with_ymd_and_hms(2026, 12, 1, 23, 0, 0).unwrap();
+    let day2 = chrono::Utc.with_ymd_and_hms(2026, 12, 2, 0, 30, 0).unwrap();
+    let mut r = req("a", "acme", "0.60");
+    r.at = Some(day1);
+    st.reserve(&cfg, &r).unwrap();
+    st.settle(&cfg, "a", m("0.60")).unwrap();
+    let mut r = req("b", "acme", "0.60");
+    r.at = Some(day1);
+    let d = st.reserve(&cfg, &r).unwrap_err();
+    assert!(d.reason.contains("day:2026-12-01"), "{}", d.reason);
+    // The next day starts from zero.
+    let mut r = req("c", "acme", "0.60");
+    r.at = Some(day2);
+    st.reserve(&cfg, &r).unwrap();
+    // Another tenant has its own day.
+    let mut r = req("d", "beta", "0.90");
+    r.at = Some(day1);
+    st.reserve(&cfg, &r).unwrap();
+}
+
+#[test]
+fn agent_and_category_ceilings() {
+    let cfg = BudgetConfig::from_toml(
+        "[[ceiling]]\nscope = \"agent\"\namount = \"1\"\n[[ceiling]]\nscope = \"category\"\nname = \"api\"\namount = \"2\"\n",
+    )
+    .unwrap();
+    let mut st = sandboxio_budget::BudgetState::new();
+    let mut r = req("a", "acme", "1");
+    r.agent = Some("bot".into());
+    st.reserve(&cfg, &r).unwrap();
+    let mut r = req("b", "acme", "0.5");
+    r.agent = Some("bot".into());
+    assert!(st
+        .reserve(&cfg, &r)
+        .unwrap_err()
+        .reason
+        .contains("agent `bot`"));
+    // Another agent of the same tenant has its own ceiling.
+    r.agent = Some("other".into());
+    st.reserve(&cfg, &r).unwrap();
+    let mut r = req("c", "acme", "2.5");
+    r.category = CostCategory::Api;
+    assert!(st
+        .reserve(&cfg, &r)
+        .unwrap_err()
+        .reason
+        .contains("category `api`"));
+    assert!(BudgetConfig::from_toml(
+        "[[ceiling]]\nscope = \"category\"\nname = \"gpu\"\namount = \"2\"\n"
+    )
+    .is_err());
 }
 
 #[test]

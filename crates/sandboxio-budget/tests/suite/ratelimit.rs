@@ -1,6 +1,4 @@
-use sandboxio_budget::{
-    Clock, ManualClock, RateDecision, RateLimit, RateLimiter, RateLimitsConfig, SlidingLog,
-};
+use sandboxio_budget::{Clock, ManualClock, RateDecision, RateLimit, RateLimitsConfig, SlidingLog};
 use sandboxio_core::ErrorCode;
 
 #[test]
@@ -58,11 +56,45 @@ fn denies_over_the_limit_with_retry_after() {
     assert!(log.is_valid(&limit));
 }
 
+/// The gateway's admission in miniature: every matching limit must allow, and only then is
+/// the event recorded in all of them.
+struct Limiter {
+    cfg: RateLimitsConfig,
+    logs: std::collections::BTreeMap<String, SlidingLog>,
+}
+
+impl Limiter {
+    fn new(cfg: RateLimitsConfig) -> Limiter {
+        cfg.validate().unwrap();
+        Limiter {
+            cfg,
+            logs: Default::default(),
+        }
+    }
+    fn check(&mut self, tenant: &str, agent: Option<&str>, action: &str, now: u64) -> RateDecision {
+        let m = self.cfg.matching(tenant, agent, action);
+        for (k, l) in &m {
+            let d = self
+                .logs
+                .get(k)
+                .map(|g| g.decide(l, now))
+                .unwrap_or(RateDecision::Allow);
+            if !d.is_allow() {
+                return d;
+            }
+        }
+        for (k, l) in m {
+            self.logs.entry(k).or_default().record(&l, now);
+        }
+        RateDecision::Allow
+    }
+}
+
 #[test]
 fn limiter_keys_by_tenant_agent_and_action() {
     let cfg: RateLimitsConfig =
         toml::from_str("[[limit]]\naction = \"exec\"\nlimit = \"2/second\"\n").unwrap();
-    let mut rl = RateLimiter::new(cfg).unwrap();
+    let mut rl = Limiter::new(cfg);
     assert!(rl.check("a", Some("x"), "exec", 0).is_allow());
     assert!(rl.check("a", Some("x"), "exec", 1).is_allow());
     let d = rl.check("a", Some("x"), "exec", 2);
@@ -80,18 +112,33 @@ fn limiter_keys_by_tenant_agent_and_action() {
 }
 
 #[test]
+fn per_tenant_limit_is_shared_by_agents_and_kinds() {
+    let cfg: RateLimitsConfig =
+        toml::from_str("[[limit]]\naction = \"*\"\nlimit = \"2/minute\"\nper = \"tenant\"\n")
+            .unwrap();
+    let mut rl = Limiter::new(cfg);
+    assert!(rl.check("t", Some("a1"), "exec", 0).is_allow());
+    assert!(rl.check("t", Some("a2"), "run_code", 1).is_allow());
+    // A third agent and a third kind do not get a fresh counter.
+    assert!(!rl.check("t", Some("a3"), "tool_call", 2).is_allow());
+    assert!(!rl.check("t", None, "exec", 3).is_allow());
+    // Another tenant has its own.
+    assert!(rl.check("u", Some("a1"), "exec", 4).is_allow());
+}
+
+#[test]
 fn denied_events_do_not_consume_any_limit() {
     let cfg: RateLimitsConfig = toml::from_str(
         "[[limit]]\naction = \"exec\"\nlimit = \"1/second\"\n[[limit]]\naction = \"*\"\nlimit = \"10/minute\"\n",
     )
     .unwrap();
-    let mut rl = RateLimiter::new(cfg).unwrap();
+    let mut rl = Limiter::new(cfg);
     assert!(rl.check("t", None, "exec", 0).is_allow());
     for i in 1..100 {
         assert!(!rl.check("t", None, "exec", i).is_allow());
     }
     // The per-minute limit was only charged once.
-    assert_eq!(rl.log("1|t||exec").unwrap().len(), 1);
+    assert_eq!(rl.logs.get("1|t||exec").unwrap().len(), 1);
 }
 
 #[test]

@@ -31,9 +31,9 @@ pub async fn dispatch(cli: Cli) -> i32 {
         } => run::run(common, opts, run::What::Code { lang, file }).await,
         Command::Init { path } => init(&path),
         Command::Doctor { json } => doctor::doctor(json).await,
-        Command::Kill { common, reason } => state::kill(&common, &reason),
-        Command::Resume { common } => state::resume(&common),
-        Command::Approvals { common, cmd } => state::approvals(&common, cmd),
+        Command::Kill { common, reason } => state::kill(&common, &reason).await,
+        Command::Resume { common } => state::resume(&common).await,
+        Command::Approvals { common, cmd } => state::approvals(&common, cmd).await,
         Command::Costs {
             common,
             since,
@@ -92,6 +92,7 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_config::ConfigError>(cause))
             .or_else(|| typed::<sandboxio_core::CoreError>(cause))
             .or_else(|| typed::<sandboxio_gateway::GatewayError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::RuntimeError>(cause))
             .or_else(|| typed::<sandboxio_sandbox::SandboxError>(cause))
             .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
             .or_else(|| typed::<sandboxio_audit::AuditError>(cause))

@@ -166,6 +166,7 @@ fn operation_of(ev: &sandboxio_audit::AuditEvent) -> Option<Operation> {
         "file_write" => OperationArgs::FileWrite {
             path: ev.path.clone()?,
             size: ev.bytes_in,
+            content_sha256: None,
         },
         "file_delete" => OperationArgs::FileDelete {
             path: ev.path.clone()?,

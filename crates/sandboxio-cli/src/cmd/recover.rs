@@ -73,7 +73,8 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
     let by = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let rebuilt = rebuild_from_trail(&files, &entries, cfg.idempotency_retention, &by, Utc::now())?;
 
-    let gateway = setup::gateway(&loaded, common, None)?;
+    let runtime = loaded.runtime(common, None)?;
+    let gateway = runtime.gateway();
     let mut rec = OperationRecord::new(new_id(), RECOVERED_EVENT);
     rec.backend = "state".into();
     rec.status = OperationStatus::Ok;

@@ -4,8 +4,8 @@ use std::io::Read as _;
 
 use anyhow::Result;
 use sandboxio_core::{
-    ByteSize, ExecRequest, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language,
-    Layer, Money, Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
+    ByteSize, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language, Layer, Money,
+    Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
 };
 use sandboxio_gateway::{Outcome, Submission};
 use sandboxio_sandbox::CancelToken;
@@ -25,11 +25,16 @@ pub enum What {
 pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
-    let mut exec = ExecRequest::new(Vec::<String>::new());
-    exec.limits = cfg.limits.to_limits();
-    exec.network = cfg.network.to_mode();
-    exec.env_allowlist = cfg.sandbox.env_allowlist.clone();
-    exec.keep_workspace = cfg.sandbox.keep_workspace || opts.keep;
+    let approval_timeout = opts
+        .approval_timeout
+        .as_deref()
+        .map(approval_timeout)
+        .transpose()?;
+    let runtime = loaded.runtime(&common, approval_timeout)?;
+    // Limits the flags leave unset (or set to zero) take `[limits]`; above `[limits.max]`
+    // the gateway denies the run.
+    let mut exec = runtime.exec_request();
+    exec.keep_workspace = exec.keep_workspace || opts.keep;
     if let Some(t) = &opts.timeout {
         exec.limits.timeout = t.parse::<HumanDuration>()?.0;
     }
@@ -119,22 +124,12 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .map(str::parse::<Money>)
         .transpose()?;
 
-    let approval_timeout = opts
-        .approval_timeout
-        .as_deref()
-        .map(approval_timeout)
-        .transpose()?;
-    let gateway = setup::gateway(&loaded, &common, approval_timeout)?;
-    gateway.recover().await?;
-    // Leftovers of crashed supervisors: empty sandbox cgroups and namespace staging dirs.
-    sandboxio_sandbox::cgroup::cleanup_stale();
-    sandboxio_sandbox::ns::cleanup_stale_staging(
-        exec.limits.timeout + std::time::Duration::from_secs(600),
-    );
+    // Leftovers of crashed processes: interrupted operations, stale cgroups and staging.
+    runtime.recover(cfg.limits.timeout.0).await?;
+    let gateway = runtime.gateway();
 
     let cancel = CancelToken::new();
-    let mut sub = Submission::new(op);
-    sub.exec = Some(exec);
+    let mut sub = Submission::new(op.with_exec(exec));
     sub.secrets = secrets;
     // `$TRACEPARENT` when no flag: read here, not by the parser, so a value that is not
     // UTF-8 is skipped like any other such variable instead of refusing the command line.

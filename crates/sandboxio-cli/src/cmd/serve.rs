@@ -28,9 +28,9 @@ fn size(v: &Option<String>) -> Result<Option<usize>> {
 pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let loaded = setup::load(&common)?;
     // Asks wait for a decision in the store, where this API and the CLI write it.
-    let gw = setup::gateway(&loaded, &common, duration(&args.approval_timeout)?)?;
-    gw.recover().await?;
-    sandboxio_sandbox::cgroup::cleanup_stale();
+    let runtime = loaded.runtime(&common, duration(&args.approval_timeout)?)?;
+    runtime.recover(loaded.config.limits.timeout.0).await?;
+    let gw = runtime.gateway().clone();
     let listen = match &args.listen {
         Some(a) => Listen::Tcp(
             a.parse()
@@ -80,7 +80,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     if let Some(n) = size(&args.upload_limit)? {
         opts.upload_limit = n;
     }
-    let backend = Arc::new(Backend::new(Arc::new(gw)));
+    let backend = Arc::new(Backend::new(gw));
     let state = AppState::new(backend, opts);
     let router = app::router(state.clone(), Vec::new());
     let listener = Listener::bind(&state.opts).await?;

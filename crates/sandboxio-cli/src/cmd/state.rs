@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use sandboxio_core::{CoreError, CostEntry, HumanDuration};
+use sandboxio_core::{AdminAction, CoreError, CostEntry, HumanDuration, Verdict};
 use sandboxio_gateway::store::{ApprovalState, Store};
+use sandboxio_gateway::Outcome;
 
 use crate::args::{ApprovalsCmd, Common};
 use crate::error::CliError;
@@ -13,23 +14,43 @@ use crate::exit;
 use crate::out::outln;
 use crate::setup;
 
-pub fn kill(common: &Common, reason: &str) -> Result<i32> {
+/// Runs an operator action through the gateway (so it leaves its record) and reports it.
+async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outcome> {
     let loaded = setup::load(common)?;
-    let store = loaded.open_store()?;
-    let by = std::env::var("USER").unwrap_or_else(|_| "operator".into());
-    store.set_kill(reason, &by, Utc::now())?;
+    let rt = loaded.runtime(common, None)?;
+    let name = action.name();
+    let out = rt.gateway().admin("default", actor, action).await?;
+    if out.record.verdict != Verdict::Allow {
+        let code = out.record.error_code.as_deref().unwrap_or("SBX_E1501");
+        return Err(sandboxio_gateway::GatewayError::AdminRefused {
+            action: name,
+            reason: format!("{} ({code})", out.record.reason),
+        }
+        .into());
+    }
+    Ok(out)
+}
+
+pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
+    admin(
+        common,
+        AdminAction::Kill {
+            reason: reason.to_string(),
+        },
+        &setup::actor(),
+    )
+    .await?;
     outln!("kill switch engaged: {reason}")?;
     Ok(exit::OK)
 }
 
-pub fn resume(common: &Common) -> Result<i32> {
-    let loaded = setup::load(common)?;
-    loaded.open_store()?.clear_kill()?;
+pub async fn resume(common: &Common) -> Result<i32> {
+    admin(common, AdminAction::Resume, &setup::actor()).await?;
     outln!("kill switch released")?;
     Ok(exit::OK)
 }
 
-pub fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
+pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
     let loaded = setup::load(common)?;
     let store = loaded.open_store()?;
     store.expire_approvals(Utc::now())?;
@@ -64,12 +85,28 @@ pub fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
             }
         }
         ApprovalsCmd::Approve { id, by, reason } => {
-            let a = store.decide_approval(&id, true, &by, reason.as_deref(), Utc::now())?;
-            outln!("approved {} (by {})", a.id, by)?;
+            admin(
+                common,
+                AdminAction::Approve {
+                    approval_id: id.clone(),
+                    reason,
+                },
+                &by,
+            )
+            .await?;
+            outln!("approved {id} (by {by})")?;
         }
         ApprovalsCmd::Deny { id, by, reason } => {
-            let a = store.decide_approval(&id, false, &by, reason.as_deref(), Utc::now())?;
-            outln!("denied {} (by {})", a.id, by)?;
+            admin(
+                common,
+                AdminAction::Deny {
+                    approval_id: id.clone(),
+                    reason,
+                },
+                &by,
+            )
+            .await?;
+            outln!("denied {id} (by {by})")?;
         }
     }
     Ok(exit::OK)

@@ -141,7 +141,9 @@ fn past_the_concurrency_limit_requests_get_503_and_the_server_recovers() {
             )
             .status()
         });
-        // While the slow one runs, the next request is refused.
+        // While the slow one runs, the next request is refused. Give the slow one a head
+        // start, so that it holds the only slot (not the poll below).
+        std::thread::sleep(Duration::from_millis(500));
         let mut refused = None;
         while !slow.is_finished() {
             let r = s.get(&key, "/v1/sandboxes");

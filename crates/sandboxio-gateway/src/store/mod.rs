@@ -213,6 +213,8 @@ pub struct LiveCounts {
 pub trait Store: Send + Sync {
     // Kill switch.
     fn kill_state(&self) -> StoreResult<Option<KillState>>;
+    /// Engages the kill switch and ends every pending (or approved, unused) approval as a
+    /// denial by [`KILL_SWITCH_APPROVER`], in one transaction.
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()>;
     fn clear_kill(&self) -> StoreResult<()>;
 
@@ -314,6 +316,11 @@ pub struct RateUsage {
 /// Why a claim after approval did not go through (nothing changed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claimed {
+    /// The kill switch was engaged (checked in the claim's own transaction).
+    KillSwitch(KillState),
     ApprovalInvalid,
     Idem(IdemBegin),
 }
+
+/// The `decided_by` of approvals that the kill switch ended.
+pub const KILL_SWITCH_APPROVER: &str = "kill switch";

@@ -21,8 +21,8 @@ use serde::Serialize;
 
 use super::guard::StateFiles;
 use super::{SqliteStore, Store, SyncMode};
+use crate::chain::Outcome;
 use crate::error::{db, GatewayError};
-use crate::gateway::Outcome;
 
 /// What a rebuild did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -97,6 +97,8 @@ pub fn rebuild_from_trail(
                     session: ev.session_id.clone(),
                     category,
                     estimate: None,
+                    agent: None,
+                    at: None,
                 };
                 for key in req.scopes() {
                     let st = scopes.entry(key).or_default();

@@ -353,31 +353,35 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Takes one event from a rate limit, or says when to retry. The decision is the
+    /// budget crate's sliding log, over the events this store keeps for the key.
     fn rate_take_in(
         tx: &rusqlite::Transaction<'_>,
         key: &str,
-        limit: u32,
-        window_ms: i64,
+        limit: &sandboxio_budget::RateLimit,
         now_ms: i64,
     ) -> StoreResult<Option<u64>> {
-        let cutoff = now_ms.saturating_sub(window_ms);
+        let window = i64::try_from(limit.window_ms()).unwrap_or(i64::MAX);
+        let cutoff = now_ms.saturating_sub(window);
         tx.execute(
             "DELETE FROM rate_events WHERE key = ?1 AND at_ms <= ?2",
             params![key, cutoff],
         )
         .map_err(db("pruning rate events"))?;
-        let (count, oldest): (i64, Option<i64>) = tx
-            .query_row(
-                "SELECT COUNT(*), MIN(at_ms) FROM rate_events WHERE key = ?1",
-                params![key],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+        let mut stmt = tx
+            .prepare_cached("SELECT at_ms FROM rate_events WHERE key = ?1")
             .map_err(db("counting rate events"))?;
-        if count >= i64::from(limit) {
-            let retry = oldest
-                .map(|o| o.saturating_add(window_ms).saturating_sub(now_ms))
-                .unwrap_or(window_ms);
-            return Ok(Some(u64::try_from(retry.max(1)).unwrap_or(1)));
+        let events = stmt
+            .query_map(params![key], |r| r.get::<_, i64>(0))
+            .map_err(db("counting rate events"))?
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(db("counting rate events"))?;
+        let log = sandboxio_budget::SlidingLog::from_events(
+            events.into_iter().map(|t| u64::try_from(t).unwrap_or(0)),
+        );
+        let now = u64::try_from(now_ms).unwrap_or(0);
+        if let sandboxio_budget::RateDecision::Deny { retry_after_ms } = log.decide(limit, now) {
+            return Ok(Some(retry_after_ms));
         }
         tx.execute(
             "INSERT INTO rate_events (key, at_ms) VALUES (?1, ?2)",
@@ -490,6 +494,12 @@ impl Store for SqliteStore {
                 params![reason, by, ms(now)],
             )
             .map_err(db("setting the kill switch"))?;
+            // Pending asks end now, as denials by the kill switch: nothing waits to run.
+            tx.execute(
+                "UPDATE approvals SET state = 'denied', decided_by = ?1, decided_ms = ?2, decision_reason = ?3 WHERE state IN ('pending', 'approved')",
+                params![KILL_SWITCH_APPROVER, ms(now), reason],
+            )
+            .map_err(db("ending pending approvals"))?;
             Ok(())
         })
     }
@@ -515,10 +525,7 @@ impl Store for SqliteStore {
         }
         let now_ms = ms(a.now);
         for (key, limit) in &a.rate {
-            let window = i64::try_from(limit.window_ms()).unwrap_or(i64::MAX);
-            if let Some(retry_after_ms) =
-                Self::rate_take_in(&tx, key, limit.count(), window, now_ms)?
-            {
+            if let Some(retry_after_ms) = Self::rate_take_in(&tx, key, limit, now_ms)? {
                 return Ok(Admitted::RateLimited {
                     key: key.clone(),
                     limit: *limit,
@@ -532,7 +539,7 @@ impl Store for SqliteStore {
             params![j.operation_id, j.intent, ms(j.started_at), j.owner, j.idempotent as i64, j.idem.as_ref().map(|i| &i.0), j.idem.as_ref().map(|i| &i.1)],
         )
         .map_err(db("journaling an intent"))?;
-        let mut st = Self::load_budget(&tx, &a.reserve.scopes(), None)?;
+        let mut st = Self::load_budget(&tx, &a.reserve.scopes_in(a.budget), None)?;
         let reservation = match st.reserve(a.budget, &a.reserve) {
             Ok(r) => r,
             Err(denial) => return Ok(Admitted::Budget(denial)),
@@ -560,6 +567,10 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db("claiming an approval"))?;
+        // The last moment before the side effect: the kill switch wins over an approval.
+        if let Some(k) = read_kill(&tx)? {
+            return Ok(Some(Claimed::KillSwitch(k)));
+        }
         if let Some((id, fingerprint)) = approval {
             let n = tx
                 .execute(

@@ -210,6 +210,7 @@ async fn rate_limit_denies_with_retry_time() {
                 limit: "2/minute".parse().unwrap(),
                 tenant: None,
                 agent: None,
+                per: Default::default(),
             }],
         },
         ..GatewayConfig::default()

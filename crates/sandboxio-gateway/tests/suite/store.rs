@@ -42,6 +42,8 @@ fn admission<'a>(id: &str, cfg: &'a BudgetConfig, estimate: &str) -> Admission<'
             session: None,
             category: CostCategory::Compute,
             estimate: Some(m(estimate)),
+            agent: None,
+            at: None,
         },
         idem: None,
         now: Utc::now(),
@@ -91,20 +93,43 @@ fn reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing() {
 }
 
 #[test]
-fn settle_never_exceeds_the_ceiling_and_releases_the_rest() {
+fn an_overrun_is_charged_and_closes_the_scope() {
     let (_d, s) = store();
     let cfg = budget("1.00");
     s.admit(&admission("op1", &cfg, "0.50")).unwrap();
-    // Measured more than reserved: charged at most what fits under the ceiling.
+    // Measured more than reserved: charged in full, the excess recorded as an overrun.
     let st = s
         .finish(&finish("op1", &cfg, Some("5.00")))
         .unwrap()
         .unwrap();
-    assert!(st.charged <= m("1.00"));
+    assert_eq!(st.charged, m("5.00"));
+    assert_eq!(st.overrun, m("4.50"));
     let (spent, reserved) = tenant_spent(&s, &cfg);
-    assert!(spent <= m("1.00"));
+    assert_eq!(spent, m("5.00"));
     assert_eq!(reserved, Money::ZERO);
     assert_eq!(s.live_counts().unwrap(), LiveCounts::default());
+    // The scope is closed: even a zero estimate is refused, with the way to reopen it.
+    match s.admit(&admission("op2", &cfg, "0")).unwrap() {
+        Admitted::Budget(d) => assert!(d.reason.contains("reopen"), "{}", d.reason),
+        other => panic!("expected a budget denial, got {other:?}"),
+    }
+}
+
+#[test]
+fn settle_within_the_reservation_releases_the_rest() {
+    let (_d, s) = store();
+    let cfg = budget("1.00");
+    s.admit(&admission("op1", &cfg, "0.50")).unwrap();
+    let st = s
+        .finish(&finish("op1", &cfg, Some("0.20")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(st.charged, m("0.20"));
+    assert!(st.overrun.is_zero());
+    let (spent, reserved) = tenant_spent(&s, &cfg);
+    assert_eq!(spent, m("0.20"));
+    assert_eq!(reserved, Money::ZERO);
+    s.admit(&admission("op2", &cfg, "0.80")).unwrap();
 }
 
 #[test]

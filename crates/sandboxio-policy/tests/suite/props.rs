@@ -178,7 +178,11 @@ fn build(g: &GOp) -> Operation {
             code: "1".into(),
         },
         OperationKind::FileRead => OperationArgs::FileRead { path },
-        OperationKind::FileWrite => OperationArgs::FileWrite { path, size: 0 },
+        OperationKind::FileWrite => OperationArgs::FileWrite {
+            path,
+            size: 0,
+            content_sha256: None,
+        },
         OperationKind::FileDelete => OperationArgs::FileDelete { path },
         OperationKind::NetConnect => OperationArgs::NetConnect {
             host: "h.example".into(),
@@ -187,6 +191,9 @@ fn build(g: &GOp) -> Operation {
         OperationKind::ToolCall => OperationArgs::ToolCall {
             tool: TOOLS[g.tool].into(),
             arguments: serde_json::Value::Null,
+        },
+        OperationKind::Admin => OperationArgs::Admin {
+            action: sandboxio_core::AdminAction::Resume,
         },
     };
     let mut op = Operation::new(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use sandboxio_core::{HumanDuration, Money, Verdict};
+use sandboxio_core::{HumanDuration, Money};
 use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::store::LedgerLine;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,6 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::auth::Caller;
-use crate::backend::server_record;
 use crate::body::ApiJson;
 use crate::error::ServerError;
 use crate::model::{KillBody, KillView};
@@ -79,19 +78,20 @@ pub async fn kill(
             why: "say why the kill switch is engaged".into(),
         });
     }
-    let gw = st.backend.gateway().clone();
-    let (reason, by) = (body.reason.clone(), caller.name());
-    blocking("engaging the kill switch", move || gw.kill(&reason, &by)).await?;
+    // An operator action through the gateway: it cancels what this process runs, ends
+    // pending asks as denials and leaves its own record (actor: the key's name).
+    st.backend
+        .gateway()
+        .admin(
+            caller.tenant(),
+            &caller.name(),
+            sandboxio_core::AdminAction::Kill {
+                reason: body.reason.clone(),
+            },
+        )
+        .await?;
     st.backend
         .cancel_all(&format!("kill switch: {}", body.reason));
-    let rec = server_record(
-        "admin.kill",
-        caller.tenant(),
-        &caller.ctx,
-        Verdict::Allow,
-        format!("kill switch engaged by {}: {}", caller.name(), body.reason),
-    );
-    st.backend.record(rec).await;
     Ok(Json(view(&st).await?))
 }
 
@@ -104,16 +104,14 @@ pub async fn resume(
     caller: Caller,
 ) -> Result<Json<KillView>, ServerError> {
     caller.require(&st, Scope::Admin).await?;
-    let store = st.backend.store().clone();
-    blocking("releasing the kill switch", move || store.clear_kill()).await?;
-    let rec = server_record(
-        "admin.resume",
-        caller.tenant(),
-        &caller.ctx,
-        Verdict::Allow,
-        format!("kill switch released by {}", caller.name()),
-    );
-    st.backend.record(rec).await;
+    st.backend
+        .gateway()
+        .admin(
+            caller.tenant(),
+            &caller.name(),
+            sandboxio_core::AdminAction::Resume,
+        )
+        .await?;
     Ok(Json(view(&st).await?))
 }
 

@@ -159,6 +159,7 @@ pub async fn upload(
     let args = OperationArgs::FileWrite {
         path: q.path.clone(),
         size: bytes.len() as u64,
+        content_sha256: None,
     };
     Ok(
         match file_op(&st, &caller, &id, &q.path, args, Some(bytes)).await? {

@@ -1,0 +1,504 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! One request, one chain: every fact a caller controls (env, stdin, limits, network, file
+//! contents) is fingerprinted, visible to policy, charged and recorded. Each test here was a
+//! way around the chain before the request became one value. The gateway runs in this
+//! process; the sandbox helper is the `sandboxio` binary.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandboxio_audit::{AuditConfig, Auditor};
+use sandboxio_core::{
+    AdminAction, ByteSize, ExecRequest, IdempotencyKey, IsolationTier, Layer, Money, NetworkMode,
+    Operation, OperationArgs, OperationStatus, Principal, Verdict,
+};
+use sandboxio_gateway::policy::PolicySetEngine;
+use sandboxio_gateway::store::{ApprovalState, SqliteStore, Store, SyncMode};
+use sandboxio_gateway::*;
+use sandboxio_policy::{PolicySet, PolicySource};
+use sandboxio_sandbox::SandboxConfig;
+
+/// Keeps every event in memory.
+#[derive(Default)]
+struct MemSink(Mutex<Vec<sandboxio_audit::AuditEvent>>);
+
+#[async_trait]
+impl sandboxio_audit::AuditSink for MemSink {
+    async fn emit(
+        &self,
+        e: &sandboxio_audit::AuditEvent,
+    ) -> Result<(), sandboxio_audit::AuditError> {
+        self.0.lock().unwrap().push(e.clone());
+        Ok(())
+    }
+    fn name(&self) -> &str {
+        "mem"
+    }
+}
+
+const POLICY: &str = r#"
+[[rule]]
+id = "sh"
+effect = "allow"
+reason = "shell is allowed in these tests"
+kind = "exec"
+argv_prefix = ["sh"]
+
+[[rule]]
+id = "ask-approve-me"
+effect = "ask"
+reason = "a person approves this one"
+kind = "exec"
+argv_prefix = ["sh", "-c", "echo approve-me"]
+
+[[rule]]
+id = "no-full-network"
+effect = "deny"
+reason = "full network is never allowed"
+kind = "exec"
+network = "full"
+
+[[rule]]
+id = "no-big-memory"
+effect = "deny"
+reason = "more than 1GiB needs another policy"
+kind = "exec"
+memory_above = "1GiB"
+
+[[rule]]
+id = "no-secret-env"
+effect = "deny"
+reason = "no AWS credentials in sandboxes"
+kind = "exec"
+env = "AWS_*"
+
+[[rule]]
+id = "files"
+effect = "allow"
+reason = "files of the workspace"
+kind = ["file_read", "file_write"]
+in_workspace = true
+"#;
+
+struct Fx {
+    gw: Arc<Gateway>,
+    sink: Arc<MemSink>,
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+fn fx(cfg: GatewayConfig, approver: Approver) -> Fx {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
+    let sink = Arc::new(MemSink::default());
+    let redaction = Redaction::from_env(vec![]);
+    let auditor = Auditor::new(
+        AuditConfig::default().with_sinks(vec![sink.clone()]),
+        redaction.base().unwrap(),
+    );
+    let set = PolicySet::from_sources(&[PolicySource::new("t.toml", POLICY.as_bytes())]).unwrap();
+    let engine = Arc::new(PolicySetEngine::new(set, IsolationTier::Process));
+    let cfg = GatewayConfig {
+        default_tier: IsolationTier::Process,
+        ..cfg
+    };
+    let gw = Gateway::new(
+        cfg,
+        store.clone(),
+        engine,
+        auditor,
+        redaction,
+        SandboxConfig {
+            helper_path: Some(env!("CARGO_BIN_EXE_sandboxio").into()),
+            ..SandboxConfig::default()
+        },
+        approver,
+    );
+    Fx {
+        gw: Arc::new(gw),
+        sink,
+        store,
+        _dir: dir,
+    }
+}
+
+fn sh(script: &str, req: ExecRequest) -> Submission {
+    let argv: Vec<String> = vec!["sh".into(), "-c".into(), script.into()];
+    let mut op = Operation::new(
+        Principal::tenant("acme"),
+        OperationArgs::Exec { argv: argv.clone() },
+    );
+    op.tier = Some(IsolationTier::Process);
+    Submission::new(op.with_exec(req))
+}
+
+fn keyed(mut s: Submission, key: &str) -> Submission {
+    s.op.idempotency_key = Some(IdempotencyKey::new(key).unwrap());
+    s
+}
+
+fn with_env(k: &str, v: &str) -> ExecRequest {
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.env.insert(k.into(), v.into());
+    r
+}
+
+fn stdout(o: &Outcome) -> String {
+    let b: &[u8] = o
+        .result
+        .as_ref()
+        .map(|r| r.stdout.as_ref())
+        .unwrap_or_default();
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test]
+async fn same_key_with_another_env_value_stdin_or_limit_is_a_conflict() {
+    let f = fx(GatewayConfig::default(), Approver::Nobody);
+    let first =
+        f.gw.submit(keyed(sh("echo $X", with_env("X", "1")), "k1"))
+            .await
+            .unwrap();
+    assert_eq!(
+        first.record.status,
+        OperationStatus::Ok,
+        "{:?}",
+        first.record
+    );
+    assert_eq!(stdout(&first).trim(), "1");
+    // The same request replays.
+    let again =
+        f.gw.submit(keyed(sh("echo $X", with_env("X", "1")), "k1"))
+            .await
+            .unwrap();
+    assert_eq!(again.record.status, OperationStatus::Replayed);
+    // Every other fact of the request makes it another request.
+    let mut variants = vec![with_env("X", "2")];
+    let mut r = with_env("X", "1");
+    r.stdin = Some(b"other".to_vec());
+    variants.push(r);
+    let mut r = with_env("X", "1");
+    r.limits.memory = ByteSize::mib(300);
+    variants.push(r);
+    let mut r = with_env("X", "1");
+    r.limits.timeout = Duration::from_secs(7);
+    variants.push(r);
+    let mut r = with_env("X", "1");
+    r.network = NetworkMode::Allowlist {
+        allow: vec!["example.test:443".into()],
+    };
+    variants.push(r);
+    let mut r = with_env("X", "1");
+    r.input_dir = Some(std::env::temp_dir());
+    variants.push(r);
+    for (i, v) in variants.into_iter().enumerate() {
+        let o = f.gw.submit(keyed(sh("echo $X", v), "k1")).await.unwrap();
+        assert_eq!(
+            o.record.error_code.as_deref(),
+            Some("SBX_E1505"),
+            "variant {i}: {:?}",
+            o.record
+        );
+        assert!(o.result.is_none(), "variant {i} ran");
+    }
+}
+
+#[tokio::test]
+async fn same_key_with_other_file_content_is_a_conflict() {
+    let f = fx(GatewayConfig::default(), Approver::Nobody);
+    let sbx = Sandbox::create(f.gw.clone(), Principal::tenant("acme"), None, None).unwrap();
+    let write = |content: &'static [u8]| {
+        let mut op = Operation::new(
+            Principal::tenant("acme"),
+            OperationArgs::FileWrite {
+                path: "a.txt".into(),
+                size: 0,
+                content_sha256: None,
+            },
+        );
+        op.idempotency_key = Some(IdempotencyKey::new("w1").unwrap());
+        let mut s = Submission::new(op);
+        s.workspace = Some(sbx.workspace().to_path_buf());
+        s.content = Some(content.to_vec());
+        s
+    };
+    let a = f.gw.submit(write(b"one")).await.unwrap();
+    assert_eq!(a.record.status, OperationStatus::Ok, "{:?}", a.record);
+    let b = f.gw.submit(write(b"two")).await.unwrap();
+    assert_eq!(b.record.error_code.as_deref(), Some("SBX_E1505"));
+    assert_eq!(
+        std::fs::read(sbx.workspace().join("a.txt")).unwrap(),
+        b"one"
+    );
+    sbx.close();
+}
+
+#[derive(Default)]
+struct Collect(Mutex<Vec<(String, String)>>);
+
+#[async_trait]
+impl ApprovalCallback for Collect {
+    async fn decide(&self, a: &store::Approval) -> Option<ApprovalAnswer> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((a.fingerprint.clone(), a.operation.clone()));
+        Some(ApprovalAnswer {
+            approve: true,
+            approver: "alice".into(),
+            reason: None,
+        })
+    }
+}
+
+#[tokio::test]
+async fn approvers_see_the_whole_request_and_any_difference_is_a_new_approval() {
+    let c = Arc::new(Collect::default());
+    let f = fx(GatewayConfig::default(), Approver::Callback(c.clone()));
+    let mut r = with_env("TOKEN", "canary-value-4711");
+    r.env.insert("MODE".into(), "fast".into());
+    r.limits.memory = ByteSize::mib(200);
+    let o = f.gw.submit(sh("echo approve-me", r.clone())).await.unwrap();
+    assert_eq!(o.record.status, OperationStatus::Ok, "{:?}", o.record);
+    r.env.insert("TOKEN".into(), "another-value".into());
+    f.gw.submit(sh("echo approve-me", r)).await.unwrap();
+    let seen = c.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_ne!(
+        seen[0].0, seen[1].0,
+        "another env value, another fingerprint"
+    );
+    let shown = &seen[0].1;
+    // Names, limits and network in clear; values by digest (a credential-shaped name's
+    // digest is redacted too).
+    for want in ["TOKEN", "MODE", "sha256:", "209715200", "network"] {
+        assert!(
+            shown.contains(want),
+            "approver does not see `{want}`: {shown}"
+        );
+    }
+    assert!(!shown.contains("canary-value-4711"), "{shown}");
+    assert!(!shown.contains("fast"), "{shown}");
+}
+
+#[tokio::test]
+async fn policy_sees_the_network_limits_and_env_names_of_the_request() {
+    let f = fx(GatewayConfig::default(), Approver::Nobody);
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.network = NetworkMode::Full;
+    let o = f.gw.submit(sh("true", r)).await.unwrap();
+    assert_eq!(o.record.layer, Layer::Policy);
+    assert!(
+        o.record.reason.contains("full network"),
+        "{}",
+        o.record.reason
+    );
+    assert!(o.result.is_none());
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.limits.memory = ByteSize::mib(2048);
+    let o = f.gw.submit(sh("true", r)).await.unwrap();
+    assert_eq!(o.record.layer, Layer::Policy, "{:?}", o.record);
+    let o =
+        f.gw.submit(sh("true", with_env("AWS_SECRET_ACCESS_KEY", "x")))
+            .await
+            .unwrap();
+    assert_eq!(o.record.layer, Layer::Policy, "{:?}", o.record);
+    // The same request without those facts runs.
+    let o =
+        f.gw.submit(sh("true", ExecRequest::new(Vec::<String>::new())))
+            .await
+            .unwrap();
+    assert_eq!(o.record.status, OperationStatus::Ok, "{:?}", o.record);
+}
+
+#[tokio::test]
+async fn zero_limits_take_the_default_and_ceilings_deny() {
+    let mut cfg = GatewayConfig::default();
+    cfg.limits_default.memory = ByteSize::mib(256);
+    cfg.limits_default.pids = 64;
+    let f = fx(cfg, Approver::Nobody);
+    // Zero memory and pids: the configured default, never unlimited (the policy's
+    // memory_above rule sees 256MiB, and the run records the limit it got).
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.limits.memory = ByteSize(0);
+    r.limits.pids = 0;
+    r.limits.timeout = Duration::ZERO;
+    let o = f.gw.submit(sh("true", r)).await.unwrap();
+    assert_eq!(o.record.status, OperationStatus::Ok, "{:?}", o.record);
+    let limits = o
+        .record
+        .enforcement
+        .as_ref()
+        .map(|e| e.limits.join(" "))
+        .unwrap_or_default();
+    assert!(
+        limits.contains("256MiB") || limits.contains("268435456"),
+        "{limits}"
+    );
+    // Above a ceiling: denied at admit with its code, nothing runs.
+    for (what, r) in [
+        ("memory", {
+            let mut r = ExecRequest::new(Vec::<String>::new());
+            r.limits.memory = ByteSize(64 << 30);
+            r
+        }),
+        ("timeout", {
+            let mut r = ExecRequest::new(Vec::<String>::new());
+            r.limits.timeout = Duration::from_secs(100 * 3600);
+            r
+        }),
+        ("pids", {
+            let mut r = ExecRequest::new(Vec::<String>::new());
+            r.limits.pids = 100_000;
+            r
+        }),
+    ] {
+        let o = f.gw.submit(sh("true", r)).await.unwrap();
+        assert_eq!(o.record.error_code.as_deref(), Some("SBX_E1517"), "{what}");
+        assert_eq!(o.record.layer, Layer::Admit, "{what}");
+        assert!(
+            o.record.reason.contains(what),
+            "{what}: {}",
+            o.record.reason
+        );
+        assert!(o.result.is_none());
+    }
+}
+
+fn budget_cfg() -> GatewayConfig {
+    GatewayConfig {
+        budget: sandboxio_budget::BudgetConfig::from_toml(
+            "per_tenant = \"10.00\"\n[rate_card]\ncpu_second = \"1.00\"\n",
+        )
+        .unwrap(),
+        ..GatewayConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_tiny_estimate_does_not_dodge_the_budget() {
+    let f = fx(budget_cfg(), Approver::Nobody);
+    // 30 s at one CPU can cost 30.00: more than the 10.00 ceiling, whatever the estimate.
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.limits.timeout = Duration::from_secs(30);
+    let mut s = sh("true", r);
+    s.op.estimated_cost = Some("0.000000001".parse::<Money>().unwrap());
+    let o = f.gw.submit(s).await.unwrap();
+    assert_eq!(o.record.layer, Layer::Budget, "{:?}", o.record);
+    assert_eq!(
+        o.record.error_code.as_deref(),
+        Some(sandboxio_gateway::denial::BUDGET)
+    );
+    assert!(
+        o.record.reason.contains("most this request can cost"),
+        "{}",
+        o.record.reason
+    );
+    // 2 s at one CPU fits; the charge is the measured cost, at most the reservation.
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.limits.timeout = Duration::from_secs(2);
+    let mut s = sh("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done", r);
+    s.op.estimated_cost = Some("0.000000001".parse::<Money>().unwrap());
+    let o = f.gw.submit(s).await.unwrap();
+    assert_eq!(o.record.verdict, Verdict::Allow, "{:?}", o.record);
+    let reserved = o.record.cost_reserved.unwrap();
+    let settled = o.record.cost_settled.unwrap();
+    assert_eq!(reserved, "2.00".parse::<Money>().unwrap());
+    assert!(
+        settled > Money::ZERO,
+        "measured CPU is charged, not the estimate"
+    );
+    assert!(settled <= reserved);
+}
+
+#[tokio::test]
+async fn kill_switch_during_an_approval_wait_means_the_run_never_starts() {
+    let f = fx(
+        GatewayConfig::default(),
+        Approver::Store {
+            poll: Duration::from_millis(20),
+        },
+    );
+    let gw = f.gw.clone();
+    let waiting = tokio::spawn(async move {
+        gw.submit(sh(
+            "echo approve-me",
+            ExecRequest::new(Vec::<String>::new()),
+        ))
+        .await
+        .unwrap()
+    });
+    let mut approval = None;
+    for _ in 0..1000 {
+        let pending = f
+            .store
+            .list_approvals(Some(ApprovalState::Pending))
+            .unwrap();
+        if let Some(a) = pending.into_iter().next() {
+            approval = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let approval = approval.expect("the ask never became a pending approval");
+    let k = f.gw.kill("stop everything", "test-operator").await.unwrap();
+    assert_eq!(k.record.status, OperationStatus::Ok);
+    // Approving after the kill is refused: the ask already ended as a denial.
+    let late =
+        f.gw.admin(
+            "acme",
+            "alice",
+            AdminAction::Approve {
+                approval_id: approval.id.clone(),
+                reason: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(late.record.verdict, Verdict::Deny, "{:?}", late.record);
+    let o = waiting.await.unwrap();
+    assert_eq!(o.record.layer, Layer::KillSwitch, "{:?}", o.record);
+    assert_eq!(
+        o.record.error_code.as_deref(),
+        Some(sandboxio_gateway::denial::KILL_SWITCH)
+    );
+    assert!(o.result.is_none(), "the run must never start");
+    assert!(o.record.sandbox_id.is_none());
+}
+
+#[tokio::test]
+async fn admin_actions_are_operations_with_records() {
+    let f = fx(GatewayConfig::default(), Approver::Nobody);
+    f.gw.kill("drill", "bob").await.unwrap();
+    let denied =
+        f.gw.submit(sh("true", ExecRequest::new(Vec::<String>::new())))
+            .await
+            .unwrap();
+    assert_eq!(denied.record.layer, Layer::KillSwitch);
+    f.gw.admin("default", "bob", AdminAction::Resume)
+        .await
+        .unwrap();
+    let unknown =
+        f.gw.admin(
+            "default",
+            "bob",
+            AdminAction::Deny {
+                approval_id: "apr_nope".into(),
+                reason: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(unknown.record.error_code.as_deref(), Some("SBX_E1507"));
+    let events = f.sink.0.lock().unwrap().clone();
+    let admin: Vec<_> = events.iter().filter(|e| e.event == "admin").collect();
+    assert_eq!(admin.len(), 3, "kill, resume, deny: {events:?}");
+    assert!(admin.iter().all(|e| e.agent_id.as_deref() == Some("bob")));
+    let ok =
+        f.gw.submit(sh("true", ExecRequest::new(Vec::<String>::new())))
+            .await
+            .unwrap();
+    assert_eq!(ok.record.status, OperationStatus::Ok);
+}

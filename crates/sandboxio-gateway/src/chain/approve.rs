@@ -1,0 +1,139 @@
+//! The approval layer: an `ask` waits for a person (or a configured approver), bound to
+//! the request's fingerprint; a timeout, a denial or the kill switch ends it as a deny.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use sandboxio_core::{request_view, Decision, Fingerprint, Layer, OperationRecord};
+
+use super::record::ms;
+use super::stop::Stop;
+use super::{Gateway, Submission};
+use crate::approval::{ApprovalAnswer, Approver};
+use crate::store::{approval_id_for, Approval, ApprovalState};
+
+impl Gateway {
+    pub(super) async fn approve(
+        &self,
+        id: &str,
+        sub: &Submission,
+        fp: &Fingerprint,
+        decision: &Decision,
+        rec: &mut OperationRecord,
+        redactor: &sandboxio_audit::Redactor,
+    ) -> Result<String, Stop> {
+        let op = &sub.op;
+        let notify = sub.approval_pending.as_ref();
+        let now = Utc::now();
+        let approval_id = approval_id_for(id);
+        // Approvers see the whole request (env names, limits, network, digests of values),
+        // through the request's own redactor: its secrets never reach the approvals table.
+        let redacted_op = redactor
+            .redact_str(&request_view(op).to_string())
+            .into_owned();
+        let a = Approval {
+            id: approval_id.clone(),
+            tenant: op.principal.tenant.clone(),
+            fingerprint: fp.0.clone(),
+            operation: redacted_op,
+            rationale: op.rationale.clone().unwrap_or_default(),
+            reason: decision.reason.clone(),
+            state: ApprovalState::Pending,
+            created_at: now,
+            expires_at: now
+                + chrono::Duration::from_std(self.cfg.approval_timeout)
+                    .unwrap_or_else(|_| chrono::Duration::seconds(300)),
+            decided_by: None,
+            decided_at: None,
+            decision_reason: None,
+        };
+        self.store
+            .create_approval(&a)
+            .map_err(|e| Stop::error(Layer::Approval, &e))?;
+        rec.approval_id = Some(approval_id.clone());
+        if let Some(tx) = notify {
+            let _ = tx.send(a.clone());
+        }
+        let metrics = sandboxio_audit::Metrics::new();
+        metrics.approvals_pending(1);
+        let waited = Instant::now();
+        tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required");
+        let answer = match &self.approver {
+            Approver::Nobody => None,
+            Approver::Callback(cb) => {
+                match tokio::time::timeout(self.cfg.approval_timeout, cb.decide(&a)).await {
+                    Ok(Some(ans)) => {
+                        let _ = self.store.decide_approval(
+                            &approval_id,
+                            ans.approve,
+                            &ans.approver,
+                            ans.reason.as_deref(),
+                            Utc::now(),
+                        );
+                        Some(ans)
+                    }
+                    _ => None,
+                }
+            }
+            Approver::Store { poll } => self.poll_approval(&approval_id, *poll).await,
+        };
+        rec.approval_wait_ms = Some(ms(waited.elapsed()));
+        metrics.approvals_pending(-1);
+        let Some(ans) = answer else {
+            let _ = self.store.expire_approval(&approval_id);
+            return Err(Stop::deny(
+                Layer::Approval,
+                format!(
+                    "approval `{approval_id}` was not given before the timeout ({}s)",
+                    self.cfg.approval_timeout.as_secs()
+                ),
+            )
+            .code(crate::denial::APPROVAL_TIMEOUT));
+        };
+        rec.approver = Some(ans.approver.clone());
+        // The kill switch ends pending asks as its own denials.
+        match self.store.kill_state() {
+            Ok(Some(k)) => return Err(Stop::killed(&k)),
+            Ok(None) => {}
+            Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
+        }
+        if !ans.approve {
+            let why = ans.reason.map(|r| format!(": {r}")).unwrap_or_default();
+            return Err(Stop::deny(
+                Layer::Approval,
+                format!(
+                    "approval `{approval_id}` was denied by {}{why}",
+                    ans.approver
+                ),
+            )
+            .code(crate::denial::APPROVAL_DENIED));
+        }
+        Ok(approval_id)
+    }
+
+    pub(super) async fn poll_approval(
+        &self,
+        approval_id: &str,
+        poll: Duration,
+    ) -> Option<ApprovalAnswer> {
+        let deadline = Instant::now() + self.cfg.approval_timeout;
+        while Instant::now() < deadline {
+            match self.store.get_approval(approval_id) {
+                Ok(Some(a))
+                    if a.state == ApprovalState::Approved || a.state == ApprovalState::Denied =>
+                {
+                    return Some(ApprovalAnswer {
+                        approve: a.state == ApprovalState::Approved,
+                        approver: a.decided_by.unwrap_or_default(),
+                        reason: a.decision_reason,
+                    });
+                }
+                Ok(Some(a)) if a.state != ApprovalState::Pending => return None,
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+            tokio::time::sleep(poll).await;
+        }
+        None
+    }
+}

@@ -1,0 +1,160 @@
+//! The side effect: the sandbox for exec and run_code, a registered tool, or a file
+//! operation confined beneath the session's workspace.
+
+use sandboxio_core::{
+    ErrorCode, ExecRequest, ExecResult, Layer, OperationArgs, OperationRecord, OperationStatus,
+    Verdict,
+};
+use sandboxio_sandbox::CancelToken;
+
+use super::record::{fill_from_result, ms, outcome_reason};
+use super::stop::{RunCtx, Stop};
+use super::{Gateway, Submission};
+
+impl Gateway {
+    pub(super) async fn run(
+        &self,
+        id: &str,
+        sub: &Submission,
+        rec: &mut OperationRecord,
+        ctx: &mut RunCtx,
+    ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
+        let op = &sub.op;
+        ctx.ran = true;
+        match &op.args {
+            OperationArgs::Exec { .. } | OperationArgs::RunCode { .. } => {
+                // The request as resolved (defaults, ceilings, derived argv): exactly what
+                // was decided, fingerprinted and approved.
+                let req = op
+                    .exec
+                    .clone()
+                    .unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
+                rec.bytes_in = req.stdin.as_ref().map(|s| s.len() as u64).unwrap_or(0)
+                    + req.files.values().map(|f| f.len() as u64).sum::<u64>();
+                let tier = op.tier.unwrap_or(self.cfg.default_tier);
+                let token = sub.cancel.clone().unwrap_or_default();
+                if let Ok(mut r) = self.running.lock() {
+                    r.insert(id.to_string(), token.clone());
+                }
+                let watcher = self.watch_kill_switch(token.clone());
+                let res = sandboxio_sandbox::run(&req, tier, &self.sandbox, Some(token)).await;
+                watcher.abort();
+                if let Ok(mut r) = self.running.lock() {
+                    r.remove(id);
+                }
+                match res {
+                    Ok(r) => {
+                        fill_from_result(rec, &r, tier);
+                        outcome_reason(rec, &r, &req.limits);
+                        Ok((Some(r), None))
+                    }
+                    Err(e) => {
+                        let mut s = Stop::deny(
+                            Layer::Sandbox,
+                            format!("the sandbox could not run this: {e}"),
+                        )
+                        .code(e.code());
+                        s.status = OperationStatus::Error;
+                        s.verdict = Verdict::Deny;
+                        Err(s)
+                    }
+                }
+            }
+            OperationArgs::ToolCall { tool, arguments } => {
+                let Some(t) = self.tools.get(tool) else {
+                    return Err(Stop::deny(
+                        Layer::Sandbox,
+                        format!("no tool named `{tool}` is registered"),
+                    )
+                    .code("SBX_E1513"));
+                };
+                let retryable = op.idempotent || op.idempotency_key.is_some();
+                let mut attempt = 1u32;
+                if let Ok(mut b) = self.retry_budget.lock() {
+                    b.on_request();
+                }
+                loop {
+                    match t.call(arguments).await {
+                        Ok(v) => {
+                            rec.attempts = attempt;
+                            rec.status = OperationStatus::Ok;
+                            return Ok((None, Some(v)));
+                        }
+                        Err(e) => {
+                            let can_retry = e.transient
+                                && retryable
+                                && attempt < self.cfg.retry.max_attempts
+                                && self
+                                    .retry_budget
+                                    .lock()
+                                    .map(|mut b| b.try_take())
+                                    .unwrap_or(false);
+                            if !can_retry {
+                                rec.attempts = attempt;
+                                let mut s = Stop::deny(
+                                    Layer::Sandbox,
+                                    format!(
+                                        "tool `{tool}` failed after {attempt} attempt(s): {}",
+                                        e.message
+                                    ),
+                                )
+                                .code("SBX_E1514");
+                                s.status = OperationStatus::Failed;
+                                s.verdict = Verdict::Allow;
+                                return Err(s);
+                            }
+                            let delay = crate::retry::backoff(&self.cfg.retry, attempt);
+                            tracing::info!(operation_id = %id, attempt, delay_ms = ms(delay), "retrying a transient failure");
+                            tokio::time::sleep(delay).await;
+                            attempt += 1;
+                        }
+                    }
+                }
+            }
+            OperationArgs::FileRead { .. }
+            | OperationArgs::FileWrite { .. }
+            | OperationArgs::FileDelete { .. } => {
+                let Some(root) = sub.workspace.as_deref() else {
+                    return Err(Stop::deny(
+                        Layer::Sandbox,
+                        "file operations need a workspace (open a Sandbox session)",
+                    )
+                    .code("SBX_E1513"));
+                };
+                crate::files::execute(&op.args, root, sub.content.as_deref(), rec)
+                    .map(|v| (None, Some(v)))
+            }
+            other => Err(Stop::deny(
+                Layer::Sandbox,
+                format!(
+                    "operation kind `{}` has no executor in this gateway yet",
+                    other.kind()
+                ),
+            )
+            .code("SBX_E1513")),
+        }
+    }
+
+    /// Re-reads the persisted kill switch while an operation runs, so `sandboxio kill`
+    /// from another process stops it.
+    pub(super) fn watch_kill_switch(&self, token: CancelToken) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        let poll = self.cfg.kill_poll;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(poll).await;
+                match store.kill_state() {
+                    Ok(Some(k)) => {
+                        token.cancel(format!("kill switch: {}", k.reason));
+                        return;
+                    }
+                    Ok(None) => {}
+                    Err(_) => {
+                        token.cancel("kill switch state unreadable (failing closed)");
+                        return;
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,545 @@
+//! The chain. Only [`Gateway::chain`] knows the order of the layers.
+//!
+//! admit -> resolve -> kill switch -> policy -> (rate limit, journal intent, budget,
+//! idempotency: one admission transaction) -> approval -> (kill switch, approval use,
+//! idempotency claim: one transaction) -> run (sandbox or tool, with retries) -> settle ->
+//! record -> journal outcome. Every path out of [`Gateway::submit`] produces exactly one
+//! record. Decisions are values; an `Err` from any layer becomes a deny plus a record (fail
+//! closed). Each layer's work lives in its own module; this file only orders them.
+
+mod admin;
+mod approve;
+mod cost;
+mod execute;
+mod record;
+mod resolve;
+mod stop;
+
+pub use record::{owner_alive, process_owner};
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use chrono::Utc;
+use sandboxio_audit::{Auditor, OnSinkFailure, Secret};
+use sandboxio_budget::{LatencyClass, LatencyReport, LatencyTracker};
+use sandboxio_core::{
+    request_view, ErrorCode, ExecResult, Fingerprint, Layer, Money, Operation, OperationArgs,
+    OperationRecord, OperationStatus, Verdict,
+};
+use sandboxio_sandbox::{CancelToken, SandboxConfig};
+
+use crate::approval::Approver;
+use crate::config::GatewayConfig;
+use crate::error::GatewayError;
+use crate::policy::PolicyEngine;
+use crate::redaction::Redaction;
+use crate::retry::RetryBudget;
+use crate::store::{
+    Admission, Admitted, Claimed, Finish, IdemClaim, IdemEnd, JournalEntry, LedgerLine, Store,
+};
+use crate::tool::Tool;
+use record::{base_record, ms, new_id, redact_json, redact_result};
+
+use stop::RunCtx;
+pub(crate) use stop::Stop;
+
+/// One request to the gateway.
+pub struct Submission {
+    /// The whole request: for exec and run_code, `op.exec` holds the sandbox request (env,
+    /// stdin, files, directories, limits, network); unset limits take the configured
+    /// defaults when the gateway resolves it.
+    pub op: Operation,
+    /// Values that must never reach any sink.
+    pub secrets: Vec<Secret>,
+    /// W3C `traceparent` of the caller's `invoke_agent` span.
+    pub traceparent: Option<String>,
+    /// Cancels the operation (the sandbox's whole process tree is killed).
+    pub cancel: Option<CancelToken>,
+    /// Labels propagated to the record and the cost ledger.
+    pub labels: BTreeMap<String, String>,
+    /// The directory file operations are confined to (a session's workspace).
+    pub workspace: Option<std::path::PathBuf>,
+    /// The bytes a `file_write` writes.
+    pub content: Option<Vec<u8>>,
+    /// Told about the pending approval as soon as an `ask` starts waiting (a front end
+    /// shows the id and how to approve it). Dropped receivers are ignored.
+    pub approval_pending: Option<tokio::sync::mpsc::UnboundedSender<crate::store::Approval>>,
+}
+
+impl Submission {
+    pub fn new(op: Operation) -> Self {
+        Submission {
+            op,
+            secrets: Vec::new(),
+            traceparent: None,
+            cancel: None,
+            labels: BTreeMap::new(),
+            workspace: None,
+            content: None,
+            approval_pending: None,
+        }
+    }
+}
+
+/// What the gateway answers: always a record; a result when something ran (or replayed).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    pub record: OperationRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ExecResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_output: Option<serde_json::Value>,
+}
+
+impl Outcome {
+    pub fn allowed(&self) -> bool {
+        self.record.verdict == Verdict::Allow
+    }
+}
+
+pub struct Gateway {
+    cfg: GatewayConfig,
+    store: Arc<dyn Store>,
+    policy: RwLock<Arc<dyn PolicyEngine>>,
+    auditor: Auditor,
+    redaction: Redaction,
+    sandbox: SandboxConfig,
+    approver: Approver,
+    tools: HashMap<String, Arc<dyn Tool>>,
+    owner: String,
+    running: Mutex<HashMap<String, CancelToken>>,
+    retry_budget: Mutex<RetryBudget>,
+    latency: Mutex<LatencyTracker>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let running = self.running.lock().map(|r| r.len()).unwrap_or(0);
+        write!(
+            f,
+            "<Gateway tier={} running={} approver={:?}>",
+            self.cfg.default_tier, running, self.approver
+        )
+    }
+}
+
+impl Gateway {
+    pub fn new(
+        cfg: GatewayConfig,
+        store: Arc<dyn Store>,
+        policy: Arc<dyn PolicyEngine>,
+        auditor: Auditor,
+        redaction: Redaction,
+        sandbox: SandboxConfig,
+        approver: Approver,
+    ) -> Self {
+        let retry_budget = Mutex::new(RetryBudget::new(&cfg.retry));
+        let cfg_latency = cfg.budget.latency;
+        Gateway {
+            cfg,
+            store,
+            policy: RwLock::new(policy),
+            auditor,
+            redaction,
+            sandbox,
+            approver,
+            tools: HashMap::new(),
+            owner: process_owner(),
+            running: Mutex::new(HashMap::new()),
+            retry_budget,
+            latency: Mutex::new(LatencyTracker::new(cfg_latency)),
+        }
+    }
+
+    /// Registers a named tool for `tool_call` operations.
+    pub fn with_tool(mut self, name: impl Into<String>, tool: Arc<dyn Tool>) -> Self {
+        self.tools.insert(name.into(), tool);
+        self
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.cfg
+    }
+
+    pub fn auditor(&self) -> &Auditor {
+        &self.auditor
+    }
+
+    /// p50/p95/p99 against the targets, per latency class, for what this gateway ran.
+    pub fn latency_reports(&self) -> Vec<LatencyReport> {
+        self.latency.lock().map(|t| t.reports()).unwrap_or_default()
+    }
+
+    /// Finishes work a crashed process left: intents without an outcome are recorded as
+    /// `interrupted`, their reservations released and their keys settled. Call at start.
+    pub async fn recover(&self) -> Result<usize, GatewayError> {
+        let now = Utc::now();
+        // Before any record of ours: does each trail still hold its signed head?
+        self.check_anchor().await?;
+        self.store.expire_approvals(now)?;
+        let pruned = self.store.prune(now, self.cfg.journal_retention)?;
+        if pruned != Default::default() {
+            tracing::info!(?pruned, "pruned state older than its retention");
+        }
+        // Cgroups a SIGKILLed process could not remove (empty and older than STALE_AGE).
+        let stale = sandboxio_sandbox::cgroup::cleanup_stale();
+        if !stale.is_empty() {
+            tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
+        }
+        let entries = self.store.recover(now, &self.cfg.budget, &owner_alive, &|e| {
+            let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
+            rec.status = OperationStatus::Interrupted;
+            rec.layer = Layer::Journal;
+            rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
+            serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
+        })?;
+        for e in &entries {
+            let mut rec = match serde_json::from_str::<Operation>(&e.intent) {
+                Ok(op) => base_record(&e.operation_id, &op),
+                Err(_) => OperationRecord::new(e.operation_id.clone(), "unknown"),
+            };
+            rec.status = OperationStatus::Interrupted;
+            rec.verdict = Verdict::Allow;
+            rec.layer = Layer::Journal;
+            rec.reason = "interrupted: the process running this operation stopped before recording its outcome".into();
+            // Recovery records are best effort in warn mode and required in fail mode.
+            self.auditor
+                .record(rec)
+                .await
+                .map_err(|_| GatewayError::Unrecorded)?;
+        }
+        Ok(entries.len())
+    }
+
+    fn cancel_all(&self, reason: &str) {
+        if let Ok(running) = self.running.lock() {
+            for token in running.values() {
+                token.cancel(reason.to_string());
+            }
+        }
+    }
+
+    /// Runs one operation through every layer. Returns `Err` only when the operation could
+    /// not be recorded and the audit mode is `fail`.
+    pub async fn submit(&self, sub: Submission) -> Result<Outcome, GatewayError> {
+        let id = new_id();
+        // Every log line of this operation carries its id (and the caller's trace id): a
+        // WARN-level span, so it is enabled whenever warnings are.
+        let span = tracing::span!(
+            tracing::Level::WARN,
+            "operation",
+            operation_id = %id,
+            kind = sub.op.kind().as_str(),
+            trace_id = tracing::field::Empty,
+        );
+        if let Some(cx) = sub
+            .traceparent
+            .as_deref()
+            .and_then(sandboxio_audit::parent_from_traceparent)
+        {
+            use opentelemetry::trace::TraceContextExt as _;
+            span.record(
+                "trace_id",
+                tracing::field::display(cx.span().span_context().trace_id()),
+            );
+        }
+        tracing::Instrument::instrument(self.submit_as(id, sub), span).await
+    }
+
+    async fn submit_as(&self, id: String, mut sub: Submission) -> Result<Outcome, GatewayError> {
+        let started = Instant::now();
+        // The request as it will run: defaults and ceilings applied, argv derived, content
+        // digested. Policy, the fingerprint, approvals and the sandbox all see this value.
+        let resolved = resolve::resolve(&self.cfg, &mut sub.op, sub.content.as_deref());
+        let mut rec = base_record(&id, &sub.op);
+        rec.labels = sub.labels.clone();
+        // The caller's span (W3C traceparent `00-<trace>-<span>-<flags>`), for correlation.
+        if let Some(tp) = sub.traceparent.as_deref() {
+            let parts: Vec<&str> = tp.trim().split('-').collect();
+            if parts.len() == 4 && parts[1].len() == 32 && parts[2].len() == 16 {
+                rec.trace_id = Some(parts[1].to_string());
+                rec.span_id = Some(parts[2].to_string());
+            }
+        }
+        let fingerprint = Fingerprint::of_operation(&sub.op);
+        rec.fingerprint = Some(fingerprint.0.clone());
+        let redactor = match self.redaction.for_request(&sub.secrets) {
+            Ok(r) => r,
+            Err(e) => {
+                // Cannot redact: nothing may be recorded or run (fail closed, nothing echoed).
+                tracing::warn!(code = "SBX_E1515", "building the redactor failed: {e}");
+                return Err(GatewayError::Unrecorded);
+            }
+        };
+        let mut ctx = RunCtx::default();
+        let outcome = match resolved {
+            Err(stop) => Err(stop),
+            Ok(()) => {
+                self.chain(&id, &sub, &fingerprint, &redactor, &mut rec, &mut ctx)
+                    .await
+            }
+        };
+        let (result, tool_output) = match outcome {
+            Ok(v) => v,
+            Err(stop) => {
+                rec.verdict = stop.verdict;
+                rec.layer = stop.layer;
+                rec.reason = stop.reason;
+                rec.error_code = stop.code.map(str::to_string);
+                rec.status = stop.status;
+                (None, None)
+            }
+        };
+        rec.duration_ms = ms(started.elapsed());
+        rec.ts = Utc::now();
+        if ctx.ran {
+            rec.cost_settled = ctx.charge;
+            let class = LatencyClass::for_kind(sub.op.kind());
+            if let Ok(mut t) = self.latency.lock() {
+                rec.latency_budget_violated = t.record(class, started.elapsed()).is_some();
+            }
+        }
+        let result = result.map(|r| redact_result(&redactor, r));
+        let tool_output = tool_output.map(|v| redact_json(&redactor, v));
+        let (rec, _) = redactor.redact_record_counted(rec);
+        let out = Outcome {
+            record: rec,
+            result,
+            tool_output,
+        };
+        // The record goes to the audit sinks before the journal closes: a crash in between
+        // leaves an open intent, which recovery records as interrupted (the trail then holds
+        // both), so no operation that ran is ever missing from the trail.
+        let parent = sub
+            .traceparent
+            .as_deref()
+            .and_then(sandboxio_audit::parent_from_traceparent)
+            .unwrap_or_else(opentelemetry::Context::current);
+        let recorded = self
+            .auditor
+            .record_with_parent(out.record.clone(), &parent)
+            .await;
+        // The trail's signed head after this record, kept in the store (the trail anchored
+        // outside itself): in the closing transaction, or on its own when nothing was admitted.
+        let heads = self.auditor.heads();
+        if !ctx.admitted {
+            if let Err(e) = self.store.put_heads(&heads, Utc::now()) {
+                tracing::warn!(operation_id = %id, code = e.code(), "storing the trail head failed: {e}");
+            }
+        }
+        // Settle or release, store the key's outcome, close the journal: one transaction, so a
+        // crash either replays this outcome or finds the operation interrupted, never both.
+        if ctx.admitted {
+            let idem = ctx.idem.clone().map(|(tenant, key)| {
+                let end = if ctx.ran {
+                    IdemEnd::Done(serde_json::to_string(&out).unwrap_or_default())
+                } else {
+                    IdemEnd::Abandon
+                };
+                (tenant, key, end)
+            });
+            let ledger = LedgerLine {
+                operation_id: id.clone(),
+                tenant: sub.op.principal.tenant.clone(),
+                category: sub.op.cost_category,
+                amount: ctx.charge.unwrap_or(Money::ZERO),
+                at: Utc::now(),
+                description: format!("{} {}", sub.op.kind(), sub.op.args.tool_name()),
+                labels: sub.labels.clone(),
+            };
+            let fin = Finish {
+                operation_id: &id,
+                budget: &self.cfg.budget,
+                charge: if ctx.ran { ctx.charge } else { None },
+                ledger: Some(ledger),
+                idem,
+                journal_status: out.record.status.as_str(),
+                heads: &heads,
+                now: Utc::now(),
+            };
+            match self.store.finish(&fin) {
+                Ok(Some(s)) => {
+                    for w in &s.warnings {
+                        self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
+                    }
+                    if !s.overrun.is_zero() {
+                        let why = format!(
+                            "operation {id} cost {}, {} more than its reservation of {}: charged, and its budget scopes are closed until an operator reopens them",
+                            s.measured, s.overrun, s.reserved
+                        );
+                        self.warn_budget(&sub.op, &why, s.charged).await;
+                    }
+                    self.budget_metrics(&sub.op);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
+                }
+            }
+        }
+        recorded.map_err(|_| GatewayError::Unrecorded)?;
+        Ok(out)
+    }
+
+    async fn chain(
+        &self,
+        id: &str,
+        sub: &Submission,
+        fingerprint: &Fingerprint,
+        redactor: &sandboxio_audit::Redactor,
+        rec: &mut OperationRecord,
+        ctx: &mut RunCtx,
+    ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
+        let op = &sub.op;
+        // admit
+        op.validate()
+            .map_err(|e| Stop::deny(Layer::Admit, e.to_string()).code(e.code()))?;
+        // Operator actions: authorised by the front end that took them, run here so that
+        // each leaves its record; they are not subject to the kill switch, policy or budget.
+        if let OperationArgs::Admin { action } = &op.args {
+            return self.admin_action(action, op, rec).await;
+        }
+        // kill switch: consulted before every other check (and again, atomically, at admission)
+        match self.store.kill_state() {
+            Ok(None) => {}
+            Ok(Some(k)) => return Err(Stop::killed(&k)),
+            Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
+        }
+        // policy
+        let engine = match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(_) => {
+                return Err(Stop::deny(
+                    Layer::Policy,
+                    "the policy is unavailable; denying",
+                ))
+            }
+        };
+        let decision = engine.decide_in(op, Utc::now(), sub.workspace.as_deref());
+        rec.rules = decision.rules.clone();
+        rec.reason = decision.reason.clone();
+        if decision.verdict == Verdict::Deny {
+            return Err(Stop::from_decision(decision));
+        }
+        let needs_approval = decision.verdict == Verdict::Ask;
+        // rate limit, journal intent, budget and (without an approval) the idempotency claim:
+        // one transaction, durable before any side effect; a refusal changes nothing.
+        let idem = op.idempotency_key.as_ref().map(|k| IdemClaim {
+            tenant: op.principal.tenant.clone(),
+            key: k.as_str().to_string(),
+            fingerprint: fingerprint.0.clone(),
+            retention_s: self.cfg.idempotency_retention.as_secs(),
+        });
+        if idem.is_some() {
+            rec.idempotency_retention_s = Some(self.cfg.idempotency_retention.as_secs());
+        }
+        let (estimate, estimate_why) = self.reservation(op);
+        let admission = Admission {
+            journal: JournalEntry {
+                operation_id: id.to_string(),
+                // Digests, not values: env values, stdin and file contents never reach the
+                // journal; the rest (argv, code) is redacted like the trail.
+                intent: redactor
+                    .redact_str(&request_view(op).to_string())
+                    .into_owned(),
+                started_at: Utc::now(),
+                owner: self.owner.clone(),
+                idempotent: op.idempotent,
+                idem: idem.as_ref().map(|c| (c.tenant.clone(), c.key.clone())),
+            },
+            rate: self.rate_limits_for(op),
+            budget: &self.cfg.budget,
+            reserve: cost::reserve_request(op, id.to_string(), Some(estimate)),
+            idem: if needs_approval { None } else { idem.clone() },
+            now: Utc::now(),
+        };
+        match self.store.admit(&admission) {
+            Ok(Admitted::Proceed(r)) => {
+                ctx.admitted = true;
+                rec.cost_reserved = Some(r.amount);
+                if !needs_approval {
+                    ctx.idem = admission.journal.idem.clone();
+                }
+            }
+            Ok(Admitted::KillSwitch(k)) => return Err(Stop::killed(&k)),
+            Ok(Admitted::RateLimited {
+                limit,
+                retry_after_ms,
+                ..
+            }) => {
+                let mut s = Stop::deny(
+                    Layer::RateLimit,
+                    format!(
+                        "rate limit of {limit} for `{}` reached; retry in {retry_after_ms} ms",
+                        op.args.tool_name()
+                    ),
+                );
+                s.retry_after_ms = Some(retry_after_ms);
+                return Err(s.code(crate::denial::RATE_LIMIT));
+            }
+            Ok(Admitted::Budget(d)) => {
+                return Err(Stop::deny(
+                    Layer::Budget,
+                    format!(
+                        "{}; the reservation was {estimate} because {estimate_why}",
+                        d.reason
+                    ),
+                )
+                .code(crate::denial::BUDGET))
+            }
+            Ok(Admitted::Idem(x)) => return self.idem_answer(x, op, rec),
+            Err(e) => return Err(Stop::error(Layer::Journal, &e)),
+        }
+        // approval, then (bound to this request, once) the claim of the key
+        if needs_approval {
+            let approval_id = self
+                .approve(id, sub, fingerprint, &decision, rec, redactor)
+                .await?;
+            match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
+                Ok(None) => ctx.idem = admission.journal.idem.clone(),
+                Ok(Some(Claimed::KillSwitch(k))) => return Err(Stop::killed(&k)),
+                Ok(Some(Claimed::ApprovalInvalid)) => {
+                    return Err(Stop::deny(
+                        Layer::Approval,
+                        format!("approval `{approval_id}` is not valid for this request (used, expired or for another request)"),
+                    ).code(crate::denial::APPROVAL_INVALID))
+                }
+                Ok(Some(Claimed::Idem(x))) => return self.idem_answer(x, op, rec),
+                Err(e) => return Err(Stop::error(Layer::Approval, &e)),
+            }
+        }
+        // In fail mode an operation that cannot be recorded must not run: record the intent.
+        if self.auditor.config().on_sink_failure == OnSinkFailure::Fail {
+            let mut intent_rec = rec.clone();
+            intent_rec.event = format!("{}.intent", rec.event);
+            intent_rec.verdict = Verdict::Allow;
+            intent_rec.layer = Layer::Journal;
+            intent_rec.status = OperationStatus::Warning;
+            intent_rec.reason = "about to run".into();
+            if self.auditor.record(intent_rec).await.is_err() {
+                return Err(Stop::deny(
+                    Layer::Record,
+                    "the audit trail could not record the intent, so the operation was not run",
+                )
+                .code("SBX_E1601"));
+            }
+        }
+        // run
+        rec.verdict = Verdict::Allow;
+        rec.layer = Layer::Sandbox;
+        let ran = self.run(id, sub, rec, ctx).await;
+        let (result, tool_output) = ran?;
+        // Settle charges the measured cost, all of it. The reservation was the most the
+        // operation could cost, so this passes it only when a measurement exceeds the bound;
+        // then the overrun is charged, recorded and closes the scope (see `finish`).
+        ctx.charge =
+            Some(self.measured_cost(result.as_ref(), rec.cost_reserved.unwrap_or(estimate)));
+        Ok((result, tool_output))
+    }
+}

@@ -1,0 +1,84 @@
+//! Resolving a request: the one place where an operation becomes exactly what will run.
+//!
+//! Defaults are filled in (tier, limits) before policy sees the request and before it is
+//! fingerprinted, so a policy condition never reads a default where the request had a
+//! value, and an approval or an idempotency key covers the request as it will run. The
+//! `ExecRequest` the sandbox receives is the operation's own, derived here and nowhere
+//! else.
+
+use sandboxio_core::fingerprint::sha256_hex;
+use sandboxio_core::{ExecRequest, Layer, Operation, OperationArgs, OperationKind};
+
+use super::stop::Stop;
+use crate::config::GatewayConfig;
+
+/// A limit above its ceiling.
+pub(crate) const LIMIT_ABOVE_CEILING: &str = "SBX_E1517";
+/// A sandbox request on an operation that runs nothing.
+pub(crate) const EXEC_ON_NON_EXEC: &str = "SBX_E1518";
+
+/// Fills in what the caller left to the configuration and derives the sandbox request.
+/// `content` is the bytes of a `file_write`. Errors are denials at the admit layer.
+pub(crate) fn resolve(
+    cfg: &GatewayConfig,
+    op: &mut Operation,
+    content: Option<&[u8]>,
+) -> Result<(), Stop> {
+    match op.kind() {
+        OperationKind::Exec | OperationKind::RunCode => {
+            if op.tier.is_none() {
+                op.tier = Some(cfg.default_tier);
+            }
+            let mut req = op
+                .exec
+                .take()
+                .unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
+            match &op.args {
+                OperationArgs::Exec { argv } => req.argv = argv.clone(),
+                OperationArgs::RunCode { language, code } => {
+                    let file = language.file_name();
+                    req.files
+                        .insert(file.to_string(), code.clone().into_bytes());
+                    req.argv = language
+                        .interpreter()
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain([file.to_string()])
+                        .collect();
+                }
+                _ => {}
+            }
+            req.limits = req
+                .limits
+                .resolve(&cfg.limits_default, &cfg.limits_max)
+                .map_err(|e| {
+                    Stop::deny(Layer::Admit, format!("limit refused: {e}"))
+                        .code(LIMIT_ABOVE_CEILING)
+                })?;
+            op.exec = Some(req);
+        }
+        _ => {
+            if op.exec.is_some() {
+                return Err(Stop::deny(
+                    Layer::Admit,
+                    format!(
+                        "a `{}` operation runs no program, so it takes no sandbox request",
+                        op.kind()
+                    ),
+                )
+                .code(EXEC_ON_NON_EXEC));
+            }
+        }
+    }
+    if let OperationArgs::FileWrite {
+        size,
+        content_sha256,
+        ..
+    } = &mut op.args
+    {
+        let bytes = content.unwrap_or_default();
+        *size = bytes.len() as u64;
+        *content_sha256 = Some(sha256_hex(bytes));
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! The runtime: one composition root, built from a [`Config`], that every front end uses
+//! (the CLI today; the server, MCP and Python front ends too). It opens the store, loads the
+//! policy, builds the redaction and the audit sinks, configures the sandbox and wires them
+//! into one [`Gateway`]. Front ends parse their own input and call the runtime; none of
+//! them wires layers by hand.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandboxio_audit::{
+    AuditConfig, AuditError, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
+};
+use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig};
+use sandboxio_config::Config;
+use sandboxio_core::{ErrorCode, ExecRequest};
+use sandboxio_policy::{PolicyError, PolicySet, PolicySource};
+use thiserror::Error;
+
+use crate::approval::Approver;
+use crate::chain::Gateway;
+use crate::config::GatewayConfig;
+use crate::error::GatewayError;
+use crate::policy::PolicySetEngine;
+use crate::redaction::Redaction;
+use crate::store::{SqliteStore, StateFiles, Store, SyncMode};
+
+/// Why the runtime could not be built. Each variant keeps the code of its cause.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Store(#[from] GatewayError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+}
+
+impl ErrorCode for RuntimeError {
+    fn code(&self) -> &'static str {
+        match self {
+            RuntimeError::Store(e) => e.code(),
+            RuntimeError::Policy(e) => e.code(),
+            RuntimeError::Budget(e) => e.code(),
+            RuntimeError::Audit(e) => e.code(),
+        }
+    }
+    fn class(&self) -> sandboxio_core::ErrorClass {
+        match self {
+            RuntimeError::Store(e) => e.class(),
+            RuntimeError::Policy(e) => e.class(),
+            RuntimeError::Budget(e) => e.class(),
+            RuntimeError::Audit(e) => e.class(),
+        }
+    }
+}
+
+/// What a front end decides before the runtime is built.
+#[derive(Clone)]
+pub struct RuntimeOptions {
+    pub config: Config,
+    /// Where the state database, the audit trail and its key live.
+    pub state_dir: PathBuf,
+    /// Policy files; empty means the config's, and then the built-in default policy.
+    pub policy_files: Vec<PathBuf>,
+    /// Overrides the configured approval timeout.
+    pub approval_timeout: Option<Duration>,
+    /// How asks get answered (default: a person, through the store).
+    pub approver: Approver,
+    /// The host environment, for redacting credential-shaped values everywhere.
+    pub env: Vec<(String, String)>,
+}
+
+impl RuntimeOptions {
+    pub fn new(config: Config, state_dir: PathBuf) -> Self {
+        RuntimeOptions {
+            config,
+            state_dir,
+            policy_files: Vec::new(),
+            approval_timeout: None,
+            approver: Approver::Store {
+                poll: Duration::from_millis(200),
+            },
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A ready gateway and what it was built from.
+pub struct Runtime {
+    gateway: Arc<Gateway>,
+    store: Arc<dyn Store>,
+    config: Config,
+    state_dir: PathBuf,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "<Runtime state_dir={} {:?}>",
+            self.state_dir.display(),
+            self.gateway
+        )
+    }
+}
+
+impl Runtime {
+    /// Builds everything from `opts`. Nothing runs yet; call [`Runtime::recover`] next.
+    pub fn open(opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let cfg = gateway_config(&opts.config, opts.approval_timeout)?;
+        let store: Arc<dyn Store> = Arc::new(open_store(&opts.config, &opts.state_dir)?);
+        let policy = load_policy(&opts.config, &opts.policy_files)?;
+        let redaction = Redaction::from_env(opts.env.clone());
+        let auditor = auditor(&opts.config, &opts.state_dir, redaction.base()?)?;
+        let sandbox = sandboxio_sandbox::SandboxConfig {
+            work_root: opts.config.sandbox.work_root.clone(),
+            landlock_fallback: opts.config.sandbox.allow_landlock_fallback,
+            cgroup_root: opts.config.sandbox.cgroup_root.clone(),
+            ..Default::default()
+        };
+        let engine = Arc::new(PolicySetEngine::new(policy, cfg.default_tier));
+        let gateway = Gateway::new(
+            cfg,
+            store.clone(),
+            engine,
+            auditor,
+            redaction,
+            sandbox,
+            opts.approver,
+        );
+        Ok(Runtime {
+            gateway: Arc::new(gateway),
+            store,
+            config: opts.config,
+            state_dir: opts.state_dir,
+        })
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// A sandbox request with the configured settings that are not limits (environment
+    /// allowlist, network, workspace keeping). Limits stay unset: the gateway resolves
+    /// them against `[limits]` and `[limits.max]`.
+    pub fn exec_request(&self) -> ExecRequest {
+        let mut req = ExecRequest::new(Vec::<String>::new());
+        req.network = self.config.network.to_mode();
+        req.env_allowlist = self.config.sandbox.env_allowlist.clone();
+        req.keep_workspace = self.config.sandbox.keep_workspace;
+        req
+    }
+
+    /// Finishes what crashed processes left (interrupted operations, stale cgroups and
+    /// staging directories). Call once at start.
+    pub async fn recover(&self, max_run: Duration) -> Result<usize, GatewayError> {
+        let n = self.gateway.recover().await?;
+        sandboxio_sandbox::ns::cleanup_stale_staging(max_run + Duration::from_secs(600));
+        Ok(n)
+    }
+}
+
+/// The gateway's settings from the configuration.
+pub fn gateway_config(
+    c: &Config,
+    approval_timeout: Option<Duration>,
+) -> Result<GatewayConfig, RuntimeError> {
+    let mut g = GatewayConfig {
+        default_tier: c.sandbox.tier,
+        limits_default: c.limits.to_limits(),
+        limits_max: c.limits.max.to_limits(),
+        ..GatewayConfig::default()
+    };
+    // The caller's override, else `[approvals] timeout` (default 300 s).
+    g.approval_timeout = approval_timeout.unwrap_or(c.approvals.timeout.0);
+    if let Some(r) = c.state.retention {
+        g.journal_retention = r.0;
+    }
+    if let Some(b) = &c.budget {
+        let text = toml::to_string(b).map_err(|e| BudgetError::InvalidConfig {
+            key: "budget".into(),
+            why: e.to_string(),
+        })?;
+        g.budget = BudgetConfig::from_toml(&text)?;
+    }
+    if let Some(r) = &c.rate_limits {
+        let limits: RateLimitsConfig =
+            toml::Value::Table(r.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| BudgetError::InvalidConfig {
+                    key: "rate_limits".into(),
+                    why: format!(
+                        "{} (expected [[rate_limits.limit]] entries with action, limit and optional tenant, agent, per)",
+                        e.message().trim_end_matches('.')
+                    ),
+                })?;
+        limits.validate()?;
+        g.rate_limits = limits;
+    }
+    Ok(g)
+}
+
+/// The state directory, its database and the audit trail.
+pub fn state_files(c: &Config, state_dir: &Path) -> StateFiles {
+    StateFiles::new(state_dir, Some(audit_file(c, state_dir)))
+}
+
+/// Opens the state store in `state_dir` (0700 directory, 0600 files); a lost or damaged
+/// database where a trail exists is refused with the recovery command.
+pub fn open_store(c: &Config, state_dir: &Path) -> Result<SqliteStore, RuntimeError> {
+    Ok(state_files(c, state_dir).open_store(SyncMode::Full)?)
+}
+
+/// The policy files named (else the config's), else the built-in default policy.
+pub fn load_policy(c: &Config, files: &[PathBuf]) -> Result<PolicySet, RuntimeError> {
+    let files = if files.is_empty() {
+        c.policy.files.clone()
+    } else {
+        files.to_vec()
+    };
+    if files.is_empty() {
+        let src = PolicySource::new(
+            sandboxio_policy::DEFAULT_POLICY_NAME,
+            sandboxio_policy::DEFAULT_POLICY.as_bytes(),
+        );
+        return Ok(PolicySet::from_sources(&[src])?);
+    }
+    Ok(PolicySet::load_files(&files)?)
+}
+
+/// The audit trail file: `[audit] file`, else `audit.jsonl` in the state directory.
+pub fn audit_file(c: &Config, state_dir: &Path) -> PathBuf {
+    c.audit
+        .file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("audit.jsonl"))
+}
+
+/// The auditor: the trail file (hash-chained, signed checkpoints) and the configured sinks.
+pub fn auditor(
+    c: &Config,
+    state_dir: &Path,
+    redactor: Arc<Redactor>,
+) -> Result<Auditor, RuntimeError> {
+    let a = &c.audit;
+    state_files(c, state_dir).prepare_dir()?;
+    // A missing key where the trail has records is an error naming `audit rotate-key`.
+    let key = Arc::new(AuditKey::load_for_trail(
+        &state_dir.join("audit.key"),
+        &audit_file(c, state_dir),
+    )?);
+    // The public half, for `sandboxio audit verify --key` (offline, on another machine).
+    let public = state_dir.join("audit.pub");
+    if !public.exists() {
+        let text = format!("{}\n", key.export_public(sandboxio_audit::DEFAULT_ORIGIN));
+        std::fs::write(&public, text).map_err(|e| GatewayError::StateDir {
+            path: public.display().to_string(),
+            source: e,
+        })?;
+    }
+    let fsync = match a.fsync {
+        sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
+        sandboxio_config::FsyncPolicy::Never => sandboxio_audit::FsyncPolicy::Never,
+    };
+    let file = FileSink::open(
+        FileSinkOptions::new(audit_file(c, state_dir)).fsync(fsync),
+        key,
+    )?;
+    let mut sinks: Vec<Arc<dyn sandboxio_audit::AuditSink>> = vec![Arc::new(file)];
+    if a.log_events {
+        sinks.push(Arc::new(LoggingSink::new()));
+    }
+    let mode = match a.on_sink_failure {
+        sandboxio_config::OnSinkFailure::Warn => sandboxio_audit::OnSinkFailure::Warn,
+        sandboxio_config::OnSinkFailure::Fail => sandboxio_audit::OnSinkFailure::Fail,
+    };
+    let cfg = AuditConfig::from_env()?
+        .with_sinks(sinks)
+        .on_sink_failure(mode)
+        .capture_code(a.capture_code);
+    Ok(Auditor::new(cfg, redactor))
+}
