@@ -381,7 +381,7 @@ impl BudgetState {
                 return Err(BudgetDenial {
                     scope: Some(key.clone()),
                     reason: format!(
-                        "{} is closed: {why}; an operator reopens it with `sandboxio budget reopen {key}`",
+                        "{} is closed: {why}; an operator reopens it with `sandboxio budget --reopen {key}`",
                         key.describe()
                     ),
                 });

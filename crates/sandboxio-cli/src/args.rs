@@ -179,6 +179,9 @@ pub enum Command {
         common: Common,
         #[arg(long, default_value = "default")]
         tenant: String,
+        /// Reopen a scope closed by an overrun (`global`, `tenant:ID`, `agent:T/A`, ...).
+        #[arg(long, value_name = "SCOPE")]
+        reopen: Option<String>,
     },
     /// Repair the state database after it was lost or damaged.
     State {

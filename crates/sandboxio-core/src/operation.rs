@@ -259,6 +259,8 @@ pub enum AdminAction {
     PolicyReload { digest: String },
     /// The audit signing key was rotated (the new public key's id).
     KeyRotate { key_id: String },
+    /// Reopen a budget scope closed by an overrun (`tenant:acme`, `global`, ...).
+    BudgetReopen { scope: String },
 }
 
 impl AdminAction {
@@ -270,6 +272,7 @@ impl AdminAction {
             AdminAction::Deny { .. } => "deny",
             AdminAction::PolicyReload { .. } => "policy_reload",
             AdminAction::KeyRotate { .. } => "key_rotate",
+            AdminAction::BudgetReopen { .. } => "budget_reopen",
         }
     }
 }

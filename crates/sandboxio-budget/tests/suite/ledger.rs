@@ -85,7 +85,11 @@ fn an_overrun_is_charged_recorded_and_closes_the_scope() {
         .contains("operation `a`"));
     // Closed: even a zero estimate is refused, and the reason says how to reopen it.
     let d = g.reserve(&req("b", "acme", "0")).unwrap_err();
-    assert!(d.reason.contains("sandboxio budget reopen"), "{}", d.reason);
+    assert!(
+        d.reason.contains("sandboxio budget --reopen"),
+        "{}",
+        d.reason
+    );
     assert!(g.state.is_valid());
     // Another tenant is closed too only where it shares the scope (global).
     let d = g.reserve(&req("c", "other", "0")).unwrap_err();

@@ -40,7 +40,12 @@ pub async fn dispatch(cli: Cli) -> i32 {
             until,
             labels,
         } => state::costs(&common, &since, until.as_deref(), &labels),
-        Command::Budget { common, tenant } => state::budget(&common, &tenant),
+        Command::Budget {
+            common,
+            reopen: Some(scope),
+            ..
+        } => state::reopen(&common, &scope).await,
+        Command::Budget { common, tenant, .. } => state::budget(&common, &tenant),
         Command::State { common, cmd } => match cmd {
             crate::args::StateCmd::Recover { from_trail } => {
                 recover::recover(&common, from_trail).await

@@ -44,6 +44,20 @@ pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
     Ok(exit::OK)
 }
 
+/// Reopens a budget scope closed by an overrun (a recorded operator action).
+pub async fn reopen(common: &Common, scope: &str) -> Result<i32> {
+    admin(
+        common,
+        AdminAction::BudgetReopen {
+            scope: scope.to_string(),
+        },
+        &setup::actor(),
+    )
+    .await?;
+    outln!("budget scope {scope} reopened")?;
+    Ok(exit::OK)
+}
+
 pub async fn resume(common: &Common) -> Result<i32> {
     admin(common, AdminAction::Resume, &setup::actor()).await?;
     outln!("kill switch released")?;

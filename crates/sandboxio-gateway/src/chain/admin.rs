@@ -130,6 +130,20 @@ impl Gateway {
             AdminAction::PolicyReload { digest } => {
                 done(rec, format!("policy reloaded by {actor} (digest {digest})"));
             }
+            AdminAction::BudgetReopen { scope } => {
+                let key: sandboxio_budget::ScopeKey = scope.parse().map_err(|e| {
+                    fail(GatewayError::Config {
+                        why: format!("{e}"),
+                    })
+                })?;
+                let reopened = self.store.reopen_scope(&key, now).map_err(fail)?;
+                if !reopened {
+                    return Err(fail(GatewayError::Config {
+                        why: format!("budget scope `{scope}` is not closed"),
+                    }));
+                }
+                done(rec, format!("budget scope `{scope}` reopened by {actor}"));
+            }
             AdminAction::KeyRotate { key_id } => {
                 done(
                     rec,

@@ -233,6 +233,8 @@ pub trait Store: Send + Sync {
     fn finish(&self, f: &Finish<'_>) -> StoreResult<Option<Settlement>>;
 
     fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>>;
+    /// Reopens a scope closed by an overrun; `false` when it was not closed.
+    fn reopen_scope(&self, scope: &ScopeKey, now: DateTime<Utc>) -> StoreResult<bool>;
     fn ledger(&self, since: DateTime<Utc>, until: DateTime<Utc>) -> StoreResult<Vec<LedgerLine>>;
 
     // Approvals.

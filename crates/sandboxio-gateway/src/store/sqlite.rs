@@ -640,6 +640,17 @@ impl Store for SqliteStore {
         })
     }
 
+    fn reopen_scope(&self, scope: &ScopeKey, now: DateTime<Utc>) -> StoreResult<bool> {
+        self.with_tx("reopening a budget scope", |tx| {
+            let mut st = Self::load_budget(tx, std::slice::from_ref(scope), None)?;
+            let reopened = st.reopen(scope);
+            if reopened {
+                Self::store_budget(tx, &st, None, now)?;
+            }
+            Ok(reopened)
+        })
+    }
+
     fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>> {
         self.with_tx("summarising budget", |tx| {
             let st = Self::load_budget(tx, scopes, None)?;

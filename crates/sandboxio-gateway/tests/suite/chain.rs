@@ -291,6 +291,13 @@ impl Store for BrokenAdmission {
     ) -> store::StoreResult<Option<sandboxio_budget::Settlement>> {
         self.0.finish(f)
     }
+    fn reopen_scope(
+        &self,
+        s: &sandboxio_budget::ScopeKey,
+        now: DateTime<Utc>,
+    ) -> store::StoreResult<bool> {
+        self.0.reopen_scope(s, now)
+    }
     fn budget_summary(
         &self,
         c: &sandboxio_budget::BudgetConfig,

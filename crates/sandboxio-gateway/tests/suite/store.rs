@@ -113,6 +113,18 @@ fn an_overrun_is_charged_and_closes_the_scope() {
         Admitted::Budget(d) => assert!(d.reason.contains("reopen"), "{}", d.reason),
         other => panic!("expected a budget denial, got {other:?}"),
     }
+    // An operator reopens the scopes; reopening an open scope says so.
+    let now = Utc::now();
+    assert!(s.reopen_scope(&ScopeKey::Global, now).unwrap());
+    assert!(s
+        .reopen_scope(&ScopeKey::Tenant("acme".into()), now)
+        .unwrap());
+    assert!(!s.reopen_scope(&ScopeKey::Global, now).unwrap());
+    // Still over the ceiling (5.00 of 1.00): a new reservation is refused by the ceiling.
+    assert!(matches!(
+        s.admit(&admission("op3", &cfg, "0.10")).unwrap(),
+        Admitted::Budget(_)
+    ));
 }
 
 #[test]
