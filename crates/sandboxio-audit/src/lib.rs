@@ -21,6 +21,7 @@ pub mod head;
 pub mod otel;
 pub mod reader;
 pub mod redact;
+pub mod redact_stream;
 pub mod sink;
 pub mod verify;
 
@@ -38,6 +39,7 @@ pub use reader::{
     query, read_events, tail, trail_files, trail_has_records, Follower, Query, TrailEntry,
 };
 pub use redact::{Redactor, RedactorBuilder, Secret};
+pub use redact_stream::StreamRedactor;
 pub use sink::{
     AuditSink, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink, QueueSink,
     REPAIR_EVENT,

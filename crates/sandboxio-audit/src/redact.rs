@@ -206,7 +206,9 @@ impl RedactorBuilder {
                     })?,
             )
         };
+        let longest_literal = patterns.iter().map(String::len).max().unwrap_or(0);
         Ok(Redactor {
+            longest_literal,
             literal_matcher,
             tags,
             secrets: literals.len(),
@@ -222,6 +224,8 @@ impl RedactorBuilder {
 /// Redacts secrets from strings and records. Cheap to share behind an `Arc`.
 pub struct Redactor {
     literal_matcher: Option<AhoCorasick>,
+    /// Length in bytes of the longest literal pattern.
+    longest_literal: usize,
     /// Placeholder for each literal pattern, by pattern id.
     tags: Vec<String>,
     secrets: usize,
@@ -346,63 +350,135 @@ impl Redactor {
         *n += k;
     }
 
-    /// The work: literal secrets first, then credential shapes, then key-like assignments.
+    /// Redacts bytes (a program's output): the same matches as [`Redactor::redact_str`],
+    /// and every byte outside a match, valid UTF-8 or not, is kept exactly. Borrows when
+    /// nothing matched.
+    pub fn redact_bytes<'a>(&self, b: &'a [u8]) -> Cow<'a, [u8]> {
+        let (out, n) = self.redact_bytes_counted(b);
+        if n > 0 {
+            self.total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// The largest cut `<= want` such that no secret or credential shape found in `b`
+    /// starts before the cut and ends after it, on a UTF-8 character boundary where `b`
+    /// is UTF-8 there. Used to split a stream without splitting a secret.
+    pub fn safe_cut(&self, b: &[u8], want: usize) -> usize {
+        let mut cut = want.min(b.len());
+        // Each pass can only move the cut to the left; stop when it stays put.
+        loop {
+            let before = cut;
+            if let Some(ac) = &self.literal_matcher {
+                for m in ac.find_iter(b) {
+                    if m.start() < cut && cut < m.end() {
+                        cut = m.start();
+                    }
+                }
+            }
+            for re in [
+                &self.shapes.credential_anywhere_bytes,
+                &self.shapes.assignment_bytes,
+            ] {
+                for m in re.find_iter(b) {
+                    if m.start() < cut && cut < m.end() {
+                        cut = m.start();
+                    }
+                }
+            }
+            if cut == before {
+                break;
+            }
+        }
+        // Never split a UTF-8 character (at most three continuation bytes to step over).
+        let mut steps = 0;
+        while cut > 0 && cut < b.len() && (b[cut] & 0xC0) == 0x80 && steps < 3 {
+            cut -= 1;
+            steps += 1;
+        }
+        cut
+    }
+
+    /// The longest literal pattern (a secret in any of its encoded forms), in bytes.
+    pub fn longest_literal(&self) -> usize {
+        self.longest_literal
+    }
+
+    /// The work on text: the byte routine, whose matches on valid UTF-8 start and end on
+    /// character boundaries and whose placeholders are ASCII, so the result is UTF-8.
     fn redact_counted<'a>(&self, s: &'a str) -> (Cow<'a, str>, usize) {
+        let (out, n) = self.redact_bytes_counted(s.as_bytes());
+        match out {
+            Cow::Borrowed(_) => (Cow::Borrowed(s), n),
+            Cow::Owned(v) => (
+                Cow::Owned(
+                    String::from_utf8(v)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                ),
+                n,
+            ),
+        }
+    }
+
+    /// The work: literal secrets first, then credential shapes, then key-like assignments.
+    fn redact_bytes_counted<'a>(&self, s: &'a [u8]) -> (Cow<'a, [u8]>, usize) {
         let mut count = 0usize;
-        let mut cur: Cow<'a, str> = Cow::Borrowed(s);
+        let mut cur: Cow<'a, [u8]> = Cow::Borrowed(s);
         if let Some(ac) = &self.literal_matcher {
-            let mut out: Option<String> = None;
+            let mut out: Option<Vec<u8>> = None;
             let mut last = 0;
             for m in ac.find_iter(cur.as_ref()) {
-                let o = out.get_or_insert_with(|| String::with_capacity(cur.len()));
-                o.push_str(&cur[last..m.start()]);
-                o.push_str(
+                let o = out.get_or_insert_with(|| Vec::with_capacity(cur.len()));
+                o.extend_from_slice(&cur[last..m.start()]);
+                o.extend_from_slice(
                     self.tags
                         .get(m.pattern().as_usize())
-                        .map_or(REDACTED, |t| t),
+                        .map_or(REDACTED, |t| t)
+                        .as_bytes(),
                 );
                 last = m.end();
                 count += 1;
             }
             if let Some(mut o) = out {
-                o.push_str(&cur[last..]);
+                o.extend_from_slice(&cur[last..]);
                 cur = Cow::Owned(o);
             }
         }
         let shapes = self.shapes;
-        if shapes.credential_anywhere.is_match(&cur) {
-            let mut o = String::with_capacity(cur.len());
+        if shapes.credential_anywhere_bytes.is_match(&cur) {
+            let mut o = Vec::with_capacity(cur.len());
             let mut last = 0;
-            for m in shapes.credential_anywhere.find_iter(&cur) {
-                o.push_str(&cur[last..m.start()]);
-                o.push_str(&placeholder(&self.key, m.as_str()));
+            for m in shapes.credential_anywhere_bytes.find_iter(&cur) {
+                o.extend_from_slice(&cur[last..m.start()]);
+                let value = String::from_utf8_lossy(m.as_bytes());
+                o.extend_from_slice(placeholder(&self.key, &value).as_bytes());
                 last = m.end();
                 count += 1;
             }
-            o.push_str(&cur[last..]);
+            o.extend_from_slice(&cur[last..]);
             cur = Cow::Owned(o);
         }
-        if shapes.assignment.is_match(&cur) {
-            let mut o = String::with_capacity(cur.len());
+        if shapes.assignment_bytes.is_match(&cur) {
+            let mut o = Vec::with_capacity(cur.len());
             let mut last = 0;
             let mut changed = false;
-            for c in shapes.assignment.captures_iter(&cur) {
+            for c in shapes.assignment_bytes.captures_iter(&cur) {
                 let Some(v) = c.get(2) else { continue };
-                let value = v.as_str();
+                let value = String::from_utf8_lossy(v.as_bytes());
                 if value.starts_with("[REDACTED")
                     || value.chars().count() < self.min_entropy_len
-                    || shannon_entropy(value) < self.entropy_threshold
+                    || shannon_entropy(&value) < self.entropy_threshold
                 {
                     continue;
                 }
-                o.push_str(&cur[last..v.start()]);
-                o.push_str(&placeholder(&self.key, value));
+                o.extend_from_slice(&cur[last..v.start()]);
+                o.extend_from_slice(placeholder(&self.key, &value).as_bytes());
                 last = v.end();
                 count += 1;
                 changed = true;
             }
             if changed {
-                o.push_str(&cur[last..]);
+                o.extend_from_slice(&cur[last..]);
                 cur = Cow::Owned(o);
             }
         }
@@ -518,12 +594,12 @@ fn percent_encode(b: &[u8], lower: bool) -> String {
 struct Shapes {
     /// A whole value that looks like a credential.
     credential: Regex,
-    /// Credential shapes inside free text.
-    credential_anywhere: Regex,
+    /// Credential shapes inside free text (over bytes: output need not be UTF-8).
+    credential_anywhere_bytes: regex::bytes::Regex,
     sensitive_name: Regex,
     not_sensitive_name: Regex,
     /// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
-    assignment: Regex,
+    assignment_bytes: regex::bytes::Regex,
 }
 
 /// Credential shapes. Each is specific enough to have few false positives in text.
@@ -550,6 +626,8 @@ pub const CREDENTIAL_PATTERNS: &[&str] = &[
 /// Names of variables whose values are judged by entropy.
 const SENSITIVE_NAME: &str = r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)";
 const NOT_SENSITIVE_NAME: &str = r"(?i)^(KEYBOARD.*|.*AUTHOR.*)$";
+/// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
+const ASSIGNMENT: &str = r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#;
 
 impl Shapes {
     fn get() -> Result<&'static Shapes, AuditError> {
@@ -566,12 +644,10 @@ impl Shapes {
         let anywhere = CREDENTIAL_PATTERNS.join("|");
         Ok(Shapes {
             credential: Regex::new(&format!("^(?:{anywhere})$"))?,
-            credential_anywhere: Regex::new(&anywhere)?,
+            credential_anywhere_bytes: regex::bytes::Regex::new(&anywhere)?,
             sensitive_name: Regex::new(SENSITIVE_NAME)?,
             not_sensitive_name: Regex::new(NOT_SENSITIVE_NAME)?,
-            assignment: Regex::new(
-                r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#,
-            )?,
+            assignment_bytes: regex::bytes::Regex::new(ASSIGNMENT)?,
         })
     }
 }
@@ -587,6 +663,23 @@ mod tests {
             Regex::new(p).unwrap();
         }
         Regex::new(SENSITIVE_NAME).unwrap();
+    }
+
+    #[test]
+    fn redact_bytes_keeps_invalid_utf8_exactly() {
+        let r = Redactor::builder()
+            .secret(&Secret::new("hunter2-correct-horse"))
+            .build()
+            .unwrap();
+        let mut input = vec![0x1f, 0x8b, 0x00, 0xff, 0xfe];
+        input.extend_from_slice(b"hunter2-correct-horse");
+        input.extend_from_slice(&[0xc3, 0x28, 0x00, b'\n']);
+        let out = r.redact_bytes(&input).into_owned();
+        assert!(out.starts_with(&[0x1f, 0x8b, 0x00, 0xff, 0xfe, b'[']));
+        assert!(out.ends_with(&[b']', 0xc3, 0x28, 0x00, b'\n']));
+        assert!(!out.windows(7).any(|w| w == b"hunter2"));
+        let clean = [0u8, 0xff, 0x80, b'a', 0xc0];
+        assert!(matches!(r.redact_bytes(&clean), Cow::Borrowed(_)));
     }
 
     #[test]

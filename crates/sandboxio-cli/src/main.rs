@@ -9,6 +9,7 @@ mod error;
 mod exit;
 mod hostenv;
 mod out;
+mod output;
 mod paths;
 mod setup;
 mod telemetry;

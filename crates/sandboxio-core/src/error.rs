@@ -77,6 +77,8 @@ pub enum CoreError {
     UnknownTier { input: String },
     #[error("unknown language `{input}` (expected python, node or bash)")]
     UnknownLanguage { input: String },
+    #[error("invalid mount `{input}`: {why}")]
+    InvalidMount { input: String, why: &'static str },
 }
 
 impl ErrorCode for CoreError {
@@ -90,6 +92,7 @@ impl ErrorCode for CoreError {
             CoreError::InvalidIdentifier { .. } => "SBX_E1006",
             CoreError::UnknownTier { .. } => "SBX_E1007",
             CoreError::UnknownLanguage { .. } => "SBX_E1008",
+            CoreError::InvalidMount { .. } => "SBX_E1020",
         }
     }
     fn class(&self) -> ErrorClass {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::tier::IsolationTier;
 use crate::units::ByteSize;
+use crate::wire::{self, ByteEncoding};
 
 /// Network access for a sandbox. `None` is the default.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -313,8 +314,19 @@ pub struct ExecRequest {
     /// Host variables passed through, by name.
     #[serde(default = "default_env_allowlist")]
     pub env_allowlist: Vec<String>,
+    /// Bytes given to the program on standard input (digested with the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<Vec<u8>>,
+    /// Standard input is streamed by the caller while the program runs (a pipe, a
+    /// terminal). Its bytes cannot be known in advance: the request says `stdin_stream:
+    /// true` instead, so a fingerprint or an approval covers "some streamed input", never
+    /// particular bytes. Exclusive with `stdin`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stdin_stream: bool,
+    /// Run under a pseudo-terminal: stdin, stdout and stderr are one terminal (output
+    /// arrives as one stream, as on a terminal). The window size travels with the stream.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tty: bool,
     /// Files written into the workspace before the program starts (name -> contents).
     #[serde(default)]
     pub files: BTreeMap<String, Vec<u8>>,
@@ -338,6 +350,10 @@ pub struct ExecRequest {
     pub allow_exec_in_writable: bool,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn default_env_allowlist() -> Vec<String> {
     defaults::ENV_ALLOWLIST
         .iter()
@@ -356,6 +372,8 @@ impl ExecRequest {
             env: BTreeMap::new(),
             env_allowlist: default_env_allowlist(),
             stdin: None,
+            stdin_stream: false,
+            tty: false,
             files: BTreeMap::new(),
             input_dir: None,
             output_dir: None,
@@ -374,6 +392,8 @@ impl std::fmt::Debug for ExecRequest {
             .field("argv_len", &self.argv.len())
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
             .field("stdin_len", &self.stdin.as_ref().map(|s| s.len()))
+            .field("stdin_stream", &self.stdin_stream)
+            .field("tty", &self.tty)
             .field("files", &self.files.keys().collect::<Vec<_>>())
             .field("input_dir", &self.input_dir)
             .field("output_dir", &self.output_dir)
@@ -447,12 +467,17 @@ pub struct Meter {
 }
 
 /// The whole outcome of one run.
+///
+/// `stdout` and `stderr` are the bytes the program wrote (up to their caps), exactly. In
+/// JSON each is a string: the text itself when it is valid UTF-8, else base64 with
+/// `"stdout_encoding": "base64"` (resp. `stderr_encoding`); see [`crate::wire`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "ExecResultWire", try_from = "ExecResultWire")]
 pub struct ExecResult {
     pub sandbox_id: String,
     pub exit: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     /// Total bytes the program wrote, captured or not.
@@ -461,21 +486,114 @@ pub struct ExecResult {
     pub timed_out: bool,
     pub oom_killed: bool,
     /// Set when the run was cancelled (caller, kill switch); holds the reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<String>,
     pub duration_ms: u64,
     pub usage: Usage,
     pub enforcement: Enforcement,
     /// Where the output files are (kept after the run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_dir: Option<PathBuf>,
     /// Set when the workspace was kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meter: Option<Meter>,
-    #[serde(default)]
     pub network_denials: u64,
+}
+
+impl ExecResult {
+    /// Standard output as text, invalid UTF-8 replaced (for display and tests).
+    pub fn stdout_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.stdout)
+    }
+    /// Standard error as text, invalid UTF-8 replaced.
+    pub fn stderr_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.stderr)
+    }
+}
+
+/// The JSON form of [`ExecResult`]: byte fields as text or base64 with a flag.
+#[derive(Serialize, Deserialize)]
+struct ExecResultWire {
+    sandbox_id: String,
+    exit: ExitStatus,
+    stdout: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stdout_encoding: Option<ByteEncoding>,
+    stderr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stderr_encoding: Option<ByteEncoding>,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+    timed_out: bool,
+    oom_killed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cancelled: Option<String>,
+    duration_ms: u64,
+    usage: Usage,
+    enforcement: Enforcement,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workspace: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meter: Option<Meter>,
+    #[serde(default)]
+    network_denials: u64,
+}
+
+impl From<ExecResult> for ExecResultWire {
+    fn from(r: ExecResult) -> Self {
+        let (stdout, stdout_encoding) = wire::encode(&r.stdout);
+        let (stderr, stderr_encoding) = wire::encode(&r.stderr);
+        ExecResultWire {
+            sandbox_id: r.sandbox_id,
+            exit: r.exit,
+            stdout,
+            stdout_encoding,
+            stderr,
+            stderr_encoding,
+            stdout_truncated: r.stdout_truncated,
+            stderr_truncated: r.stderr_truncated,
+            stdout_bytes: r.stdout_bytes,
+            stderr_bytes: r.stderr_bytes,
+            timed_out: r.timed_out,
+            oom_killed: r.oom_killed,
+            cancelled: r.cancelled,
+            duration_ms: r.duration_ms,
+            usage: r.usage,
+            enforcement: r.enforcement,
+            output_dir: r.output_dir,
+            workspace: r.workspace,
+            meter: r.meter,
+            network_denials: r.network_denials,
+        }
+    }
+}
+
+impl TryFrom<ExecResultWire> for ExecResult {
+    type Error = String;
+    fn try_from(w: ExecResultWire) -> Result<Self, String> {
+        Ok(ExecResult {
+            sandbox_id: w.sandbox_id,
+            exit: w.exit,
+            stdout: wire::decode(w.stdout, w.stdout_encoding)?,
+            stderr: wire::decode(w.stderr, w.stderr_encoding)?,
+            stdout_truncated: w.stdout_truncated,
+            stderr_truncated: w.stderr_truncated,
+            stdout_bytes: w.stdout_bytes,
+            stderr_bytes: w.stderr_bytes,
+            timed_out: w.timed_out,
+            oom_killed: w.oom_killed,
+            cancelled: w.cancelled,
+            duration_ms: w.duration_ms,
+            usage: w.usage,
+            enforcement: w.enforcement,
+            output_dir: w.output_dir,
+            workspace: w.workspace,
+            meter: w.meter,
+            network_denials: w.network_denials,
+        })
+    }
 }
 
 /// Milliseconds on the wire for durations.
@@ -488,5 +606,54 @@ pub mod duration_ms {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn streamed_stdin_is_in_the_request_as_a_flag_not_as_bytes() {
+        let mut req = ExecRequest::new(["cat"]);
+        req.stdin_stream = true;
+        let v = serde_json::to_value(&req).unwrap();
+        assert_eq!(v["stdin_stream"], true);
+        assert!(v.get("stdin").is_none());
+        let plain = serde_json::to_value(ExecRequest::new(["cat"])).unwrap();
+        assert!(plain.get("stdin_stream").is_none() && plain.get("tty").is_none());
+        let back: ExecRequest = serde_json::from_value(v).unwrap();
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn result_bytes_round_trip_through_json() {
+        let r = ExecResult {
+            sandbox_id: "s".into(),
+            exit: ExitStatus::Code(0),
+            stdout: vec![0x1f, 0x8b, 0, 0xff],
+            stderr: b"warn\n".to_vec(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_bytes: 4,
+            stderr_bytes: 5,
+            timed_out: false,
+            oom_killed: false,
+            cancelled: None,
+            duration_ms: 1,
+            usage: Usage::default(),
+            enforcement: Enforcement::default(),
+            output_dir: None,
+            workspace: None,
+            meter: None,
+            network_denials: 0,
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["stdout"], "H4sA/w==");
+        assert_eq!(v["stdout_encoding"], "base64");
+        assert_eq!(v["stderr"], "warn\n");
+        assert!(v.get("stderr_encoding").is_none());
+        assert_eq!(serde_json::from_value::<ExecResult>(v).unwrap(), r);
     }
 }

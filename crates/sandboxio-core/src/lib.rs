@@ -6,23 +6,28 @@
 
 pub mod decision;
 pub mod error;
+pub mod event;
 pub mod exec;
 pub mod fingerprint;
 pub mod money;
+pub mod mount;
 pub mod operation;
 pub mod record;
 pub mod telemetry;
 pub mod tier;
 pub mod units;
+pub mod wire;
 
 pub use decision::{Decision, Layer, RuleRef, Verdict};
 pub use error::{CoreError, ErrorClass, ErrorCode};
+pub use event::{ExecEvent, OutputStream, TtySize};
 pub use exec::{
     Enforcement, ExecRequest, ExecResult, ExitStatus, LimitAboveCeiling, Limits, Meter,
     NetworkMode, Usage,
 };
 pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};
+pub use mount::{Mount, MountMode};
 pub use operation::{
     AdminAction, IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind,
     Principal,

@@ -17,6 +17,7 @@ pub mod retry;
 pub mod runtime;
 pub mod session;
 pub mod store;
+pub mod stream;
 pub mod tool;
 
 pub use anchor::ANCHOR_BROKEN_EVENT;

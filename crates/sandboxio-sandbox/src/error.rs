@@ -159,6 +159,18 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    #[error("could not set up a pseudo-terminal ({what})")]
+    Pty {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("standard input given both as bytes and as a stream")]
+    StdinConflict,
+    #[error("invalid mount `{sandbox}`: {why}")]
+    InvalidMount { sandbox: PathBuf, why: String },
+    #[error("invalid working directory `{path}`: {why}")]
+    InvalidWorkdir { path: PathBuf, why: &'static str },
     /// The namespace tier (`crate::ns`); its variants carry their own codes (SBX_E1450..).
     #[error(transparent)]
     Namespace(#[from] crate::ns::NsError),
@@ -295,6 +307,16 @@ pub const CODES: &[(&str, &str)] = &[
         "SBX_E1495",
         "seccomp filters cannot be installed (kernel or container)",
     ),
+    ("SBX_E1440", "could not set up a pseudo-terminal"),
+    (
+        "SBX_E1441",
+        "standard input given both as bytes and as a stream",
+    ),
+    (
+        "SBX_E1442",
+        "invalid mount (host path missing or unusable, or sandbox path reserved)",
+    ),
+    ("SBX_E1443", "invalid working directory"),
 ];
 
 impl SandboxError {
@@ -346,6 +368,10 @@ impl ErrorCode for SandboxError {
             SandboxError::Poll { .. } => "SBX_E1432",
             SandboxError::FallbackNetwork { .. } => "SBX_E1433",
             SandboxError::FallbackSetup { .. } => "SBX_E1434",
+            SandboxError::Pty { .. } => "SBX_E1440",
+            SandboxError::StdinConflict => "SBX_E1441",
+            SandboxError::InvalidMount { .. } => "SBX_E1442",
+            SandboxError::InvalidWorkdir { .. } => "SBX_E1443",
             SandboxError::Namespace(e) => e.code(),
             SandboxError::Files(e) => e.code(),
         }

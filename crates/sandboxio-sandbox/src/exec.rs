@@ -3,13 +3,13 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandboxio_core::{
-    Enforcement, ExecRequest, ExecResult, IsolationTier, Meter, NetworkMode, Usage,
+    Enforcement, ExecEvent, ExecRequest, ExecResult, IsolationTier, Meter, NetworkMode, Usage,
 };
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
@@ -19,6 +19,7 @@ use crate::error::{last_os_error, SandboxError};
 use crate::helper::HELPER_ARG;
 use crate::plan::{self, WorkspacePaths, MAX_PLAN_BYTES};
 use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
+use crate::stream::{self, Capture, OutputSinks, StreamIo};
 
 /// How long after the timeout the supervisor waits for the helper before killing it itself.
 pub const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
@@ -92,9 +93,24 @@ pub async fn run(
     cfg: &SandboxConfig,
     cancel: Option<CancelToken>,
 ) -> Result<ExecResult, SandboxError> {
+    run_streaming(req, tier, cfg, cancel, StreamIo::default()).await
+}
+
+/// [`run`], live: output chunks go to `io.events` as the program writes them (then one
+/// `Exit` event), `io.stdin` feeds a `stdin_stream` request, and a `tty` request runs
+/// under a new pseudo-terminal of `io.tty_size`. The returned `ExecResult` holds the same
+/// bytes as the events.
+pub async fn run_streaming(
+    req: &ExecRequest,
+    tier: IsolationTier,
+    cfg: &SandboxConfig,
+    cancel: Option<CancelToken>,
+    io: StreamIo,
+) -> Result<ExecResult, SandboxError> {
     check_tier(tier)?;
-    let first = run_prepared(req, tier, cfg, cancel.clone(), None).await;
-    crate::fallback::after_refusal(first, req, tier, cfg, cancel).await
+    let mut io = io;
+    let first = run_prepared(req, tier, cfg, cancel.clone(), None, &mut io).await;
+    crate::fallback::after_refusal(first, req, tier, cfg, cancel, io).await
 }
 
 /// Whether this crate has a backend for `tier` (never a weaker one instead).
@@ -131,6 +147,7 @@ pub(crate) async fn run_prepared(
     cfg: &SandboxConfig,
     cancel: Option<CancelToken>,
     prepared: Option<Prepared>,
+    io: &mut StreamIo,
 ) -> Result<ExecResult, SandboxError> {
     // Zero never means "unlimited": unset limits take the built-in defaults.
     let defaulted;
@@ -144,6 +161,9 @@ pub(crate) async fn run_prepared(
         &defaulted
     };
     let started = Instant::now();
+    if req.stdin.is_some() && req.stdin_stream {
+        return Err(SandboxError::StdinConflict);
+    }
     let mut gaps: Vec<String> = Vec::new();
     let mut guard = Inflight {
         workspace: None,
@@ -233,6 +253,7 @@ pub(crate) async fn run_prepared(
                 guard,
                 pooled_helper,
                 helper_path,
+                io,
             )
             .await;
         }
@@ -278,6 +299,7 @@ pub(crate) async fn run_prepared(
         guard,
         pooled_helper.take(),
         helper_path,
+        io,
     )
     .await
 }
@@ -299,6 +321,7 @@ async fn drive(
     mut guard: Inflight,
     pooled_helper: Option<HelperProc>,
     helper_path: PathBuf,
+    io: &mut StreamIo,
 ) -> Result<ExecResult, SandboxError> {
     if cg_plan.is_none() {
         if cfg.cgroups == CgroupUsage::Off {
@@ -350,9 +373,19 @@ async fn drive(
     // Start the helper (cold) or take the one that is already waiting (warm pool). The plan
     // goes into the pipe before the helper needs it whenever it fits the pipe buffer, so the
     // helper never waits for a supervisor task to be scheduled.
+    let stdio = if req.tty {
+        let (master, slave) = stream::open_pty(io.tty_size.unwrap_or_default())?;
+        HelperStdio::Pty { master, slave }
+    } else {
+        HelperStdio::Pipes {
+            stdin: req.stdin.is_some() || req.stdin_stream,
+        }
+    };
     let mut helper = match pooled_helper {
+        // A pooled helper has pipes: a terminal request never reaches here with one
+        // (`WarmPool::exec` runs it cold).
         Some(h) => h,
-        None => spawn_helper(&helper_path, req.stdin.is_some())?,
+        None => spawn_helper(&helper_path, stdio)?,
     };
     guard.helper_pid = Some(helper.pid);
     let rest = match helper.plan_w.take() {
@@ -377,28 +410,30 @@ async fn drive(
     }
     guard.control = Some(helper.ctl_w);
 
-    match (req.stdin.clone(), helper.stdin_w.take()) {
-        (Some(data), Some(w)) => {
-            let tx = pipe::Sender::from_owned_fd(w).map_err(|source| SandboxError::HelperIo {
-                what: "stdin pipe",
-                source,
-            })?;
-            tokio::spawn(write_all_and_close(tx, data));
+    // Stdin: fixed bytes, the caller's stream, or (no writer) end of input at once. The
+    // task is aborted when the run ends (`StdinTask`), whatever the program read.
+    let stdin_task = match (req.stdin.clone(), io.stdin.take(), helper.stdin_w.take()) {
+        (Some(data), _, Some(w)) => Some(tokio::spawn(stream::write_stdin(data, w, req.tty))),
+        (None, Some(rx), Some(w)) if req.stdin_stream => {
+            Some(tokio::spawn(stream::pump_stdin(rx, w, req.tty)))
         }
-        // No stdin: the payload reads EOF at once.
-        (_, w) => drop(w),
-    }
-    let out_cap = Arc::new(Mutex::new(Capture::new(req.limits.stdout_cap.bytes())));
-    let err_cap = Arc::new(Mutex::new(Capture::new(req.limits.stderr_cap.bytes())));
-    let mut tasks = Vec::with_capacity(2);
-    for (fd, cap, what) in [
-        (helper.stdout_r, out_cap.clone(), "stdout pipe"),
-        (helper.stderr_r, err_cap.clone(), "stderr pipe"),
-    ] {
-        let rx = pipe::Receiver::from_owned_fd(fd)
-            .map_err(|source| SandboxError::HelperIo { what, source })?;
-        tasks.push(tokio::spawn(capture(rx, cap)));
-    }
+        _ => None,
+    };
+    let _stdin_task = StdinTask(stdin_task);
+    let out_cap = Capture::new(req.limits.stdout_cap.bytes());
+    let err_cap = Capture::new(req.limits.stderr_cap.bytes());
+    let events = io.events.clone();
+    let sinks = OutputSinks {
+        stdout: out_cap.clone(),
+        stderr: err_cap.clone(),
+        events: events.clone(),
+        started,
+    };
+    let tasks = vec![tokio::spawn(stream::pump_output(
+        helper.stdout_r,
+        helper.stderr_r,
+        sinks,
+    ))];
 
     // Read the helper's reports until it exits (event-driven: woken by the pipe only).
     let rep_rx =
@@ -461,8 +496,8 @@ async fn drive(
             abort.abort();
         }
     }
-    let (stdout, stdout_bytes, stdout_truncated) = take_capture(&out_cap);
-    let (stderr, stderr_bytes, stderr_truncated) = take_capture(&err_cap);
+    let (stdout, stdout_bytes, stdout_truncated) = stream::take_capture(&out_cap);
+    let (stderr, stderr_bytes, stderr_truncated) = stream::take_capture(&err_cap);
 
     // Cleanup before answering: no cgroup and no workspace outlive the run.
     let kept_workspace = guard.finish();
@@ -515,6 +550,14 @@ async fn drive(
     }
 
     let timed_out = report.timed_out || (backstop_fired && cancel_reason.is_none());
+    if let Some(tx) = &events {
+        let _ = tx
+            .send(ExecEvent::Exit {
+                exit: report.exit,
+                elapsed_us: stream::elapsed_us(started),
+            })
+            .await;
+    }
     Ok(ExecResult {
         sandbox_id,
         exit: report.exit,
@@ -683,8 +726,30 @@ pub(crate) struct HelperProc {
     rep_r: OwnedFd,
     ctl_w: OwnedFd,
     stdin_w: Option<OwnedFd>,
+    /// The stdout pipe, or the terminal master (both streams) under a terminal.
     stdout_r: OwnedFd,
-    stderr_r: OwnedFd,
+    /// The stderr pipe; `None` under a terminal.
+    stderr_r: Option<OwnedFd>,
+}
+
+/// What the helper's (and so the payload's) fds 0, 1 and 2 are.
+pub(crate) enum HelperStdio {
+    /// Pipes; with `stdin` a pipe for stdin too (written or closed by the supervisor),
+    /// otherwise `/dev/null`.
+    Pipes { stdin: bool },
+    /// One pseudo-terminal: the slave is 0, 1 and 2; the supervisor keeps the master.
+    Pty { master: OwnedFd, slave: OwnedFd },
+}
+
+/// Stops feeding stdin when the run ends (the future is dropped or returns).
+struct StdinTask(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for StdinTask {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.abort();
+        }
+    }
 }
 
 /// The helper's fd numbers (see [`HelperProc`]).
@@ -699,33 +764,52 @@ const HELPER_FDS: HelperFds = HelperFds {
 /// runs between fork and exec. Its pipes are placed at fixed fds by spawn file actions
 /// (`dup2` clears close-on-exec on the target only), so no `pre_exec` hook is needed and no
 /// fd of this run leaks into a child that another thread spawns at the same time.
-/// With `stdin_pipe`, the helper's stdin is a pipe (written or closed by the caller),
-/// otherwise `/dev/null`.
-pub(crate) fn spawn_helper(path: &Path, stdin_pipe: bool) -> Result<HelperProc, SandboxError> {
+/// `stdio` says what its fds 0, 1 and 2 are.
+pub(crate) fn spawn_helper(path: &Path, stdio: HelperStdio) -> Result<HelperProc, SandboxError> {
     // Parent ends stay close-on-exec; child ends are moved to fds >= HIGH_FD so that the
     // dup2 actions onto 0..=5 can never overwrite a source not yet duplicated.
     let (plan_r, plan_w) = pipe_pair()?;
     let (rep_r, rep_w) = pipe_pair()?;
     let (ctl_r, ctl_w) = pipe_pair()?;
-    let (out_r, out_w) = pipe_pair()?;
-    let (err_r, err_w) = pipe_pair()?;
-    let (in_child, stdin_w) = if stdin_pipe {
-        let (r, w) = pipe_pair()?;
-        (dup_high(&r)?, Some(w))
-    } else {
-        let null =
-            std::fs::File::open("/dev/null").map_err(|source| SandboxError::Pipe { source })?;
-        (dup_high(&OwnedFd::from(null))?, None)
+    let (std_child, stdin_w, stdout_r, stderr_r) = match stdio {
+        HelperStdio::Pipes { stdin } => {
+            let (out_r, out_w) = pipe_pair()?;
+            let (err_r, err_w) = pipe_pair()?;
+            let (in_child, stdin_w) = if stdin {
+                let (r, w) = pipe_pair()?;
+                (dup_high(&r)?, Some(w))
+            } else {
+                let null = std::fs::File::open("/dev/null")
+                    .map_err(|source| SandboxError::Pipe { source })?;
+                (dup_high(&OwnedFd::from(null))?, None)
+            };
+            (
+                [in_child, dup_high(&out_w)?, dup_high(&err_w)?],
+                stdin_w,
+                out_r,
+                Some(err_r),
+            )
+        }
+        HelperStdio::Pty { master, slave } => {
+            let writer = dup_high(&master)?;
+            (
+                [dup_high(&slave)?, dup_high(&slave)?, dup_high(&slave)?],
+                Some(writer),
+                master,
+                None,
+            )
+        }
     };
+    let [in_child, out_child, err_child] = std_child;
     let child_fds = [
         (in_child, 0),
-        (dup_high(&out_w)?, 1),
-        (dup_high(&err_w)?, 2),
+        (out_child, 1),
+        (err_child, 2),
         (dup_high(&plan_r)?, HELPER_FDS.plan),
         (dup_high(&rep_w)?, HELPER_FDS.report),
         (dup_high(&ctl_r)?, HELPER_FDS.control),
     ];
-    drop((plan_r, rep_w, ctl_r, out_w, err_w));
+    drop((plan_r, rep_w, ctl_r));
     let pid = posix_spawn_fds(path, &child_fds).map_err(|source| SandboxError::HelperSpawn {
         path: path.to_path_buf(),
         source,
@@ -737,8 +821,8 @@ pub(crate) fn spawn_helper(path: &Path, stdin_pipe: bool) -> Result<HelperProc, 
         rep_r,
         ctl_w,
         stdin_w,
-        stdout_r: out_r,
-        stderr_r: err_r,
+        stdout_r,
+        stderr_r,
     })
 }
 
@@ -1048,51 +1132,4 @@ async fn write_all_and_close<W: tokio::io::AsyncWrite + Unpin>(mut w: W, data: V
     // The helper or program may exit without reading everything (EPIPE): not an error.
     let _ = w.write_all(&data).await;
     let _ = w.shutdown().await;
-}
-
-struct Capture {
-    buf: Vec<u8>,
-    cap: u64,
-    total: u64,
-}
-
-impl Capture {
-    fn new(cap: u64) -> Self {
-        Capture {
-            buf: Vec::new(),
-            cap,
-            total: 0,
-        }
-    }
-}
-
-/// Read everything; keep the first `cap` bytes, count and drop the rest.
-async fn capture<R: AsyncRead + Unpin>(mut r: R, into: Arc<Mutex<Capture>>) {
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let Ok(mut c) = into.lock() else { break };
-        let room = usize::try_from(c.cap.saturating_sub(c.buf.len() as u64)).unwrap_or(usize::MAX);
-        let keep = room.min(n);
-        c.buf.extend_from_slice(&chunk[..keep]);
-        c.total += n as u64;
-    }
-}
-
-fn take_capture(c: &Arc<Mutex<Capture>>) -> (String, u64, bool) {
-    match c.lock() {
-        Ok(mut c) => {
-            let buf = std::mem::take(&mut c.buf);
-            let truncated = c.total > buf.len() as u64;
-            (
-                String::from_utf8_lossy(&buf).into_owned(),
-                c.total,
-                truncated,
-            )
-        }
-        Err(_) => (String::new(), 0, false),
-    }
 }

@@ -200,6 +200,7 @@ pub(crate) async fn after_refusal(
     tier: IsolationTier,
     cfg: &SandboxConfig,
     cancel: Option<crate::CancelToken>,
+    mut io: crate::stream::StreamIo,
 ) -> Result<ExecResult, SandboxError> {
     let refused = match &first {
         Err(e) if tier == IsolationTier::Namespace && cfg.landlock_fallback => {
@@ -214,7 +215,10 @@ pub(crate) async fn after_refusal(
         code = e.code(),
         "namespace tier refused by this host; using the landlock tier as configured"
     );
-    let mut r = crate::exec::run_prepared(req, IsolationTier::Landlock, cfg, cancel, None).await?;
+    // The events sender is still here; a streamed stdin was taken by the refused attempt
+    // (the second run reads end of input; see README "Streams").
+    let mut r =
+        crate::exec::run_prepared(req, IsolationTier::Landlock, cfg, cancel, None, &mut io).await?;
     r.enforcement.gaps.insert(
         0,
         format!(

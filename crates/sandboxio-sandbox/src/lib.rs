@@ -21,12 +21,14 @@ pub mod pool;
 pub mod probe;
 pub mod protocol;
 mod rlimit;
+pub mod stream;
 pub mod sweep;
 
 pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
 pub use error::SandboxError;
-pub use exec::{run, CancelToken};
+pub use exec::{run, run_streaming, CancelToken};
 pub use helper::HELPER_ARG;
 pub use plan::SandboxPlan;
 pub use pool::WarmPool;
 pub use probe::{probe, HostReport};
+pub use stream::StreamIo;

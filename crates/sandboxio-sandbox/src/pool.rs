@@ -122,11 +122,13 @@ impl WarmPool {
         req: &ExecRequest,
         cancel: Option<CancelToken>,
     ) -> Result<ExecResult, SandboxError> {
-        let prepared = self.take();
+        // A pooled helper's stdio is pipes: a terminal request starts cold.
+        let prepared = if req.tty { None } else { self.take() };
         let used_pool = prepared.is_some();
         let (tier, cfg) = (self.shared.tier, &self.shared.cfg);
-        let first = exec::run_prepared(req, tier, cfg, cancel.clone(), prepared).await;
-        let res = crate::fallback::after_refusal(first, req, tier, cfg, cancel).await;
+        let mut io = crate::stream::StreamIo::default();
+        let first = exec::run_prepared(req, tier, cfg, cancel.clone(), prepared, &mut io).await;
+        let res = crate::fallback::after_refusal(first, req, tier, cfg, cancel, io).await;
         // Refill after the exec, not during it: starting a helper (exec of a large binary,
         // page faults) would compete for the CPU with the run it replaces.
         self.wake.notify.notify_one();
@@ -253,7 +255,7 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
     }
     // stdin is always a pipe here (the request is not known yet); without stdin data the
     // exec closes it, so the payload reads EOF at once.
-    let helper = match spawn_helper(&helper_path, true) {
+    let helper = match spawn_helper(&helper_path, exec::HelperStdio::Pipes { stdin: true }) {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = &cg {

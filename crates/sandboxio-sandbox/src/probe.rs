@@ -166,7 +166,7 @@ pub async fn try_tier(cfg: &SandboxConfig, tier: IsolationTier) -> Check {
     cfg.landlock_fallback = tier == IsolationTier::Landlock;
     let mut req = ExecRequest::new(["/usr/bin/true"]);
     req.limits.timeout = std::time::Duration::from_secs(20);
-    match crate::exec::run_prepared(&req, tier, &cfg, None, None).await {
+    match crate::exec::run_prepared(&req, tier, &cfg, None, None, &mut Default::default()).await {
         Ok(r) if r.exit == ExitStatus::Code(0) => {
             let e = &r.enforcement;
             let mut detail = format!("a probe sandbox ran (tier {})", tier.as_str());
@@ -198,7 +198,7 @@ pub async fn try_tier(cfg: &SandboxConfig, tier: IsolationTier) -> Check {
             format!(
                 "the probe sandbox ran but `/usr/bin/true` ended with {:?}: {}",
                 r.exit,
-                r.stderr.trim()
+                r.stderr_lossy().trim()
             ),
             "run `sandboxio run --json -- /usr/bin/true` and read its enforcement",
         ),

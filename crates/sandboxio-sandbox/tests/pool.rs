@@ -93,10 +93,23 @@ async fn each_pooled_sandbox_serves_one_exec_and_is_destroyed() {
         req.files.insert("f.txt".into(), b"x".to_vec());
         let res = pool.exec(&req, None).await.unwrap();
         assert_eq!(res.exit, ExitStatus::Code(3), "{res:?}");
-        assert!(res.stdout.starts_with(&format!("in{i} ")), "{}", res.stdout);
-        assert!(res.stdout.contains("f.txt"), "{}", res.stdout);
-        assert_eq!(res.stderr, "err\n");
-        let home = res.stdout.split_whitespace().nth(1).unwrap().to_string();
+        assert!(
+            res.stdout_lossy().starts_with(&format!("in{i} ")),
+            "{}",
+            res.stdout_lossy()
+        );
+        assert!(
+            res.stdout_lossy().contains("f.txt"),
+            "{}",
+            res.stdout_lossy()
+        );
+        assert_eq!(res.stderr_lossy(), "err\n");
+        let home = res
+            .stdout_lossy()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string();
         assert!(!Path::new(&home).exists(), "workspace {home} left behind");
         assert_no_cgroup_left(&res.sandbox_id);
         assert!(!ids.contains(&res.sandbox_id), "sandbox reused");
@@ -106,7 +119,7 @@ async fn each_pooled_sandbox_serves_one_exec_and_is_destroyed() {
             .exec(&ExecRequest::new(["sh", "-c", "cat; echo done"]), None)
             .await
             .unwrap();
-        assert_eq!(res.stdout, "done\n");
+        assert_eq!(res.stdout_lossy(), "done\n");
         assert!(!ids.contains(&res.sandbox_id), "sandbox reused");
         ids.push(res.sandbox_id);
     }
@@ -145,7 +158,7 @@ async fn pooled_run_with_cgroup_gets_the_requests_limits() {
     req.limits.timeout = Duration::from_secs(30);
     let res = pool.exec(&req, None).await.unwrap();
     assert!(res.oom_killed, "{res:?}");
-    assert!(!res.stdout.contains("survived"));
+    assert!(!res.stdout_lossy().contains("survived"));
     assert!(res
         .enforcement
         .limits
@@ -217,7 +230,7 @@ async fn without_a_refiller_the_pool_starts_cold_and_dropping_a_full_pool_cleans
         .exec(&ExecRequest::new(["echo", "cold"]), None)
         .await
         .unwrap();
-    assert_eq!(res.stdout, "cold\n");
+    assert_eq!(res.stdout_lossy(), "cold\n");
     let refill = tokio::spawn(refiller);
     wait_ready(&pool, 3).await;
     assert_eq!(helper_children().len(), 3);
@@ -266,7 +279,7 @@ async fn pooled_payload_is_in_the_sandbox_cgroups() {
     let want = format!("/{}/{}", cgroup::CGROUP_DIR, res.sandbox_id);
     let layout = cgroup::host_layout();
     let mut checked = 0;
-    for line in res.stdout.lines() {
+    for line in res.stdout_lossy().lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
         let ours = if ctrls.is_empty() {
@@ -281,12 +294,16 @@ async fn pooled_payload_is_in_the_sandbox_cgroups() {
             assert!(
                 path.ends_with(&want),
                 "{line} not in {want}: {}",
-                res.stdout
+                res.stdout_lossy()
             );
             checked += 1;
         }
     }
-    assert!(checked > 0, "no sandbox cgroup seen: {}", res.stdout);
+    assert!(
+        checked > 0,
+        "no sandbox cgroup seen: {}",
+        res.stdout_lossy()
+    );
     assert_no_cgroup_left(&res.sandbox_id);
 }
 
@@ -313,7 +330,8 @@ async fn pooled_pids_limit_stops_a_bounded_fork_loop() {
     req.limits.pids = 32;
     req.limits.timeout = Duration::from_secs(20);
     let res = pool.exec(&req, None).await.unwrap();
-    let forked_everything = res.stdout.contains("started=200") && res.exit == ExitStatus::Code(0);
+    let forked_everything =
+        res.stdout_lossy().contains("started=200") && res.exit == ExitStatus::Code(0);
     assert!(!forked_everything, "pids limit not enforced: {res:?}");
     assert!(res
         .enforcement
@@ -356,6 +374,6 @@ async fn pooled_namespace_memory_bomb_is_oom_killed() {
     req.limits.timeout = Duration::from_secs(30);
     let res = pool.exec(&req, None).await.unwrap();
     assert!(res.oom_killed, "{res:?}");
-    assert!(!res.stdout.contains("survived"));
+    assert!(!res.stdout_lossy().contains("survived"));
     assert_no_cgroup_left(&res.sandbox_id);
 }

@@ -10,6 +10,7 @@ mod run;
 mod serve;
 mod state;
 mod status;
+mod stdin;
 mod verify;
 mod waiting;
 

@@ -5,15 +5,17 @@ use std::io::Read as _;
 use anyhow::Result;
 use sandboxio_core::{
     ByteSize, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language, Layer, Money,
-    Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
+    Operation, OperationArgs, OperationRecord, OperationStatus, OutputStream, Principal, Verdict,
 };
 use sandboxio_gateway::{Outcome, Submission};
 use sandboxio_sandbox::CancelToken;
 
 use crate::args::{Common, RunOpts};
+use crate::cmd::stdin;
 use crate::error::CliError;
 use crate::exit;
 use crate::out::{errln, outln};
+use crate::output;
 use crate::paths;
 use crate::setup;
 
@@ -23,6 +25,7 @@ pub enum What {
 }
 
 pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
+    let opts_code_dash = matches!(&what, What::Code { file, .. } if file == "-");
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
     let approval_timeout = opts
@@ -101,6 +104,18 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
             OperationArgs::RunCode { language, code }
         }
     };
+    let code_from_stdin = matches!(&args, OperationArgs::RunCode { .. }) && opts_code_dash;
+    // `--stdin-file` was read above; otherwise our own stdin, when it is a pipe or a file.
+    let stdin_plan = if exec.stdin.is_some() {
+        stdin::Stdin::None
+    } else {
+        stdin::choose(code_from_stdin)?
+    };
+    match &stdin_plan {
+        stdin::Stdin::None => {}
+        stdin::Stdin::Bytes(b) => exec.stdin = Some(b.clone()),
+        stdin::Stdin::Stream => exec.stdin_stream = true,
+    }
     let principal = Principal {
         tenant: opts.tenant.clone(),
         session: opts.session.clone(),
@@ -129,6 +144,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let gateway = runtime.gateway();
 
     let cancel = CancelToken::new();
+    let exec_streams_stdin = exec.stdin_stream;
     let mut sub = Submission::new(op.with_exec(exec));
     sub.secrets = secrets;
     // `$TRACEPARENT` when no flag: read here, not by the parser, so a value that is not
@@ -140,12 +156,28 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     sub.cancel = Some(cancel.clone());
     let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
     sub.approval_pending = Some(pending);
+    if exec_streams_stdin {
+        sub.stream.stdin = Some(stdin::stream());
+    }
+    // Human output is printed live, as the program writes it; `--json` prints it at the end.
+    let printer = if common.json {
+        None
+    } else {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        sub.stream.events = Some(tx);
+        Some(tokio::spawn(output::print_events(rx)))
+    };
     let signals = tokio::spawn(cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;
     signals.abort();
     waiting.abort();
+    // The gateway has dropped the event sender: the printer drains and ends.
+    let printed_live = match printer {
+        Some(p) => p.await.map(|p| p.saw_exit).unwrap_or(false),
+        None => false,
+    };
     let outcome = outcome?;
-    print_outcome(&outcome, common.json)?;
+    print_outcome(&outcome, common.json, printed_live)?;
     Ok(exit_code(&outcome))
 }
 
@@ -204,7 +236,8 @@ async fn cancel_on_signals(cancel: CancelToken) {
     }
 }
 
-fn print_outcome(o: &Outcome, json: bool) -> Result<()> {
+/// `printed_live`: the output was already printed as it came (only the notices remain).
+fn print_outcome(o: &Outcome, json: bool, printed_live: bool) -> Result<()> {
     if json {
         // The whole ExecResult when something ran; the record otherwise.
         let v = match &o.result {
@@ -221,8 +254,13 @@ fn print_outcome(o: &Outcome, json: bool) -> Result<()> {
         return Ok(());
     }
     if let Some(r) = &o.result {
-        crate::out::stdout_bytes(r.stdout.as_bytes())?;
-        crate::out::stderr_bytes(r.stderr.as_bytes());
+        if !printed_live {
+            // A replayed outcome (idempotency key): the recorded output, printed now.
+            let mut p = output::Printer::new();
+            p.write(OutputStream::Stdout, &r.stdout);
+            p.write(OutputStream::Stderr, &r.stderr);
+            p.finish();
+        }
         if r.stdout_truncated {
             errln!(
                 "sandboxio: stdout truncated ({} bytes written, cap reached)",

@@ -37,7 +37,22 @@ impl Gateway {
                     r.insert(id.to_string(), token.clone());
                 }
                 let watcher = self.watch_kill_switch(token.clone());
-                let res = sandboxio_sandbox::run(&req, tier, &self.sandbox, Some(token)).await;
+                let mut io = ctx.stream.take().unwrap_or_default();
+                // Output leaves redacted: the sandbox sends to the forwarder, which sends on.
+                let forward = match (io.events.take(), ctx.redactor.clone()) {
+                    (Some(out), Some(r)) => {
+                        let (tx, task) = crate::stream::redacting_forwarder(r, out);
+                        io.events = Some(tx);
+                        Some(task)
+                    }
+                    _ => None,
+                };
+                let res =
+                    sandboxio_sandbox::run_streaming(&req, tier, &self.sandbox, Some(token), io)
+                        .await;
+                if let Some(task) = forward {
+                    let _ = task.await;
+                }
                 watcher.abort();
                 if let Ok(mut r) = self.running.lock() {
                     r.remove(id);

@@ -66,6 +66,9 @@ pub struct Submission {
     /// Told about the pending approval as soon as an `ask` starts waiting (a front end
     /// shows the id and how to approve it). Dropped receivers are ignored.
     pub approval_pending: Option<tokio::sync::mpsc::UnboundedSender<crate::store::Approval>>,
+    /// Live I/O of an exec or run_code: output events (redacted before they are sent),
+    /// streamed stdin (used only when the request says `stdin_stream`), terminal size.
+    pub stream: sandboxio_sandbox::StreamIo,
 }
 
 impl Submission {
@@ -79,6 +82,7 @@ impl Submission {
             workspace: None,
             content: None,
             approval_pending: None,
+            stream: sandboxio_sandbox::StreamIo::default(),
         }
     }
 }
@@ -277,7 +281,11 @@ impl Gateway {
                 return Err(GatewayError::Unrecorded);
             }
         };
-        let mut ctx = RunCtx::default();
+        let mut ctx = RunCtx {
+            stream: Some(std::mem::take(&mut sub.stream)),
+            redactor: Some(redactor.clone()),
+            ..RunCtx::default()
+        };
         let outcome = match resolved {
             Err(stop) => Err(stop),
             Ok(()) => {

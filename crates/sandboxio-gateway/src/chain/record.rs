@@ -125,8 +125,9 @@ pub(crate) fn outcome_reason(
 }
 
 pub(crate) fn redact_result(redactor: &sandboxio_audit::Redactor, mut r: ExecResult) -> ExecResult {
-    r.stdout = redactor.redact_str(&r.stdout).into_owned();
-    r.stderr = redactor.redact_str(&r.stderr).into_owned();
+    // Bytes, not text: output that is not UTF-8 is kept exactly outside the matches.
+    r.stdout = redactor.redact_bytes(&r.stdout).into_owned();
+    r.stderr = redactor.redact_bytes(&r.stderr).into_owned();
     if let Some(c) = &r.cancelled {
         r.cancelled = Some(redactor.redact_str(c).into_owned());
     }

@@ -16,6 +16,10 @@ pub(crate) struct RunCtx {
     pub(crate) ran: bool,
     /// The measured cost to settle.
     pub(crate) charge: Option<Money>,
+    /// The caller's live I/O, taken by the run.
+    pub(crate) stream: Option<sandboxio_sandbox::StreamIo>,
+    /// This request's redactor (for live output).
+    pub(crate) redactor: Option<std::sync::Arc<sandboxio_audit::Redactor>>,
 }
 
 /// Why the chain stopped early.

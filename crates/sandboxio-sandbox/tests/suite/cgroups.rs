@@ -19,7 +19,7 @@ async fn memory_bomb_is_oom_killed() {
         .await
         .unwrap();
     assert!(res.oom_killed, "{res:?}");
-    assert!(!res.stdout.contains("survived"));
+    assert!(!res.stdout_lossy().contains("survived"));
     assert!(res.enforcement.cgroup.is_some());
     assert!(res
         .enforcement
@@ -39,8 +39,8 @@ async fn peak_memory_and_cpu_are_read_back() {
     let res = run_process(&req, CgroupUsage::Required, None)
         .await
         .unwrap();
-    assert_eq!(res.exit, ExitStatus::Code(0), "{}", res.stderr);
-    assert_eq!(res.stdout.trim(), "80000000");
+    assert_eq!(res.exit, ExitStatus::Code(0), "{}", res.stderr_lossy());
+    assert_eq!(res.stdout_lossy().trim(), "80000000");
     assert!(!res.oom_killed);
     let peak = res.usage.peak_memory_bytes.unwrap();
     assert!(peak >= 80_000_000, "peak {peak}");
@@ -68,10 +68,11 @@ async fn pids_limit_stops_a_bounded_fork_loop() {
     let res = run_process(&req, CgroupUsage::Required, None)
         .await
         .unwrap();
-    let forked_everything = res.stdout.contains("started=200") && res.exit == ExitStatus::Code(0);
+    let forked_everything =
+        res.stdout_lossy().contains("started=200") && res.exit == ExitStatus::Code(0);
     assert!(!forked_everything, "pids limit not enforced: {res:?}");
     assert!(
-        res.stderr.to_lowercase().contains("fork") || res.exit != ExitStatus::Code(0),
+        res.stderr_lossy().to_lowercase().contains("fork") || res.exit != ExitStatus::Code(0),
         "{res:?}"
     );
     assert!(res

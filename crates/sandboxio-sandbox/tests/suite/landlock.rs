@@ -54,7 +54,8 @@ def attempt(label, fn):
 
 fn result<'a>(r: &'a ExecResult, label: &str) -> &'a str {
     let prefix = format!("{label}=");
-    r.stdout
+    std::str::from_utf8(&r.stdout)
+        .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .unwrap_or_else(|| panic!("no `{label}` in output: {r:?}"))
@@ -87,7 +88,7 @@ async fn runs_and_says_what_it_enforced_and_what_not() {
     }
     let r = ll(&sh("echo hi; exit 3")).await;
     assert_eq!(r.exit, ExitStatus::Code(3), "{r:?}");
-    assert_eq!(r.stdout, "hi\n");
+    assert_eq!(r.stdout_lossy(), "hi\n");
     let e = &r.enforcement;
     assert_eq!(e.tier, Some(IsolationTier::Landlock));
     assert!(e.namespaces.is_empty());
@@ -128,7 +129,7 @@ attempt('usr', lambda: open('/usr/bin/env', 'rb').read(4))
     let r = ll(&req).await;
     assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
     for label in ["shadow", "passwd", "hostfile", "root", "proc1", "home"] {
-        assert_eq!(result(&r, label), "EACCES", "{label}: {}", r.stdout);
+        assert_eq!(result(&r, label), "EACCES", "{label}: {}", r.stdout_lossy());
     }
     assert_eq!(result(&r, "usr"), "OK");
 
@@ -137,11 +138,11 @@ attempt('usr', lambda: open('/usr/bin/env', 'rb').read(4))
     let p = run(&req, IsolationTier::Process, &cfg(CgroupUsage::Auto), None)
         .await
         .unwrap();
-    assert_eq!(result(&p, "hostfile"), "OK", "{}", p.stdout);
-    assert_eq!(result(&p, "passwd"), "OK", "{}", p.stdout);
+    assert_eq!(result(&p, "hostfile"), "OK", "{}", p.stdout_lossy());
+    assert_eq!(result(&p, "passwd"), "OK", "{}", p.stdout_lossy());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        assert_eq!(result(&p, "shadow"), "OK", "{}", p.stdout);
+        assert_eq!(result(&p, "shadow"), "OK", "{}", p.stdout_lossy());
     }
 }
 
@@ -173,10 +174,15 @@ attempt('mkdir_usr', lambda: os.mkdir('/usr/local/sbx-escape'))
     let r = ll(&req).await;
     assert_eq!(r.exit, ExitStatus::Code(0), "{r:?}");
     for ok in ["output", "tmpdir", "cwd"] {
-        assert_eq!(result(&r, ok), "OK", "{ok}: {}", r.stdout);
+        assert_eq!(result(&r, ok), "OK", "{ok}: {}", r.stdout_lossy());
     }
     for denied in ["host_tmp", "open_dir", "dev_shm", "mkdir_usr"] {
-        assert_eq!(result(&r, denied), "EACCES", "{denied}: {}", r.stdout);
+        assert_eq!(
+            result(&r, denied),
+            "EACCES",
+            "{denied}: {}",
+            r.stdout_lossy()
+        );
     }
     assert!(std::fs::read_dir(open_dir.path()).unwrap().next().is_none());
     assert_eq!(
@@ -200,9 +206,14 @@ attempt('pair', lambda: socket.socketpair())
 "#;
     let r = ll(&py(script)).await;
     for denied in ["inet", "udp", "inet6", "unix", "netlink"] {
-        assert_eq!(result(&r, denied), "EAFNOSUPPORT", "{denied}: {}", r.stdout);
+        assert_eq!(
+            result(&r, denied),
+            "EAFNOSUPPORT",
+            "{denied}: {}",
+            r.stdout_lossy()
+        );
     }
-    assert_eq!(result(&r, "pair"), "OK", "{}", r.stdout);
+    assert_eq!(result(&r, "pair"), "OK", "{}", r.stdout_lossy());
 }
 
 #[tokio::test]
@@ -219,7 +230,8 @@ async fn runs_as_a_fresh_unprivileged_uid_without_capabilities() {
         "id -u; id -g; id -G; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status || echo noproc",
     ))
     .await;
-    let lines: Vec<&str> = r.stdout.lines().collect();
+    let out = r.stdout_lossy();
+    let lines: Vec<&str> = out.lines().collect();
     let uid: u32 = lines[0].parse().unwrap();
     assert!(uid >= sandboxio_sandbox::fallback::ID_BASE, "{r:?}");
     assert_eq!(lines[1], lines[0]);
@@ -249,7 +261,7 @@ async fn sparse_output_stays_sparse_on_the_host() {
     let mut req = sh("truncate -s 60M \"$SANDBOX_OUTPUT/sparse\" && echo done");
     req.output_dir = Some(out.path().to_path_buf());
     let r = ll(&req).await;
-    assert_eq!(r.stdout, "done\n", "{r:?}");
+    assert_eq!(r.stdout_lossy(), "done\n", "{r:?}");
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(out.path().join("sparse")).unwrap();
     assert_eq!(md.len(), 60 << 20);
@@ -277,7 +289,7 @@ attempt('setuid0', lambda: os.setuid(0))
 "#;
     let r = ll(&py(script)).await;
     for label in ["kill_init", "kill_helper", "ptrace_init", "setuid0"] {
-        assert_eq!(result(&r, label), "EPERM", "{label}: {}", r.stdout);
+        assert_eq!(result(&r, label), "EPERM", "{label}: {}", r.stdout_lossy());
     }
 }
 

@@ -68,7 +68,7 @@ async fn stdout_flood_is_capped_counted_and_completes() {
     assert_eq!(res.stdout_bytes, 100_000_000);
     assert_eq!(res.stdout.len(), 1 << 20);
     assert!(!res.stderr_truncated);
-    assert_eq!(res.stderr, "done\n");
+    assert_eq!(res.stderr_lossy(), "done\n");
 }
 
 #[tokio::test]
@@ -81,14 +81,14 @@ async fn host_canary_env_never_leaks_unless_passed() {
         .await
         .unwrap();
     assert_eq!(res.exit, ExitStatus::Code(0));
-    assert!(!res.stdout.contains(&value), "canary leaked");
-    assert!(res.stdout.contains("SANDBOX_OUTPUT="));
-    assert!(res.stdout.contains("HOME="));
+    assert!(!res.stdout_lossy().contains(&value), "canary leaked");
+    assert!(res.stdout_lossy().contains("SANDBOX_OUTPUT="));
+    assert!(res.stdout_lossy().contains("HOME="));
 
     let mut req = super::sh("env");
     req.env.insert(name.clone(), value.clone());
     let res = run_process(&req, CgroupUsage::Off, None).await.unwrap();
-    assert!(res.stdout.contains(&format!("{name}={value}")));
+    assert!(res.stdout_lossy().contains(&format!("{name}={value}")));
 }
 
 fn rand_u64() -> u64 {
@@ -183,8 +183,9 @@ async fn stdin_files_and_workspace() {
     req.files
         .insert("sub/a.txt".into(), b"from-file\n".to_vec());
     let res = run_process(&req, CgroupUsage::Off, None).await.unwrap();
-    assert_eq!(res.exit, ExitStatus::Code(0), "{}", res.stderr);
-    let mut lines = res.stdout.lines();
+    assert_eq!(res.exit, ExitStatus::Code(0), "{}", res.stderr_lossy());
+    let out = res.stdout_lossy();
+    let mut lines = out.lines();
     assert_eq!(lines.next(), Some("from-stdin;from-file"));
     let ws = std::path::PathBuf::from(lines.next().unwrap());
     assert!(!ws.exists(), "workspace not removed");
@@ -257,7 +258,7 @@ async fn namespace_tier_runs_through_the_same_helper() {
     .unwrap();
     super::assert_no_cgroup_left(&res.sandbox_id);
     assert_eq!(res.exit, ExitStatus::Code(3), "{res:?}");
-    assert_eq!(res.stdout, "hi\n");
+    assert_eq!(res.stdout_lossy(), "hi\n");
     assert_eq!(res.enforcement.tier, Some(IsolationTier::Namespace));
     assert!(res.enforcement.namespaces.iter().any(|n| n == "pid"));
     assert_eq!(res.meter.as_ref().unwrap().backend, "namespace");
