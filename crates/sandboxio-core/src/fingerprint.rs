@@ -145,6 +145,8 @@ mod tests {
             env: _,
             env_allowlist: _,
             stdin: _,
+            stdin_stream: _,
+            tty: _,
             files: _,
             input_dir: _,
             output_dir: _,
@@ -157,6 +159,8 @@ mod tests {
         let mut full = req.clone();
         full.input_dir = Some("/in".into());
         full.output_dir = Some("/out".into());
+        full.stdin_stream = true;
+        full.tty = true;
         full.network = crate::exec::NetworkMode::Allowlist {
             allow: vec!["a:1".into()],
         };
