@@ -130,6 +130,7 @@ async fn each_denying_layer_has_its_own_code_and_reason() {
                 limit: "1/hour".parse().unwrap(),
                 tenant: None,
                 agent: None,
+                per: Default::default(),
             }],
         },
         ..GatewayConfig::default()
@@ -215,6 +216,7 @@ async fn rate_usage_reports_what_each_key_used_in_its_window() {
                 limit: "5/minute".parse().unwrap(),
                 tenant: None,
                 agent: None,
+                per: Default::default(),
             }],
         },
         ..GatewayConfig::default()
