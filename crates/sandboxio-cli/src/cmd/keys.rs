@@ -9,6 +9,7 @@ use sandboxio_server::ServerError;
 
 use crate::args::{Common, KeysCmd};
 use crate::exit;
+use crate::out::{errln, outln};
 use crate::setup;
 
 pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
@@ -40,10 +41,10 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                     "tenant": m.credential.tenant,
                     "scopes": m.credential.scopes,
                 });
-                println!("{v}");
+                outln!("{v}")?;
             } else {
-                println!("{}", m.token);
-                eprintln!(
+                outln!("{}", m.token)?;
+                errln!(
                     "created key {} for tenant `{}` with scopes {} (the secret above is shown once)",
                     m.credential.id, m.credential.tenant, m.credential.scopes
                 );
@@ -53,9 +54,9 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
             let list = store.list_credentials(tenant.as_deref())?;
             let now = Utc::now();
             if common.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", crate::out::pretty(&list)?)?;
             } else if list.is_empty() {
-                println!("no keys");
+                outln!("no keys")?;
             } else {
                 for c in list {
                     let state = if c.revoked_at.is_some() {
@@ -65,7 +66,7 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                     } else {
                         "expired"
                     };
-                    println!(
+                    outln!(
                         "{}  {:10}  {:7}  tenant={}  scopes={}{}{}",
                         c.id,
                         c.kind.as_str(),
@@ -81,7 +82,7 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                         } else {
                             format!("  label={}", c.label)
                         },
-                    );
+                    )?;
                 }
             }
         }
@@ -89,7 +90,7 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
             if !store.revoke_credential(&id, Utc::now())? {
                 return Err(ServerError::NotFound { what: "key", id }.into());
             }
-            println!("revoked {id}");
+            outln!("revoked {id}")?;
         }
     }
     Ok(exit::OK)

@@ -9,6 +9,7 @@ use sandboxio_server::{app, AppState, Backend, Listen, Listener, ServeOptions, T
 
 use crate::args::{Common, ServeArgs};
 use crate::exit;
+use crate::out::outln;
 use crate::setup;
 
 fn duration(v: &Option<String>) -> Result<Option<Duration>> {
@@ -86,9 +87,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let listener = Listener::bind(&state.opts).await?;
     let scheme = if listener.is_tls() { "https" } else { "http" };
     // One line on stdout, for scripts and tests that start the server.
-    println!("sandboxio serving {scheme} on {}", listener.address());
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
+    outln!("sandboxio serving {scheme} on {}", listener.address())?;
     sandboxio_server::serve(listener, router, state, shutdown_signal()).await?;
     let _ = std::fs::remove_dir_all(&root);
     Ok(exit::OK)

@@ -152,7 +152,7 @@ fn render(s: &Status) -> Result<()> {
         let ceiling = b
             .summary
             .ceiling
-            .map(|c| c.to_string())
+            .map(|c| format!("ceiling {c}"))
             .unwrap_or_else(|| "no ceiling".into());
         let remaining = b
             .summary
@@ -160,7 +160,7 @@ fn render(s: &Status) -> Result<()> {
             .map(|r| r.to_string())
             .unwrap_or_else(|| "-".into());
         outln!(
-            "  {}: spent {} {}, reserved {}, ceiling {ceiling}, remaining {remaining}",
+            "  {}: spent {} {}, reserved {}, {ceiling}, remaining {remaining}",
             b.summary.scope,
             b.summary.total,
             b.summary.currency,

@@ -15,12 +15,36 @@ pub fn announce(
     let (tx, mut rx) = mpsc::unbounded_channel::<Approval>();
     let task = tokio::spawn(async move {
         while let Some(a) = rx.recv().await {
+            if crate::out::json() {
+                // One JSON line for programs reading stderr (logs are JSON lines too).
+                let v = serde_json::json!({
+                    "approval_pending": {
+                        "id": a.id,
+                        "expires_at": a.expires_at,
+                        "reason": a.reason,
+                        "approve": approve_command(&a, &state_dir),
+                    }
+                });
+                if let Ok(line) = crate::out::compact(&v) {
+                    errln!("{line}");
+                }
+                continue;
+            }
             for line in lines(&a, &state_dir) {
                 errln!("{line}");
             }
         }
     });
     (tx, task)
+}
+
+/// The exact command that approves `a`.
+fn approve_command(a: &Approval, state_dir: &std::path::Path) -> String {
+    format!(
+        "sandboxio approvals approve {} --state-dir {}",
+        a.id,
+        shell_quote(&state_dir.display().to_string())
+    )
 }
 
 /// The lines printed for one pending approval.
@@ -33,10 +57,7 @@ pub fn lines(a: &Approval, state_dir: &std::path::Path) -> Vec<String> {
             a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
             a.reason
         ),
-        format!(
-            "sandboxio: approve with: sandboxio approvals approve {} --state-dir {dir}",
-            a.id
-        ),
+        format!("sandboxio: approve with: {}", approve_command(a, state_dir)),
         format!(
             "sandboxio: deny with:    sandboxio approvals deny {} --state-dir {dir} --reason '...'",
             a.id

@@ -72,6 +72,31 @@ fn the_printed_approve_command_approves_the_waiting_run() {
 }
 
 #[test]
+fn with_json_the_pending_approval_is_one_json_line_on_stderr() {
+    let env = Env::new("ask-json", "process");
+    ask_policy(&env);
+    let o = run(env.run_cmd(None, &["--json", "--approval-timeout", "1s"], &["true"]));
+    assert_eq!(o.status.code(), Some(120), "{}", text(&o.stderr));
+    let pending: serde_json::Value = text(&o.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("approval_pending").is_some())
+        .unwrap_or_else(|| panic!("no approval_pending line: {}", text(&o.stderr)));
+    let id = pending["approval_pending"]["id"].as_str().unwrap();
+    assert!(id.starts_with("apr_"), "{pending}");
+    assert!(
+        pending["approval_pending"]["approve"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("sandboxio approvals approve {id} --state-dir ")),
+        "{pending}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["record"]["approval_id"], id);
+    assert_eq!(v["record"]["error_code"], "SBX_E1555");
+}
+
+#[test]
 fn the_approvals_timeout_key_sets_the_wait() {
     let env = Env::new("ask-timeout", "process");
     ask_policy(&env);

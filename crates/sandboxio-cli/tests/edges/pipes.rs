@@ -116,6 +116,22 @@ fn cases() -> Vec<Case> {
         case("approvals deny (unknown id)", |d, _| {
             with_state(d, &["approvals", "deny", "apr_0000000000000000"])
         }),
+        case("keys create", |d, _| {
+            with_state(
+                d,
+                &["keys", "create", "--tenant", "edge", "--scopes", "read"],
+            )
+        }),
+        case("keys list", |d, _| with_state(d, &["keys", "list"])),
+        case("keys revoke (unknown id)", |d, _| {
+            with_state(d, &["keys", "revoke", "key_0000000000000000"])
+        }),
+        case("state recover (nothing to recover)", |d, _| {
+            with_state(d, &["state", "recover", "--from-trail"])
+        }),
+        case("audit rotate-key", |d, _| {
+            with_state(d, &["audit", "rotate-key"])
+        }),
         case("costs", |d, _| with_state(d, &["costs", "--json"])),
         case("budget", |d, _| with_state(d, &["budget"])),
         case("kill", |d, _| {

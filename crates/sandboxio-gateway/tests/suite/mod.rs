@@ -1,4 +1,5 @@
 mod chain;
 mod concurrency;
+mod front_end;
 mod session;
 mod store;
