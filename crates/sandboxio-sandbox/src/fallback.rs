@@ -681,6 +681,7 @@ mod tests {
     #[test]
     fn plan_writes_only_the_workspace_and_never_exposes_etc_wholesale() {
         let mut req = ExecRequest::new(["true"]);
+        req.limits = sandboxio_core::Limits::default();
         req.input_dir = Some("/data/in".into());
         let lp = plan(&req, &sandbox(&req), 0, 7).unwrap();
         let writable: Vec<_> = lp

@@ -406,6 +406,7 @@ mod tests {
     #[test]
     fn address_space_limit_only_without_memory_cgroup() {
         let mut req = ExecRequest::new(["true"]);
+        req.limits = sandboxio_core::Limits::default();
         req.limits.memory = ByteSize::mib(64);
         let p = build("id", &req, IsolationTier::Process, [], paths(), None).unwrap();
         assert_eq!(p.rlimits.address_space, Some(64 << 20));

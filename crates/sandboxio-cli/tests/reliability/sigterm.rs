@@ -25,6 +25,22 @@ fn sigterm_exits_promptly_and_leaves_nothing() {
         assert!(Instant::now() < deadline, "the payload never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // This run's cgroups, by the names its payload sits in (other tests running at the same
+    // time create and remove cgroups of their own, which say nothing about this run).
+    let ours: Vec<String> = procs_with(&env.marker)
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| {
+                    l.split_once("/sandboxio/")
+                        .map(|(_, rest)| rest.to_string())
+                })
+                .filter_map(|rest| rest.split('/').next().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .filter(|id| !id.is_empty())
+        .collect();
     let t0 = Instant::now();
     signal(child.id(), "TERM");
     let code = loop {
@@ -46,6 +62,10 @@ fn sigterm_exits_promptly_and_leaves_nothing() {
     let cg = new_cgroups(&cg_before, Duration::from_secs(1));
     let cg: Vec<_> = cg
         .into_iter()
+        .filter(|d| {
+            ours.iter()
+                .any(|id| d.to_string_lossy().contains(id.as_str()))
+        })
         .filter(|d| {
             std::fs::read_to_string(d.join("cgroup.procs"))
                 .map(|p| p.trim().is_empty())
