@@ -123,9 +123,9 @@ mod tests {
     #[test]
     fn parses_modes_and_resolves_relative_host_paths() {
         let cwd = Path::new("/home/u/proj");
-        let m = Mount::parse("src:/work/src", cwd).unwrap();
+        let m = Mount::parse("src:/project/src", cwd).unwrap();
         assert_eq!(m.host, PathBuf::from("/home/u/proj/src"));
-        assert_eq!(m.sandbox, PathBuf::from("/work/src"));
+        assert_eq!(m.sandbox, PathBuf::from("/project/src"));
         assert_eq!(m.mode, MountMode::Ro);
         let m = Mount::parse("/data:/data:rw", cwd).unwrap();
         assert_eq!(
