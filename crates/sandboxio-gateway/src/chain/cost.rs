@@ -113,16 +113,11 @@ impl Gateway {
                 format!("{} is the per-call price", rc.per_call),
             ),
         };
-        let mut amount = floor.max(b.default_estimate);
-        if let Some(e) = op.estimated_cost {
-            if e > amount {
-                return (e, format!("{e} is the caller's estimate"));
-            }
+        let amount = floor.max(b.default_estimate);
+        match op.estimated_cost {
+            Some(e) if e > amount => (e, format!("{e} is the caller's estimate")),
+            _ => (amount, why),
         }
-        if amount < floor {
-            amount = floor;
-        }
-        (amount, why)
     }
 
     /// The most an exec can use under its limits.
