@@ -21,3 +21,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
+# Each scripts/setup.d/*.sh installs what one suite needs (a Python venv, a browser, a
+# database server); they are sourced in name order.
+for extra in "$(dirname "${BASH_SOURCE[0]}")"/setup.d/*.sh; do
+  [ -e "$extra" ] || continue
+  # shellcheck source=/dev/null
+  source "$extra"
+done

@@ -11,3 +11,6 @@ if [ "$(id -u)" = 0 ] && setpriv --reuid=65534 --regid=65534 --clear-groups unsh
 else
   echo "skipping the escape suite as uid 65534: not root, or user namespaces are not allowed for it"
 fi
+# Suites outside cargo (Python, browser, PostgreSQL, ...): each scripts/suites/*.sh runs after
+# the workspace is built, in parallel, with its own log; any failure fails the run.
+exec ./scripts/suites.sh
