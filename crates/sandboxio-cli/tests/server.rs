@@ -15,5 +15,7 @@ mod badinput;
 mod harness;
 #[path = "server/lifecycle.rs"]
 mod lifecycle;
+#[path = "server/store_lock.rs"]
+mod store_lock;
 #[path = "server/transport.rs"]
 mod transport;

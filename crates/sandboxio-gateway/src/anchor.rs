@@ -26,7 +26,9 @@ impl Gateway {
     /// Compares every file trail with its stored signed head; records each break (in the
     /// trail and in the store). Call before this process writes any record.
     pub async fn check_anchor(&self) -> Result<Vec<AnchorBreak>, GatewayError> {
-        let stored = self.store().heads()?;
+        let stored = self
+            .on_store("reading the trail heads", |s, _| s.heads())
+            .await?;
         let mut breaks = Vec::new();
         for current in self.auditor().heads() {
             let Some(old) = stored.iter().find(|h| h.trail == current.trail) else {
@@ -69,11 +71,15 @@ impl Gateway {
                 head: old.clone(),
                 found,
             };
-            self.store().record_anchor_break(&b, new_head.as_ref())?;
+            let kept = b.clone();
+            self.on_store("keeping an anchor break", move |s, _| {
+                s.record_anchor_break(&kept, new_head.as_ref())
+            })
+            .await?;
             breaks.push(b);
         }
         // Trails without a stored head yet (a new trail, or a store from before heads).
-        self.store_heads();
+        self.store_heads_async().await;
         Ok(breaks)
     }
 
@@ -87,6 +93,20 @@ impl Gateway {
         }
     }
 
+    /// [`Gateway::store_heads`] off the async workers.
+    pub(crate) async fn store_heads_async(&self) {
+        let heads = self.auditor().heads();
+        let put = self
+            .on_store("storing the trail head", move |s, _| {
+                s.put_heads(&heads, Utc::now())
+            })
+            .await;
+        if let Err(e) = put {
+            use sandboxio_core::ErrorCode as _;
+            tracing::warn!(code = e.code(), "storing the trail head failed: {e}");
+        }
+    }
+
     /// Records an administrative event (kill, resume, recovery, key rotation) and anchors
     /// the trail after it.
     pub async fn record_admin(&self, rec: OperationRecord) -> Result<(), GatewayError> {
@@ -94,7 +114,7 @@ impl Gateway {
             .record(rec)
             .await
             .map_err(|_| GatewayError::Unrecorded)?;
-        self.store_heads();
+        self.store_heads_async().await;
         Ok(())
     }
 }

@@ -11,6 +11,8 @@ pub enum GatewayError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("the state store call was lost while {action}: {why}")]
+    StoreTask { action: &'static str, why: String },
     #[error("state store is busy (another process holds the lock) while {action}")]
     StoreBusy { action: &'static str },
     #[error("cannot open state store `{path}`")]
@@ -80,6 +82,7 @@ impl ErrorCode for GatewayError {
         match self {
             GatewayError::Store { .. } => "SBX_E1501",
             GatewayError::StoreBusy { .. } => "SBX_E1502",
+            GatewayError::StoreTask { .. } => "SBX_E1519",
             GatewayError::StoreOpen { .. } => "SBX_E1503",
             GatewayError::Corrupt { .. } => "SBX_E1504",
             GatewayError::IdempotencyConflict { .. } => "SBX_E1505",

@@ -94,12 +94,19 @@ impl Gateway {
         };
         match action {
             AdminAction::Kill { reason } => {
-                self.store.set_kill(reason, &actor, now).map_err(fail)?;
+                let (why, by) = (reason.clone(), actor.clone());
+                self.on_store("engaging the kill switch", move |s, _| {
+                    s.set_kill(&why, &by, now)
+                })
+                .await
+                .map_err(fail)?;
                 self.cancel_all(&format!("kill switch: {reason}"));
                 done(rec, format!("kill switch engaged by {actor}: {reason}"));
             }
             AdminAction::Resume => {
-                self.store.clear_kill().map_err(fail)?;
+                self.on_store("releasing the kill switch", |s, _| s.clear_kill())
+                    .await
+                    .map_err(fail)?;
                 done(rec, format!("kill switch released by {actor}"));
             }
             AdminAction::Approve {
@@ -113,9 +120,12 @@ impl Gateway {
                 let approve = matches!(action, AdminAction::Approve { .. });
                 rec.approval_id = Some(approval_id.clone());
                 rec.approver = Some(actor.clone());
+                let (aid, by, why) = (approval_id.clone(), actor.clone(), reason.clone());
                 let a = self
-                    .store
-                    .decide_approval(approval_id, approve, &actor, reason.as_deref(), now)
+                    .on_store("deciding an approval", move |s, _| {
+                        s.decide_approval(&aid, approve, &by, why.as_deref(), now)
+                    })
+                    .await
                     .map_err(fail)?;
                 // An approval is the tenant's: the record names the tenant it belonged to.
                 rec.tenant_id = Some(a.tenant.clone());
@@ -136,7 +146,12 @@ impl Gateway {
                         why: format!("{e}"),
                     })
                 })?;
-                let reopened = self.store.reopen_scope(&key, now).map_err(fail)?;
+                let reopened = self
+                    .on_store("reopening a budget scope", move |s, _| {
+                        s.reopen_scope(&key, now)
+                    })
+                    .await
+                    .map_err(fail)?;
                 if !reopened {
                     return Err(fail(GatewayError::Config {
                         why: format!("budget scope `{scope}` is not closed"),

@@ -47,8 +47,9 @@ impl Gateway {
             decided_at: None,
             decision_reason: None,
         };
-        self.store
-            .create_approval(&a)
+        let row = a.clone();
+        self.on_store("creating an approval", move |s, _| s.create_approval(&row))
+            .await
             .map_err(|e| Stop::error(Layer::Approval, &e))?;
         rec.approval_id = Some(approval_id.clone());
         if let Some(tx) = notify {
@@ -63,13 +64,18 @@ impl Gateway {
             Approver::Callback(cb) => {
                 match tokio::time::timeout(self.cfg.approval_timeout, cb.decide(&a)).await {
                     Ok(Some(ans)) => {
-                        let _ = self.store.decide_approval(
-                            &approval_id,
-                            ans.approve,
-                            &ans.approver,
-                            ans.reason.as_deref(),
-                            Utc::now(),
-                        );
+                        let (aid, decided) = (approval_id.clone(), ans.clone());
+                        let _ = self
+                            .on_store("deciding an approval", move |s, _| {
+                                s.decide_approval(
+                                    &aid,
+                                    decided.approve,
+                                    &decided.approver,
+                                    decided.reason.as_deref(),
+                                    Utc::now(),
+                                )
+                            })
+                            .await;
                         Some(ans)
                     }
                     _ => None,
@@ -80,7 +86,10 @@ impl Gateway {
         rec.approval_wait_ms = Some(ms(waited.elapsed()));
         metrics.approvals_pending(-1);
         let Some(ans) = answer else {
-            let _ = self.store.expire_approval(&approval_id);
+            let aid = approval_id.clone();
+            let _ = self
+                .on_store("expiring an approval", move |s, _| s.expire_approval(&aid))
+                .await;
             return Err(Stop::deny(
                 Layer::Approval,
                 format!(
@@ -92,7 +101,10 @@ impl Gateway {
         };
         rec.approver = Some(ans.approver.clone());
         // The kill switch ends pending asks as its own denials.
-        match self.store.kill_state() {
+        match self
+            .on_store("reading the kill switch", |s, _| s.kill_state())
+            .await
+        {
             Ok(Some(k)) => return Err(Stop::killed(&k)),
             Ok(None) => {}
             Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
@@ -118,7 +130,11 @@ impl Gateway {
     ) -> Option<ApprovalAnswer> {
         let deadline = Instant::now() + self.cfg.approval_timeout;
         while Instant::now() < deadline {
-            match self.store.get_approval(approval_id) {
+            let aid = approval_id.to_string();
+            match self
+                .on_store("reading an approval", move |s, _| s.get_approval(&aid))
+                .await
+            {
                 Ok(Some(a))
                     if a.state == ApprovalState::Approved || a.state == ApprovalState::Denied =>
                 {

@@ -149,7 +149,7 @@ impl Gateway {
 
     /// Spent and remaining budget of the operation's scopes, as metrics (when any scope has
     /// a ceiling; a read, no fsync).
-    pub(super) fn budget_metrics(&self, op: &Operation) {
+    pub(super) async fn budget_metrics(&self, op: &Operation) {
         let b = &self.cfg.budget;
         if b.global.is_none()
             && b.per_tenant.is_none()
@@ -160,7 +160,13 @@ impl Gateway {
             return;
         }
         let req = reserve_request(op, String::new(), None);
-        if let Ok(summaries) = self.store.budget_summary(b, &req.scopes_in(b)) {
+        let scopes = req.scopes_in(b);
+        let read = self
+            .on_store("reading budget scopes", move |s, cfg| {
+                s.budget_summary(&cfg.budget, &scopes)
+            })
+            .await;
+        if let Ok(summaries) = read {
             let metrics = sandboxio_audit::Metrics::new();
             for s in summaries {
                 metrics.budget(&s.scope.to_string(), &s.total, s.remaining.as_ref());

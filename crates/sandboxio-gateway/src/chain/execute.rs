@@ -153,12 +153,19 @@ impl Gateway {
     /// Re-reads the persisted kill switch while an operation runs, so `sandboxio kill`
     /// from another process stops it.
     pub(super) fn watch_kill_switch(&self, token: CancelToken) -> tokio::task::JoinHandle<()> {
-        let store = self.store.clone();
+        let (store, cfg) = (self.store.clone(), self.cfg.clone());
         let poll = self.cfg.kill_poll;
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(poll).await;
-                match store.kill_state() {
+                let read = super::offload::off_worker(
+                    "reading the kill switch",
+                    store.clone(),
+                    cfg.clone(),
+                    |s, _| s.kill_state(),
+                )
+                .await;
+                match read {
                     Ok(Some(k)) => {
                         token.cancel(format!("kill switch: {}", k.reason));
                         return;

@@ -11,6 +11,7 @@ mod admin;
 mod approve;
 mod cost;
 mod execute;
+mod offload;
 mod record;
 mod resolve;
 mod stop;
@@ -104,7 +105,8 @@ impl Outcome {
 }
 
 pub struct Gateway {
-    cfg: GatewayConfig,
+    /// Shared with the store calls that run on the blocking pool (`offload`).
+    cfg: Arc<GatewayConfig>,
     store: Arc<dyn Store>,
     policy: RwLock<Arc<dyn PolicyEngine>>,
     auditor: Auditor,
@@ -142,7 +144,7 @@ impl Gateway {
         let retry_budget = Mutex::new(RetryBudget::new(&cfg.retry));
         let cfg_latency = cfg.budget.latency;
         Gateway {
-            cfg,
+            cfg: Arc::new(cfg),
             store,
             policy: RwLock::new(policy),
             auditor,
@@ -186,8 +188,12 @@ impl Gateway {
         let now = Utc::now();
         // Before any record of ours: does each trail still hold its signed head?
         self.check_anchor().await?;
-        self.store.expire_approvals(now)?;
-        let pruned = self.store.prune(now, self.cfg.journal_retention)?;
+        let pruned = self
+            .on_store("pruning old state", move |s, cfg| {
+                s.expire_approvals(now)?;
+                s.prune(now, cfg.journal_retention)
+            })
+            .await?;
         if pruned != Default::default() {
             tracing::info!(?pruned, "pruned state older than its retention");
         }
@@ -196,13 +202,17 @@ impl Gateway {
         if !stale.is_empty() {
             tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
         }
-        let entries = self.store.recover(now, &self.cfg.budget, &owner_alive, &|e| {
-            let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
-            rec.status = OperationStatus::Interrupted;
-            rec.layer = Layer::Journal;
-            rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
-            serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
-        })?;
+        let entries = self
+            .on_store("recovering interrupted operations", move |s, cfg| {
+                s.recover(now, &cfg.budget, &owner_alive, &|e| {
+                    let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
+                    rec.status = OperationStatus::Interrupted;
+                    rec.layer = Layer::Journal;
+                    rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
+                    serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
+                })
+            })
+            .await?;
         for e in &entries {
             let mut rec = match serde_json::from_str::<Operation>(&e.intent) {
                 Ok(op) => base_record(&e.operation_id, &op),
@@ -337,7 +347,13 @@ impl Gateway {
         // outside itself): in the closing transaction, or on its own when nothing was admitted.
         let heads = self.auditor.heads();
         if !ctx.admitted {
-            if let Err(e) = self.store.put_heads(&heads, Utc::now()) {
+            let h = heads.clone();
+            let put = self
+                .on_store("storing the trail head", move |s, _| {
+                    s.put_heads(&h, Utc::now())
+                })
+                .await;
+            if let Err(e) = put {
                 tracing::warn!(operation_id = %id, code = e.code(), "storing the trail head failed: {e}");
             }
         }
@@ -361,17 +377,23 @@ impl Gateway {
                 description: format!("{} {}", sub.op.kind(), sub.op.args.tool_name()),
                 labels: sub.labels.clone(),
             };
-            let fin = Finish {
-                operation_id: &id,
-                budget: &self.cfg.budget,
-                charge: if ctx.ran { ctx.charge } else { None },
-                ledger: Some(ledger),
-                idem,
-                journal_status: out.record.status.as_str(),
-                heads: &heads,
-                now: Utc::now(),
-            };
-            match self.store.finish(&fin) {
+            let (op_id, charge) = (id.clone(), if ctx.ran { ctx.charge } else { None });
+            let status = out.record.status.as_str();
+            let finished = self
+                .on_store("finishing the operation", move |s, cfg| {
+                    s.finish(&Finish {
+                        operation_id: &op_id,
+                        budget: &cfg.budget,
+                        charge,
+                        ledger: Some(ledger),
+                        idem,
+                        journal_status: status,
+                        heads: &heads,
+                        now: Utc::now(),
+                    })
+                })
+                .await;
+            match finished {
                 Ok(Some(s)) => {
                     for w in &s.warnings {
                         self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
@@ -383,7 +405,7 @@ impl Gateway {
                         );
                         self.warn_budget(&sub.op, &why, s.charged).await;
                     }
-                    self.budget_metrics(&sub.op);
+                    self.budget_metrics(&sub.op).await;
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -414,7 +436,10 @@ impl Gateway {
             return self.admin_action(action, op, rec).await;
         }
         // kill switch: consulted before every other check (and again, atomically, at admission)
-        match self.store.kill_state() {
+        match self
+            .on_store("reading the kill switch", |s, _| s.kill_state())
+            .await
+        {
             Ok(None) => {}
             Ok(Some(k)) => return Err(Stop::killed(&k)),
             Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
@@ -448,31 +473,40 @@ impl Gateway {
             rec.idempotency_retention_s = Some(self.cfg.idempotency_retention.as_secs());
         }
         let (estimate, estimate_why) = self.reservation(op);
-        let admission = Admission {
-            journal: JournalEntry {
-                operation_id: id.to_string(),
-                // Digests, not values: env values, stdin and file contents never reach the
-                // journal; the rest (argv, code) is redacted like the trail.
-                intent: redactor
-                    .redact_str(&request_view(op).to_string())
-                    .into_owned(),
-                started_at: Utc::now(),
-                owner: self.owner.clone(),
-                idempotent: op.idempotent,
-                idem: idem.as_ref().map(|c| (c.tenant.clone(), c.key.clone())),
-            },
-            rate: self.rate_limits_for(op),
-            budget: &self.cfg.budget,
-            reserve: cost::reserve_request(op, id.to_string(), Some(estimate)),
-            idem: if needs_approval { None } else { idem.clone() },
-            now: Utc::now(),
+        let journal = JournalEntry {
+            operation_id: id.to_string(),
+            // Digests, not values: env values, stdin and file contents never reach the
+            // journal; the rest (argv, code) is redacted like the trail.
+            intent: redactor
+                .redact_str(&request_view(op).to_string())
+                .into_owned(),
+            started_at: Utc::now(),
+            owner: self.owner.clone(),
+            idempotent: op.idempotent,
+            idem: idem.as_ref().map(|c| (c.tenant.clone(), c.key.clone())),
         };
-        match self.store.admit(&admission) {
+        let journal_idem = journal.idem.clone();
+        let rate = self.rate_limits_for(op);
+        let reserve = cost::reserve_request(op, id.to_string(), Some(estimate));
+        let claim_now = if needs_approval { None } else { idem.clone() };
+        let admitted = self
+            .on_store("admitting the operation", move |s, cfg| {
+                s.admit(&Admission {
+                    journal,
+                    rate,
+                    budget: &cfg.budget,
+                    reserve,
+                    idem: claim_now,
+                    now: Utc::now(),
+                })
+            })
+            .await;
+        match admitted {
             Ok(Admitted::Proceed(r)) => {
                 ctx.admitted = true;
                 rec.cost_reserved = Some(r.amount);
                 if !needs_approval {
-                    ctx.idem = admission.journal.idem.clone();
+                    ctx.idem = journal_idem.clone();
                 }
             }
             Ok(Admitted::KillSwitch(k)) => return Err(Stop::killed(&k)),
@@ -509,8 +543,19 @@ impl Gateway {
             let approval_id = self
                 .approve(id, sub, fingerprint, &decision, rec, redactor)
                 .await?;
-            match self.store.claim(Some((&approval_id, &fingerprint.0)), idem.as_ref(), id, Utc::now()) {
-                Ok(None) => ctx.idem = admission.journal.idem.clone(),
+            let (aid, fp, key, op_id) = (
+                approval_id.clone(),
+                fingerprint.0.clone(),
+                idem.clone(),
+                id.to_string(),
+            );
+            let claimed = self
+                .on_store("using the approval", move |s, _| {
+                    s.claim(Some((&aid, &fp)), key.as_ref(), &op_id, Utc::now())
+                })
+                .await;
+            match claimed {
+                Ok(None) => ctx.idem = journal_idem,
                 Ok(Some(Claimed::KillSwitch(k))) => return Err(Stop::killed(&k)),
                 Ok(Some(Claimed::ApprovalInvalid)) => {
                     return Err(Stop::deny(
