@@ -53,6 +53,8 @@ pub struct AuditConfig {
     pub spans: bool,
     /// Record metrics through the global meter provider.
     pub metrics: bool,
+    /// Also hands every metric observation to this tap (the server's `/metrics`).
+    pub metrics_tap: Option<Arc<dyn crate::tap::MetricsTap>>,
 }
 
 impl std::fmt::Debug for AuditConfig {
@@ -86,6 +88,7 @@ impl Default for AuditConfig {
             timeout,
             spans: true,
             metrics: true,
+            metrics_tap: None,
         }
     }
 }
@@ -114,6 +117,10 @@ impl AuditConfig {
     }
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
+        self
+    }
+    pub fn metrics_tap(mut self, tap: Option<Arc<dyn crate::tap::MetricsTap>>) -> Self {
+        self.metrics_tap = tap;
         self
     }
 }
@@ -185,15 +192,21 @@ impl std::fmt::Debug for Auditor {
 impl Auditor {
     pub fn new(config: AuditConfig, redactor: Arc<Redactor>) -> Self {
         Auditor {
+            metrics: Metrics::with_tap(config.metrics_tap.clone()),
             config,
             redactor,
-            metrics: Metrics::new(),
             sink_failures: AtomicU64::new(0),
         }
     }
 
     pub fn config(&self) -> &AuditConfig {
         &self.config
+    }
+
+    /// The metrics this auditor records (with its tap), for the chain's budget and approval
+    /// observations.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn redactor(&self) -> &Redactor {

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! record -> Redactor -> AuditEvent -> every AuditSink (awaited inline, bounded by a timeout)
-//!                    -> execute_tool span + Metrics (OpenTelemetry API, global provider)
+//!                    -> execute_tool span + Metrics (OpenTelemetry API, global provider;
+//!                       the same observations to a MetricsTap when one is installed)
 //!                    -> meter_of(record)
 //! ```
 //!
@@ -23,6 +24,7 @@ pub mod reader;
 pub mod redact;
 pub mod redact_stream;
 pub mod sink;
+pub mod tap;
 pub mod verify;
 
 pub use auditor::{AuditConfig, Auditor, OnSinkFailure, RecordOutcome, SinkFailure};
@@ -44,4 +46,5 @@ pub use sink::{
     AuditSink, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink, QueueSink,
     REPAIR_EVENT,
 };
+pub use tap::{MetricsTap, OperationObservation};
 pub use verify::{verify, verify_keys, BadRecord, Tamper, VerifyReport};

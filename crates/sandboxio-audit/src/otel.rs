@@ -8,6 +8,7 @@
 //! Every attribute name comes from `sandboxio_core::telemetry`, except the few in the
 //! "names not in core" section below.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
@@ -17,6 +18,8 @@ use opentelemetry::trace::{
 use opentelemetry::{global, Context, KeyValue, Value};
 use sandboxio_core::telemetry as t;
 use sandboxio_core::{Money, OperationRecord, OperationStatus, Verdict};
+
+use crate::tap::{MetricsTap, OperationObservation};
 
 // ---- names not in core (sandboxio_core::telemetry has no constant for these yet) ----
 /// Instrumentation scope name of the tracer and meter.
@@ -189,14 +192,22 @@ pub fn parent_from_record(rec: &OperationRecord) -> Context {
     Context::current()
 }
 
-/// Metrics through the global meter provider, looked up on every call (never cached).
-/// Names come from `sandboxio_core::telemetry`.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Metrics;
+/// Metrics through the global meter provider, looked up on every call (never cached), and
+/// the same observations to a [`MetricsTap`] when one is installed (the server's Prometheus
+/// endpoint and dashboard). Names come from `sandboxio_core::telemetry`.
+#[derive(Debug, Default, Clone)]
+pub struct Metrics {
+    tap: Option<Arc<dyn MetricsTap>>,
+}
 
 impl Metrics {
     pub fn new() -> Self {
-        Metrics
+        Metrics { tap: None }
+    }
+
+    /// Metrics that also feed `tap`.
+    pub fn with_tap(tap: Option<Arc<dyn MetricsTap>>) -> Self {
+        Metrics { tap }
     }
 
     fn meter() -> opentelemetry::metrics::Meter {
@@ -206,48 +217,51 @@ impl Metrics {
     /// Operations by kind and status, duration, denials by layer and rule, latency-budget
     /// violations and network denials, from one REDACTED record.
     pub fn record_operation(&self, rec: &OperationRecord) {
+        let obs = OperationObservation::of(rec);
+        self.observe(&obs);
+        if let Some(tap) = &self.tap {
+            tap.operation(&obs);
+        }
+    }
+
+    fn observe(&self, obs: &OperationObservation) {
         let m = Self::meter();
-        let kind_status = [
-            KeyValue::new(SBX_EVENT, rec.event.clone()),
-            KeyValue::new(t::SBX_STATUS, rec.status.as_str()),
-        ];
+        let event = || KeyValue::new(SBX_EVENT, obs.event.clone());
+        let kind_status = [event(), KeyValue::new(t::SBX_STATUS, obs.status)];
         m.u64_counter(t::M_OPERATIONS).build().add(1, &kind_status);
         m.f64_histogram(t::M_DURATION)
             .with_unit("ms")
             .build()
-            .record(rec.duration_ms as f64, &kind_status);
-        if rec.verdict == Verdict::Deny {
-            let rule = rec.rules.first().map(|r| r.id.clone()).unwrap_or_default();
+            .record(obs.duration.as_millis() as f64, &kind_status);
+        if let Some((layer, rule)) = &obs.denied_at {
             m.u64_counter(t::M_DENIALS).build().add(
                 1,
                 &[
-                    KeyValue::new(t::SBX_LAYER, rec.layer.as_str()),
-                    KeyValue::new(t::SBX_RULE, rule),
+                    KeyValue::new(t::SBX_LAYER, *layer),
+                    KeyValue::new(t::SBX_RULE, rule.clone()),
                 ],
             );
         }
-        if rec.latency_budget_violated {
+        if obs.latency_budget_violated {
             m.u64_counter(t::M_LATENCY_VIOLATIONS)
                 .build()
-                .add(1, &[KeyValue::new(SBX_EVENT, rec.event.clone())]);
+                .add(1, &[event()]);
         }
-        if rec.network_denials > 0 {
-            m.u64_counter(t::M_NETWORK_DENIALS).build().add(
-                rec.network_denials,
-                &[KeyValue::new(SBX_EVENT, rec.event.clone())],
-            );
+        if obs.network_denials > 0 {
+            m.u64_counter(t::M_NETWORK_DENIALS)
+                .build()
+                .add(obs.network_denials, &[event()]);
         }
-        if let Some(wait) = rec.approval_wait_ms {
+        if let Some(wait) = obs.approval_wait {
             m.f64_histogram(t::M_APPROVAL_WAIT)
                 .with_unit("ms")
                 .build()
-                .record(wait as f64, &[KeyValue::new(SBX_EVENT, rec.event.clone())]);
+                .record(wait.as_millis() as f64, &[event()]);
         }
-        if rec.attempts > 1 {
-            m.u64_counter(t::M_RETRIES).build().add(
-                u64::from(rec.attempts - 1),
-                &[KeyValue::new(SBX_EVENT, rec.event.clone())],
-            );
+        if obs.retries > 0 {
+            m.u64_counter(t::M_RETRIES)
+                .build()
+                .add(u64::from(obs.retries), &[event()]);
         }
     }
 
@@ -258,6 +272,9 @@ impl Metrics {
             .i64_up_down_counter(t::M_APPROVALS_PENDING)
             .build()
             .add(delta, &[]);
+        if let Some(tap) = &self.tap {
+            tap.approvals_pending(delta);
+        }
     }
 
     /// Spend and remaining budget of one scope (`global`, `tenant:acme`, ...). Metric values
@@ -274,6 +291,9 @@ impl Metrics {
                 .build()
                 .record(as_f64(r), &label);
         }
+        if let Some(tap) = &self.tap {
+            tap.budget(scope, spent, remaining);
+        }
     }
 
     pub fn sink_failure(&self, sink: &str, timed_out: bool) {
@@ -284,6 +304,9 @@ impl Metrics {
                 KeyValue::new(SBX_TIMED_OUT, timed_out),
             ],
         );
+        if let Some(tap) = &self.tap {
+            tap.sink_failure(sink, timed_out);
+        }
     }
 
     pub fn redactions(&self, n: u64) {
@@ -292,6 +315,9 @@ impl Metrics {
                 .u64_counter(t::M_REDACTIONS)
                 .build()
                 .add(n, &[]);
+            if let Some(tap) = &self.tap {
+                tap.redactions(n);
+            }
         }
     }
 }

@@ -23,16 +23,19 @@ pub enum Scope {
     Approve,
     Admin,
     Read,
+    /// Scrape `/metrics`: counts and spend of every tenant, nothing else.
+    Metrics,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::Exec,
         Scope::RunCode,
         Scope::Files,
         Scope::Approve,
         Scope::Admin,
         Scope::Read,
+        Scope::Metrics,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -43,6 +46,7 @@ impl Scope {
             Scope::Approve => "approve",
             Scope::Admin => "admin",
             Scope::Read => "read",
+            Scope::Metrics => "metrics",
         }
     }
 }
@@ -61,7 +65,7 @@ impl FromStr for Scope {
             .find(|x| x.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown scope `{s}` (expected exec, run_code, files, approve, admin, read)"
+                    "unknown scope `{s}` (expected exec, run_code, files, approve, admin, read, metrics)"
                 )
             })
     }

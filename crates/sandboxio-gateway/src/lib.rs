@@ -11,6 +11,7 @@ pub mod credential;
 pub mod denial;
 pub mod error;
 pub mod files;
+pub mod overview;
 pub mod policy;
 pub mod redaction;
 pub mod retry;
@@ -25,9 +26,12 @@ pub use approval::{ApprovalAnswer, ApprovalCallback, Approver};
 pub use chain::{owner_alive, process_owner, Gateway, Outcome, Submission};
 pub use config::GatewayConfig;
 pub use error::GatewayError;
+pub use overview::BudgetLine;
 pub use policy::PolicyEngine;
 pub use redaction::Redaction;
 pub use runtime::{Runtime, RuntimeError, RuntimeOptions};
+/// The server's Prometheus endpoint and dashboard read the chain's metric observations.
+pub use sandboxio_audit::{MetricsTap, OperationObservation};
 /// Front ends cancel the operations they submit (a client that went away, a shutdown).
 pub use sandboxio_sandbox::CancelToken;
 pub use session::Sandbox;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandboxio_audit::{
-    AuditConfig, AuditError, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, Redactor,
+    AuditConfig, AuditError, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, MetricsTap,
+    Redactor,
 };
 use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig};
 use sandboxio_config::Config;
@@ -71,6 +72,8 @@ pub struct RuntimeOptions {
     pub approver: Approver,
     /// The host environment, for redacting credential-shaped values everywhere.
     pub env: Vec<(String, String)>,
+    /// A second reader of the metric observations (the server's `/metrics` and dashboard).
+    pub metrics_tap: Option<Arc<dyn MetricsTap>>,
 }
 
 impl RuntimeOptions {
@@ -84,6 +87,7 @@ impl RuntimeOptions {
                 poll: Duration::from_millis(200),
             },
             env: Vec::new(),
+            metrics_tap: None,
         }
     }
 }
@@ -114,7 +118,12 @@ impl Runtime {
         let store: Arc<dyn Store> = Arc::new(open_store(&opts.config, &opts.state_dir)?);
         let policy = load_policy(&opts.config, &opts.policy_files)?;
         let redaction = Redaction::from_env(opts.env.clone());
-        let auditor = auditor(&opts.config, &opts.state_dir, redaction.base()?)?;
+        let auditor = auditor(
+            &opts.config,
+            &opts.state_dir,
+            redaction.base()?,
+            opts.metrics_tap.clone(),
+        )?;
         let sandbox = sandboxio_sandbox::SandboxConfig {
             work_root: opts.config.sandbox.work_root.clone(),
             landlock_fallback: opts.config.sandbox.allow_landlock_fallback,
@@ -256,6 +265,7 @@ pub fn auditor(
     c: &Config,
     state_dir: &Path,
     redactor: Arc<Redactor>,
+    metrics_tap: Option<Arc<dyn MetricsTap>>,
 ) -> Result<Auditor, RuntimeError> {
     let a = &c.audit;
     state_files(c, state_dir).prepare_dir()?;
@@ -292,6 +302,7 @@ pub fn auditor(
     let cfg = AuditConfig::from_env()?
         .with_sinks(sinks)
         .on_sink_failure(mode)
-        .capture_code(a.capture_code);
+        .capture_code(a.capture_code)
+        .metrics_tap(metrics_tap);
     Ok(Auditor::new(cfg, redactor))
 }

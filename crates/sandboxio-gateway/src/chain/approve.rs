@@ -55,7 +55,7 @@ impl Gateway {
         if let Some(tx) = notify {
             let _ = tx.send(a.clone());
         }
-        let metrics = sandboxio_audit::Metrics::new();
+        let metrics = self.auditor.metrics();
         metrics.approvals_pending(1);
         let waited = Instant::now();
         tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required");

@@ -167,7 +167,7 @@ impl Gateway {
             })
             .await;
         if let Ok(summaries) = read {
-            let metrics = sandboxio_audit::Metrics::new();
+            let metrics = self.auditor.metrics();
             for s in summaries {
                 metrics.budget(&s.scope.to_string(), &s.total, s.remaining.as_ref());
             }
