@@ -68,18 +68,22 @@ impl Loaded {
             sandboxio_gateway::Approver::Store {
                 poll: Duration::from_millis(200),
             },
+            None,
         )
     }
 
-    /// The runtime with a front end's own approver (the server's answers over HTTP).
+    /// The runtime with a front end's own approver and metrics tap (the server's
+    /// `/metrics` and dashboard).
     pub fn runtime_with(
         &self,
         common: &Common,
         approval_timeout: Option<Duration>,
         approver: sandboxio_gateway::Approver,
+        metrics_tap: Option<std::sync::Arc<dyn sandboxio_gateway::MetricsTap>>,
     ) -> Result<Runtime> {
         let mut opts = RuntimeOptions::new(self.config.clone(), self.state_dir.clone());
         opts.approver = approver;
+        opts.metrics_tap = metrics_tap;
         opts.policy_files = common.policies.clone();
         opts.approval_timeout = approval_timeout;
         let (env, skipped) = crate::hostenv::utf8_vars();

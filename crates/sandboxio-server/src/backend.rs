@@ -40,9 +40,40 @@ pub enum Submitted {
     },
 }
 
+/// What an operation in flight is doing, for the dashboard's active agents (never its
+/// arguments).
+#[derive(Debug, Clone)]
+pub struct Activity {
+    pub tenant: String,
+    pub sandbox: Option<String>,
+    pub agent: Option<String>,
+    /// The operation kind, and the language for `run_code`.
+    pub action: String,
+    pub started: chrono::DateTime<chrono::Utc>,
+}
+
+impl Activity {
+    fn of(sub: &Submission) -> Activity {
+        let op = &sub.op;
+        let action = match &op.args {
+            sandboxio_core::OperationArgs::RunCode { language, .. } => {
+                format!("run_code {}", language.as_str())
+            }
+            _ => op.kind().as_str().to_string(),
+        };
+        Activity {
+            tenant: op.principal.tenant.clone(),
+            sandbox: op.principal.session.clone(),
+            agent: op.principal.agent.clone(),
+            action,
+            started: chrono::Utc::now(),
+        }
+    }
+}
+
 pub struct Backend {
     gw: Arc<Gateway>,
-    running: Arc<Mutex<HashMap<u64, CancelToken>>>,
+    running: Arc<Mutex<HashMap<u64, (CancelToken, Activity)>>>,
     pending: Mutex<HashMap<String, Pending>>,
     seq: AtomicU64,
 }
@@ -112,8 +143,9 @@ impl Backend {
         let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
         sub.approval_pending = Some(tx);
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let activity = Activity::of(&sub);
         if let Ok(mut r) = self.running.lock() {
-            r.insert(n, token.clone());
+            r.insert(n, (token.clone(), activity));
         }
         let gw = self.gw.clone();
         let mut task = tokio::spawn(async move { gw.submit(sub).await });
@@ -212,12 +244,23 @@ impl Backend {
         let tokens: Vec<CancelToken> = self
             .running
             .lock()
-            .map(|r| r.values().cloned().collect())
+            .map(|r| r.values().map(|(t, _)| t.clone()).collect())
             .unwrap_or_default();
         for t in &tokens {
             t.cancel(reason.to_string());
         }
         tokens.len()
+    }
+
+    /// What runs now (or waits for an approval), oldest first.
+    pub fn activities(&self) -> Vec<Activity> {
+        let mut v: Vec<Activity> = self
+            .running
+            .lock()
+            .map(|r| r.values().map(|(_, a)| a.clone()).collect())
+            .unwrap_or_default();
+        v.sort_by_key(|a| a.started);
+        v
     }
 
     /// How many operations are running (or waiting for an approval).

@@ -5,7 +5,8 @@
 //! action, a sandbox's lifecycle) is recorded through the same auditor. Layout: `app` (the
 //! router and its layers), `serve` (listeners, TLS, shutdown), `auth` (keys, tokens,
 //! scopes, tenants), `sessions` (sandboxes as sessions), `routes/*` (one module per
-//! resource), `answer` and `problem` (answers an agent can act on).
+//! resource), `answer` and `problem` (answers an agent can act on), `metrics` (`/metrics`,
+//! fed by the gateway's metrics tap) and `dashboard` (the operator's page at `/`).
 
 pub mod answer;
 pub mod app;
@@ -13,7 +14,9 @@ pub mod auth;
 pub mod backend;
 pub mod body;
 pub mod context;
+pub mod dashboard;
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod options;
 pub mod problem;
@@ -25,6 +28,7 @@ pub mod tls;
 
 pub use backend::Backend;
 pub use error::ServerError;
+pub use metrics::Telemetry;
 pub use options::{Listen, ServeOptions, TlsFiles};
 pub use serve::{serve, Listener};
 pub use state::AppState;

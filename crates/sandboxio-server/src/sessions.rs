@@ -185,6 +185,29 @@ impl Sessions {
         v
     }
 
+    /// Every open sandbox, oldest first (the dashboard's operator view).
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        let mut v: Vec<Arc<Session>> = self
+            .map
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by_key(|s| s.created_at);
+        v
+    }
+
+    /// The tenants with an open sandbox.
+    pub fn tenants(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .map
+            .read()
+            .map(|m| m.values().map(|s| s.tenant.clone()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     pub fn count(&self) -> usize {
         self.map.read().map(|m| m.len()).unwrap_or(0)
     }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::backend::Backend;
+use crate::dashboard::SignIns;
+use crate::metrics::Telemetry;
 use crate::options::ServeOptions;
 use crate::sessions::Sessions;
 
@@ -18,6 +20,10 @@ pub struct AppState {
     pub inflight: Arc<Semaphore>,
     /// Set at shutdown: `/readyz` answers 503 and new requests are refused.
     pub draining: Arc<AtomicBool>,
+    /// What `/metrics` and the dashboard show; the gateway's metrics tap.
+    pub telemetry: Arc<Telemetry>,
+    /// The dashboard's signed-in browsers.
+    pub signins: Arc<SignIns>,
 }
 
 impl AppState {
@@ -32,6 +38,15 @@ impl AppState {
             inflight: Arc::new(Semaphore::new(opts.max_concurrent)),
             opts: Arc::new(opts),
             draining: Arc::new(AtomicBool::new(false)),
+            telemetry: Arc::new(Telemetry::new()),
+            signins: Arc::new(SignIns::default()),
         }
+    }
+
+    /// The state with `telemetry`, the tap the gateway was built with (see
+    /// `RuntimeOptions::metrics_tap`); without it `/metrics` shows no operations.
+    pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> AppState {
+        self.telemetry = telemetry;
+        self
     }
 }

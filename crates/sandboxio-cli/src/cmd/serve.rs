@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use sandboxio_core::{ByteSize, HumanDuration};
-use sandboxio_server::{app, AppState, Backend, Listen, Listener, ServeOptions, TlsFiles};
+use sandboxio_server::{
+    app, AppState, Backend, Listen, Listener, ServeOptions, Telemetry, TlsFiles,
+};
 
 use crate::args::{Common, ServeArgs};
 use crate::exit;
@@ -28,8 +30,17 @@ fn size(v: &Option<String>) -> Result<Option<usize>> {
 
 pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let loaded = setup::load(&common)?;
-    // Asks wait for a decision in the store, where this API and the CLI write it.
-    let runtime = loaded.runtime(&common, duration(&args.approval_timeout)?)?;
+    // Asks wait for a decision in the store, where this API and the CLI write it. The
+    // chain's metric observations also feed `/metrics` and the dashboard.
+    let telemetry = Arc::new(Telemetry::new());
+    let runtime = loaded.runtime_with(
+        &common,
+        duration(&args.approval_timeout)?,
+        sandboxio_gateway::Approver::Store {
+            poll: Duration::from_millis(200),
+        },
+        Some(telemetry.clone()),
+    )?;
     runtime.recover(loaded.config.limits.timeout.0).await?;
     let gw = runtime.gateway().clone();
     let listen = match &args.listen {
@@ -82,8 +93,14 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         opts.upload_limit = n;
     }
     let backend = Arc::new(Backend::new(gw));
-    let state = AppState::new(backend, opts);
-    let router = app::router(state.clone(), Vec::new());
+    let state = AppState::new(backend, opts).with_telemetry(telemetry);
+    let router = app::router(
+        state.clone(),
+        vec![
+            sandboxio_server::dashboard::routes(),
+            sandboxio_server::metrics::routes(),
+        ],
+    );
     let listener = Listener::bind(&state.opts).await?;
     let scheme = if listener.is_tls() { "https" } else { "http" };
     // One line on stdout, for scripts and tests that start the server.

@@ -227,7 +227,7 @@ pub async fn mint_token(
         });
     }
     for sc in scopes.iter() {
-        if matches!(sc, Scope::Admin | Scope::Approve) {
+        if matches!(sc, Scope::Admin | Scope::Approve | Scope::Metrics) {
             return Err(ServerError::BadValue {
                 field: "scopes",
                 why: format!("a capability token cannot carry `{sc}`"),
