@@ -1,7 +1,8 @@
 //! `sandboxio serve` against the real binary and a real HTTP client: lifecycle, keys and
 //! scopes, tenants, capability tokens, approvals over the API, bad input, TLS, the Unix
-//! socket and graceful shutdown. Every test starts its own server (on loopback or a socket
-//! in its own temporary directory) and stops it by pid.
+//! socket and graceful shutdown; the dashboard's sessions and `/metrics`. Every test starts
+//! its own server (on loopback or a socket in its own temporary directory) and stops it by
+//! pid.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,10 +12,14 @@ mod approvals;
 mod auth;
 #[path = "server/badinput.rs"]
 mod badinput;
+#[path = "server/dashboard.rs"]
+mod dashboard;
 #[path = "server/harness.rs"]
 mod harness;
 #[path = "server/lifecycle.rs"]
 mod lifecycle;
+#[path = "server/metrics.rs"]
+mod metrics;
 #[path = "server/store_lock.rs"]
 mod store_lock;
 #[path = "server/transport.rs"]

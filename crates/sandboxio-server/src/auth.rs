@@ -40,33 +40,39 @@ impl FromRequestParts<AppState> for Caller {
             .cloned()
             .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
         let token = bearer(parts).ok_or(ServerError::Unauthenticated)?;
-        let (kind, id, secret) =
-            credential::parse_token(token).ok_or(ServerError::BadCredential)?;
+        let c = authenticate(state, token).await?;
+        Ok(Caller { credential: c, ctx })
+    }
+}
+
+/// The live credential of a bearer token (an API key or a capability token whose key is
+/// live too).
+pub async fn authenticate(state: &AppState, token: &str) -> Result<Credential, ServerError> {
+    let (kind, id, secret) = credential::parse_token(token).ok_or(ServerError::BadCredential)?;
+    let store = state.backend.store().clone();
+    let id = id.to_string();
+    let found = tokio::task::spawn_blocking(move || store.credential(&id))
+        .await
+        .map_err(|_| ServerError::Internal {
+            action: "checking a credential",
+        })??;
+    let c = found.ok_or(ServerError::BadCredential)?;
+    if !credential::secret_matches(&c, kind, secret) || !c.is_live(Utc::now()) {
+        return Err(ServerError::BadCredential);
+    }
+    // A capability token lives no longer than the key it was minted from.
+    if let Some(parent) = c.parent.clone() {
         let store = state.backend.store().clone();
-        let id = id.to_string();
-        let found = tokio::task::spawn_blocking(move || store.credential(&id))
+        let p = tokio::task::spawn_blocking(move || store.credential(&parent))
             .await
             .map_err(|_| ServerError::Internal {
                 action: "checking a credential",
             })??;
-        let c = found.ok_or(ServerError::BadCredential)?;
-        if !credential::secret_matches(&c, kind, secret) || !c.is_live(Utc::now()) {
+        if !p.is_some_and(|p| p.is_live(Utc::now())) {
             return Err(ServerError::BadCredential);
         }
-        // A capability token lives no longer than the key it was minted from.
-        if let Some(parent) = c.parent.clone() {
-            let store = state.backend.store().clone();
-            let p = tokio::task::spawn_blocking(move || store.credential(&parent))
-                .await
-                .map_err(|_| ServerError::Internal {
-                    action: "checking a credential",
-                })??;
-            if !p.is_some_and(|p| p.is_live(Utc::now())) {
-                return Err(ServerError::BadCredential);
-            }
-        }
-        Ok(Caller { credential: c, ctx })
     }
+    Ok(c)
 }
 
 impl Caller {

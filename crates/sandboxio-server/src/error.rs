@@ -51,6 +51,10 @@ pub enum ServerError {
     NoRoute { method: String, path: String },
     #[error("`{path}` does not answer `{method}`")]
     MethodNotAllowed { method: String, path: String },
+    #[error("no dashboard session: sign in with an API key")]
+    NoSession,
+    #[error("the request lacks this session's CSRF token (`x-csrf-token`)")]
+    Csrf,
     #[error("the gateway failed: {0}")]
     Gateway(#[from] GatewayError),
 }
@@ -74,6 +78,8 @@ impl ErrorCode for ServerError {
             ServerError::Tls { .. } => "SBX_E1814",
             ServerError::NoRoute { .. } => "SBX_E1815",
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
+            ServerError::NoSession => "SBX_E1840",
+            ServerError::Csrf => "SBX_E1841",
             ServerError::Gateway(e) => e.code(),
         }
     }
@@ -82,6 +88,8 @@ impl ErrorCode for ServerError {
         match self {
             ServerError::Unauthenticated
             | ServerError::BadCredential
+            | ServerError::NoSession
+            | ServerError::Csrf
             | ServerError::MissingScope { .. } => ErrorClass::Denied,
             ServerError::NotFound { .. }
             | ServerError::MalformedJson { .. }
@@ -111,8 +119,10 @@ impl ErrorCode for ServerError {
 impl ServerError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ServerError::Unauthenticated | ServerError::BadCredential => StatusCode::UNAUTHORIZED,
-            ServerError::MissingScope { .. } => StatusCode::FORBIDDEN,
+            ServerError::Unauthenticated | ServerError::BadCredential | ServerError::NoSession => {
+                StatusCode::UNAUTHORIZED
+            }
+            ServerError::MissingScope { .. } | ServerError::Csrf => StatusCode::FORBIDDEN,
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ServerError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
@@ -135,8 +145,10 @@ impl ServerError {
 
     fn title(&self) -> &'static str {
         match self {
-            ServerError::Unauthenticated | ServerError::BadCredential => "unauthenticated",
-            ServerError::MissingScope { .. } => "forbidden",
+            ServerError::Unauthenticated | ServerError::BadCredential | ServerError::NoSession => {
+                "unauthenticated"
+            }
+            ServerError::MissingScope { .. } | ServerError::Csrf => "forbidden",
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => "not found",
             ServerError::MethodNotAllowed { .. } => "method not allowed",
             ServerError::MalformedJson { .. }

@@ -1,0 +1,95 @@
+//! Signing in and out of the dashboard.
+//!
+//! `POST /dashboard/signin` takes `{"key": "sbxk_..."}` as JSON (a cross-site form cannot
+//! send that without a preflight), checks the key like the API does, and answers the CSRF
+//! token with the session cookie. Capability tokens cannot sign in. Both are recorded.
+
+use axum::extract::State;
+use axum::http::header::SET_COOKIE;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandboxio_core::Verdict;
+use sandboxio_gateway::credential::CredentialKind;
+use serde::{Deserialize, Serialize};
+
+use super::operator::Operator;
+use super::signin::set_cookie;
+use crate::auth::{authenticate, Caller};
+use crate::backend::server_record;
+use crate::body::ApiJson;
+use crate::context::RequestCtx;
+use crate::error::ServerError;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInBody {
+    pub key: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SignedIn {
+    pub tenant: String,
+    pub scopes: Vec<String>,
+    pub csrf: String,
+}
+
+pub async fn sign_in(
+    State(st): State<AppState>,
+    ctx: axum::Extension<RequestCtx>,
+    ApiJson(body): ApiJson<SignInBody>,
+) -> Result<Response, ServerError> {
+    let credential = authenticate(&st, body.key.trim()).await?;
+    if credential.kind != CredentialKind::ApiKey {
+        return Err(ServerError::BadCredential);
+    }
+    let caller = Caller {
+        credential,
+        ctx: ctx.0,
+    };
+    let (cookie, csrf) = st.signins.create(&caller.credential.id);
+    let rec = server_record(
+        "dashboard.signin",
+        caller.tenant(),
+        &caller.ctx,
+        Verdict::Allow,
+        format!("{} signed in to the dashboard", caller.name()),
+    );
+    st.backend.record(rec).await;
+    let answer = SignedIn {
+        tenant: caller.tenant().to_string(),
+        scopes: caller
+            .credential
+            .scopes
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect(),
+        csrf,
+    };
+    let tls = st.opts.tls.is_some();
+    Ok(([(SET_COOKIE, set_cookie(Some(&cookie), tls))], Json(answer)).into_response())
+}
+
+pub async fn sign_out(
+    State(st): State<AppState>,
+    op: Operator,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ServerError> {
+    if let Some(c) = super::signin::cookie_of(&headers) {
+        st.signins.remove(&c);
+    }
+    let rec = server_record(
+        "dashboard.signout",
+        op.caller.tenant(),
+        &op.caller.ctx,
+        Verdict::Allow,
+        format!("{} signed out of the dashboard", op.caller.name()),
+    );
+    st.backend.record(rec).await;
+    let tls = st.opts.tls.is_some();
+    Ok((
+        [(SET_COOKIE, set_cookie(None, tls))],
+        axum::http::StatusCode::NO_CONTENT,
+    )
+        .into_response())
+}
