@@ -50,6 +50,23 @@ impl RateLimit {
     }
 }
 
+/// A window written as a number and a unit (`30s`, `1500ms`, `2m`, `1h`, `1d`), as
+/// `Display` writes a window that is not one whole unit; at least 1 ms, at most 366 days.
+fn window_of(s: &str) -> Option<u64> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = s.get(..digits)?.parse().ok()?;
+    let scale = match s.get(digits..)? {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    let ms = n.checked_mul(scale)?;
+    (1..=366 * 86_400_000).contains(&ms).then_some(ms)
+}
+
 impl FromStr for RateLimit {
     type Err = BudgetError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -71,7 +88,9 @@ impl FromStr for RateLimit {
             "minute" | "min" | "m" => 60_000,
             "hour" | "hr" | "h" => 3_600_000,
             "day" | "d" => 86_400_000,
-            _ => return Err(err("the unit must be second, minute, hour or day")),
+            other => window_of(other).ok_or_else(|| {
+                err("the unit must be second, minute, hour or day, or a window such as 30s or 1500ms")
+            })?,
         };
         if count == 0 {
             return Err(err(

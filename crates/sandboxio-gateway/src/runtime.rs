@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandboxio_audit::{
-    AuditConfig, AuditError, AuditKey, Auditor, FileSink, FileSinkOptions, LoggingSink, MetricsTap,
-    Redactor,
+    AuditConfig, AuditError, AuditKey, AuditSink, Auditor, FileSink, FileSinkOptions, LoggingSink,
+    MetricsTap, OnSinkFailure, Redactor,
 };
 use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig};
 use sandboxio_config::Config;
@@ -25,6 +25,7 @@ use crate::error::GatewayError;
 use crate::policy::PolicySetEngine;
 use crate::redaction::Redaction;
 use crate::store::{SqliteStore, StateFiles, Store, SyncMode};
+use crate::tool::Tool;
 
 /// Why the runtime could not be built. Each variant keeps the code of its cause.
 #[derive(Debug, Error)]
@@ -74,6 +75,28 @@ pub struct RuntimeOptions {
     pub env: Vec<(String, String)>,
     /// A second reader of the metric observations (the server's `/metrics` and dashboard).
     pub metrics_tap: Option<Arc<dyn MetricsTap>>,
+    /// What an embedding front end sets for its own instance (never global state).
+    pub embed: Embedding,
+}
+
+/// Settings an embedding front end (the Python package) gives its runtime on top of the
+/// configuration: its own audit sinks, overrides of `[audit]`, and named tools.
+#[derive(Clone, Default)]
+pub struct Embedding {
+    /// Sinks offered every event after the configured ones (trail first).
+    pub sinks: Vec<Arc<dyn AuditSink>>,
+    /// Overrides `[audit] on_sink_failure`.
+    pub on_sink_failure: Option<OnSinkFailure>,
+    /// Overrides `[audit] capture_code`.
+    pub capture_code: Option<bool>,
+    /// Overrides `SBX_AUDIT_TIMEOUT` (the bound on each sink's `emit`).
+    pub sink_timeout: Option<Duration>,
+    /// Tools for `tool_call` operations, by name.
+    pub tools: Vec<(String, Arc<dyn Tool>)>,
+    /// The sandbox helper binary, when the embedding process cannot be it (a Python
+    /// interpreter): `sandboxio-helper` or the `sandboxio` binary. `None`: `$SBX_HELPER`,
+    /// else the running executable.
+    pub helper: Option<PathBuf>,
 }
 
 impl RuntimeOptions {
@@ -88,6 +111,7 @@ impl RuntimeOptions {
             },
             env: Vec::new(),
             metrics_tap: None,
+            embed: Embedding::default(),
         }
     }
 }
@@ -118,20 +142,22 @@ impl Runtime {
         let store: Arc<dyn Store> = Arc::new(open_store(&opts.config, &opts.state_dir)?);
         let policy = load_policy(&opts.config, &opts.policy_files)?;
         let redaction = Redaction::from_env(opts.env.clone());
-        let auditor = auditor(
+        let auditor = auditor_with(
             &opts.config,
             &opts.state_dir,
             redaction.base()?,
             opts.metrics_tap.clone(),
+            &opts.embed,
         )?;
         let sandbox = sandboxio_sandbox::SandboxConfig {
             work_root: opts.config.sandbox.work_root.clone(),
             landlock_fallback: opts.config.sandbox.allow_landlock_fallback,
             cgroup_root: opts.config.sandbox.cgroup_root.clone(),
+            helper_path: opts.embed.helper.clone(),
             ..Default::default()
         };
         let engine = Arc::new(PolicySetEngine::new(policy, cfg.default_tier));
-        let gateway = Gateway::new(
+        let mut gateway = Gateway::new(
             cfg,
             store.clone(),
             engine,
@@ -140,6 +166,9 @@ impl Runtime {
             sandbox,
             opts.approver,
         );
+        for (name, tool) in opts.embed.tools {
+            gateway = gateway.with_tool(name, tool);
+        }
         Ok(Runtime {
             gateway: Arc::new(gateway),
             store,
@@ -267,6 +296,17 @@ pub fn auditor(
     redactor: Arc<Redactor>,
     metrics_tap: Option<Arc<dyn MetricsTap>>,
 ) -> Result<Auditor, RuntimeError> {
+    auditor_with(c, state_dir, redactor, metrics_tap, &Embedding::default())
+}
+
+/// The auditor with an embedding front end's own sinks and overrides.
+pub fn auditor_with(
+    c: &Config,
+    state_dir: &Path,
+    redactor: Arc<Redactor>,
+    metrics_tap: Option<Arc<dyn MetricsTap>>,
+    embed: &Embedding,
+) -> Result<Auditor, RuntimeError> {
     let a = &c.audit;
     state_files(c, state_dir).prepare_dir()?;
     // A missing key where the trail has records is an error naming `audit rotate-key`.
@@ -295,14 +335,18 @@ pub fn auditor(
     if a.log_events {
         sinks.push(Arc::new(LoggingSink::new()));
     }
+    sinks.extend(embed.sinks.iter().cloned());
     let mode = match a.on_sink_failure {
         sandboxio_config::OnSinkFailure::Warn => sandboxio_audit::OnSinkFailure::Warn,
         sandboxio_config::OnSinkFailure::Fail => sandboxio_audit::OnSinkFailure::Fail,
     };
-    let cfg = AuditConfig::from_env()?
+    let mut cfg = AuditConfig::from_env()?
         .with_sinks(sinks)
-        .on_sink_failure(mode)
-        .capture_code(a.capture_code)
+        .on_sink_failure(embed.on_sink_failure.unwrap_or(mode))
+        .capture_code(embed.capture_code.unwrap_or(a.capture_code))
         .metrics_tap(metrics_tap);
+    if let Some(t) = embed.sink_timeout {
+        cfg = cfg.timeout(t);
+    }
     Ok(Auditor::new(cfg, redactor))
 }

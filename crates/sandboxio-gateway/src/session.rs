@@ -16,6 +16,17 @@ use sandboxio_core::{
 use crate::chain::{Gateway, Outcome, Submission};
 use crate::error::GatewayError;
 
+/// What a front end adds to one operation of a session.
+#[derive(Default)]
+pub struct CallOptions {
+    pub secrets: Vec<sandboxio_audit::Secret>,
+    pub traceparent: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub cancel: Option<sandboxio_sandbox::CancelToken>,
+    pub stream: sandboxio_sandbox::StreamIo,
+    pub rationale: Option<String>,
+}
+
 pub struct Sandbox {
     gw: Arc<Gateway>,
     id: String,
@@ -86,6 +97,14 @@ impl Sandbox {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    pub fn tier(&self) -> IsolationTier {
+        self.tier
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     pub fn workspace(&self) -> &Path {
@@ -166,6 +185,47 @@ impl Sandbox {
         self.gw
             .submit(self.submission(OperationArgs::FileDelete { path: path.into() })?)
             .await
+    }
+
+    /// One operation with what a front end adds to it: secrets to redact, the caller's
+    /// trace, labels, live I/O and cancellation. `exec` is used by exec and run_code (an
+    /// input or output directory it names replaces the workspace for that side),
+    /// `content` by file_write.
+    pub async fn call(
+        &self,
+        args: OperationArgs,
+        exec: Option<ExecRequest>,
+        content: Option<Vec<u8>>,
+        extra: CallOptions,
+    ) -> Result<Outcome, GatewayError> {
+        let runs = matches!(
+            args,
+            OperationArgs::Exec { .. } | OperationArgs::RunCode { .. }
+        );
+        let mut sub = self.submission(args)?;
+        if runs {
+            let (input, output) = exec
+                .as_ref()
+                .map(|e| (e.input_dir.clone(), e.output_dir.clone()))
+                .unwrap_or_default();
+            let mut req = self.with_dirs(exec);
+            req.input_dir = input.or(req.input_dir);
+            req.output_dir = output.or(req.output_dir);
+            sub.op.exec = Some(req);
+        }
+        if let Some(c) = content {
+            if let OperationArgs::FileWrite { size, .. } = &mut sub.op.args {
+                *size = c.len() as u64;
+            }
+            sub.content = Some(c);
+        }
+        sub.secrets = extra.secrets;
+        sub.traceparent = extra.traceparent;
+        sub.cancel = extra.cancel;
+        sub.stream = extra.stream;
+        sub.op.rationale = extra.rationale;
+        sub.labels.extend(extra.labels);
+        self.gw.submit(sub).await
     }
 
     /// Ends the session and removes its workspace.

@@ -9,6 +9,9 @@ fn parses_human_rates() {
         ("5/second", 5, 1_000),
         ("1000/day", 1000, 86_400_000),
         (" 7 / h ", 7, 3_600_000),
+        ("3/30s", 3, 30_000),
+        ("2/1500ms", 2, 1_500),
+        ("4/2m", 4, 120_000),
     ] {
         let r: RateLimit = s.parse().unwrap();
         assert_eq!((r.count(), r.window_ms()), (n, w), "{s}");
@@ -23,6 +26,10 @@ fn parses_human_rates() {
         "1.5/s",
         "999999999999/s",
         "200000/s",
+        "3/0s",
+        "3/30x",
+        "3/s30",
+        "3/400d",
     ] {
         let e = bad.parse::<RateLimit>().unwrap_err();
         assert_eq!(e.code(), "SBX_E1302", "{bad}");
@@ -31,6 +38,9 @@ fn parses_human_rates() {
         "20/minute".parse::<RateLimit>().unwrap().to_string(),
         "20/minute"
     );
+    // A window that is not one whole unit reads back as written.
+    let odd: RateLimit = "3/1500ms".parse().unwrap();
+    assert_eq!(odd.to_string().parse::<RateLimit>().unwrap(), odd);
 }
 
 #[test]

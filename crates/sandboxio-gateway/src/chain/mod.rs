@@ -177,6 +177,11 @@ impl Gateway {
         &self.auditor
     }
 
+    /// The redaction every record goes through (for a front end's own error texts).
+    pub fn redaction(&self) -> &Redaction {
+        &self.redaction
+    }
+
     /// p50/p95/p99 against the targets, per latency class, for what this gateway ran.
     pub fn latency_reports(&self) -> Vec<LatencyReport> {
         self.latency.lock().map(|t| t.reports()).unwrap_or_default()

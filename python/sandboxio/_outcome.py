@@ -1,0 +1,66 @@
+"""From the gateway's outcome JSON to a typed value or a typed, redacted error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sandboxio import _redaction
+from sandboxio.errors import (
+    E_AUDIT_SINK_FAILED,
+    E_OPERATION_DENIED,
+    AuditSinkError,
+    OperationDenied,
+    OperationFailed,
+    add_note,
+)
+from sandboxio.events import AuditEvent
+
+
+class Outcome:
+    __slots__ = ("record", "result", "tool_output")
+
+    def __init__(self, record: AuditEvent, result: dict[str, Any] | None, tool_output: Any) -> None:
+        self.record = record
+        self.result = result
+        self.tool_output = tool_output
+
+
+def parse(text: str, *, capture_code: bool) -> Outcome:
+    d = json.loads(text)
+    record = AuditEvent.from_dict(d["record"], capture_code=capture_code)
+    return Outcome(record, d.get("result"), d.get("tool_output"))
+
+
+def check(out: Outcome) -> Outcome:
+    """Raises when a layer stopped the operation or it could not complete."""
+    rec = out.record
+    if rec.error_code == E_AUDIT_SINK_FAILED:
+        raise _noted(AuditSinkError(_redaction.redact(rec.reason)), rec)
+    if rec.decision != "allow":
+        err: Exception = OperationDenied(
+            _redaction.redact(f"denied at {rec.layer}: {rec.reason}"),
+            code=rec.error_code or E_OPERATION_DENIED,
+            record=rec,
+        )
+        raise _noted(err, rec)
+    if rec.status in ("error", "failed") and out.result is None:
+        raise _noted(
+            OperationFailed(
+                _redaction.redact(f"{rec.event} failed at {rec.layer}: {rec.reason}"),
+                code=rec.error_code or E_OPERATION_DENIED,
+                record=rec,
+            ),
+            rec,
+        )
+    return out
+
+
+def _noted(err: Exception, rec: AuditEvent) -> Exception:
+    note = f"operation {rec.operation_id} ({rec.event}) status={rec.status} layer={rec.layer}"
+    if rec.path:
+        note += f" path={rec.path}"
+    if rec.rules:
+        note += f" rules={','.join(rec.rules)}"
+    add_note(err, _redaction.redact(note))
+    return err

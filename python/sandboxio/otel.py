@@ -1,0 +1,124 @@
+"""OpenTelemetry: every attribute name sandboxio writes, and the span of one operation.
+
+Operations are GenAI ``execute_tool`` spans (semantic conventions 1.37.0,
+``SEMCONV_VERSION``) that join the host application's current span (its ``invoke_agent``
+span) and its tracer provider. The OpenTelemetry API is imported on the first operation,
+never at ``import sandboxio``; without it, or with no tracer provider configured, the span
+is non-recording and nothing else happens. sandboxio installs no provider or exporter.
+No other module writes an attribute name. Attribute values come from the operation's
+record, which the gateway redacted before any renderer saw it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from sandboxio.events import AuditEvent
+
+SEMCONV_VERSION = "1.37.0"
+TRACER_NAME = "sandboxio"
+
+# From the GenAI semantic conventions.
+SPAN_NAME_PREFIX = "execute_tool"
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+
+# The convention has no vocabulary for a sandbox: these are sandboxio's own.
+BACKEND = "sandboxio.backend"
+ISOLATION_TIER = "sandboxio.isolation.tier"
+SANDBOX_ID = "sandboxio.sandbox.id"
+EXIT_CODE = "sandboxio.exit_code"
+DURATION_MS = "sandboxio.duration_ms"
+BYTES_IN = "sandboxio.bytes_in"
+BYTES_OUT = "sandboxio.bytes_out"
+NETWORK_DENIALS = "sandboxio.network_denials"
+DECISION = "sandboxio.decision"
+LAYER = "sandboxio.layer"
+STATUS = "sandboxio.status"
+ERROR_CODE = "sandboxio.error_code"
+CODE = "sandboxio.code"  # only with AuditConfig(capture_code=True); redacted
+
+_trace: Any = None
+_unavailable = False
+
+
+def _api() -> Any:
+    """``opentelemetry.trace``, imported on first use; ``None`` when not installed."""
+    global _trace, _unavailable
+    if _trace is None and not _unavailable:
+        try:
+            _trace = importlib.import_module("opentelemetry.trace")
+        except ImportError:
+            _unavailable = True
+    return _trace
+
+
+def traceparent(span: Any) -> str | None:
+    """The W3C ``traceparent`` of a span with a valid context, else ``None``."""
+    if span is None:
+        return None
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+@contextlib.contextmanager
+def operation_span(tool_name: str, backend: str) -> Iterator[Any]:
+    """The span of one operation, current while it runs; ``None`` without the API."""
+    trace = _api()
+    if trace is None:
+        yield None
+        return
+    # The global provider, fetched every time: a provider configured later is used.
+    tracer = trace.get_tracer(TRACER_NAME, schema_url=f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
+    attributes = {
+        GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_EXECUTE_TOOL,
+        GEN_AI_TOOL_NAME: tool_name,
+        BACKEND: backend,
+    }
+    with tracer.start_as_current_span(
+        f"{SPAN_NAME_PREFIX} {tool_name}",
+        kind=trace.SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def finish(span: Any, event: AuditEvent | None, *, capture_code: bool, error: str | None = None) -> None:
+    """Sets the record's attributes (and the error status) on the operation's span."""
+    if span is None or not span.is_recording():
+        return
+    if event is not None:
+        attrs: dict[str, Any] = {
+            GEN_AI_TOOL_CALL_ID: event.operation_id,
+            DURATION_MS: event.duration_ms,
+            BYTES_IN: event.bytes_in,
+            BYTES_OUT: event.bytes_out,
+            NETWORK_DENIALS: event.network_denials,
+            DECISION: event.decision,
+            LAYER: event.layer,
+            STATUS: event.status,
+        }
+        if event.isolation is not None:
+            attrs[ISOLATION_TIER] = event.isolation.value
+        if event.sandbox_id:
+            attrs[SANDBOX_ID] = event.sandbox_id
+        if event.exit_code is not None:
+            attrs[EXIT_CODE] = event.exit_code
+        if event.error_code:
+            attrs[ERROR_CODE] = event.error_code
+        if capture_code and event.code is not None:
+            attrs[CODE] = event.code
+        span.set_attributes(attrs)
+    if error is not None:
+        trace = _api()
+        if trace is not None:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error))

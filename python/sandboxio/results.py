@@ -1,0 +1,81 @@
+"""What operations answer: typed, frozen, with the operation's (redacted) record."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from sandboxio.events import AuditEvent
+
+
+def _bytes(d: Mapping[str, Any], key: str) -> bytes:
+    raw = d.get(key) or ""
+    if d.get(f"{key}_encoding") == "base64":
+        return base64.b64decode(raw)
+    return str(raw).encode()
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A program's outcome. A timeout or a kill is a result (``timed_out``,
+    ``oom_killed``, ``signal``), not an exception; a denial raises ``OperationDenied``."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    oom_killed: bool
+    duration_ms: int
+    sandbox_id: str
+    record: AuditEvent
+    stdout_raw: bytes = b""
+    stderr_raw: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        return self.stdout
+
+    @classmethod
+    def from_outcome(cls, result: Mapping[str, Any], record: AuditEvent) -> ExecResult:
+        out, err = _bytes(result, "stdout"), _bytes(result, "stderr")
+        return cls(
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            exit_code=record.exit_code,
+            signal=record.signal,
+            timed_out=bool(result.get("timed_out")),
+            oom_killed=bool(result.get("oom_killed")),
+            duration_ms=int(result.get("duration_ms") or record.duration_ms),
+            sandbox_id=str(result.get("sandbox_id") or record.sandbox_id or ""),
+            record=record,
+            stdout_raw=out,
+            stderr_raw=err,
+        )
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    name: str
+    is_dir: bool
+    size: int
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One piece of live output (``stdout``/``stderr``, with ``data``) or the ``exit``."""
+
+    kind: Literal["stdout", "stderr", "exit"]
+    data: bytes
+    elapsed_us: int
+    exit_code: int | None = None
+    signal: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")

@@ -1,0 +1,322 @@
+"""``Sandbox``: an agent's workspace behind the gateway. Every method is one operation
+through the whole chain (kill switch, policy, rate limit, budget, approval, sandbox,
+record) and leaves exactly one record, rendered to the audit sinks and to an
+``execute_tool`` span under the caller's current span.
+
+    async with await Sandbox.create() as sbx:
+        r = await sbx.run_code("print(1 + 1)")
+        await sbx.write_file("data.csv", b"a,b\\n1,2\\n")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+from sandboxio import _native, _outcome, _redaction, otel
+from sandboxio._log import set_debug
+from sandboxio.backends.base import Backend, Session
+from sandboxio.capability import Capability
+from sandboxio.errors import InvalidArgument, SandboxClosed, SandboxioError, from_native
+from sandboxio.events import AuditEvent
+from sandboxio.results import ExecResult, FileEntry, StreamEvent
+
+logger = logging.getLogger("sandboxio")
+
+_default_backend: Backend | None = None
+
+
+def default_backend() -> Backend:
+    """A ``LocalBackend`` with the default state directory, made on first use."""
+    global _default_backend
+    if _default_backend is None:
+        from sandboxio.backends.local import LocalBackend
+
+        _default_backend = LocalBackend()
+    return _default_backend
+
+
+def _seconds_ms(seconds: float | None) -> int | None:
+    if seconds is None:
+        return None
+    if seconds <= 0:
+        raise InvalidArgument(f"timeout must be positive, got `{seconds}`")
+    return int(seconds * 1000)
+
+
+class Sandbox:
+    """Create with ``await Sandbox.create(...)`` (or ``backend.create(...)``)."""
+
+    def __init__(self, backend: Backend, session: Session, secrets: Sequence[str]) -> None:
+        self._backend = backend
+        self._s = session
+        self._secrets = tuple(secrets)
+        _redaction.register(self._secrets)
+        self._released = False
+
+    @classmethod
+    async def create(
+        cls,
+        backend: Backend | None = None,
+        *,
+        tier: str | None = None,
+        secrets: Sequence[str] = (),
+        agent: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        debug: bool | None = None,
+    ) -> Sandbox:
+        """Opens a sandbox. ``secrets`` are redacted, by value, from everything sandboxio
+        writes (records, events, spans, logs, errors, reprs); ``labels`` go to the
+        records and the cost ledger."""
+        set_debug(debug)
+        b = backend if backend is not None else default_backend()
+        session = await b.open_session(tier=tier, secrets=list(secrets), agent=agent, labels=dict(labels or {}))
+        sbx = cls(b, session, secrets)
+        logger.debug("sandbox opened: %r", sbx)
+        return sbx
+
+    # -- identity -------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._s.id
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def tier(self) -> str:
+        return self._s.tier
+
+    @property
+    def capabilities(self) -> Capability:
+        return Capability(self._s.capabilities()) & self._backend.capabilities
+
+    @property
+    def closed(self) -> bool:
+        return self._s.closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "running"
+        text = f"<Sandbox {self._backend.name}:{self.id[:4]}… {self.tier} {state} caps={self.capabilities.names()}>"
+        return _redaction.redact(text)
+
+    # -- operations ------------------------------------------------------------------
+
+    def _options(self, span: Any, **kw: Any) -> str:
+        opts = {k: v for k, v in kw.items() if v is not None and v != {}}
+        tp = otel.traceparent(span)
+        if tp is not None:
+            opts["traceparent"] = tp
+        return json.dumps(opts)
+
+    async def _op(self, tool: str, call: Any) -> _outcome.Outcome:
+        if self.closed:
+            raise SandboxClosed()
+        capture = self._backend.audit.capture_code
+        with otel.operation_span(tool, self._backend.name) as span:
+            try:
+                text = await call(span)
+            except _native.NativeError as e:
+                err = from_native(e)
+                otel.finish(span, None, capture_code=capture, error=err.code)
+                raise err from None
+            except SandboxioError as e:
+                otel.finish(span, None, capture_code=capture, error=e.code)
+                raise
+            out = _outcome.parse(text, capture_code=capture)
+            try:
+                _outcome.check(out)
+            except SandboxioError as e:
+                otel.finish(span, out.record, capture_code=capture, error=e.code)
+                raise
+            otel.finish(span, out.record, capture_code=capture)
+        logger.debug(
+            "operation %s %s: %s at %s in %d ms",
+            out.record.operation_id,
+            out.record.event,
+            out.record.status,
+            out.record.layer,
+            out.record.duration_ms,
+        )
+        return out
+
+    def _exec_result(self, out: _outcome.Outcome) -> ExecResult:
+        if out.result is None:
+            raise SandboxioError(f"operation {out.record.operation_id} answered no result", code="SBX_E2105")
+        return ExecResult.from_outcome(out.result, out.record)
+
+    async def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        rationale: str | None = None,
+    ) -> ExecResult:
+        """Runs a command: a string goes to ``sh -c``, a sequence is the argv."""
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+        if not argv:
+            raise InvalidArgument("a command needs at least a program name")
+
+        async def call(span: Any) -> str:
+            opts = self._options(
+                span, env=dict(env or {}), stdin=stdin, timeout_ms=_seconds_ms(timeout),
+                memory_bytes=memory_bytes, rationale=rationale,
+            )
+            return await self._s.exec(argv, opts)
+
+        return self._exec_result(await self._op("exec", call))
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: str = "python",
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        env_allowlist: Sequence[str] | None = None,
+        input_dir: str | os.PathLike[str] | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
+        network: bool = False,
+        rationale: str | None = None,
+    ) -> ExecResult:
+        """Runs code (``python``, ``node`` or ``bash``). The program reads
+        ``$SANDBOX_INPUT`` (the workspace, or ``input_dir``, read-only) and writes
+        ``$SANDBOX_OUTPUT`` (copied back to the workspace, or to ``output_dir``).
+        ``network=True`` asks for full network access, which policy must allow."""
+
+        async def call(span: Any) -> str:
+            opts = self._options(
+                span, env=dict(env or {}), stdin=stdin, timeout_ms=_seconds_ms(timeout),
+                memory_bytes=memory_bytes, rationale=rationale,
+                env_allowlist=list(env_allowlist) if env_allowlist is not None else None,
+                input_dir=os.fspath(input_dir) if input_dir is not None else None,
+                output_dir=os.fspath(output_dir) if output_dir is not None else None,
+                network={"mode": "full"} if network else None,
+            )
+            return await self._s.run_code(language, code, opts)
+
+        return self._exec_result(await self._op("run_code", call))
+
+    async def stream(
+        self,
+        code: str | None = None,
+        *,
+        cmd: str | Sequence[str] | None = None,
+        language: str = "python",
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Yields output while the program runs, then its exit; one record in all."""
+        if (code is None) == (cmd is None):
+            raise InvalidArgument("stream needs either `code` or `cmd`")
+        argv = None if cmd is None else (["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd))
+        self._backend.require(Capability.STREAM, "streaming output")
+        if self.closed:
+            raise SandboxClosed()
+        capture = self._backend.audit.capture_code
+        with otel.operation_span("exec" if argv else "run_code", self._backend.name) as span:
+            opts = self._options(span, env=dict(env or {}), timeout_ms=_seconds_ms(timeout))
+            try:
+                h = self._s.stream(language if argv is None else None, code, argv, opts)
+                await h.start()
+                while True:
+                    raw = await h.next()
+                    if raw is None:
+                        break
+                    yield _stream_event(json.loads(raw))
+                out = _outcome.parse(await h.outcome(), capture_code=capture)
+            except _native.NativeError as e:
+                err = from_native(e)
+                otel.finish(span, None, capture_code=capture, error=err.code)
+                raise err from None
+            try:
+                _outcome.check(out)
+            except SandboxioError as e:
+                otel.finish(span, out.record, capture_code=capture, error=e.code)
+                raise
+            otel.finish(span, out.record, capture_code=capture)
+
+    async def read_file(self, path: str) -> bytes:
+        async def call(span: Any) -> str:
+            return await self._s.read_file(path, otel.traceparent(span))
+
+        out = await self._op("file_read", call)
+        v = out.tool_output or {}
+        if "entries" in v:
+            raise InvalidArgument(_redaction.redact(f"`{path}` is a directory; use list_files"))
+        if "content_base64" in v:
+            import base64
+
+            return base64.b64decode(v["content_base64"])
+        return str(v.get("content", "")).encode()
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read_file(path)).decode(encoding)
+
+    async def write_file(self, path: str, data: str | bytes) -> AuditEvent:
+        content = data.encode() if isinstance(data, str) else bytes(data)
+
+        async def call(span: Any) -> str:
+            return await self._s.write_file(path, content, otel.traceparent(span))
+
+        return (await self._op("file_write", call)).record
+
+    async def list_files(self, path: str = ".") -> list[FileEntry]:
+        async def call(span: Any) -> str:
+            return await self._s.read_file(path, otel.traceparent(span))
+
+        out = await self._op("file_list", call)
+        v = out.tool_output or {}
+        if "entries" not in v:
+            raise InvalidArgument(_redaction.redact(f"`{path}` is a file; use read_file"))
+        return [FileEntry(str(e["name"]), bool(e["is_dir"]), int(e.get("size", 0))) for e in v["entries"]]
+
+    async def delete_file(self, path: str) -> AuditEvent:
+        async def call(span: Any) -> str:
+            return await self._s.delete_file(path, otel.traceparent(span))
+
+        return (await self._op("file_delete", call)).record
+
+    # -- lifetime --------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Ends the sandbox and removes its workspace. Idempotent."""
+        if not self._released:
+            self._released = True
+            await self._s.aclose()
+            _redaction.unregister(self._secrets)
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_released", True):
+            _redaction.unregister(self._secrets)
+
+
+def _stream_event(d: Mapping[str, Any]) -> StreamEvent:
+    if "exit" in d or d.get("kind") == "exit" or "Exit" in d:
+        body = d.get("Exit", d)
+        ex = body.get("exit", {})
+        code = ex.get("code") if isinstance(ex, dict) else None
+        sig = ex.get("signal") if isinstance(ex, dict) else None
+        return StreamEvent("exit", b"", int(body.get("elapsed_us", 0)), code, sig)
+    body = d.get("Output", d)
+    import base64
+
+    raw = body.get("data", "")
+    data = base64.b64decode(raw) if body.get("data_encoding") == "base64" or body.get("encoding") == "base64" else str(raw).encode() if isinstance(raw, str) else bytes(raw)
+    kind = "stderr" if str(body.get("stream", "stdout")).lower() == "stderr" else "stdout"
+    return StreamEvent(kind, data, int(body.get("elapsed_us", 0)))  # type: ignore[arg-type]

@@ -1,0 +1,27 @@
+//! `sandboxio._native`: the gateway's runtime inside a Python process.
+//!
+//! The binding is thin: it opens one [`sandboxio_gateway::Runtime`] per Python backend,
+//! turns each Python call into one operation through the gateway's chain, and answers with
+//! the redacted outcome as JSON, which the Python package turns into typed values. It wires
+//! no layer by hand. Python audit sinks and approval callbacks are awaited on the caller's
+//! event loop (`sink.rs`, `approver.rs`); OpenTelemetry spans are the Python package's.
+
+mod approver;
+mod backend;
+mod error;
+mod session;
+mod sink;
+mod stream;
+mod tool;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<backend::NativeRuntime>()?;
+    m.add_class::<session::NativeSandbox>()?;
+    m.add_class::<stream::NativeStream>()?;
+    m.add("NativeError", m.py().get_type::<error::NativeError>())?;
+    error::add_codes(m)?;
+    Ok(())
+}
