@@ -272,7 +272,7 @@ class Sandbox:
 
     async def list_files(self, path: str = ".") -> list[FileEntry]:
         async def call(span: Any) -> str:
-            return await self._s.read_file(path, otel.traceparent(span))
+            return await self._s.list_files(path, otel.traceparent(span))
 
         out = await self._op("file_list", call)
         v = out.tool_output or {}

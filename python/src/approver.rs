@@ -55,10 +55,7 @@ impl ApprovalCallback for PyApprover {
             // A callback that raised gives no answer: the ask is denied at its timeout.
             Err(e) => {
                 let why = crate::sink::describe(py, &e);
-                let _ = self
-                    .decider
-                    .bind(py)
-                    .call_method1("report_failure", (why,));
+                let _ = self.decider.bind(py).call_method1("report_failure", (why,));
                 None
             }
         })

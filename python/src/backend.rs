@@ -224,10 +224,9 @@ impl NativeRuntime {
             op.estimated_cost = Some(e.parse::<Money>().map_err(|e| coded(&e, |s| s.into()))?);
         }
         if let Some(c) = category {
-            op.cost_category = serde_json::from_value::<CostCategory>(serde_json::Value::String(
-                c.clone(),
-            ))
-            .map_err(|_| invalid(format!("cost category `{c}` is not known")))?;
+            op.cost_category =
+                serde_json::from_value::<CostCategory>(serde_json::Value::String(c.clone()))
+                    .map_err(|_| invalid(format!("cost category `{c}` is not known")))?;
         }
         op.rationale = rationale;
         let rt = self.rt.clone();

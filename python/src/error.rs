@@ -45,11 +45,7 @@ fn class_name(c: ErrorClass) -> &'static str {
 
 /// A coded error from any crate, its message already redacted by the caller.
 pub fn coded<E: ErrorCode + std::fmt::Display>(e: &E, redact: impl Fn(&str) -> String) -> PyErr {
-    NativeError::new_err((
-        e.code(),
-        class_name(e.class()),
-        redact(&e.to_string()),
-    ))
+    NativeError::new_err((e.code(), class_name(e.class()), redact(&e.to_string())))
 }
 
 /// A bad argument from Python.

@@ -184,7 +184,13 @@ impl NativeSandbox {
         }
         let o = RunOptions::parse(options)?;
         let extra = self.options(o.traceparent.clone(), o.rationale.clone());
-        self.op(py, OperationArgs::Exec { argv }, Some(o.request()), None, extra)
+        self.op(
+            py,
+            OperationArgs::Exec { argv },
+            Some(o.request()),
+            None,
+            extra,
+        )
     }
 
     /// Runs code in a language (`python`, `node`, `bash`).
@@ -279,6 +285,43 @@ impl NativeSandbox {
             o.request(),
             extra,
         ))
+    }
+
+    /// For the benchmark: the same `run_code` operation `n` times from Rust (no Python on
+    /// the path), answering each one's duration in microseconds (awaitable).
+    fn bench_run_code<'py>(
+        &self,
+        py: Python<'py>,
+        code: String,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let sbx = self.sbx.clone();
+        let secrets = self.secrets.clone();
+        let labels = self.labels.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let extra = CallOptions {
+                    secrets: secrets.clone(),
+                    labels: labels.clone(),
+                    ..CallOptions::default()
+                };
+                let args = OperationArgs::RunCode {
+                    language: Language::Python,
+                    code: code.clone(),
+                };
+                let t = std::time::Instant::now();
+                let r = sbx
+                    .call(args, Some(ExecRequest::new(Vec::<String>::new())), None, extra)
+                    .await;
+                let us = t.elapsed().as_micros() as u64;
+                let outcome = r.map_err(|e| invalid(e.to_string()))?;
+                // Like the Python path: the answer is rendered for the caller.
+                let _json = serde_json::to_string(&outcome).map_err(|e| invalid(e.to_string()))?;
+                out.push(us);
+            }
+            Ok(out)
+        })
     }
 
     /// What this sandbox can do (bits of `Capability`).

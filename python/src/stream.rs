@@ -95,7 +95,9 @@ impl NativeStream {
         let redactor = self.redactor.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let Some(task) = done.lock().await.take() else {
-                return Err(invalid("the stream was not started, or its outcome was taken"));
+                return Err(invalid(
+                    "the stream was not started, or its outcome was taken",
+                ));
             };
             let r = task
                 .await

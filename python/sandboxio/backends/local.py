@@ -282,6 +282,10 @@ class _LocalSession:
     async def read_file(self, path: str, traceparent: str | None) -> str:
         return str(await self._n.read_file(path, traceparent))
 
+    async def list_files(self, path: str, traceparent: str | None) -> str:
+        # The gateway's file_read of a directory answers its listing.
+        return str(await self._n.read_file(path, traceparent))
+
     async def write_file(self, path: str, content: bytes, traceparent: str | None) -> str:
         return str(await self._n.write_file(path, content, traceparent))
 

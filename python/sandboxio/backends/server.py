@@ -1,10 +1,269 @@
-"""``ServerBackend``: an HTTP client of ``sandboxio serve`` (see
-crates/sandboxio-server/README.md for the API)."""
+"""``ServerBackend``: an HTTP client of ``sandboxio serve`` (the API is in
+crates/sandboxio-server/README.md). The server runs the chain; this backend sends each
+operation with the API key and the caller's ``traceparent`` and answers the server's
+record, so results, errors and spans look the same as with ``LocalBackend``."""
 
 from __future__ import annotations
 
-from sandboxio.backends.base import Backend
+import asyncio
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Mapping, Sequence
+
+from sandboxio._redaction import redact
+from sandboxio.audit import AuditConfig
+from sandboxio.backends.base import Backend, Session
+from sandboxio.capability import Capability
+from sandboxio.errors import E_BACKEND_UNAVAILABLE, BackendUnavailable, InvalidArgument, SandboxioError
+from sandboxio.events import CostEntry, _ts
+
+# How long to wait for a person, per long-poll, when an operation asks for approval.
+APPROVAL_POLL_S = 60
 
 
 class ServerBackend(Backend):
+    """``ServerBackend("http://127.0.0.1:8700", api_key="sbxk_...")``."""
+
     name = "server"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str,
+        audit: AuditConfig | None = None,
+        timeout: float = 330.0,
+    ) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidArgument(f"server url `{url}` must be http(s)://host:port")
+        if not api_key:
+            raise InvalidArgument("an API key is needed (`sandboxio keys create --tenant ...`)")
+        self.url = url.rstrip("/")
+        self._key = api_key
+        self.audit = audit if audit is not None else AuditConfig()
+        if len(self.audit.sinks) > 1 or type(self.audit.sinks[0]).__name__ != "NoopSink":
+            raise InvalidArgument(
+                "the server writes the audit trail; Python sinks are not supported with ServerBackend"
+            )
+        self.timeout = timeout
+
+    @property
+    def capabilities(self) -> Capability:
+        return Capability.EXEC | Capability.RUN_CODE | Capability.FILESYSTEM | Capability.RESOURCE_LIMITS | Capability.COST_REPORTING
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        json_body: Any = None,
+        traceparent: str | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Authorization": f"Bearer {self._key}", "Accept": "application/json"}
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers["Content-Type"] = "application/json"
+        elif body is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        if traceparent:
+            headers["traceparent"] = traceparent
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+                return res.status, {k.lower(): v for k, v in res.headers.items()}, res.read()
+        except urllib.error.HTTPError as e:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+        except (urllib.error.URLError, OSError) as e:
+            raise BackendUnavailable(redact(f"cannot reach `{self.url}`: {e}")) from None
+
+    async def call(self, method: str, path: str, body: bytes | None = None, **kw: Any) -> tuple[int, dict[str, str], bytes]:
+        return await asyncio.to_thread(self._request, method, path, body, **kw)
+
+    async def outcome(self, method: str, path: str, **kw: Any) -> str:
+        """An operation's answer as outcome JSON (waiting out an approval), or an error."""
+        status, headers, raw = await self.call(method, path, **kw)
+        while status == 202:
+            d = _json(raw)
+            wait = d.get("wait") or f"/v1/approvals/{d.get('approval_id')}/outcome?timeout={APPROVAL_POLL_S}"
+            status, headers, raw = await self.call("GET", wait)
+            if status == 408 or (status == 202 and not raw):
+                status = 202
+        d = _json(raw)
+        if status >= 400 or "record" not in d:
+            if isinstance(d.get("record"), dict):
+                return json.dumps({"record": d["record"], "result": None})
+            code = str(d.get("code") or E_BACKEND_UNAVAILABLE)
+            klass = "usage" if status in (400, 404, 413, 422) else "internal"
+            raise SandboxioError(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code, error_class=klass)
+        return json.dumps({"record": d["record"], "result": d.get("result"), "tool_output": d.get("output")})
+
+    # -- Backend ------------------------------------------------------------------------
+
+    async def open_session(
+        self,
+        *,
+        tier: str | None,
+        secrets: Sequence[str],
+        agent: str | None,
+        labels: Mapping[str, str],
+    ) -> Session:
+        body: dict[str, Any] = {"labels": dict(labels)}
+        if tier is not None:
+            body["tier"] = tier
+        status, _, raw = await self.call("POST", "/v1/sandboxes", json_body=body)
+        d = _json(raw)
+        if status >= 400:
+            code = str(d.get("code") or E_BACKEND_UNAVAILABLE)
+            if status in (400, 422):
+                raise InvalidArgument(redact(str(d.get("detail", ""))), code=code)
+            raise SandboxioError(redact(f"creating a sandbox: {d.get('detail', status)}"), code=code, error_class="internal")
+        return _ServerSession(self, str(d["id"]), str(d.get("tier", tier or "namespace")))
+
+    async def costs(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[CostEntry]:
+        self.require(Capability.COST_REPORTING, "cost reporting")
+        secs = max(1, int((datetime.now(timezone.utc) - since).total_seconds()))
+        status, _, raw = await self.call("GET", f"/v1/costs?since={secs}s")
+        d = _json(raw)
+        if status >= 400:
+            raise SandboxioError(redact(str(d.get("detail", status))), code=str(d.get("code") or E_BACKEND_UNAVAILABLE))
+        out = []
+        for e in d.get("entries", []):
+            entry = CostEntry(
+                object_id=str(e["object_id"]),
+                description=str(e.get("description", "")),
+                interval_start=_ts(e["interval_start"]),
+                cost_usd=Decimal(str(e["cost_usd"])),
+                labels={str(k): str(v) for k, v in (e.get("labels") or {}).items()},
+            )
+            if until is not None and entry.interval_start > until:
+                continue
+            if labels and any(entry.labels.get(k) != v for k, v in labels.items()):
+                continue
+            out.append(entry)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<ServerBackend {self.url} caps={self.capabilities.names()}>"
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        v = json.loads(raw or b"{}")
+    except ValueError:
+        raise BackendUnavailable("the server answered something that is not JSON") from None
+    return v if isinstance(v, dict) else {"value": v}
+
+
+class _ServerSession:
+    def __init__(self, backend: ServerBackend, sid: str, tier: str) -> None:
+        self._b = backend
+        self._id = sid
+        self._tier = tier
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def tier(self) -> str:
+        return self._tier
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def capabilities(self) -> int:
+        return int(self._b.capabilities.value)
+
+    def _path(self, tail: str) -> str:
+        return f"/v1/sandboxes/{urllib.parse.quote(self._id)}{tail}"
+
+    @staticmethod
+    def _run_body(options: str) -> tuple[dict[str, Any], str | None]:
+        o = json.loads(options)
+        body: dict[str, Any] = {}
+        for k in ("env", "stdin", "rationale"):
+            if o.get(k):
+                body[k] = o[k]
+        if o.get("timeout_ms"):
+            body["timeout"] = f"{int(o['timeout_ms'])}ms"
+        unsupported = sorted(set(o) - {"env", "stdin", "rationale", "timeout_ms", "traceparent"})
+        if unsupported:
+            raise InvalidArgument(f"the server backend does not take {', '.join(unsupported)}")
+        return body, o.get("traceparent")
+
+    async def exec(self, argv: Sequence[str], options: str) -> str:
+        body, tp = self._run_body(options)
+        body["argv"] = list(argv)
+        return await self._b.outcome("POST", self._path("/exec"), json_body=body, traceparent=tp)
+
+    async def run_code(self, language: str, code: str, options: str) -> str:
+        body, tp = self._run_body(options)
+        body.update(language=language, code=code)
+        return await self._b.outcome("POST", self._path("/run_code"), json_body=body, traceparent=tp)
+
+    def _synthetic(self, event: str, headers: dict[str, str], output: Any) -> str:
+        record = {
+            "ts": datetime.now(timezone.utc).isoformat(),
+            "event": event,
+            "operation_id": headers.get("sandboxio-operation-id", ""),
+            "trace_id": headers.get("sandboxio-trace-id"),
+            "sandbox_id": self._id,
+            "backend": "server",
+            "verdict": "allow",
+            "status": "ok",
+            "layer": "sandbox",
+        }
+        return json.dumps({"record": record, "result": None, "tool_output": output})
+
+    async def read_file(self, path: str, traceparent: str | None) -> str:
+        q = urllib.parse.quote(path)
+        status, headers, raw = await self._b.call("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
+        if status == 200:
+            return self._synthetic("file_read", headers, {"path": path, "content_base64": base64.b64encode(raw).decode()})
+        return await self._b.outcome("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
+
+    async def list_files(self, path: str, traceparent: str | None) -> str:
+        q = urllib.parse.quote(path)
+        status, headers, raw = await self._b.call("GET", self._path(f"/files/list?path={q}"), traceparent=traceparent)
+        if status == 200:
+            entries = [
+                {"name": e.get("name"), "is_dir": e.get("is_dir", False), "size": e.get("size", 0)}
+                for e in _json(raw).get("entries", [])
+            ]
+            return self._synthetic("file_read", headers, {"path": path, "entries": entries})
+        return await self._b.outcome("GET", self._path(f"/files/list?path={q}"), traceparent=traceparent)
+
+    async def write_file(self, path: str, content: bytes, traceparent: str | None) -> str:
+        q = urllib.parse.quote(path)
+        return await self._b.outcome("PUT", self._path(f"/files?path={q}"), body=content, traceparent=traceparent)
+
+    async def delete_file(self, path: str, traceparent: str | None) -> str:
+        q = urllib.parse.quote(path)
+        return await self._b.outcome("DELETE", self._path(f"/files?path={q}"), traceparent=traceparent)
+
+    def stream(self, language: str | None, code: str | None, argv: Sequence[str] | None, options: str) -> Any:
+        from sandboxio.errors import CapabilityNotSupported
+
+        raise CapabilityNotSupported("the server backend does not stream output yet (the server's API has no streamed exec)")
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._b.call("DELETE", self._path(""))
