@@ -315,9 +315,7 @@ impl NativeSandbox {
                     .call(args, Some(ExecRequest::new(Vec::<String>::new())), None, extra)
                     .await;
                 let us = t.elapsed().as_micros() as u64;
-                let outcome = r.map_err(|e| invalid(e.to_string()))?;
-                // Like the Python path: the answer is rendered for the caller.
-                let _json = serde_json::to_string(&outcome).map_err(|e| invalid(e.to_string()))?;
+                r.map_err(|e| invalid(e.to_string()))?;
                 out.push(us);
             }
             Ok(out)
