@@ -312,7 +312,12 @@ impl NativeSandbox {
                 };
                 let t = std::time::Instant::now();
                 let r = sbx
-                    .call(args, Some(ExecRequest::new(Vec::<String>::new())), None, extra)
+                    .call(
+                        args,
+                        Some(ExecRequest::new(Vec::<String>::new())),
+                        None,
+                        extra,
+                    )
                     .await;
                 let us = t.elapsed().as_micros() as u64;
                 r.map_err(|e| invalid(e.to_string()))?;
