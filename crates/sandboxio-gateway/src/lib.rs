@@ -30,11 +30,11 @@ pub use overview::BudgetLine;
 pub use policy::PolicyEngine;
 pub use redaction::Redaction;
 pub use runtime::{Embedding, Runtime, RuntimeError, RuntimeOptions};
-/// The server's Prometheus endpoint and dashboard read the chain's metric observations.
-pub use sandboxio_audit::{MetricsTap, OperationObservation};
 /// What an embedding front end needs of the audit layer: its sink interface and events,
 /// the failure mode, and secrets.
 pub use sandboxio_audit::{AuditError, AuditEvent, AuditSink, OnSinkFailure, Redactor, Secret};
+/// The server's Prometheus endpoint and dashboard read the chain's metric observations.
+pub use sandboxio_audit::{MetricsTap, OperationObservation};
 /// Front ends cancel the operations they submit (a client that went away, a shutdown).
 pub use sandboxio_sandbox::{CancelToken, StreamIo};
 pub use session::{CallOptions, Sandbox};
