@@ -22,5 +22,7 @@ mod lifecycle;
 mod metrics;
 #[path = "server/store_lock.rs"]
 mod store_lock;
+#[path = "server/streaming.rs"]
+mod streaming;
 #[path = "server/transport.rs"]
 mod transport;

@@ -94,8 +94,8 @@ pub fn outcome(out: Outcome, ctx: &RequestCtx) -> Response {
     res
 }
 
-/// 202 for an operation waiting for a person.
-pub fn asked(approval_id: &str, ctx: &RequestCtx) -> Response {
+/// The problem (202) for an operation waiting for a person.
+pub fn asked_problem(approval_id: &str, ctx: &RequestCtx) -> Problem {
     let mut p = Problem::new(
         StatusCode::ACCEPTED,
         "approval required",
@@ -108,7 +108,12 @@ pub fn asked(approval_id: &str, ctx: &RequestCtx) -> Response {
     p.approval_id = Some(approval_id.to_string());
     p.trace_id = Some(ctx.trace_id.clone());
     p.wait = Some(format!("/v1/approvals/{approval_id}/outcome?timeout=60"));
-    p.into_response()
+    p
+}
+
+/// 202 for an operation waiting for a person.
+pub fn asked(approval_id: &str, ctx: &RequestCtx) -> Response {
+    asked_problem(approval_id, ctx).into_response()
 }
 
 /// The answer for a submission.

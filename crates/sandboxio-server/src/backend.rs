@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandboxio_core::{ErrorCode, Layer, OperationRecord, OperationStatus, Verdict};
+use sandboxio_core::{ErrorCode, ExecEvent, Layer, OperationRecord, OperationStatus, Verdict};
 use sandboxio_gateway::store::Store;
 use sandboxio_gateway::{CancelToken, Gateway, GatewayError, Outcome, Submission};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 /// How long a finished asked-for outcome is kept for its caller to fetch.
 const PENDING_KEEP: Duration = Duration::from_secs(3600);
@@ -30,6 +31,9 @@ struct Pending {
     done: watch::Receiver<Option<Finished>>,
     finished_at: Arc<Mutex<Option<Instant>>>,
 }
+
+/// Events buffered between the gateway and a caller that reads them live.
+const EVENTS: usize = 64;
 
 /// What a submission came to.
 pub enum Submitted {
@@ -73,21 +77,9 @@ impl Activity {
 
 pub struct Backend {
     gw: Arc<Gateway>,
-    running: Arc<Mutex<HashMap<u64, (CancelToken, Activity)>>>,
+    running: Mutex<HashMap<u64, (CancelToken, Activity)>>,
     pending: Mutex<HashMap<String, Pending>>,
     seq: AtomicU64,
-}
-
-/// Cancels the operation when the handler awaiting it is dropped (the client went away or
-/// the request timed out), unless disarmed.
-struct CancelOnDrop(Option<CancelToken>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            t.cancel("the client went away");
-        }
-    }
 }
 
 impl Backend {
@@ -96,7 +88,7 @@ impl Backend {
     pub fn new(gw: Arc<Gateway>) -> Backend {
         Backend {
             gw,
-            running: Arc::new(Mutex::new(HashMap::new())),
+            running: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
         }
@@ -114,10 +106,29 @@ impl Backend {
     /// for an approval.
     /// `linked`: a token (the sandbox's) whose cancellation cancels this operation too.
     pub async fn submit(
-        &self,
-        mut sub: Submission,
+        self: &Arc<Self>,
+        sub: Submission,
         linked: Option<CancelToken>,
     ) -> Result<Submitted, ServerError> {
+        let mut run = self.start(sub, linked, false);
+        loop {
+            match run.next().await {
+                Step::Event(_) => {}
+                Step::Done(r) => return r.map(Submitted::Done),
+                Step::Asked(approval_id) => return Ok(Submitted::Asked { approval_id }),
+            }
+        }
+    }
+
+    /// Starts one operation through the chain in its own task and returns at once; the
+    /// caller takes its steps ([`Run::next`]): live events (when `events` is set), then the
+    /// outcome or the pending approval. Dropping the [`Run`] before the end cancels it.
+    pub fn start(
+        self: &Arc<Self>,
+        mut sub: Submission,
+        linked: Option<CancelToken>,
+        events: bool,
+    ) -> Run {
         let token = CancelToken::new();
         sub.cancel = Some(token.clone());
         let link = linked.map(|l| {
@@ -127,20 +138,12 @@ impl Backend {
                 t.cancel(why);
             })
         });
-        let answer = self.submit_with(sub, token).await;
-        if let (Some(link), Ok(Submitted::Done(_))) = (&link, &answer) {
-            link.abort();
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(EVENTS);
+        if events {
+            sub.stream.events = Some(ev_tx);
         }
-        answer
-    }
-
-    async fn submit_with(
-        &self,
-        mut sub: Submission,
-        token: CancelToken,
-    ) -> Result<Submitted, ServerError> {
         let tenant = sub.op.principal.tenant.clone();
-        let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, asked) = tokio::sync::mpsc::unbounded_channel();
         sub.approval_pending = Some(tx);
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let activity = Activity::of(&sub);
@@ -148,26 +151,19 @@ impl Backend {
             r.insert(n, (token.clone(), activity));
         }
         let gw = self.gw.clone();
-        let mut task = tokio::spawn(async move { gw.submit(sub).await });
-        let mut guard = CancelOnDrop(Some(token));
-        let answer = tokio::select! {
-            biased;
-            done = &mut task => {
-                guard.0 = None;
-                self.untrack(n);
-                match done {
-                    Ok(Ok(out)) => Ok(Submitted::Done(Box::new(out))),
-                    Ok(Err(e)) => Err(ServerError::Gateway(e)),
-                    Err(_) => Err(ServerError::Internal { action: "running an operation" }),
-                }
-            }
-            Some(approval) = asked.recv() => {
-                guard.0 = None;
-                self.keep_pending(&approval.id, tenant, task, n);
-                Ok(Submitted::Asked { approval_id: approval.id })
-            }
-        };
-        answer
+        let task = tokio::spawn(async move { gw.submit(sub).await });
+        Run {
+            backend: self.clone(),
+            token: token.clone(),
+            events: ev_rx,
+            events_open: events,
+            asked,
+            task: Some(task),
+            link,
+            tenant,
+            n,
+            armed: true,
+        }
     }
 
     fn untrack(&self, n: u64) {
@@ -177,7 +173,7 @@ impl Backend {
     }
 
     fn keep_pending(
-        self: &Backend,
+        self: &Arc<Backend>,
         approval_id: &str,
         tenant: String,
         task: tokio::task::JoinHandle<Result<Outcome, GatewayError>>,
@@ -186,16 +182,14 @@ impl Backend {
         let (tx, rx) = watch::channel(None);
         let finished_at = Arc::new(Mutex::new(None));
         let fin = finished_at.clone();
-        let running = self.running.clone();
+        let me = self.clone();
         tokio::spawn(async move {
             let res: Finished = match task.await {
                 Ok(Ok(out)) => Ok(out),
                 Ok(Err(e)) => Err((e.code().to_string(), e.to_string())),
                 Err(_) => Err(("SBX_E1812".into(), "the operation's task failed".into())),
             };
-            if let Ok(mut r) = running.lock() {
-                r.remove(&n);
-            }
+            me.untrack(n);
             let _ = tx.send(Some(res));
             if let Ok(mut f) = fin.lock() {
                 *f = Some(Instant::now());
@@ -278,6 +272,94 @@ impl Backend {
     pub async fn record(&self, rec: OperationRecord) {
         if let Err(e) = self.gw.auditor().record(rec).await {
             tracing::warn!(code = e.code(), "recording a server event failed: {e}");
+        }
+    }
+}
+
+/// One step of a started operation.
+pub enum Step {
+    /// Output or the exit, as it happens (redacted by the gateway).
+    Event(ExecEvent),
+    /// The outcome (or the gateway's failure); nothing follows.
+    Done(Result<Box<Outcome>, ServerError>),
+    /// An approval is pending; the operation goes on in the background and its outcome is
+    /// kept for `GET /v1/approvals/{id}/outcome`. Nothing follows.
+    Asked(String),
+}
+
+/// An operation running in its own task. Dropped before its end, it is cancelled (its
+/// process tree killed) and still recorded.
+pub struct Run {
+    backend: Arc<Backend>,
+    /// Cancels this operation (a `DELETE` of its process, a client that went away).
+    pub token: CancelToken,
+    events: mpsc::Receiver<ExecEvent>,
+    events_open: bool,
+    asked: mpsc::UnboundedReceiver<sandboxio_gateway::store::Approval>,
+    task: Option<JoinHandle<Result<Outcome, GatewayError>>>,
+    link: Option<JoinHandle<()>>,
+    tenant: String,
+    n: u64,
+    armed: bool,
+}
+
+impl Run {
+    /// The next step. Events all come before the outcome. Cancel-safe: a `select!` or a
+    /// timeout may drop this future and call it again. Not to be called after `Done` or
+    /// `Asked`.
+    pub async fn next(&mut self) -> Step {
+        loop {
+            let Some(task) = self.task.as_mut() else {
+                return Step::Done(Err(ServerError::Internal {
+                    action: "reading an operation that ended",
+                }));
+            };
+            tokio::select! {
+                biased;
+                ev = self.events.recv(), if self.events_open => match ev {
+                    Some(ev) => return Step::Event(ev),
+                    None => self.events_open = false,
+                },
+                Some(approval) = self.asked.recv() => {
+                    self.armed = false;
+                    if let Some(task) = self.task.take() {
+                        self.backend
+                            .keep_pending(&approval.id, self.tenant.clone(), task, self.n);
+                    }
+                    return Step::Asked(approval.id);
+                }
+                done = task, if !self.events_open => {
+                    self.armed = false;
+                    self.task = None;
+                    self.backend.untrack(self.n);
+                    if let Some(l) = self.link.take() {
+                        l.abort();
+                    }
+                    return Step::Done(match done {
+                        Ok(Ok(out)) => Ok(Box::new(out)),
+                        Ok(Err(e)) => Err(ServerError::Gateway(e)),
+                        Err(_) => Err(ServerError::Internal { action: "running an operation" }),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.token.cancel("the client went away");
+        // The operation ends (cancelled, recorded) in its task; stop counting it then.
+        if let Some(task) = self.task.take() {
+            let backend = self.backend.clone();
+            let n = self.n;
+            tokio::spawn(async move {
+                let _ = task.await;
+                backend.untrack(n);
+            });
         }
     }
 }

@@ -17,13 +17,16 @@ pub mod context;
 pub mod dashboard;
 pub mod error;
 pub mod metrics;
+pub mod launch;
 pub mod model;
 pub mod options;
 pub mod problem;
+pub mod processes;
 pub mod routes;
 pub mod serve;
 pub mod sessions;
 pub mod state;
+pub mod stream;
 pub mod tls;
 
 pub use backend::Backend;

@@ -153,6 +153,10 @@ pub struct ExecBody {
     pub idempotency_key: Option<String>,
     /// Why the agent wants this; shown to approvers.
     pub rationale: Option<String>,
+    /// Answer at once with the process (201) and let it run; read its output and outcome
+    /// at `/v1/sandboxes/{id}/processes/{pid}`, kill it with `DELETE` there.
+    #[serde(default)]
+    pub background: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -173,6 +177,9 @@ pub struct RunCodeBody {
     pub idempotency_key: Option<String>,
     /// Why the agent wants this; shown to approvers.
     pub rationale: Option<String>,
+    /// Answer at once with the process (201) and let it run.
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Fields shared by exec and run_code.

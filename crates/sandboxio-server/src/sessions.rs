@@ -36,6 +36,8 @@ pub struct Session {
     busy: AtomicUsize,
     /// Cancelled when the sandbox closes: every operation running in it stops.
     pub cancel: CancelToken,
+    /// What runs in it now (and background processes that ended, until read).
+    pub processes: crate::processes::Processes,
 }
 
 /// Marks a session busy while an operation runs in it (the idle reaper leaves it alone).
@@ -164,6 +166,7 @@ impl Sessions {
             last_active: Mutex::new(now),
             busy: AtomicUsize::new(0),
             cancel: CancelToken::new(),
+            processes: crate::processes::Processes::default(),
         });
         map.insert(id, s.clone());
         Ok(s)

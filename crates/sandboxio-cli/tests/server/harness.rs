@@ -253,3 +253,44 @@ pub fn problem(r: Response) -> (u16, Value) {
     );
     (status, body)
 }
+
+/// Command lines of live processes that contain `marker`.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+/// Waits (at most `secs`) until no live process contains `marker`; what is left.
+pub fn gone_within(marker: &str, secs: u64) -> Vec<String> {
+    for _ in 0..(secs * 20) {
+        if processes_with(marker).is_empty() {
+            return Vec::new();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    processes_with(marker)
+}
+
+/// Waits (at most 10 s) until a live process contains `marker`.
+pub fn started(marker: &str) -> bool {
+    for _ in 0..200 {
+        if !processes_with(marker).is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A marker no other test uses.
+pub fn marker(what: &str) -> String {
+    format!("{what}-{}-{}", std::process::id(), rand::random::<u32>())
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::harness::processes_with;
 use crate::harness::{problem, Server};
 
 #[test]
@@ -161,19 +162,6 @@ fn past_the_concurrency_limit_requests_get_503_and_the_server_recovers() {
         assert_eq!(slow.join().unwrap(), 200);
     });
     assert_eq!(s.get(&key, "/v1/sandboxes").status(), 200);
-}
-
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
-                found.push(cmd);
-            }
-        }
-    }
-    found
 }
 
 #[test]

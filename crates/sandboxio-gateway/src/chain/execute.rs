@@ -47,9 +47,21 @@ impl Gateway {
                     }
                     _ => None,
                 };
-                let res =
-                    sandboxio_sandbox::run_streaming(&req, tier, &self.sandbox, Some(token), io)
-                        .await;
+                let mut structured = None;
+                let res = match &sub.executor {
+                    Some(x) => match x.run(&req, io, token).await {
+                        Ok((r, v)) => {
+                            structured = v;
+                            Ok(r)
+                        }
+                        Err(u) => Err((u.code, u.message)),
+                    },
+                    None => {
+                        sandboxio_sandbox::run_streaming(&req, tier, &self.sandbox, Some(token), io)
+                            .await
+                            .map_err(|e| (e.code(), format!("the sandbox could not run this: {e}")))
+                    }
+                };
                 if let Some(task) = forward {
                     let _ = task.await;
                 }
@@ -61,14 +73,10 @@ impl Gateway {
                     Ok(r) => {
                         fill_from_result(rec, &r, tier);
                         outcome_reason(rec, &r, &req.limits);
-                        Ok((Some(r), None))
+                        Ok((Some(r), structured))
                     }
-                    Err(e) => {
-                        let mut s = Stop::deny(
-                            Layer::Sandbox,
-                            format!("the sandbox could not run this: {e}"),
-                        )
-                        .code(e.code());
+                    Err((code, why)) => {
+                        let mut s = Stop::deny(Layer::Sandbox, why).code(code);
                         s.status = OperationStatus::Error;
                         s.verdict = Verdict::Deny;
                         Err(s)

@@ -70,6 +70,10 @@ pub struct Submission {
     /// Live I/O of an exec or run_code: output events (redacted before they are sent),
     /// streamed stdin (used only when the request says `stdin_stream`), terminal size.
     pub stream: sandboxio_sandbox::StreamIo,
+    /// For an exec or run_code: a program already running that carries out the request
+    /// instead of a fresh sandbox (a code context's kernel). Everything before the run is
+    /// the same chain, and the record is the same one record.
+    pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
 }
 
 impl Submission {
@@ -84,6 +88,7 @@ impl Submission {
             content: None,
             approval_pending: None,
             stream: sandboxio_sandbox::StreamIo::default(),
+            executor: None,
         }
     }
 }

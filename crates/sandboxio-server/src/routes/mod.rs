@@ -17,13 +17,17 @@ pub mod audit;
 pub mod exec;
 pub mod files;
 pub mod health;
+pub mod processes;
 pub mod sandboxes;
+pub mod ws;
 
 /// Every `/v1` route of the API.
 pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(sandboxes::routes())
         .merge(exec::routes())
+        .merge(processes::routes())
+        .merge(ws::routes())
         .merge(files::routes())
         .merge(approvals::routes())
         .merge(admin::routes())

@@ -1,0 +1,92 @@
+// sandboxio code-context kernel for Node: runs inside the sandbox and keeps one vm context
+// between calls (`let x = 1` in one call is `x` in the next). Requests arrive on stdin, one
+// JSON object a line: {"op":"exec","id":N,"code":"..."} or {"op":"interrupt"}. A worker
+// thread reads them, so an interrupt reaches a busy cell: it raises SIGINT, which the vm
+// turns into an error in the cell (breakOnSigint). Answers leave on stdout as frames: MARK
+// + JSON + newline, MARK = "\x1eSBXK" + $SBX_KERNEL_NONCE + " ". Anything else on stdout is
+// the cell's raw output.
+'use strict';
+const { Worker, isMainThread, parentPort } = require('worker_threads');
+const fs = require('fs');
+
+if (!isMainThread) {
+  const buf = Buffer.alloc(65536);
+  let pending = '';
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    let n;
+    try {
+      n = fs.readSync(0, buf, 0, buf.length, null);
+    } catch (e) {
+      if (e.code === 'EAGAIN') { Atomics.wait(nap, 0, 0, 20); continue; }
+      n = 0;
+    }
+    if (n === 0) { parentPort.postMessage(null); break; }
+    pending += buf.toString('utf8', 0, n);
+    let i;
+    while ((i = pending.indexOf('\n')) >= 0) {
+      const line = pending.slice(0, i);
+      pending = pending.slice(i + 1);
+      let req;
+      try { req = JSON.parse(line); } catch (_) { continue; }
+      if (req.op === 'interrupt') process.kill(process.pid, 'SIGINT');
+      else parentPort.postMessage(req);
+    }
+  }
+} else {
+  const vm = require('vm');
+  const util = require('util');
+  const MARK = '\x1eSBXK' + (process.env.SBX_KERNEL_NONCE || '') + ' ';
+  const VALUE_LIMIT = 65536;
+  const frame = (o) => fs.writeSync(1, MARK + JSON.stringify(o) + '\n');
+  const say = (t) => (...a) => frame({ t, d: util.format(...a) + '\n' });
+  const kconsole = {
+    log: say('stdout'), info: say('stdout'), debug: say('stdout'),
+    error: say('stderr'), warn: say('stderr'), trace: say('stderr'),
+    dir: (o) => frame({ t: 'stdout', d: util.inspect(o) + '\n' }),
+  };
+  const sandbox = {
+    console: kconsole, require, process, Buffer, URL, TextEncoder, TextDecoder,
+    setTimeout, clearTimeout, setInterval, clearInterval, setImmediate, queueMicrotask,
+  };
+  const ctx = vm.createContext(sandbox);
+  // Idle, a SIGINT must not end the kernel; during a cell the vm takes it.
+  process.on('SIGINT', () => {});
+  const cpu = () => { const u = process.cpuUsage(); return u.user + u.system; };
+  const queue = [];
+  let running = false;
+  let closed = false;
+  const errorOf = (e) => {
+    if (e instanceof Error || (e && e.stack)) {
+      return { ename: e.name || 'Error', evalue: String(e.message), traceback: String(e.stack).split('\n').map((l) => l + '\n') };
+    }
+    return { ename: 'Error', evalue: util.inspect(e), traceback: [] };
+  };
+  async function run(req) {
+    const t0 = cpu();
+    let value = null;
+    let error = null;
+    try {
+      let v = vm.runInContext(req.code || '', ctx, { filename: '<cell>', breakOnSigint: true });
+      if (v && typeof v.then === 'function') v = await v;
+      if (v !== undefined) value = util.inspect(v).slice(0, VALUE_LIMIT);
+    } catch (e) {
+      error = errorOf(e);
+    }
+    frame({ t: 'done', id: req.id, value, rich: [], error, cpu_us: cpu() - t0 });
+  }
+  async function pump() {
+    if (running) return;
+    running = true;
+    while (queue.length) await run(queue.shift());
+    running = false;
+    if (closed) process.exit(0);
+  }
+  const w = new Worker(__filename);
+  w.on('message', (req) => {
+    if (req === null) { closed = true; if (!running) process.exit(0); return; }
+    queue.push(req);
+    pump();
+  });
+  frame({ t: 'ready', language: 'node', version: process.version });
+}

@@ -1,0 +1,284 @@
+//! An exec or run_code in a sandbox, as a process the API can list and kill, answered the
+//! way the caller asked:
+//!
+//! - **wait** (the default): one JSON answer when it finished;
+//! - **stream** (`Accept: application/x-ndjson` or `text/event-stream`): its output and
+//!   exit as they happen, then its record (see `crate::stream`);
+//! - **background** (`"background": true`): 201 with the process at once; its output is
+//!   kept for `GET /v1/sandboxes/{id}/processes/{pid}`.
+//!
+//! Whatever the mode, a stop by the chain before anything ran answers as a problem with its
+//! status, and an `ask` answers 202 with the approval id. A client that goes away cancels
+//! what it waited for or streamed (not a background process); so does a `DELETE` of the
+//! process. Each is one operation with one record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandboxio_core::ExecEvent;
+use sandboxio_gateway::{Outcome, Submission};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::answer;
+use crate::backend::{Run, Step};
+use crate::context::{OperationId, RequestCtx};
+use crate::error::ServerError;
+use crate::processes::{command_of, ProcState, Process};
+use crate::sessions::{Busy, Session};
+use crate::state::AppState;
+use crate::stream::{self, Format};
+
+/// How long a streamed or background start waits for the chain's first word (a denial, an
+/// ask, the first output) before it answers anyway.
+const FIRST_WORD: Duration = Duration::from_millis(250);
+/// A streamed answer's heartbeat while nothing else happens.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A client that takes none of a stream's messages for this long is cut off (and what it
+/// streamed is cancelled).
+pub const STALL: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Wait,
+    Stream(Format),
+    Background,
+}
+
+impl Mode {
+    pub fn of(headers: &axum::http::HeaderMap, background: bool) -> Mode {
+        if background {
+            return Mode::Background;
+        }
+        match Format::negotiate(headers) {
+            Some(f) => Mode::Stream(f),
+            None => Mode::Wait,
+        }
+    }
+}
+
+/// The JSON the request would have answered with, for a process's outcome.
+fn outcome_json(out: &Outcome, ctx: &RequestCtx) -> (ProcState, Value) {
+    if answer::ran(&out.record) {
+        let state = if out.result.as_ref().is_some_and(|r| r.cancelled.is_some()) {
+            ProcState::Cancelled
+        } else {
+            ProcState::Exited
+        };
+        let v = json!({
+            "record": out.record,
+            "result": out.result,
+            "output": out.tool_output,
+        });
+        (state, v)
+    } else {
+        let state = if out.record.status == sandboxio_core::OperationStatus::Cancelled {
+            ProcState::Cancelled
+        } else {
+            ProcState::Failed
+        };
+        (
+            state,
+            serde_json::to_value(answer::stopped(out, ctx)).unwrap_or_default(),
+        )
+    }
+}
+
+fn finish(proc: &Process, res: &Result<Box<Outcome>, ServerError>, ctx: &RequestCtx) {
+    match res {
+        Ok(out) => {
+            let (state, v) = outcome_json(out, ctx);
+            proc.finish(state, Some(out.record.operation_id.clone()), v);
+        }
+        Err(e) => proc.finish(
+            ProcState::Failed,
+            None,
+            serde_json::to_value(e.problem()).unwrap_or_default(),
+        ),
+    }
+}
+
+/// Starts `sub` in sandbox `s` as a process of `kind` and answers in `mode`.
+pub async fn launch(
+    st: &AppState,
+    s: &Arc<Session>,
+    sub: Submission,
+    kind: &'static str,
+    mode: Mode,
+    ctx: &RequestCtx,
+) -> Result<Response, ServerError> {
+    let busy = s.begin();
+    let command = command_of(&sub.op.args);
+    let events = mode != Mode::Wait;
+    let mut run = st.backend.start(sub, Some(s.cancel.clone()), events);
+    let proc = s
+        .processes
+        .add(kind, command, mode == Mode::Background, run.token.clone());
+    let first = if mode == Mode::Wait {
+        loop {
+            match run.next().await {
+                Step::Event(_) => continue,
+                other => break Some(other),
+            }
+        }
+    } else {
+        tokio::time::timeout(FIRST_WORD, run.next()).await.ok()
+    };
+    let first_event = match first {
+        Some(Step::Done(res)) => {
+            finish(&proc, &res, ctx);
+            if mode != Mode::Background {
+                s.processes.remove(&proc.id);
+            }
+            let out = res?;
+            if mode == Mode::Background && answer::ran(&out.record) {
+                return Ok(created(&proc, &out.record.operation_id));
+            }
+            if mode == Mode::Background {
+                s.processes.remove(&proc.id);
+            }
+            return Ok(answer::outcome(*out, ctx));
+        }
+        Some(Step::Asked(approval_id)) => {
+            s.processes.remove(&proc.id);
+            return Ok(answer::asked(&approval_id, ctx));
+        }
+        Some(Step::Event(ev)) => Some(ev),
+        None => None,
+    };
+    match mode {
+        Mode::Stream(format) => {
+            let (tx, res) = stream::response(
+                format,
+                &[
+                    ("sandboxio-process-id", proc.id.clone()),
+                    ("sandboxio-sandbox-id", s.id.clone()),
+                ],
+            );
+            let s = s.clone();
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                pump(run, first_event, tx, format, &proc, &s, &ctx, busy).await;
+                s.processes.remove(&proc.id);
+            });
+            Ok(res)
+        }
+        _ => {
+            if let Some(ev) = &first_event {
+                proc.take_event(ev);
+            }
+            let ctx = ctx.clone();
+            let p = proc.clone();
+            tokio::spawn(collect(run, p, ctx, busy));
+            Ok(created(&proc, ""))
+        }
+    }
+}
+
+fn created(proc: &Process, operation_id: &str) -> Response {
+    let mut res = (StatusCode::CREATED, Json(proc.view(true))).into_response();
+    if !operation_id.is_empty() {
+        res.extensions_mut()
+            .insert(OperationId(operation_id.to_string()));
+    }
+    res
+}
+
+/// A background process: keeps its output and its outcome.
+async fn collect(mut run: Run, proc: Arc<Process>, ctx: RequestCtx, _busy: Busy) {
+    loop {
+        match run.next().await {
+            Step::Event(ev) => proc.take_event(&ev),
+            Step::Done(res) => {
+                finish(&proc, &res, &ctx);
+                return;
+            }
+            Step::Asked(id) => {
+                // Only the first word can be an ask; should one come later, say so.
+                let p = answer::asked_problem(&id, &ctx);
+                proc.finish(
+                    ProcState::Failed,
+                    None,
+                    serde_json::to_value(p).unwrap_or_default(),
+                );
+                return;
+            }
+        }
+    }
+}
+
+async fn send(tx: &mpsc::Sender<Bytes>, b: Bytes) -> bool {
+    matches!(tokio::time::timeout(STALL, tx.send(b)).await, Ok(Ok(())))
+}
+
+/// A streamed process: every event to the client as it comes, heartbeats while idle, the
+/// record last. Returns early (dropping `run`, which cancels it) when the client is gone.
+#[allow(clippy::too_many_arguments)]
+async fn pump(
+    mut run: Run,
+    first: Option<ExecEvent>,
+    tx: mpsc::Sender<Bytes>,
+    format: Format,
+    proc: &Process,
+    s: &Session,
+    ctx: &RequestCtx,
+    _busy: Busy,
+) {
+    let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
+    if !send(&tx, format.frame(&start)).await {
+        return;
+    }
+    if let Some(ev) = first {
+        if !send(&tx, format.frame(&stream::event_message(&ev))).await {
+            return;
+        }
+    }
+    let mut beat = tokio::time::interval(HEARTBEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    loop {
+        tokio::select! {
+            step = run.next() => {
+                let last = match step {
+                    Step::Event(ev) => {
+                        if !send(&tx, format.frame(&stream::event_message(&ev))).await {
+                            return;
+                        }
+                        beat.reset();
+                        continue;
+                    }
+                    Step::Done(res) => {
+                        finish(proc, &res, ctx);
+                        match res {
+                            Ok(out) if answer::ran(&out.record) => {
+                                let rec = serde_json::to_value(&out.record).unwrap_or_default();
+                                let result = out.result.as_ref().and_then(|r| serde_json::to_value(r).ok());
+                                stream::result_message(&rec, result.as_ref())
+                            }
+                            Ok(out) => error_message(serde_json::to_value(answer::stopped(&out, ctx)).unwrap_or_default()),
+                            Err(e) => error_message(serde_json::to_value(e.problem()).unwrap_or_default()),
+                        }
+                    }
+                    Step::Asked(id) => {
+                        error_message(serde_json::to_value(answer::asked_problem(&id, ctx)).unwrap_or_default())
+                    }
+                };
+                let _ = send(&tx, format.frame(&last)).await;
+                return;
+            }
+            _ = beat.tick() => {
+                if !send(&tx, format.heartbeat()).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn error_message(problem: Value) -> Value {
+    json!({"type": "error", "problem": problem})
+}
