@@ -37,6 +37,12 @@ async def main(rounds: int, per_round: int) -> dict[str, float]:
                 # The same call's time inside Rust: the difference is what Python adds.
                 paired.append(seen - native.last_call_us)
             rs.extend(float(u) for u in await native.bench_run_code("1+1", per_round))
+        # The same pairing on an operation without a sandbox (a file write): less noise.
+        files: list[float] = []
+        for i in range(rounds * per_round):
+            t = time.perf_counter_ns()
+            await sbx.write_file("bench.txt", str(i))
+            files.append((time.perf_counter_ns() - t) / 1000 - native.last_call_us)
     p50_py, p50_rs = statistics.median(py), statistics.median(rs)
     return {
         "n_each": len(py),
@@ -48,6 +54,8 @@ async def main(rounds: int, per_round: int) -> dict[str, float]:
         "rust_p90_us": round(statistics.quantiles(rs, n=10)[8], 1),
         "paired_overhead_p50_us": round(statistics.median(paired), 1),
         "paired_overhead_p90_us": round(statistics.quantiles(paired, n=10)[8], 1),
+        "file_write_paired_overhead_p50_us": round(statistics.median(files), 1),
+        "file_write_paired_overhead_p90_us": round(statistics.quantiles(files, n=10)[8], 1),
     }
 
 
