@@ -75,7 +75,7 @@ const Charts = (() => {
       line("p99", colors.p99),
       dash("target p50", colors.target),
       dash("target p99", colors.threshold),
-    ], [{}, { label: "ms (log)" }], { x: { time: true }, y: { distr: 3 } });
+    ], [{}, { label: "ms (log)", size: 80 }], { x: { time: true }, y: { distr: 3 } });
     return {
       set(l) { c.set([l.t, l.p50, l.p99, l.t.map(() => l.target_p50_ms), l.t.map(() => l.target_p99_ms)]); },
     };
