@@ -249,3 +249,87 @@ async fn approvals_retries_and_budget_have_their_metrics() {
     assert_eq!(value(&points, t::M_BUDGET_SPENT, &[&scope]), Some(2.5));
     assert_eq!(value(&points, t::M_BUDGET_REMAINING, &[&scope]), Some(7.5));
 }
+
+/// Keeps what a tap is handed.
+#[derive(Debug, Default)]
+struct RecordingTap {
+    ops: std::sync::Mutex<Vec<sandboxio_audit::OperationObservation>>,
+    failures: std::sync::Mutex<Vec<(String, bool)>>,
+    redactions: std::sync::atomic::AtomicU64,
+}
+
+impl sandboxio_audit::MetricsTap for RecordingTap {
+    fn operation(&self, obs: &sandboxio_audit::OperationObservation) {
+        self.ops.lock().unwrap().push(obs.clone());
+    }
+    fn sink_failure(&self, sink: &str, timed_out: bool) {
+        self.failures
+            .lock()
+            .unwrap()
+            .push((sink.to_string(), timed_out));
+    }
+    fn redactions(&self, n: u64) {
+        self.redactions
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[tokio::test]
+async fn a_tap_sees_each_observation_the_meter_gets_once_and_redacted() {
+    meters();
+    let canary = "tap-canary-5c1e";
+    let tap = Arc::new(RecordingTap::default());
+    let a = Auditor::new(
+        AuditConfig::default()
+            .with_sinks(vec![Arc::new(FailingSink)])
+            .metrics_tap(Some(tap.clone())),
+        Arc::new(
+            Redactor::builder()
+                .secrets([Secret::new(canary)].iter())
+                .build()
+                .unwrap(),
+        ),
+    );
+    let mut ok = exec_record("t-1");
+    ok.event = "tap_exec".into();
+    ok.duration_ms = 42;
+    a.record(ok).await.unwrap();
+    let mut denied = exec_record("t-2");
+    denied.event = "tap_exec".into();
+    denied.status = OperationStatus::Denied;
+    denied.verdict = Verdict::Deny;
+    denied.layer = Layer::Policy;
+    denied.rules = vec![RuleRef {
+        id: "tap-rule".into(),
+        file: None,
+        line: None,
+    }];
+    denied.reason = format!("refused {canary}");
+    a.record(denied).await.unwrap();
+
+    let ops = tap.ops.lock().unwrap().clone();
+    assert_eq!(ops.len(), 2, "one observation per record");
+    assert_eq!((ops[0].event.as_str(), ops[0].status), ("tap_exec", "ok"));
+    assert_eq!(ops[0].duration, std::time::Duration::from_millis(42));
+    assert_eq!(ops[1].denied_at, Some(("policy", "tap-rule".to_string())));
+    assert!(
+        !ops[1].reason.contains(canary) && ops[1].reason.starts_with("refused "),
+        "the tap gets the redacted record: {}",
+        ops[1].reason
+    );
+    assert_eq!(
+        tap.failures.lock().unwrap().as_slice(),
+        &[
+            ("failing".to_string(), false),
+            ("failing".to_string(), false)
+        ]
+    );
+    assert!(tap.redactions.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    // The meter counted the same operations.
+    let points = collect();
+    let ev = format!("{}=tap_exec", sandboxio_audit::otel::SBX_EVENT);
+    for (status, n) in [("ok", 1.0), ("denied", 1.0)] {
+        let st = format!("{}={status}", t::SBX_STATUS);
+        assert_eq!(value(&points, t::M_OPERATIONS, &[&ev, &st]), Some(n));
+    }
+}

@@ -321,3 +321,29 @@ fn a_read_only_key_sees_the_dashboard_but_its_buttons_are_refused_and_recorded()
         snap["denials"]
     );
 }
+
+#[test]
+fn revoking_the_key_ends_its_dashboard_sessions() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "read");
+    let b = sign_in(&s, &key);
+    assert_eq!(b.get(&s, "/dashboard/api/snapshot").status(), 200);
+    let id = key.split('_').nth(1).unwrap();
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["keys", "revoke", id])
+        .arg("--state-dir")
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (st, p) = problem(b.get(&s, "/dashboard/api/snapshot"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (401, "SBX_E1840"));
+    let html = b.get(&s, "/").text().unwrap();
+    assert!(html.contains("id=\"signin\""), "back to the sign-in page");
+}
