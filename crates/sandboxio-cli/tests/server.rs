@@ -12,6 +12,8 @@ mod approvals;
 mod auth;
 #[path = "server/badinput.rs"]
 mod badinput;
+#[path = "server/contexts.rs"]
+mod contexts;
 #[path = "server/dashboard.rs"]
 mod dashboard;
 #[path = "server/harness.rs"]

@@ -5,7 +5,10 @@
 //! step, the run, is handed over.
 
 use sandboxio_core::{ExecRequest, ExecResult};
-use sandboxio_sandbox::{CancelToken, StreamIo};
+use sandboxio_sandbox::CancelToken;
+/// The live I/O an executor is handed (re-exported for front ends, which do not depend on
+/// the sandbox crate).
+pub use sandboxio_sandbox::StreamIo;
 
 /// Carries out one resolved request. `io.events` receives output as it happens (redacted by
 /// the gateway before the caller sees it); `cancel` ends the run early.

@@ -30,6 +30,7 @@ use crate::state::AppState;
     tags(
         (name = "sandboxes", description = "sandboxes as sessions with a workspace"),
         (name = "exec", description = "commands and code, one operation each"),
+        (name = "contexts", description = "stateful code contexts: a kernel keeps variables between calls"),
         (name = "files", description = "files of a sandbox's workspace"),
         (name = "approvals", description = "asks waiting for a person"),
         (name = "admin", description = "kill switch and costs"),

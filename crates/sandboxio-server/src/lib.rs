@@ -14,6 +14,7 @@ pub mod auth;
 pub mod backend;
 pub mod body;
 pub mod context;
+pub mod contexts;
 pub mod dashboard;
 pub mod error;
 pub mod launch;

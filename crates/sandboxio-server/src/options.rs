@@ -19,6 +19,8 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// On SIGTERM: how long running requests may finish before they are cancelled.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const MAX_SANDBOXES_PER_TENANT: usize = 32;
+/// Code contexts (kernels) one sandbox may hold.
+pub const MAX_CONTEXTS: usize = 4;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const LIFETIME: Duration = Duration::from_secs(3600);
 pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
@@ -63,6 +65,7 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_sandboxes_per_tenant: usize,
+    pub max_contexts: usize,
     pub idle_timeout: Duration,
     pub lifetime: Duration,
     pub max_lifetime: Duration,
@@ -86,6 +89,7 @@ impl ServeOptions {
             header_timeout: HEADER_TIMEOUT,
             shutdown_grace: SHUTDOWN_GRACE,
             max_sandboxes_per_tenant: MAX_SANDBOXES_PER_TENANT,
+            max_contexts: MAX_CONTEXTS,
             idle_timeout: IDLE_TIMEOUT,
             lifetime: LIFETIME,
             max_lifetime: MAX_LIFETIME,

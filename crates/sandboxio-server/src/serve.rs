@@ -187,6 +187,12 @@ pub async fn serve(
     }
     reaper.abort();
     let closed = state.sessions.close_all("the server shut down");
+    // Closing cancelled what still ran in them (background processes, context kernels):
+    // wait for their records before the runtime goes.
+    let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+    while state.backend.running() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tracing::info!(sandboxes = closed, "server stopped");
     Ok(())
 }

@@ -38,6 +38,8 @@ pub struct Session {
     pub cancel: CancelToken,
     /// What runs in it now (and background processes that ended, until read).
     pub processes: crate::processes::Processes,
+    /// Stateful code contexts (their kernels run as processes of kind `context`).
+    pub contexts: crate::contexts::Contexts,
 }
 
 /// Marks a session busy while an operation runs in it (the idle reaper leaves it alone).
@@ -167,6 +169,7 @@ impl Sessions {
             busy: AtomicUsize::new(0),
             cancel: CancelToken::new(),
             processes: crate::processes::Processes::default(),
+            contexts: crate::contexts::Contexts::default(),
         });
         map.insert(id, s.clone());
         Ok(s)

@@ -6,13 +6,24 @@
 // + JSON + newline, MARK = "\x1eSBXK" + $SBX_KERNEL_NONCE + " ". Anything else on stdout is
 // the cell's raw output.
 'use strict';
-const { Worker, isMainThread, parentPort } = require('worker_threads');
+const { Worker, isMainThread, parentPort, workerData } = require('worker_threads');
 const fs = require('fs');
 
 if (!isMainThread) {
   const buf = Buffer.alloc(65536);
   let pending = '';
   const nap = new Int32Array(new SharedArrayBuffer(4));
+  // busy[0] is 1 while the main thread runs a cell; busy[1] is the id of the last cell
+  // that ended. An interrupt is for the cell running or about to run: a SIGINT is sent
+  // while one runs, again until it ends (a signal can be missed), for at most 2 s.
+  const busy = new Int32Array(workerData);
+  let posted = 0;
+  const interrupt = () => {
+    for (let k = 0; k < 40 && Atomics.load(busy, 1) < posted; k++) {
+      if (Atomics.load(busy, 0) === 1) process.kill(process.pid, 'SIGINT');
+      Atomics.wait(busy, 0, Atomics.load(busy, 0), 50);
+    }
+  };
   for (;;) {
     let n;
     try {
@@ -29,8 +40,11 @@ if (!isMainThread) {
       pending = pending.slice(i + 1);
       let req;
       try { req = JSON.parse(line); } catch (_) { continue; }
-      if (req.op === 'interrupt') process.kill(process.pid, 'SIGINT');
-      else parentPort.postMessage(req);
+      if (req.op === 'interrupt') interrupt();
+      else {
+        if (Number.isInteger(req.id)) posted = Math.max(posted, req.id);
+        parentPort.postMessage(req);
+      }
     }
   }
 } else {
@@ -58,21 +72,39 @@ if (!isMainThread) {
   let closed = false;
   const errorOf = (e) => {
     if (e instanceof Error || (e && e.stack)) {
-      return { ename: e.name || 'Error', evalue: String(e.message), traceback: String(e.stack).split('\n').map((l) => l + '\n') };
+      // The kernel's own frames (from the vm call on) are not the cell's.
+      const lines = String(e.stack).split('\n');
+      const cut = lines.findIndex((l) => /^\s+at .*(node:vm|sigintHandlersWrap)/.test(l));
+      const tb = (cut > 0 ? lines.slice(0, cut) : lines).map((l) => l + '\n');
+      return { ename: e.name || 'Error', evalue: String(e.message), traceback: tb };
     }
     return { ename: 'Error', evalue: util.inspect(e), traceback: [] };
+  };
+  const shared = new SharedArrayBuffer(8);
+  const busy = new Int32Array(shared);
+  const settle = () => { Atomics.store(busy, 0, 0); Atomics.notify(busy, 0); };
+  const ended = (id) => {
+    if (Number.isInteger(id)) Atomics.store(busy, 1, id);
+    Atomics.notify(busy, 0);
   };
   async function run(req) {
     const t0 = cpu();
     let value = null;
     let error = null;
     try {
-      let v = vm.runInContext(req.code || '', ctx, { filename: '<cell>', breakOnSigint: true });
+      Atomics.store(busy, 0, 1);
+      let v;
+      try {
+        v = vm.runInContext(req.code || '', ctx, { filename: '<cell>', breakOnSigint: true });
+      } finally {
+        settle();
+      }
       if (v && typeof v.then === 'function') v = await v;
       if (v !== undefined) value = util.inspect(v).slice(0, VALUE_LIMIT);
     } catch (e) {
       error = errorOf(e);
     }
+    ended(req.id);
     frame({ t: 'done', id: req.id, value, rich: [], error, cpu_us: cpu() - t0 });
   }
   async function pump() {
@@ -82,11 +114,11 @@ if (!isMainThread) {
     running = false;
     if (closed) process.exit(0);
   }
-  const w = new Worker(__filename);
+  const w = new Worker(__filename, { workerData: shared });
   w.on('message', (req) => {
     if (req === null) { closed = true; if (!running) process.exit(0); return; }
     queue.push(req);
     pump();
   });
-  frame({ t: 'ready', language: 'node', version: process.version });
+  w.on('online', () => frame({ t: 'ready', language: 'node', version: process.version }));
 }

@@ -49,7 +49,9 @@ class Stream(io.TextIOBase):
 sys.stdout = Stream("stdout")
 sys.stderr = Stream("stderr")
 requests = queue.Queue()
-state = {"busy": False}
+# busy: a cell runs now; pending: cells asked for and not ended (an interrupt that comes
+# before its cell started still stops it).
+state = {"busy": False, "pending": 0, "stop_next": False}
 
 
 def reader():
@@ -61,7 +63,10 @@ def reader():
         if req.get("op") == "interrupt":
             if state["busy"]:
                 _thread.interrupt_main()
+            elif state["pending"] > 0:
+                state["stop_next"] = True
         else:
+            state["pending"] += 1
             requests.put(req)
     requests.put(None)
 
@@ -113,6 +118,9 @@ def run(ns, req):
     value, rich, error = None, [], None
     state["busy"] = True
     try:
+        if state["stop_next"]:
+            state["stop_next"] = False
+            raise KeyboardInterrupt
         tree = ast.parse(req.get("code", ""), "<cell>", "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -131,6 +139,7 @@ def run(ns, req):
         error = {"ename": type(e).__name__, "evalue": str(e), "traceback": tb}
     finally:
         state["busy"] = False
+        state["pending"] -= 1
     frame({"t": "done", "id": req.get("id"), "value": value, "rich": rich,
            "error": error, "cpu_us": cpu_us() - t0})
 

@@ -14,6 +14,7 @@ use crate::state::AppState;
 pub mod admin;
 pub mod approvals;
 pub mod audit;
+pub mod contexts;
 pub mod exec;
 pub mod files;
 pub mod health;
@@ -27,6 +28,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(sandboxes::routes())
         .merge(exec::routes())
         .merge(processes::routes())
+        .merge(contexts::routes())
         .merge(ws::routes())
         .merge(files::routes())
         .merge(approvals::routes())

@@ -1,0 +1,211 @@
+//! Stateful code contexts against the real server: a kernel keeps variables between calls,
+//! each call is one run_code operation with one record, errors carry a traceback, output
+//! streams, a cell can be interrupted and a context restarted.
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::Server;
+
+fn context(s: &Server, key: &str, id: &str, language: &str) -> String {
+    let r = s.post(
+        key,
+        &format!("/v1/sandboxes/{id}/contexts"),
+        &json!({ "language": language }),
+    );
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["state"], "ready");
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn call(s: &Server, key: &str, id: &str, cid: &str, code: &str) -> Value {
+    let r = s.post(
+        key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &json!({ "code": code }),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    r.json().unwrap()
+}
+
+#[test]
+fn a_python_context_keeps_variables_and_each_call_is_one_record() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let a = call(&s, &key, &id, &cid, "x = 1\nprint('set')");
+    assert_eq!(a["result"]["stdout"], "set\n");
+    assert!(a["output"]["value"].is_null());
+    let b = call(&s, &key, &id, &cid, "x + 1");
+    assert_eq!(b["output"]["value"], "2", "{b}");
+    assert_eq!(b["record"]["event"], "run_code");
+    assert_eq!(b["record"]["status"], "ok");
+    // An error: its name, its message and a traceback that starts in the cell.
+    let e = call(&s, &key, &id, &cid, "def f():\n    return 1/0\nf()");
+    let err = &e["output"]["error"];
+    assert_eq!(err["ename"], "ZeroDivisionError", "{e}");
+    let tb = err["traceback"].to_string();
+    assert!(tb.contains("<cell>") && tb.contains("in f"), "{tb}");
+    assert_eq!(e["record"]["exit_code"], 1);
+    // Still alive after an error, variables kept.
+    assert_eq!(call(&s, &key, &id, &cid, "x * 10")["output"]["value"], "10");
+    // One record per call, with the code's hash, and the call ids are the records'.
+    let ops: Vec<String> = [&a, &b, &e]
+        .iter()
+        .map(|v| v["record"]["operation_id"].as_str().unwrap().to_string())
+        .collect();
+    let trail = s.audit();
+    for op in &ops {
+        assert_eq!(
+            trail
+                .iter()
+                .filter(|r| r["operation_id"] == op.as_str())
+                .count(),
+            1,
+            "{op}"
+        );
+    }
+    // Listed, with its kernel among the sandbox's processes.
+    let l: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/contexts"))
+        .json()
+        .unwrap();
+    let pid = l["contexts"][0]["process_id"].as_str().unwrap().to_string();
+    let p: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/processes"))
+        .json()
+        .unwrap();
+    assert!(p.to_string().contains(&pid), "{p}");
+}
+
+#[test]
+fn a_node_context_keeps_variables_between_calls() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "node");
+    let a = call(&s, &key, &id, &cid, "let x = 1; console.log('set', {a: 1})");
+    assert_eq!(a["result"]["stdout"], "set { a: 1 }\n", "{a}");
+    assert_eq!(call(&s, &key, &id, &cid, "x + 1")["output"]["value"], "2");
+    let e = call(&s, &key, &id, &cid, "null.y");
+    assert_eq!(e["output"]["error"]["ename"], "TypeError", "{e}");
+    assert_eq!(
+        call(&s, &key, &id, &cid, "typeof x")["output"]["value"],
+        "'number'"
+    );
+}
+
+#[test]
+fn a_context_call_streams_and_a_cell_is_interrupted_with_its_variables_kept() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    call(&s, &key, &id, &cid, "kept = 42");
+    let r = s
+        .client
+        .post(s.url(&format!("/v1/sandboxes/{id}/contexts/{cid}/run")))
+        .bearer_auth(&key)
+        .header("accept", "application/x-ndjson")
+        .json(&json!({"code": "import time\nprint('looping', flush=True)\nwhile True: time.sleep(0.01)"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut lines = BufReader::new(r);
+    let mut line = String::new();
+    // The first output arrives while the cell still runs (it never ends by itself).
+    loop {
+        line.clear();
+        assert!(lines.read_line(&mut line).unwrap() > 0);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["type"] == "stdout" {
+            assert_eq!(v["data"], "looping\n");
+            break;
+        }
+    }
+    let i = crate::harness::client()
+        .post(s.url(&format!("/v1/sandboxes/{id}/contexts/{cid}/interrupt")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(i.status(), 204);
+    let mut last = Value::Null;
+    loop {
+        line.clear();
+        if lines.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        last = serde_json::from_str(&line).unwrap();
+    }
+    assert_eq!(last["type"], "result", "{last}");
+    assert_eq!(last["record"]["exit_code"], 1);
+    assert_eq!(call(&s, &key, &id, &cid, "kept")["output"]["value"], "42");
+
+    // Restart: a new kernel, the variables are gone.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/restart"),
+        &json!({}),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let e = call(&s, &key, &id, &cid, "kept");
+    assert_eq!(e["output"]["error"]["ename"], "NameError", "{e}");
+    // Deleted: its kernel ends and calls are 404.
+    assert_eq!(
+        s.delete(&key, &format!("/v1/sandboxes/{id}/contexts/{cid}"))
+            .status(),
+        204
+    );
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &json!({"code": "1"}),
+    );
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn a_call_past_its_timeout_is_interrupted_and_a_figure_comes_back_as_png_when_matplotlib_is_there()
+{
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &json!({"code": "import time\nwhile True: time.sleep(0.01)", "timeout": "1s"}),
+    );
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["result"]["timed_out"], true, "{v}");
+    assert_eq!(v["output"]["error"]["ename"], "KeyboardInterrupt");
+    let has_mpl = std::process::Command::new("python3")
+        .args(["-c", "import matplotlib"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has_mpl {
+        eprintln!("skipped the matplotlib part: python3 on this host has no matplotlib");
+        return;
+    }
+    let v = call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nNone",
+    );
+    let rich = v["output"]["rich"].as_array().unwrap();
+    assert_eq!(rich[0]["mime"], "image/png", "{v}");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(rich[0]["data"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let _ = Duration::ZERO;
+}

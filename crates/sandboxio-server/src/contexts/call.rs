@@ -1,0 +1,222 @@
+//! One call to a context: the gateway's [`Executor`] for a `run_code` operation that its
+//! kernel carries out. The code sent is the request's own (as resolved and fingerprinted by
+//! the chain); output is streamed as events while the cell runs; a cancel or the call's
+//! timeout interrupts the cell, and a kernel that does not stop within a grace is killed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandboxio_core::{
+    Enforcement, ExecEvent, ExecRequest, ExecResult, ExitStatus, OutputStream, Usage,
+};
+use sandboxio_gateway::executor::StreamIo;
+use sandboxio_gateway::executor::{Executor, Unrunnable};
+use sandboxio_gateway::CancelToken;
+use serde_json::{json, Value};
+
+use super::kernel::{KMsg, Kernel};
+
+/// After an interrupt, how long the cell has to stop before the kernel is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
+pub struct Call {
+    pub kernel: Arc<Kernel>,
+    pub context_id: String,
+    pub sandbox_id: String,
+    pub tier: sandboxio_core::IsolationTier,
+}
+
+fn gone(why: String) -> Unrunnable {
+    Unrunnable {
+        code: super::CONTEXT_GONE,
+        message: why,
+    }
+}
+
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    events: Option<tokio::sync::mpsc::Sender<ExecEvent>>,
+    started: Instant,
+}
+
+impl Collected {
+    fn elapsed_us(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    async fn out(&mut self, stream: OutputStream, data: Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
+        match stream {
+            OutputStream::Stdout => self.stdout.extend_from_slice(&data),
+            OutputStream::Stderr => self.stderr.extend_from_slice(&data),
+        }
+        if let Some(tx) = &self.events {
+            let ev = ExecEvent::Output {
+                stream,
+                data,
+                elapsed_us: self.elapsed_us(),
+            };
+            if tx.send(ev).await.is_err() {
+                self.events = None;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for Call {
+    async fn run(
+        &self,
+        req: &ExecRequest,
+        io: StreamIo,
+        cancel: CancelToken,
+    ) -> Result<(ExecResult, Option<Value>), Unrunnable> {
+        let code = req
+            .files
+            .values()
+            .next()
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .unwrap_or_default();
+        let k = &self.kernel;
+        // One call at a time per context: the next waits here.
+        let mut rx = k.out.lock().await;
+        if !k.alive() {
+            return Err(gone(
+                "the code context's kernel has ended; restart the context".into(),
+            ));
+        }
+        // Whatever an earlier, abandoned call left behind is not this call's.
+        while let Ok(m) = rx.try_recv() {
+            if let KMsg::Gone(p) = m {
+                k.mark_dead();
+                return Err(gone(p.detail));
+            }
+        }
+        let id = k.next_id();
+        if !k.send(&json!({"op": "exec", "id": id, "code": code})).await {
+            k.mark_dead();
+            return Err(gone("the code context's kernel no longer reads".into()));
+        }
+        let mut c = Collected {
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            events: io.events,
+            started: Instant::now(),
+        };
+        let deadline = tokio::time::sleep(req.limits.timeout);
+        tokio::pin!(deadline);
+        let mut stopping: Option<tokio::time::Instant> = None;
+        let mut timed_out = false;
+        let mut cancelled: Option<String> = None;
+        let done: Option<Value> = loop {
+            let grace = async {
+                match stopping {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(KMsg::Stdout(b)) => c.out(OutputStream::Stdout, b).await,
+                    Some(KMsg::Stderr(b)) => c.out(OutputStream::Stderr, b).await,
+                    Some(KMsg::Frame(v)) => match v["t"].as_str() {
+                        Some("stdout") => c.out(OutputStream::Stdout, text(&v)).await,
+                        Some("stderr") => c.out(OutputStream::Stderr, text(&v)).await,
+                        Some("done") if v["id"].as_i64() == Some(id) => break Some(v),
+                        _ => {}
+                    },
+                    Some(KMsg::Gone(p)) => {
+                        k.mark_dead();
+                        return Err(gone(p.detail));
+                    }
+                    Some(KMsg::Asked(_)) | None => {
+                        k.mark_dead();
+                        return Err(gone("the code context's kernel has ended".into()));
+                    }
+                },
+                why = cancel.cancelled(), if stopping.is_none() => {
+                    cancelled = Some(why);
+                    k.send(&json!({"op": "interrupt"})).await;
+                    stopping = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                }
+                _ = &mut deadline, if stopping.is_none() => {
+                    timed_out = true;
+                    k.send(&json!({"op": "interrupt"})).await;
+                    stopping = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                }
+                _ = grace => {
+                    k.kill("a cell did not stop when interrupted");
+                    break None;
+                }
+            }
+        };
+        let (exit, structured, cpu_us) = match &done {
+            Some(v) => {
+                let failed = !v["error"].is_null();
+                let exit = ExitStatus::Code(i32::from(failed));
+                let s = json!({
+                    "context_id": self.context_id,
+                    "value": v["value"],
+                    "rich": v["rich"],
+                    "error": v["error"],
+                });
+                (exit, Some(s), v["cpu_us"].as_u64())
+            }
+            None => (
+                ExitStatus::Signal(9),
+                Some(
+                    json!({"context_id": self.context_id, "value": null, "rich": [],
+                    "error": {"ename": "KernelKilled", "evalue": "the cell did not stop when interrupted; the context was ended", "traceback": []}}),
+                ),
+                None,
+            ),
+        };
+        if let Some(tx) = &c.events {
+            let _ = tx
+                .send(ExecEvent::Exit {
+                    exit,
+                    elapsed_us: c.elapsed_us(),
+                })
+                .await;
+        }
+        let duration_ms = u64::try_from(c.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let result = ExecResult {
+            sandbox_id: self.sandbox_id.clone(),
+            exit,
+            stdout_bytes: c.stdout.len() as u64,
+            stderr_bytes: c.stderr.len() as u64,
+            stdout: c.stdout,
+            stderr: c.stderr,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            timed_out,
+            oom_killed: false,
+            cancelled,
+            duration_ms,
+            usage: Usage {
+                cpu_time_ms: cpu_us.map(|u| u / 1000),
+                peak_memory_bytes: None,
+            },
+            enforcement: Enforcement {
+                tier: Some(self.tier),
+                gaps: vec![format!(
+                    "run by the kernel of code context {}, started under this tier",
+                    self.context_id
+                )],
+                ..Enforcement::default()
+            },
+            output_dir: None,
+            workspace: None,
+            meter: None,
+            network_denials: 0,
+        };
+        Ok((result, structured))
+    }
+}
+
+fn text(v: &Value) -> Vec<u8> {
+    v["d"].as_str().unwrap_or("").as_bytes().to_vec()
+}
