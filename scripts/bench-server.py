@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Time to interactive and exec round trip against a running `sandboxio serve` (TCP).
 
-Usage: bench-server.py BASE_URL API_KEY [TIER]
+Usage: bench-server.py BASE_URL API_KEY [TIER [SERVER_PID]]
 Prints one JSON object: sequential time to interactive (create, then `node -v` done) p50/p95,
-a burst of 100 concurrent creates + `node -v` (median, p95), and the exec round trip of
-`true` minus the sandbox's own duration (what HTTP, the server and the gateway add).
+a burst of 100 concurrent creates + `node -v` (median, p95), the exec round trip of `true`
+minus the sandbox's own duration (what HTTP, the server and the gateway add), a Python code
+context's call round trip beside a fresh `run_code`, and the bounded load test: 100
+sandboxes at once, 20 commands each, errors counted, the server's memory (VmRSS before,
+VmHWM after) when its pid is given.
 """
 import json
 import statistics
@@ -15,6 +18,74 @@ import urllib.request
 
 BASE, KEY = sys.argv[1], sys.argv[2]
 TIER = sys.argv[3] if len(sys.argv) > 3 else "namespace"
+PID = sys.argv[4] if len(sys.argv) > 4 else None
+
+
+def mem_kib(field):
+    if PID is None:
+        return None
+    with open(f"/proc/{PID}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def load(sandboxes=100, commands=20):
+    """100 sandboxes at once, each running 20 commands; every error is counted."""
+    errors, done = [], [0]
+    lock = threading.Lock()
+
+    def one(i):
+        try:
+            st, sbx = call("POST", "/v1/sandboxes", {"tier": TIER})
+            assert st == 201, sbx
+            for j in range(commands):
+                st, out = call("POST", f"/v1/sandboxes/{sbx['id']}/exec",
+                               {"argv": ["sh", "-c", f"echo {i}-{j}"]})
+                assert st == 200 and out["result"]["stdout"] == f"{i}-{j}\n", out
+                with lock:
+                    done[0] += 1
+            call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        except Exception as e:  # counted, reported
+            with lock:
+                errors.append(str(e)[:200])
+
+    rss0 = mem_kib("VmRSS")
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(sandboxes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"sandboxes": sandboxes, "commands_each": commands, "commands_ok": done[0],
+            "errors": len(errors), "first_errors": errors[:3],
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "server_vmrss_before_kib": rss0, "server_vmhwm_after_kib": mem_kib("VmHWM")}
+
+
+def contexts(n=30):
+    """A Python context's call (kernel already running) beside a fresh run_code."""
+    st, sbx = call("POST", "/v1/sandboxes", {"tier": TIER})
+    sid = sbx["id"]
+    st, ctx = call("POST", f"/v1/sandboxes/{sid}/contexts", {"language": "python"})
+    if st != 201:
+        return {"error": ctx}
+    cid = ctx["id"]
+    call("POST", f"/v1/sandboxes/{sid}/contexts/{cid}/run", {"code": "x = 1"})
+    ctx_ms, fresh_ms = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        st, out = call("POST", f"/v1/sandboxes/{sid}/contexts/{cid}/run", {"code": "x + 1"})
+        ctx_ms.append((time.perf_counter() - t0) * 1000)
+        assert out["output"]["value"] == "2", out
+        t0 = time.perf_counter()
+        st, out = call("POST", f"/v1/sandboxes/{sid}/run_code",
+                       {"language": "python", "code": "print(1 + 1)"})
+        fresh_ms.append((time.perf_counter() - t0) * 1000)
+    call("DELETE", f"/v1/sandboxes/{sid}")
+    return {"context_call_p50_ms": round(statistics.median(ctx_ms), 1),
+            "fresh_run_code_p50_ms": round(statistics.median(fresh_ms), 1)}
 
 
 def call(method, path, body=None):
@@ -78,6 +149,8 @@ def main():
         rtt.append(took)
         overhead.append(took - out["result"]["duration_ms"])
     call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+    ctx = contexts()
+    ld = load()
     print(json.dumps({
         "tier": TIER,
         "tti_sequential_ms": {"n": len(seq), "p50": round(statistics.median(seq), 1), "p95": round(pct(seq, 95), 1)},
@@ -88,6 +161,8 @@ def main():
         "exec_overhead_ms": {"note": "client round trip minus the sandbox's duration_ms (whole ms)",
                              "p50": round(statistics.median(overhead), 2), "p95": round(pct(overhead, 95), 2)},
         "first_errors": errors[:3],
+        "contexts": ctx,
+        "load_100x20": ld,
     }, indent=2))
 
 

@@ -30,4 +30,4 @@ KEY=$("$B" keys create --state-dir "$D/state" --config "$D/config.toml" --tenant
 PID=$!
 for _ in $(seq 100); do [ -s "$D/out" ] && break; sleep 0.1; done
 ADDR=$(awk '{print $NF}' "$D/out")
-python3 scripts/bench-server.py "http://$ADDR" "$KEY" "$TIER"
+python3 scripts/bench-server.py "http://$ADDR" "$KEY" "$TIER" "$PID"
