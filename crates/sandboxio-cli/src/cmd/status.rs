@@ -3,7 +3,8 @@
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use sandboxio_budget::{RateLimitRule, Summary};
+use sandboxio_budget::{RateLimitRule, ReserveRequest, ScopeKey, Summary};
+use sandboxio_core::CostCategory;
 use sandboxio_gateway::store::{Approval, ApprovalState, KillState, RateUsage, Store};
 use serde::Serialize;
 
@@ -12,8 +13,8 @@ use crate::exit;
 use crate::out::outln;
 use crate::setup;
 
-/// Budgets are cumulative today: a ceiling covers all spend since the ledger began.
-const BUDGET_WINDOW: &str = "lifetime (no reset)";
+/// The window of a scope without one: all spend since the ledger began.
+const LIFETIME: &str = "lifetime";
 
 #[derive(Debug, Serialize)]
 struct Status {
@@ -26,7 +27,8 @@ struct Status {
 
 #[derive(Debug, Serialize)]
 struct Budget {
-    window: &'static str,
+    /// `lifetime`, or the current calendar window (`day:2026-12-01`).
+    window: String,
     #[serde(flatten)]
     summary: Summary,
 }
@@ -60,10 +62,13 @@ pub fn status(common: &Common, tenant: &str) -> Result<i32> {
     let now = Utc::now();
     store.expire_approvals(now)?;
     let budgets = store
-        .budget_summary(&cfg.budget, &setup::scopes_for(tenant))?
+        .budget_summary(&cfg.budget, &scopes(&cfg.budget, tenant, now))?
         .into_iter()
         .map(|summary| Budget {
-            window: BUDGET_WINDOW,
+            window: match &summary.scope {
+                ScopeKey::Window { window, .. } => window.clone(),
+                _ => LIFETIME.to_string(),
+            },
             summary,
         })
         .collect();
@@ -84,6 +89,30 @@ pub fn status(common: &Common, tenant: &str) -> Result<i32> {
         render(&s)?;
     }
     Ok(exit::OK)
+}
+
+/// The scopes a request of `tenant` made now would be charged to, in every cost category:
+/// global, the tenant, the category scopes some ceiling names, and the current window of
+/// every windowed ceiling that applies.
+fn scopes(cfg: &sandboxio_budget::BudgetConfig, tenant: &str, now: DateTime<Utc>) -> Vec<ScopeKey> {
+    let mut v: Vec<ScopeKey> = setup::scopes_for(tenant);
+    for category in CostCategory::ALL {
+        let req = ReserveRequest {
+            id: String::new(),
+            tenant: tenant.to_string(),
+            session: None,
+            category,
+            estimate: None,
+            agent: None,
+            at: Some(now),
+        };
+        for k in req.scopes_in(cfg) {
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+    }
+    v
 }
 
 fn headroom(
@@ -147,7 +176,7 @@ fn render(s: &Status) -> Result<()> {
             a.reason
         )?;
     }
-    outln!("budgets (window: {BUDGET_WINDOW}):")?;
+    outln!("budgets:")?;
     for b in &s.budgets {
         let ceiling = b
             .summary
@@ -159,9 +188,21 @@ fn render(s: &Status) -> Result<()> {
             .remaining
             .map(|r| r.to_string())
             .unwrap_or_else(|| "-".into());
+        let closed = b
+            .summary
+            .closed
+            .as_ref()
+            .map(|why| {
+                format!(
+                    "; CLOSED ({why}; reopen: sandboxio budget --reopen {})",
+                    b.summary.scope
+                )
+            })
+            .unwrap_or_default();
         outln!(
-            "  {}: spent {} {}, reserved {}, {ceiling}, remaining {remaining}",
-            b.summary.scope,
+            "  {} (window {}): spent {} {}, reserved {}, {ceiling}, remaining {remaining}{closed}",
+            b.summary.scope.base(),
+            b.window,
             b.summary.total,
             b.summary.currency,
             b.summary.reserved

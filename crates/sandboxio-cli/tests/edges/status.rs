@@ -51,5 +51,69 @@ fn status_shows_kill_switch_budgets_and_rate_limit_headroom() {
     assert!(out.contains("kill switch: ENGAGED"), "{out}");
     assert!(out.contains("status test"), "{out}");
     assert!(out.contains("1 used, 2 left"), "{out}");
-    assert!(out.contains("window:"), "{out}");
+    assert!(out.contains("(window lifetime)"), "{out}");
+}
+
+/// Each ceiling is shown with its window: a tenant's daily ceiling as the scope of today,
+/// with what the runs of today spent and what remains of it.
+#[test]
+fn status_shows_each_ceiling_with_its_window_spent_reserved_and_remaining() {
+    let env = Env::new("status-window", "process");
+    let cfg = env.write_config(
+        "windows.toml",
+        "[budget]\nper_tenant = \"50\"\n\n[[budget.ceiling]]\nscope = \"tenant\"\namount = \"2.00\"\nwindow = \"day\"\n\n[budget.rate_card]\nper_call = \"0.25\"\n",
+    );
+    let ok = run(env.run_cmd(Some(&cfg), &["--tenant", "acme"], &["true"]));
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    let o = run(env
+        .cmd("status", Some(&cfg))
+        .args(["--json", "--tenant", "acme"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let today = format!("day:{}", chrono::Utc::now().format("%Y-%m-%d"));
+    let budgets = v["budgets"].as_array().unwrap();
+    let daily = budgets
+        .iter()
+        .find(|b| b["window"] == today.as_str())
+        .unwrap_or_else(|| panic!("no daily ceiling for today in {v}"));
+    assert_eq!(daily["scope"], format!("tenant:acme@{today}"), "{v}");
+    let money = |v: &serde_json::Value| {
+        v.as_str()
+            .unwrap()
+            .parse::<sandboxio_core::Money>()
+            .unwrap()
+    };
+    assert_eq!(money(&daily["ceiling"]), money(&"2.00".into()), "{v}");
+    let spent: sandboxio_core::Money = daily["total"].as_str().unwrap().parse().unwrap();
+    let remaining: sandboxio_core::Money = daily["remaining"].as_str().unwrap().parse().unwrap();
+    assert!(
+        spent >= "0.25".parse().unwrap(),
+        "the run's charge is missing: {v}"
+    );
+    assert_eq!(
+        remaining,
+        "2.00"
+            .parse::<sandboxio_core::Money>()
+            .unwrap()
+            .checked_sub(spent)
+            .unwrap(),
+        "{v}"
+    );
+    assert_eq!(
+        money(&daily["reserved"]),
+        sandboxio_core::Money::ZERO,
+        "{v}"
+    );
+    let lifetime = budgets
+        .iter()
+        .find(|b| b["scope"] == "tenant:acme")
+        .unwrap_or_else(|| panic!("no lifetime tenant scope in {v}"));
+    assert_eq!(lifetime["window"], "lifetime");
+    assert_eq!(money(&lifetime["ceiling"]), money(&"50".into()));
+    let o = run(env.cmd("status", Some(&cfg)).args(["--tenant", "acme"]));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(&format!("tenant:acme (window {today})")),
+        "{out}"
+    );
 }
