@@ -38,7 +38,8 @@ pub struct BudgetConfig {
     /// Ceilings for named tenants (override `per_tenant`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tenants: BTreeMap<String, Money>,
-    /// `[[budget.ceiling]]`: ceilings on any scope, over a calendar window or a lifetime.
+    /// `[[budget.ceiling]]`: ceilings on any scope, over a calendar or rolling window or a
+    /// lifetime.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ceiling: Vec<CeilingRule>,
     /// Fraction of a ceiling whose crossing emits one warning (0 < f <= 1).
@@ -71,7 +72,8 @@ pub enum ScopeKind {
 /// [[budget.ceiling]]
 /// scope = "tenant"
 /// amount = "1.00"
-/// window = "day"      # lifetime (default), day, week or month: UTC calendar windows
+/// window = "day"      # lifetime (default); day, week or month (UTC calendar windows);
+///                     # or rolling:<duration>, e.g. rolling:24h (the last 24 hours)
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

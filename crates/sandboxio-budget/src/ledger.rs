@@ -156,9 +156,86 @@ pub struct ScopeState {
     /// Closed by an overrun: every reservation is refused until an operator reopens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed: Option<String>,
+    /// Rolling windows only: the charges still in `spent`, by time bucket (see
+    /// [`crate::window`]), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub charges: Vec<Charge>,
+}
+
+/// Charges of one category in one time bucket of a rolling window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    /// Start of the bucket, Unix milliseconds.
+    pub bucket_ms: i64,
+    pub category: CostCategory,
+    pub amount: Money,
+}
+
+/// The rolling window of a scope key, if it names one.
+fn rolling_of(key: &ScopeKey) -> Option<crate::window::Window> {
+    match key {
+        ScopeKey::Window { window, .. } => {
+            crate::window::Window::of_id(window).filter(|w| w.rolling_ms().is_some())
+        }
+        _ => None,
+    }
 }
 
 impl ScopeState {
+    /// Rolling windows: drops from `spent` every bucket that lies entirely before
+    /// `now_ms - window`. Other windows: nothing.
+    pub fn expire(
+        &mut self,
+        window: crate::window::Window,
+        now_ms: i64,
+    ) -> Result<(), BudgetError> {
+        let (Some(len), Some(bucket)) = (window.rolling_ms(), window.bucket_ms()) else {
+            return Ok(());
+        };
+        let horizon = now_ms.saturating_sub(len);
+        while let Some(c) = self.charges.first() {
+            if c.bucket_ms.saturating_add(bucket) > horizon {
+                break;
+            }
+            let c = self.charges.remove(0);
+            let e = self.spent.entry(c.category).or_insert(Money::ZERO);
+            *e = e.checked_sub(c.amount)?.clamp_non_negative();
+        }
+        Ok(())
+    }
+
+    /// Rolling windows: adds a charge to its bucket (the reservation's time, `at_ms`).
+    fn add_charge(
+        &mut self,
+        window: crate::window::Window,
+        at_ms: i64,
+        category: CostCategory,
+        amount: Money,
+    ) -> Result<(), BudgetError> {
+        let Some(bucket) = window.bucket_ms() else {
+            return Ok(());
+        };
+        let start = at_ms - at_ms.rem_euclid(bucket);
+        if let Some(c) = self
+            .charges
+            .iter_mut()
+            .find(|c| c.bucket_ms == start && c.category == category)
+        {
+            c.amount = c.amount.checked_add(amount)?;
+            return Ok(());
+        }
+        let pos = self.charges.partition_point(|c| c.bucket_ms <= start);
+        self.charges.insert(
+            pos,
+            Charge {
+                bucket_ms: start,
+                category,
+                amount,
+            },
+        );
+        Ok(())
+    }
+
     pub fn spent_total(&self) -> Result<Money, BudgetError> {
         self.spent
             .values()
@@ -174,6 +251,9 @@ pub struct Reservation {
     pub scopes: Vec<ScopeKey>,
     pub category: CostCategory,
     pub amount: Money,
+    /// When it was made (Unix ms): its charge counts in rolling windows from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<i64>,
 }
 
 /// What to reserve, for whom.
@@ -368,9 +448,13 @@ impl BudgetState {
             });
         }
         let scopes = req.scopes_in(cfg);
+        let at_ms = req.at.unwrap_or_else(chrono::Utc::now).timestamp_millis();
         let mut updated = Vec::with_capacity(scopes.len());
         for key in &scopes {
             let mut st = self.scope(key);
+            if let Some(w) = rolling_of(key) {
+                st.expire(w, at_ms).map_err(|_| overflow_denial())?;
+            }
             let spent = st.spent_total().map_err(|_| overflow_denial())?;
             let reserved = st
                 .reserved
@@ -409,6 +493,7 @@ impl BudgetState {
             scopes,
             category: req.category,
             amount,
+            at_ms: Some(at_ms),
         };
         self.reservations.insert(r.id.clone(), r.clone());
         Ok(r)
@@ -448,6 +533,9 @@ impl BudgetState {
             }
             let cat = st.spent.entry(r.category).or_insert(Money::ZERO);
             *cat = cat.checked_add(charged)?;
+            if let (Some(w), Some(at)) = (rolling_of(key), r.at_ms) {
+                st.add_charge(w, at, r.category, charged)?;
+            }
             if !overrun.is_zero() {
                 st.overrun = st.overrun.checked_add(overrun)?;
                 st.closed = Some(format!(
@@ -523,9 +611,32 @@ impl BudgetState {
         Ok(r.amount)
     }
 
-    /// Spend of one scope by category, total, reserved and remaining.
+    /// Spend of one scope by category, total, reserved and remaining (a rolling window as
+    /// it was when its state was last written; see [`BudgetState::summary_at`]).
     pub fn summary(&self, cfg: &BudgetConfig, key: &ScopeKey) -> Result<Summary, BudgetError> {
-        let st = self.scope(key);
+        self.summary_of(cfg, key, self.scope(key))
+    }
+
+    /// [`BudgetState::summary`] at `now`: a rolling window without the charges that left it.
+    pub fn summary_at(
+        &self,
+        cfg: &BudgetConfig,
+        key: &ScopeKey,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Summary, BudgetError> {
+        let mut st = self.scope(key);
+        if let Some(w) = rolling_of(key) {
+            st.expire(w, now.timestamp_millis())?;
+        }
+        self.summary_of(cfg, key, st)
+    }
+
+    fn summary_of(
+        &self,
+        cfg: &BudgetConfig,
+        key: &ScopeKey,
+        st: ScopeState,
+    ) -> Result<Summary, BudgetError> {
         let mut by_category = BTreeMap::new();
         for c in CostCategory::ALL {
             by_category.insert(c, st.spent.get(&c).copied().unwrap_or(Money::ZERO));

@@ -1,9 +1,17 @@
 //! Budget windows: a ceiling applies to the spend of one UTC calendar day, ISO week or
-//! month, or to all spend ever (`lifetime`, the default).
+//! month, to the spend of the last N hours (`rolling:24h`), or to all spend ever
+//! (`lifetime`, the default).
 //!
-//! A windowed ceiling is kept as its own scope whose key names the window
+//! A calendar-windowed ceiling is kept as its own scope whose key names the window
 //! (`tenant:acme@day:2026-12-01`): a new window starts from zero without anyone resetting
 //! anything, and a reservation made in one window settles into that same window.
+//!
+//! A rolling window is one scope (`tenant:acme@rolling:86400s`) whose charges are kept in
+//! 60 time buckets per window ([`Window::bucket_ms`]), stamped with the time their
+//! reservation was made. A bucket leaves the spend once it lies entirely before
+//! `now - window`, so the spend counted is never less than the true spend of the last
+//! window (at most one bucket, a sixtieth of the window, more): a rolling ceiling is never
+//! passed, and it frees up at most a sixtieth of the window late.
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,15 +19,40 @@ use std::str::FromStr;
 use chrono::{DateTime, Datelike, Utc};
 use serde::{Deserialize, Serialize};
 
-/// The period a ceiling covers.
+/// The shortest rolling window: a minute.
+pub const MIN_ROLLING_SECS: u64 = 60;
+/// The longest rolling window: 400 days.
+pub const MAX_ROLLING_SECS: u64 = 400 * 86_400;
+/// Buckets per rolling window.
+pub const ROLLING_BUCKETS: u64 = 60;
+
+/// The period a ceiling covers. In configuration: `lifetime`, `day`, `week`, `month`, or
+/// `rolling:<duration>` (`rolling:1h`, `rolling:7d`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String", into = "String")]
 pub enum Window {
     #[default]
     Lifetime,
     Day,
     Week,
     Month,
+    /// The last `secs` seconds, whenever now is.
+    Rolling {
+        secs: u64,
+    },
+}
+
+impl TryFrom<String> for Window {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<Window> for String {
+    fn from(w: Window) -> String {
+        w.to_string()
+    }
 }
 
 impl Window {
@@ -29,11 +62,28 @@ impl Window {
             Window::Day => "day",
             Window::Week => "week",
             Window::Month => "month",
+            Window::Rolling { .. } => "rolling",
         }
     }
 
+    /// The length of a rolling window in milliseconds; `None` for the others.
+    pub fn rolling_ms(&self) -> Option<i64> {
+        match self {
+            Window::Rolling { secs } => i64::try_from(secs.saturating_mul(1000)).ok(),
+            _ => None,
+        }
+    }
+
+    /// The width of one charge bucket of a rolling window (a sixtieth of it, at least a
+    /// second); `None` for the others.
+    pub fn bucket_ms(&self) -> Option<i64> {
+        self.rolling_ms()
+            .map(|w| (w / ROLLING_BUCKETS as i64).max(1000))
+    }
+
     /// The id of the window containing `at` (`day:2026-12-01`, `week:2026-W49`,
-    /// `month:2026-12`); `None` for `lifetime`.
+    /// `month:2026-12`; a rolling window's id is its length, `rolling:3600s`); `None` for
+    /// `lifetime`.
     pub fn id_at(&self, at: DateTime<Utc>) -> Option<String> {
         match self {
             Window::Lifetime => None,
@@ -43,16 +93,21 @@ impl Window {
                 Some(format!("week:{}-W{:02}", w.year(), w.week()))
             }
             Window::Month => Some(format!("month:{}", at.format("%Y-%m"))),
+            Window::Rolling { secs } => Some(format!("rolling:{secs}s")),
         }
     }
 
     /// The window kind named by a window id (`day:...` is `Day`).
     pub fn of_id(id: &str) -> Option<Window> {
-        let kind = id.split_once(':').map(|(k, _)| k)?;
+        let (kind, rest) = id.split_once(':')?;
         match kind {
             "day" => Some(Window::Day),
             "week" => Some(Window::Week),
             "month" => Some(Window::Month),
+            "rolling" => {
+                let secs = rest.strip_suffix('s')?.parse().ok()?;
+                Some(Window::Rolling { secs })
+            }
             _ => None,
         }
     }
@@ -60,7 +115,10 @@ impl Window {
 
 impl fmt::Display for Window {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Window::Rolling { secs } => write!(f, "rolling:{secs}s"),
+            other => f.write_str(other.as_str()),
+        }
     }
 }
 
@@ -72,9 +130,24 @@ impl FromStr for Window {
             "day" => Ok(Window::Day),
             "week" => Ok(Window::Week),
             "month" => Ok(Window::Month),
-            _ => Err(format!(
-                "unknown window `{s}` (expected lifetime, day, week or month)"
-            )),
+            _ => match s.strip_prefix("rolling:") {
+                Some(d) => {
+                    let secs = d
+                        .parse::<sandboxio_core::HumanDuration>()
+                        .map_err(|e| format!("rolling window `{s}`: {e}"))?
+                        .0
+                        .as_secs();
+                    if !(MIN_ROLLING_SECS..=MAX_ROLLING_SECS).contains(&secs) {
+                        return Err(format!(
+                            "rolling window `{s}` must be between 1m and 400d"
+                        ));
+                    }
+                    Ok(Window::Rolling { secs })
+                }
+                None => Err(format!(
+                    "unknown window `{s}` (expected lifetime, day, week, month or rolling:<duration> such as rolling:24h)"
+                )),
+            },
         }
     }
 }
@@ -96,5 +169,29 @@ mod tests {
         assert_ne!(Window::Day.id_at(t), Window::Day.id_at(next));
         assert_eq!(Window::of_id("day:2026-12-31"), Some(Window::Day));
         assert_eq!(Window::of_id("bogus"), None);
+    }
+
+    #[test]
+    fn rolling_windows_parse_and_keep_one_id() {
+        let w: Window = "rolling:1h".parse().unwrap();
+        assert_eq!(w, Window::Rolling { secs: 3600 });
+        let t = Utc.with_ymd_and_hms(2026, 12, 31, 23, 59, 59).unwrap();
+        let later = Utc.with_ymd_and_hms(2027, 3, 1, 0, 0, 0).unwrap();
+        assert_eq!(w.id_at(t).unwrap(), "rolling:3600s");
+        assert_eq!(w.id_at(t), w.id_at(later));
+        assert_eq!(Window::of_id("rolling:3600s"), Some(w));
+        assert_eq!(w.to_string().parse::<Window>(), Ok(w));
+        assert_eq!(w.bucket_ms(), Some(60_000));
+        assert_eq!(Window::Rolling { secs: 60 }.bucket_ms(), Some(1000));
+        for bad in [
+            "rolling:",
+            "rolling:0s",
+            "rolling:30s",
+            "rolling:500d",
+            "rolling:xh",
+            "hourly",
+        ] {
+            assert!(bad.parse::<Window>().is_err(), "{bad} was accepted");
+        }
     }
 }

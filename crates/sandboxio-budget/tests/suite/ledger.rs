@@ -142,6 +142,59 @@ fn windowed_ceiling_applies_per_calendar_day() {
 }
 
 #[test]
+fn rolling_ceiling_counts_the_last_window_and_frees_as_charges_age_out() {
+    use chrono::TimeZone;
+    let cfg = BudgetConfig::from_toml(
+        "[[ceiling]]\nscope = \"tenant\"\namount = \"1.00\"\nwindow = \"rolling:1h\"\n",
+    )
+    .unwrap();
+    let key: ScopeKey = "tenant:acme@rolling:3600s".parse().unwrap();
+    let mut st = sandboxio_budget::BudgetState::new();
+    let t0 = chrono::Utc
+        .with_ymd_and_hms(2026, 12, 1, 23, 30, 0)
+        .unwrap();
+    let at = |mins: i64| t0 + chrono::Duration::minutes(mins);
+    let spend = |st: &mut sandboxio_budget::BudgetState, id: &str, when, amount: &str| {
+        let mut r = req(id, "acme", amount);
+        r.at = Some(when);
+        st.reserve(&cfg, &r)?;
+        st.settle(&cfg, id, m(amount)).unwrap();
+        Ok::<_, sandboxio_budget::BudgetDenial>(())
+    };
+    spend(&mut st, "a", at(0), "0.60").unwrap();
+    spend(&mut st, "b", at(40), "0.30").unwrap();
+    // Across midnight nothing resets: 0.90 of the last hour is spent.
+    let mut r = req("c", "acme", "0.20");
+    r.at = Some(at(50));
+    let d = st.reserve(&cfg, &r).unwrap_err();
+    assert!(d.reason.contains("rolling:3600s"), "{}", d.reason);
+    assert_eq!(st.summary_at(&cfg, &key, at(50)).unwrap().total, m("0.90"));
+    // A minute after the first charge's bucket left the hour, only the second counts.
+    assert_eq!(st.summary_at(&cfg, &key, at(62)).unwrap().total, m("0.30"));
+    spend(&mut st, "c", at(62), "0.60").unwrap();
+    assert_eq!(
+        st.summary_at(&cfg, &key, at(62)).unwrap().remaining,
+        Some(m("0.10"))
+    );
+    // Within the window the ceiling holds: 0.90 in the last hour again.
+    let mut r = req("d", "acme", "0.20");
+    r.at = Some(at(99));
+    assert!(st.reserve(&cfg, &r).is_err());
+    // Never counted less than the true spend: just before 60 minutes have passed since
+    // `b`, it still counts.
+    assert_eq!(st.summary_at(&cfg, &key, at(99)).unwrap().total, m("0.90"));
+    assert!(st.check_consistency().is_ok());
+    // Bad windows are refused with the budget config code.
+    for bad in ["rolling:10s", "rolling:forever", "hourly"] {
+        let e = BudgetConfig::from_toml(&format!(
+            "[[ceiling]]\nscope = \"tenant\"\namount = \"1\"\nwindow = \"{bad}\"\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.code(), "SBX_E1301", "{bad}: {e}");
+    }
+}
+
+#[test]
 fn agent_and_category_ceilings() {
     let cfg = BudgetConfig::from_toml(
         "[[ceiling]]\nscope = \"agent\"\namount = \"1\"\n[[ceiling]]\nscope = \"category\"\nname = \"api\"\namount = \"2\"\n",

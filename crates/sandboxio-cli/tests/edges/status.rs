@@ -61,7 +61,7 @@ fn status_shows_each_ceiling_with_its_window_spent_reserved_and_remaining() {
     let env = Env::new("status-window", "process");
     let cfg = env.write_config(
         "windows.toml",
-        "[budget]\nper_tenant = \"50\"\n\n[[budget.ceiling]]\nscope = \"tenant\"\namount = \"2.00\"\nwindow = \"day\"\n\n[budget.rate_card]\nper_call = \"0.25\"\n",
+        "[budget]\nper_tenant = \"50\"\n\n[[budget.ceiling]]\nscope = \"tenant\"\namount = \"2.00\"\nwindow = \"day\"\n\n[[budget.ceiling]]\nscope = \"tenant\"\namount = \"3.00\"\nwindow = \"rolling:1h\"\n\n[budget.rate_card]\nper_call = \"0.25\"\n",
     );
     let ok = run(env.run_cmd(Some(&cfg), &["--tenant", "acme"], &["true"]));
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
@@ -110,6 +110,18 @@ fn status_shows_each_ceiling_with_its_window_spent_reserved_and_remaining() {
         .unwrap_or_else(|| panic!("no lifetime tenant scope in {v}"));
     assert_eq!(lifetime["window"], "lifetime");
     assert_eq!(money(&lifetime["ceiling"]), money(&"50".into()));
+    // The rolling hour: one scope, the same run's charge in it.
+    let hour = budgets
+        .iter()
+        .find(|b| b["window"] == "rolling:3600s")
+        .unwrap_or_else(|| panic!("no rolling window in {v}"));
+    assert_eq!(hour["scope"], "tenant:acme@rolling:3600s", "{v}");
+    assert_eq!(money(&hour["total"]), spent, "{v}");
+    assert_eq!(
+        money(&hour["remaining"]),
+        money(&"3.00".into()).checked_sub(spent).unwrap(),
+        "{v}"
+    );
     let o = run(env.cmd("status", Some(&cfg)).args(["--tenant", "acme"]));
     let out = text(&o.stdout);
     assert!(

@@ -654,9 +654,10 @@ impl Store for SqliteStore {
     fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>> {
         self.with_tx("summarising budget", |tx| {
             let st = Self::load_budget(tx, scopes, None)?;
+            let now = Utc::now();
             scopes
                 .iter()
-                .map(|k| st.summary(cfg, k).map_err(budget_err))
+                .map(|k| st.summary_at(cfg, k, now).map_err(budget_err))
                 .collect()
         })
     }
