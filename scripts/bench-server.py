@@ -43,7 +43,10 @@ def load(sandboxes=100, commands=20):
             for j in range(commands):
                 st, out = call("POST", f"/v1/sandboxes/{sbx['id']}/exec",
                                {"argv": ["sh", "-c", f"echo {i}-{j}"]})
-                assert st == 200 and out["result"]["stdout"] == f"{i}-{j}\n", out
+                ok = st == 200 and out["result"]["stdout"] == f"{i}-{j}\n"
+                assert ok, {"status": st, "want": f"{i}-{j}", "stdout": out["result"]["stdout"][:80],
+                            "stdout_bytes": out["result"]["stdout_bytes"],
+                            "record": out["record"]["status"]}
                 with lock:
                     done[0] += 1
             call("DELETE", f"/v1/sandboxes/{sbx['id']}")
