@@ -204,11 +204,16 @@ impl Runtime {
         req
     }
 
-    /// Finishes what crashed processes left (interrupted operations, stale cgroups and
-    /// staging directories). Call once at start.
+    /// Finishes what crashed processes left (interrupted operations, stale cgroups, and
+    /// workspaces and staging directories whose owner is gone, also under `[sandbox]
+    /// work_root`). Call once at start.
     pub async fn recover(&self, max_run: Duration) -> Result<usize, GatewayError> {
         let n = self.gateway.recover().await?;
-        sandboxio_sandbox::ns::cleanup_stale_staging(max_run + Duration::from_secs(600));
+        let sweep_cfg = sandboxio_sandbox::SandboxConfig {
+            work_root: self.config.sandbox.work_root.clone(),
+            ..Default::default()
+        };
+        sandboxio_sandbox::sweep::sweep_for(&sweep_cfg, max_run + Duration::from_secs(600));
         Ok(n)
     }
 }

@@ -92,6 +92,14 @@ pub fn parse_owner(name: &str) -> Option<Owner> {
     })
 }
 
+/// [`sweep`] of every root this configuration's runs use: the temp dir, the default work
+/// root and the configured `work_root` (`[sandbox] work_root`).
+pub fn sweep_for(cfg: &crate::SandboxConfig, legacy_age: Duration) -> Vec<PathBuf> {
+    let mut roots = vec![std::env::temp_dir(), crate::config::default_work_root()];
+    roots.extend(cfg.work_root.clone());
+    sweep(&roots, legacy_age)
+}
+
 /// Removes, under each of `roots`, every directory of ours whose owner is gone, and those
 /// without an owner in their name that are older than `legacy_age`. Returns what it
 /// removed. Staging directories were mount points only in their helper's private mount

@@ -184,3 +184,44 @@ fn workspaces_of_killed_supervisors_are_swept_by_the_next_start() {
         );
     }
 }
+
+#[test]
+fn a_configured_work_root_is_swept_too() {
+    let user = User::new(current_uid());
+    let root = tempfile::Builder::new()
+        .prefix("sbx-workroot-")
+        .tempdir()
+        .expect("work root");
+    user.config(&format!(
+        "[sandbox]\nwork_root = \"{}\"\n",
+        root.path().display()
+    ));
+    let (_, seen) = kill_runs(&user, 1);
+    let in_root: Vec<_> = seen.iter().filter(|d| d.starts_with(root.path())).collect();
+    // The workspace of the killed run lives under the configured root.
+    let leftovers = |p: &std::path::Path| -> Vec<PathBuf> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("sandboxio-"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = leftovers(root.path());
+    assert!(
+        !before.is_empty() || !in_root.is_empty(),
+        "the killed run left nothing under the configured work root"
+    );
+    let o = output(user.cli(&["run", "--", "/usr/bin/true"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let after = leftovers(root.path());
+    assert!(
+        after.is_empty(),
+        "left under the configured work root: {after:?}"
+    );
+}
