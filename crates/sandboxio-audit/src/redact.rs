@@ -312,6 +312,9 @@ impl Redactor {
             for a in rec.argv.iter_mut().flatten() {
                 f(a);
             }
+            for m in rec.mounts.iter_mut().chain(rec.workdir.as_mut()) {
+                f(m);
+            }
             for r in &mut rec.rules {
                 f(&mut r.id);
                 if let Some(file) = r.file.as_mut() {

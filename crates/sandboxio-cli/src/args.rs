@@ -60,6 +60,17 @@ pub struct RunOpts {
     /// File whose contents are the program's standard input.
     #[arg(long)]
     pub stdin_file: Option<PathBuf>,
+    /// Bind a host directory or file into the sandbox, read-only unless `:rw` (repeatable;
+    /// a relative HOST is taken from the working directory).
+    #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro|rw]")]
+    pub mounts: Vec<String>,
+    /// Working directory inside the sandbox (default: the workspace).
+    #[arg(long, value_name = "SANDBOX_PATH")]
+    pub workdir: Option<PathBuf>,
+    /// Run the program under a pseudo-terminal (interactive shells, REPLs); our own
+    /// terminal is put in raw mode meanwhile and its size follows.
+    #[arg(long)]
+    pub tty: bool,
     /// Keep the temporary workspace.
     #[arg(long)]
     pub keep: bool,

@@ -14,6 +14,8 @@ mod harness;
 mod fs;
 #[path = "escape/kernel.rs"]
 mod kernel;
+#[path = "escape/mounts.rs"]
+mod mounts;
 #[path = "escape/network.rs"]
 mod network;
 #[path = "escape/privilege.rs"]

@@ -79,6 +79,8 @@ pub enum CoreError {
     UnknownLanguage { input: String },
     #[error("invalid mount `{input}`: {why}")]
     InvalidMount { input: String, why: &'static str },
+    #[error("invalid working directory `{input}`: {why}")]
+    InvalidWorkdir { input: String, why: &'static str },
 }
 
 impl ErrorCode for CoreError {
@@ -93,6 +95,7 @@ impl ErrorCode for CoreError {
             CoreError::UnknownTier { .. } => "SBX_E1007",
             CoreError::UnknownLanguage { .. } => "SBX_E1008",
             CoreError::InvalidMount { .. } => "SBX_E1020",
+            CoreError::InvalidWorkdir { .. } => "SBX_E1021",
         }
     }
     fn class(&self) -> ErrorClass {

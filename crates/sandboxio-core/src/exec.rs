@@ -337,6 +337,13 @@ pub struct ExecRequest {
     /// When absent, a fresh directory inside the workspace is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_dir: Option<PathBuf>,
+    /// Host paths bound into the sandbox (`--mount HOST:SANDBOX[:ro|rw]`), read-only unless
+    /// a mount says `rw`. Checked by [`crate::mount::check_request`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<crate::mount::Mount>,
+    /// Working directory inside the sandbox (`--workdir`); the workspace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
     /// Unset (zero) limits take the configured defaults; see [`Limits::resolve`].
     #[serde(default = "Limits::unset")]
     pub limits: Limits,
@@ -377,6 +384,8 @@ impl ExecRequest {
             files: BTreeMap::new(),
             input_dir: None,
             output_dir: None,
+            mounts: Vec::new(),
+            workdir: None,
             limits: Limits::UNSET,
             network: NetworkMode::None,
             keep_workspace: false,
@@ -397,6 +406,8 @@ impl std::fmt::Debug for ExecRequest {
             .field("files", &self.files.keys().collect::<Vec<_>>())
             .field("input_dir", &self.input_dir)
             .field("output_dir", &self.output_dir)
+            .field("mounts", &self.mounts)
+            .field("workdir", &self.workdir)
             .field("limits", &self.limits)
             .field("network", &self.network)
             .finish()

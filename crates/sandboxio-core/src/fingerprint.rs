@@ -150,6 +150,8 @@ mod tests {
             files: _,
             input_dir: _,
             output_dir: _,
+            mounts: _,
+            workdir: _,
             limits: _,
             network: _,
             keep_workspace: _,
@@ -159,6 +161,11 @@ mod tests {
         let mut full = req.clone();
         full.input_dir = Some("/in".into());
         full.output_dir = Some("/out".into());
+        full.mounts =
+            vec![
+                crate::mount::Mount::parse("/src:/project:rw", std::path::Path::new("/")).unwrap(),
+            ];
+        full.workdir = Some("/project".into());
         full.stdin_stream = true;
         full.tty = true;
         full.network = crate::exec::NetworkMode::Allowlist {

@@ -85,6 +85,87 @@ impl Mount {
     }
 }
 
+/// Sandbox paths the sandbox builds itself: a mount may not be at or below them (it would
+/// hide or replace the system, `/proc`, the devices or the output that is copied back).
+pub const RESERVED: &[&str] = &[
+    "/proc", "/dev", "/sys", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/output", "/input",
+];
+/// Sandbox paths a mount may go below but not replace (the workspace and `/tmp`, which
+/// are `HOME` and `TMPDIR`).
+pub const NOT_REPLACEABLE: &[&str] = &["/workspace", "/tmp"];
+/// Places a working directory may be, besides the mounts.
+pub const WORKDIR_ROOTS: &[&str] = &["/workspace", "/tmp", "/output", "/input"];
+/// The most mounts one request may carry.
+pub const MAX_MOUNTS: usize = 64;
+
+/// Checks a request's mounts together and its working directory: each mount valid, no
+/// reserved or repeated sandbox path, no mount inside another (its mount point would be
+/// made in the host directory), and a working directory inside the workspace, `/tmp`,
+/// the output, the input or a mount.
+pub fn check_request(mounts: &[Mount], workdir: Option<&Path>) -> Result<(), CoreError> {
+    let bad = |m: &Mount, why: &'static str| CoreError::InvalidMount {
+        input: m.spec(),
+        why,
+    };
+    if mounts.len() > MAX_MOUNTS {
+        return Err(CoreError::InvalidMount {
+            input: format!("{} mounts", mounts.len()),
+            why: "too many mounts (at most 64)",
+        });
+    }
+    for (i, m) in mounts.iter().enumerate() {
+        m.validate().map_err(|why| bad(m, why))?;
+        if RESERVED.iter().any(|r| m.sandbox.starts_with(r)) {
+            return Err(bad(
+                m,
+                "the sandbox path is one the sandbox builds itself (`/proc`, `/dev`, `/sys`, \
+                 `/usr`, `/etc`, `/bin`, `/sbin`, `/lib`, `/lib64`, `/output`, `/input`)",
+            ));
+        }
+        if NOT_REPLACEABLE.iter().any(|r| m.sandbox == Path::new(r)) {
+            return Err(bad(
+                m,
+                "`/workspace` and `/tmp` cannot be replaced; mount below them instead",
+            ));
+        }
+        for other in &mounts[..i] {
+            if other.sandbox == m.sandbox {
+                return Err(bad(m, "two mounts at the same sandbox path"));
+            }
+            if other.sandbox.starts_with(&m.sandbox) || m.sandbox.starts_with(&other.sandbox) {
+                return Err(bad(m, "a mount inside another mount"));
+            }
+        }
+    }
+    if let Some(w) = workdir {
+        let bad = |why: &'static str| CoreError::InvalidWorkdir {
+            input: w.display().to_string(),
+            why,
+        };
+        validate_sandbox_path(w).map_err(bad)?;
+        let inside = WORKDIR_ROOTS.iter().any(|r| w.starts_with(r))
+            || mounts.iter().any(|m| w.starts_with(&m.sandbox));
+        if !inside {
+            return Err(bad(
+                "it must be inside `/workspace`, `/tmp`, `/output`, `/input` or a mount",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Mount {
+    /// The mount as it is written on a command line (`HOST:SANDBOX:MODE`).
+    pub fn spec(&self) -> String {
+        format!(
+            "{}:{}:{}",
+            self.host.display(),
+            self.sandbox.display(),
+            self.mode.as_str()
+        )
+    }
+}
+
 /// An absolute sandbox path made of normal components only, not `/` itself.
 pub fn validate_sandbox_path(p: &Path) -> Result<(), &'static str> {
     if !p.is_absolute() {
@@ -119,6 +200,7 @@ pub fn validate_sandbox_path(p: &Path) -> Result<(), &'static str> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::error::ErrorCode;
 
     #[test]
     fn parses_modes_and_resolves_relative_host_paths() {
@@ -133,6 +215,42 @@ mod tests {
             (Path::new("/data"), MountMode::Rw)
         );
         assert_eq!(Mount::parse("/d:/d:ro", cwd).unwrap().mode, MountMode::Ro);
+    }
+
+    #[test]
+    fn request_checks_reserved_repeated_nested_mounts_and_the_workdir() {
+        let cwd = Path::new("/");
+        let m = |s: &str| Mount::parse(s, cwd).unwrap();
+        let ok = [
+            m("/src:/project:rw"),
+            m("/data:/workspace/data"),
+            m("/c:/tmp/c"),
+        ];
+        check_request(&ok, Some(Path::new("/project/sub"))).unwrap();
+        check_request(&ok, Some(Path::new("/workspace"))).unwrap();
+        check_request(&[], None).unwrap();
+        for bad in [
+            vec![m("/x:/proc")],
+            vec![m("/x:/proc/sys")],
+            vec![m("/x:/dev/shm:rw")],
+            vec![m("/x:/output")],
+            vec![m("/x:/usr/local")],
+            vec![m("/x:/etc:rw")],
+            vec![m("/x:/workspace:rw")],
+            vec![m("/x:/tmp")],
+            vec![m("/x:/a"), m("/y:/a")],
+            vec![m("/x:/a"), m("/y:/a/b")],
+            vec![m("/x:/a/b"), m("/y:/a")],
+        ] {
+            let e = check_request(&bad, None).unwrap_err();
+            assert_eq!(e.code(), "SBX_E1020", "{bad:?}: {e}");
+        }
+        for w in ["/etc", "relative", "/project/../etc", "/", "/workspacex"] {
+            let e = check_request(&ok, Some(Path::new(w))).unwrap_err();
+            assert_eq!(e.code(), "SBX_E1021", "{w}: {e}");
+        }
+        let many: Vec<Mount> = (0..65).map(|i| m(&format!("/x:/m{i}"))).collect();
+        assert!(check_request(&many, None).is_err());
     }
 
     #[test]

@@ -412,6 +412,9 @@ impl Operation {
                 return bad("estimated cost is negative");
             }
         }
+        if let Some(req) = &self.exec {
+            crate::mount::check_request(&req.mounts, req.workdir.as_deref())?;
+        }
         Ok(())
     }
 }

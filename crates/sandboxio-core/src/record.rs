@@ -71,6 +71,12 @@ pub struct OperationRecord {
     /// Only with `capture_code`; redacted like everything else.
     pub code: Option<String>,
     pub path: Option<String>,
+    /// The mounts of an exec or run_code request, as `HOST:SANDBOX:MODE` (host paths
+    /// resolved), and its working directory inside the sandbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub duration_ms: u64,
@@ -126,6 +132,8 @@ impl OperationRecord {
             argv: None,
             code: None,
             path: None,
+            mounts: Vec::new(),
+            workdir: None,
             exit_code: None,
             signal: None,
             duration_ms: 0,

@@ -51,6 +51,9 @@ pub struct GatewayConfig {
     pub retry: RetrySettings,
     /// How often a running operation re-reads the persisted kill switch.
     pub kill_poll: Duration,
+    /// Host paths no mount may reach, from either side (the state directory: database,
+    /// trail and signing key; the policy files). Absolute, symlinks resolved.
+    pub protected_paths: Vec<std::path::PathBuf>,
 }
 
 impl Default for GatewayConfig {
@@ -66,6 +69,7 @@ impl Default for GatewayConfig {
             journal_retention: DEFAULT_JOURNAL_RETENTION,
             retry: RetrySettings::default(),
             kill_poll: Duration::from_millis(200),
+            protected_paths: Vec::new(),
         }
     }
 }

@@ -138,7 +138,12 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Builds everything from `opts`. Nothing runs yet; call [`Runtime::recover`] next.
     pub fn open(opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
-        let cfg = gateway_config(&opts.config, opts.approval_timeout)?;
+        let mut cfg = gateway_config(&opts.config, opts.approval_timeout)?;
+        // No mount may reach the state (database, trail, signing key) or the policy.
+        cfg.protected_paths = std::iter::once(opts.state_dir.as_path())
+            .chain(opts.policy_files.iter().map(|p| p.as_path()))
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+            .collect();
         let store: Arc<dyn Store> = Arc::new(open_store(&opts.config, &opts.state_dir)?);
         let policy = load_policy(&opts.config, &opts.policy_files)?;
         let redaction = Redaction::from_env(opts.env.clone());

@@ -426,6 +426,8 @@ fn compile_rule(
     };
     let path = globs(&r.path, "path")?;
     let path_not = globs(&r.path_not, "path_not")?;
+    let mount = globs(&r.mount, "mount")?;
+    let mount_rw = globs(&r.mount_rw, "mount_rw")?;
     let host = match &r.host {
         None => None,
         Some(s) => {
@@ -572,6 +574,8 @@ fn compile_rule(
         pids_above: r.pids_above.as_ref().map(|s| *s.get_ref()),
         cpu_millis_above: r.cpu_millis_above.as_ref().map(|s| *s.get_ref()),
         env_names,
+        mount,
+        mount_rw,
         cost_above,
         cost_at_most,
         time,
@@ -626,6 +630,8 @@ fn no_conditions(r: &RuleRaw) -> bool {
         && r.pids_above.is_none()
         && r.cpu_millis_above.is_none()
         && r.env.is_none()
+        && r.mount.is_none()
+        && r.mount_rw.is_none()
         && r.cost_above.is_none()
         && r.cost_at_most.is_none()
         && r.time.is_none()

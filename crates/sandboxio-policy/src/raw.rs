@@ -74,6 +74,12 @@ pub(crate) struct RuleRaw {
     /// Environment variable names (globs) the request sets; matches when any does.
     #[serde(default)]
     pub env: Option<Spanned<StrList>>,
+    /// Host paths (globs) the request mounts into the sandbox; matches when any mount's
+    /// host path does (`mount_rw`: any read-write mount's).
+    #[serde(default)]
+    pub mount: Option<Spanned<StrList>>,
+    #[serde(default)]
+    pub mount_rw: Option<Spanned<StrList>>,
     #[serde(default)]
     pub cost_above: Option<Spanned<String>>,
     #[serde(default)]

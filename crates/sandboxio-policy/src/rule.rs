@@ -332,6 +332,9 @@ pub(crate) struct Rule {
     pub pids_above: Option<u32>,
     pub cpu_millis_above: Option<u32>,
     pub env_names: Option<Vec<GlobMatcher>>,
+    /// Host paths of the request's mounts (any mount / any read-write mount).
+    pub mount: Option<PathGlobs>,
+    pub mount_rw: Option<PathGlobs>,
     pub cost_above: Option<Money>,
     pub cost_at_most: Option<Money>,
     pub time: Option<TimeWindow>,
@@ -357,6 +360,8 @@ pub(crate) struct Facts<'a> {
     /// The resolved limits and env names of an exec or run_code request.
     pub limits: Option<&'a sandboxio_core::Limits>,
     pub env_names: Vec<&'a str>,
+    /// Host path (normalised) of each mount, and whether it is read-write.
+    pub mounts: Vec<(NormalPath, bool)>,
     pub cost: Option<Money>,
     pub minute: u32,
     pub weekday: u8,
@@ -410,6 +415,17 @@ impl<'a> Facts<'a> {
                 .as_ref()
                 .map(|e| e.env.keys().map(String::as_str).collect())
                 .unwrap_or_default(),
+            mounts: op
+                .exec
+                .iter()
+                .flat_map(|e| &e.mounts)
+                .map(|m| {
+                    (
+                        normalize(&m.host.to_string_lossy()),
+                        m.mode == sandboxio_core::MountMode::Rw,
+                    )
+                })
+                .collect(),
             cost: op.estimated_cost,
             minute: minute_of_day(&ctx.now),
             weekday: 1 << ctx.now.weekday().num_days_from_monday(),
@@ -508,6 +524,20 @@ impl Rule {
                 .env_names
                 .iter()
                 .any(|n| globs.iter().any(|g| g.is_match(n)))
+            {
+                return false;
+            }
+        }
+        if let Some(g) = &self.mount {
+            if !f.mounts.iter().any(|(p, _)| g.set.is_match(p.as_str())) {
+                return false;
+            }
+        }
+        if let Some(g) = &self.mount_rw {
+            if !f
+                .mounts
+                .iter()
+                .any(|(p, rw)| *rw && g.set.is_match(p.as_str()))
             {
                 return false;
             }

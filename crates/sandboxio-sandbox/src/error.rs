@@ -275,6 +275,10 @@ pub const CODES: &[(&str, &str)] = &[
         "could not set up the helper's own user namespace (non-root)",
     ),
     (
+        "SBX_E1472",
+        "the request's mounts or working directory cannot be used by this tier",
+    ),
+    (
         "SBX_E1480",
         "file path is not a relative path inside the workspace",
     ),

@@ -611,6 +611,14 @@ fn process_tier_gaps(req: &ExecRequest) -> Vec<String> {
     if req.input_dir.is_some() {
         g.push("input: the input directory is not made read-only by the process tier".into());
     }
+    for m in &req.mounts {
+        if m.mode == sandboxio_core::MountMode::Ro {
+            g.push(format!(
+                "mount: `{}` is not made read-only by the process tier",
+                m.host.display()
+            ));
+        }
+    }
     g.push(
         "tmp_size and output_size: not enforced by the process tier (no tmpfs, no quota)".into(),
     );

@@ -144,6 +144,15 @@ pub fn plan(
             rules.push(rule(input, Access::Read));
         }
     }
+    // The caller's mounts, at their host paths (`plan::host_view_cwd` checked that): read
+    // and execute for `ro`, the writable places' access for `rw`.
+    for m in &req.mounts {
+        let access = match m.mode {
+            sandboxio_core::MountMode::Ro => Access::ReadExec,
+            sandboxio_core::MountMode::Rw => writable,
+        };
+        rules.push(rule(&m.host, access));
+    }
     let run_as = (euid == 0).then(|| ID_BASE + random % ID_SPAN);
     Ok(LandlockTierPlan {
         run_as,

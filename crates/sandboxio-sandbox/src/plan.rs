@@ -182,6 +182,57 @@ where
     Ok(env)
 }
 
+/// For the tiers without a mount namespace (landlock, process): the program sees the
+/// host's paths, so a mount must keep its host path (`HOST:HOST`), and the working
+/// directory is translated to the host (`/workspace/x` is `<workspace>/x`, `/tmp/x` is
+/// `<workspace>/tmp/x`, a mount's path is itself). Pure.
+pub fn host_view_cwd(
+    req: &ExecRequest,
+    tier: IsolationTier,
+    paths: &WorkspacePaths,
+) -> Result<PathBuf, SandboxError> {
+    sandboxio_core::mount::check_request(&req.mounts, req.workdir.as_deref()).map_err(|e| {
+        SandboxError::InvalidMount {
+            sandbox: req.workdir.clone().unwrap_or_default(),
+            why: e.to_string(),
+        }
+    })?;
+    for m in &req.mounts {
+        if m.host != m.sandbox {
+            return Err(SandboxError::InvalidMount {
+                sandbox: m.sandbox.clone(),
+                why: format!(
+                    "the {tier} tier has no mount namespace, so a mount keeps its host path \
+                     (`{}:{}`)",
+                    m.host.display(),
+                    m.host.display()
+                ),
+            });
+        }
+    }
+    let Some(w) = &req.workdir else {
+        return Ok(paths.workspace.clone());
+    };
+    let places = [
+        ("/workspace", &paths.workspace),
+        ("/tmp", &paths.tmp),
+        ("/output", &paths.output_dir),
+        ("/input", &paths.input_dir),
+    ];
+    for (inside, host) in places {
+        if let Ok(rest) = w.strip_prefix(inside) {
+            return Ok(host.join(rest));
+        }
+    }
+    if req.mounts.iter().any(|m| w.starts_with(&m.sandbox)) {
+        return Ok(w.clone());
+    }
+    Err(SandboxError::InvalidWorkdir {
+        path: w.clone(),
+        why: "it must be inside `/workspace`, `/tmp`, `/output`, `/input` or a mount",
+    })
+}
+
 /// Build the plan (pure). `cgroup` is the cgroup plan the caller chose (`None`: no cgroup).
 pub fn build<'a, I>(
     sandbox_id: &str,
@@ -201,6 +252,11 @@ where
         return Err(SandboxError::InvalidArgument { index });
     }
     let env = build_env(req, host_env, &paths)?;
+    let cwd = match tier {
+        // The namespace tier plans its own view (`ns::plan`), with the mounts in it.
+        IsolationTier::Namespace => paths.workspace.clone(),
+        _ => host_view_cwd(req, tier, &paths)?,
+    };
     let l = &req.limits;
     let nz = |v: u64| (v > 0).then_some(v);
     let memory_in_cgroup = cgroup.as_ref().is_some_and(CgroupPlan::limits_memory);
@@ -220,7 +276,7 @@ where
         tier,
         argv: req.argv.clone(),
         env,
-        cwd: paths.workspace.clone(),
+        cwd,
         paths,
         rlimits,
         timeout: l.timeout,
@@ -420,6 +476,33 @@ mod tests {
         let p = build("id", &req, IsolationTier::Process, [], paths(), cg).unwrap();
         assert_eq!(p.rlimits.address_space, None);
         assert!(cgroup_plan(&layout, "id", &req, false).is_none());
+    }
+
+    #[test]
+    fn tiers_without_a_mount_namespace_need_identity_mounts_and_map_the_workdir() {
+        let paths = WorkspacePaths {
+            workspace: "/tmp/ws".into(),
+            tmp: "/tmp/ws/tmp".into(),
+            input_dir: "/tmp/ws/input".into(),
+            output_dir: "/tmp/ws/output".into(),
+        };
+        let m = |s: &str| sandboxio_core::Mount::parse(s, std::path::Path::new("/")).unwrap();
+        let mut req = ExecRequest::new(["true"]);
+        req.mounts = vec![m("/srv/proj:/srv/proj:rw")];
+        for (w, want) in [
+            (None, "/tmp/ws"),
+            (Some("/workspace/sub"), "/tmp/ws/sub"),
+            (Some("/tmp/x"), "/tmp/ws/tmp/x"),
+            (Some("/srv/proj/src"), "/srv/proj/src"),
+        ] {
+            req.workdir = w.map(PathBuf::from);
+            let got = host_view_cwd(&req, IsolationTier::Landlock, &paths).unwrap();
+            assert_eq!(got, PathBuf::from(want), "{w:?}");
+        }
+        req.workdir = None;
+        req.mounts = vec![m("/srv/proj:/project")];
+        let e = host_view_cwd(&req, IsolationTier::Process, &paths).unwrap_err();
+        assert!(matches!(e, SandboxError::InvalidMount { .. }), "{e}");
     }
 
     #[test]

@@ -493,3 +493,75 @@ fn the_init_is_not_readable_by_the_payload() {
     );
     assert_lines(&r, &["environ-denied", "mem-denied"]);
 }
+
+#[test]
+fn a_mount_source_with_a_symlink_on_its_path_is_refused() {
+    require_ns!();
+    // The gateway hands over resolved host paths; a link found on the path at mount time
+    // (swapped in since) is refused, never followed.
+    let host = tempfile::tempdir().unwrap();
+    let real = host.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("f"), "through-the-link").unwrap();
+    std::os::unix::fs::symlink(&real, host.path().join("link")).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut req = ExecRequest::new(["/bin/cat", "/m/f"]);
+    req.mounts = vec![sandboxio_core::Mount::parse(
+        &format!("{}/link:/m", host.path().display()),
+        Path::new("/"),
+    )
+    .unwrap()];
+    let r = run_in(&req, ws.path(), out.path());
+    assert!(!r.out.contains("through-the-link"), "{}", r.out);
+    let err = r.error.expect("the mount must be refused");
+    assert!(
+        err.contains("ELOOP") || err.contains("symbolic") || err.contains("40"),
+        "{err}"
+    );
+    // Control: the resolved path mounts and reads.
+    req.mounts[0].host = real.clone();
+    let r = run_in(&req, ws.path(), out.path());
+    assert_lines(&r, &["through-the-link"]);
+}
+
+#[test]
+fn a_host_mount_below_a_read_only_mount_is_read_only_too() {
+    require_ns!();
+    // A tmpfs mounted (on the host side) inside the directory given as a read-only mount.
+    let host = tempfile::tempdir().unwrap();
+    let sub = host.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let src = std::ffi::CString::new(sub.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: valid C strings; a private tmpfs on a directory this test made (root only).
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            src.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        eprintln!("SKIP: cannot mount a tmpfs for the test");
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut req = ExecRequest::new([
+        "/bin/sh",
+        "-c",
+        "echo x > /m/sub/w 2>/dev/null && echo wrote || echo refused",
+    ]);
+    req.mounts = vec![sandboxio_core::Mount::parse(
+        &format!("{}:/m", host.path().display()),
+        Path::new("/"),
+    )
+    .unwrap()];
+    let r = run_in(&req, ws.path(), out.path());
+    // SAFETY: unmounting the tmpfs mounted above.
+    unsafe { libc::umount2(src.as_ptr(), libc::MNT_DETACH) };
+    assert_lines(&r, &["refused"]);
+    assert!(!sub.join("w").exists());
+}

@@ -71,6 +71,17 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         })?;
     }
     exec.output_dir = opts.output.as_deref().map(paths::absolute).transpose()?;
+    if !opts.mounts.is_empty() {
+        let cwd = std::env::current_dir().map_err(|source| CliError::Resolve {
+            path: ".".into(),
+            source,
+        })?;
+        for spec in &opts.mounts {
+            exec.mounts.push(sandboxio_core::Mount::parse(spec, &cwd)?);
+        }
+    }
+    exec.workdir = opts.workdir.clone();
+    sandboxio_core::mount::check_request(&exec.mounts, exec.workdir.as_deref())?;
     if let Some(f) = &opts.stdin_file {
         let f = paths::absolute(f)?;
         exec.stdin = Some(std::fs::read(&f).map_err(|source| CliError::ReadInput {

@@ -80,6 +80,30 @@ pub fn hand_over(dir: &Path) {
     }
 }
 
+/// The host uid that the sandbox's root maps to: 65534 when `sandboxio` runs as root,
+/// else the invoking user itself.
+pub fn sandbox_host_uid() -> u32 {
+    let runner = run_as().unwrap_or_else(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self")
+            .map(|m| m.uid())
+            .unwrap_or(0)
+    });
+    if runner == 0 {
+        65534
+    } else {
+        runner
+    }
+}
+
+/// Makes a directory the test created writable by the sandbox (owned by the host uid its
+/// root maps to), as an operator who mounts it read-write would.
+pub fn writable_by_sandbox(dir: &Path) {
+    let uid = sandbox_host_uid();
+    std::os::unix::fs::chown(dir, Some(uid), Some(uid))
+        .unwrap_or_else(|e| panic!("chown {} to {uid}: {e}", dir.display()));
+}
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A marker unique to this test process and call, safe to put in argv and scan for.
@@ -100,6 +124,8 @@ pub struct Sandbox {
     input: Option<PathBuf>,
     output: Option<PathBuf>,
     env: Vec<(String, String)>,
+    mounts: Vec<String>,
+    workdir: Option<String>,
 }
 
 impl Sandbox {
@@ -123,6 +149,15 @@ impl Sandbox {
     }
     pub fn output(mut self, p: &Path) -> Self {
         self.output = Some(p.to_path_buf());
+        self
+    }
+    /// `--mount HOST:SANDBOX[:ro|rw]`.
+    pub fn mount(mut self, spec: &str) -> Self {
+        self.mounts.push(spec.into());
+        self
+    }
+    pub fn workdir(mut self, w: &str) -> Self {
+        self.workdir = Some(w.into());
         self
     }
     #[allow(dead_code)]
@@ -163,6 +198,12 @@ impl Sandbox {
         }
         for (k, v) in &self.env {
             cmd.arg("--env").arg(format!("{k}={v}"));
+        }
+        for m in &self.mounts {
+            cmd.arg("--mount").arg(m);
+        }
+        if let Some(w) = &self.workdir {
+            cmd.arg("--workdir").arg(w);
         }
         cmd.arg("--");
         cmd.args(argv);

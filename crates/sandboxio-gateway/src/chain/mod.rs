@@ -11,6 +11,7 @@ mod admin;
 mod approve;
 mod cost;
 mod execute;
+mod mounts;
 mod offload;
 mod record;
 mod resolve;

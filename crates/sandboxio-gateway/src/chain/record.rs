@@ -51,6 +51,10 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
     rec.isolation = op.tier;
     rec.backend = "local".into();
     rec.idempotency_key = op.idempotency_key.as_ref().map(|k| k.as_str().to_string());
+    if let Some(req) = &op.exec {
+        rec.mounts = req.mounts.iter().map(|m| m.spec()).collect();
+        rec.workdir = req.workdir.as_ref().map(|w| w.display().to_string());
+    }
     match &op.args {
         OperationArgs::Exec { argv } => {
             rec.argv = Some(argv.clone());

@@ -9,6 +9,7 @@
 use sandboxio_core::fingerprint::sha256_hex;
 use sandboxio_core::{ExecRequest, Layer, Operation, OperationArgs, OperationKind};
 
+use super::mounts;
 use super::stop::Stop;
 use crate::config::GatewayConfig;
 
@@ -16,6 +17,8 @@ use crate::config::GatewayConfig;
 pub(crate) const LIMIT_ABOVE_CEILING: &str = "SBX_E1517";
 /// A sandbox request on an operation that runs nothing.
 pub(crate) const EXEC_ON_NON_EXEC: &str = "SBX_E1518";
+/// A mount whose host path cannot be resolved or reaches the gateway's own files.
+pub(crate) const MOUNT_REFUSED: &str = "SBX_E1520";
 
 /// Fills in what the caller left to the configuration and derives the sandbox request.
 /// `content` is the bytes of a `file_write`. Errors are denials at the admit layer.
@@ -48,6 +51,7 @@ pub(crate) fn resolve(
                 }
                 _ => {}
             }
+            mounts::resolve(cfg, &mut req)?;
             req.limits = req
                 .limits
                 .resolve(&cfg.limits_default, &cfg.limits_max)

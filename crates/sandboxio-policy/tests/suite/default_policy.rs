@@ -10,7 +10,7 @@ fn default() -> PolicySet {
 #[test]
 fn default_policy_loads_without_warnings() {
     let p = default();
-    assert_eq!(p.rule_count(), 6);
+    assert_eq!(p.rule_count(), 8);
     assert!(p.warnings().is_empty(), "{:?}", p.warnings());
 }
 
@@ -111,4 +111,44 @@ fn symlink_out_of_the_workspace_is_not_allowed() {
     // Resolved inside the workspace: allowed.
     let c = ctx().with_resolved_path("/tmp/ws/data/real.csv", "/tmp/ws");
     assert_eq!(p.evaluate(&read("link"), &c).verdict, Verdict::Allow);
+}
+
+#[test]
+fn default_denies_mounts_of_system_and_credential_paths_and_rw_system_mounts() {
+    let p = default();
+    let with = |spec: &str| {
+        let mut o = op(OperationArgs::Exec {
+            argv: vec!["ls".into()],
+        });
+        let mut req = sandboxio_core::ExecRequest::new(["ls"]);
+        req.mounts = vec![sandboxio_core::Mount::parse(spec, std::path::Path::new("/")).unwrap()];
+        o.exec = Some(req);
+        p.evaluate(&o, &ctx())
+    };
+    for spec in [
+        "/:/host",
+        "/proc:/p",
+        "/home/u/.ssh:/k",
+        "/home/u/.aws/credentials:/c",
+        "/var/lib/sandboxio:/s",
+        "/etc:/e:rw",
+        "/usr/local:/u:rw",
+    ] {
+        let d = with(spec);
+        assert_eq!(d.verdict, Verdict::Deny, "`{spec}`: {}", d.reason);
+        assert!(
+            d.rules.iter().any(|r| r.id.starts_with("no-")),
+            "`{spec}` was denied by no mount rule: {:?}",
+            d.rules
+        );
+    }
+    for spec in [
+        "/home/u/proj:/p:rw",
+        "/etc:/e",
+        "/srv/data:/d",
+        "/tmp/x:/x:rw",
+    ] {
+        let d = with(spec);
+        assert_eq!(d.verdict, Verdict::Allow, "`{spec}`: {}", d.reason);
+    }
 }

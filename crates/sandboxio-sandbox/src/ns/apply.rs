@@ -595,6 +595,8 @@ enum Step {
         path: CString,
         flags: libc::c_ulong,
         optional: bool,
+        /// See `MountOp::Bind::confined`.
+        confined: bool,
     },
     Proc {
         path: CString,
@@ -673,11 +675,13 @@ fn prepare_steps(plan: &NamespacePlan, staging: &Staging) -> Result<Vec<Step>, N
                 path,
                 flags,
                 optional,
+                confined,
             } => Step::Bind {
                 host: cstr(source)?,
                 path: cstr(&under_root(root, path))?,
                 flags: ms_flags(*flags),
                 optional: *optional,
+                confined: *confined,
             },
             MountOp::StagedBind { which, path, flags } => Step::Bind {
                 host: cstr(match which {
@@ -687,6 +691,7 @@ fn prepare_steps(plan: &NamespacePlan, staging: &Staging) -> Result<Vec<Step>, N
                 path: cstr(&under_root(root, path))?,
                 flags: ms_flags(*flags),
                 optional: false,
+                confined: false,
             },
             MountOp::Proc { path } => Step::Proc {
                 path: cstr(&under_root(root, path))?,
@@ -1193,11 +1198,21 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
         Step::Tmpfs { path, data, flags } => {
             mount(Some(c"tmpfs"), path, Some(c"tmpfs"), *flags, Some(data))
         }
-        Step::Bind { path, flags, .. } => {
+        Step::Bind {
+            path,
+            flags,
+            confined,
+            ..
+        } => {
             // No source: an optional host path that does not exist.
             let Some((source, is_dir)) = source else {
                 return Ok(());
             };
+            if *is_dir && *confined && !exists(path) {
+                // A caller's directory mount at a new place: its mount point.
+                // SAFETY: valid C string; a directory on our own tmpfs.
+                check(unsafe { libc::mkdir(path.as_ptr(), 0o755) }, Stage::Mkdir)?;
+            }
             if !is_dir && !exists(path) {
                 // A file needs a file as its mount point.
                 // SAFETY: valid C string; creating an empty file on our tmpfs.
@@ -1220,7 +1235,13 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
                 None,
                 libc::MS_BIND | libc::MS_REMOUNT | flags | keep,
                 None,
-            )
+            )?;
+            if *confined {
+                // The remount above changed the top mount only; a host mount below it
+                // (a bind of `/` brings `/proc`, `/sys`, ...) gets the same flags.
+                set_attr_recursive(path, *flags)?;
+            }
+            Ok(())
         }
         Step::Proc { path } => mount(
             Some(c"proc"),
@@ -1278,11 +1299,81 @@ fn write_small(path: &CStr, value: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
+/// `mount_setattr(2)` attribute bits (linux/mount.h).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// `struct mount_attr` (linux/mount.h, MOUNT_ATTR_SIZE_VER0).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Sets the read-only/nosuid/nodev/noexec bits of `flags` on the mount at `path` and every
+/// mount below it (`AT_RECURSIVE`), so no submount keeps less than was asked.
+fn set_attr_recursive(path: &CStr, flags: libc::c_ulong) -> StepResult {
+    let mut set = 0;
+    for (ms, attr) in [
+        (libc::MS_RDONLY, MOUNT_ATTR_RDONLY),
+        (libc::MS_NOSUID, MOUNT_ATTR_NOSUID),
+        (libc::MS_NODEV, MOUNT_ATTR_NODEV),
+        (libc::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+    ] {
+        if flags & ms != 0 {
+            set |= attr;
+        }
+    }
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is a valid C string; `attr` is a live, correctly laid out struct whose
+    // size is passed with it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check_l(rc, Stage::Mount)
+}
+
 /// Opens a bind source as O_PATH (kept open until the init closes its stray fds) and
-/// returns its `/proc/self/fd` path and whether it is a directory.
-fn open_source(host: &CStr) -> Result<(CString, bool), i32> {
-    // SAFETY: valid C string; O_PATH opens without reading.
-    let fd = unsafe { libc::open(host.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+/// returns its `/proc/self/fd` path and whether it is a directory. A `confined` source
+/// (a caller's mount, resolved by the gateway) is opened without following any symlink on
+/// the way, so a link swapped into the path since then fails with `ELOOP`.
+fn open_source(host: &CStr, confined: bool) -> Result<(CString, bool), i32> {
+    let fd = if confined {
+        // SAFETY: `open_how` is plain data; all-zero is its valid "no options" state.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: valid C string and a live `open_how` of the size passed.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                host.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        libc::c_int::try_from(rc).unwrap_or(-1)
+    } else {
+        // SAFETY: valid C string; O_PATH opens without reading.
+        unsafe { libc::open(host.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }
+    };
     if fd < 0 {
         return Err(errno());
     }
@@ -1360,11 +1451,17 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
     // Open bind sources while still holding the helper's host ids.
     let mut sources: Vec<Option<(CString, bool)>> = Vec::with_capacity(ctx.steps.len());
     for step in &ctx.steps {
-        let Step::Bind { host, optional, .. } = step else {
+        let Step::Bind {
+            host,
+            optional,
+            confined,
+            ..
+        } = step
+        else {
             sources.push(None);
             continue;
         };
-        match open_source(host) {
+        match open_source(host, *confined) {
             Ok(s) => sources.push(Some(s)),
             Err(e) if e == libc::ENOENT && *optional => sources.push(None),
             Err(e) => fail_at((Stage::OpenBindSource, e), host),

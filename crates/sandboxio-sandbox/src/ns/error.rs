@@ -16,6 +16,8 @@ pub enum NsError {
     InvalidPath { path: PathBuf, why: &'static str },
     #[error("the command is empty")]
     EmptyArgv,
+    #[error("the mounts or the working directory cannot be used: {why}")]
+    InvalidMounts { why: String },
     #[error("a command argument or environment entry contains a NUL byte")]
     NulByte,
     #[error("could not enter a private mount namespace for the helper")]
@@ -148,14 +150,16 @@ impl ErrorCode for NsError {
             NsError::OutputTooLarge { .. } => "SBX_E1470",
             NsError::HostRestricted { restriction, .. } => restriction.code(),
             NsError::HelperUserNamespace { .. } => "SBX_E1471",
+            NsError::InvalidMounts { .. } => "SBX_E1472",
         }
     }
 
     fn class(&self) -> ErrorClass {
         match self {
-            NsError::InvalidPath { .. } | NsError::EmptyArgv | NsError::NulByte => {
-                ErrorClass::Usage
-            }
+            NsError::InvalidPath { .. }
+            | NsError::EmptyArgv
+            | NsError::NulByte
+            | NsError::InvalidMounts { .. } => ErrorClass::Usage,
             _ => ErrorClass::Internal,
         }
     }
@@ -175,6 +179,7 @@ mod tests {
                 why: "",
             },
             NsError::EmptyArgv,
+            NsError::InvalidMounts { why: "x".into() },
             NsError::NulByte,
             NsError::HelperMountNamespace {
                 source: io::Error::other("x"),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use sandboxio_core::{ExecRequest, NetworkMode};
+use sandboxio_core::{ExecRequest, MountMode, NetworkMode};
 use serde::{Deserialize, Serialize};
 
 use super::error::NsError;
@@ -119,6 +119,12 @@ pub enum MountOp {
         flags: MountFlags,
         /// Skip silently when the host path does not exist.
         optional: bool,
+        /// A caller's mount (`ExecRequest.mounts`): the source is opened without
+        /// following any symlink (the gateway resolved it; a link swapped in since is
+        /// refused), the mount point is made when missing, and the flags apply to every
+        /// mount below it as well (a host mount inside it cannot stay writable).
+        #[serde(default, skip_serializing_if = "is_false")]
+        confined: bool,
     },
     /// Bind a directory staged by the helper.
     StagedBind {
@@ -202,6 +208,10 @@ impl NamespacePlan {
     }
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
@@ -265,6 +275,11 @@ pub fn plan(
     if let Some(input) = &req.input_dir {
         check_host_path(input)?;
     }
+    sandboxio_core::mount::check_request(&req.mounts, req.workdir.as_deref())
+        .map_err(|e| NsError::InvalidMounts { why: e.to_string() })?;
+    for m in &req.mounts {
+        check_host_path(&m.host)?;
+    }
     let exec = req.allow_exec_in_writable;
     let lim = &req.limits;
 
@@ -309,6 +324,7 @@ pub fn plan(
         path: p("/usr"),
         flags: MountFlags::ro(),
         optional: false,
+        confined: false,
     });
     // 4. generated /etc
     let file = |path: &str, text: &str| MountOp::File {
@@ -332,12 +348,14 @@ pub fn plan(
         path: p("/etc/ssl/certs"),
         flags: MountFlags::ro(),
         optional: true,
+        confined: false,
     });
     m.push(MountOp::Bind {
         source: p("/etc/alternatives"),
         path: p("/etc/alternatives"),
         flags: MountFlags::ro(),
         optional: true,
+        confined: false,
     });
     // 5. minimal /dev
     m.push(MountOp::Tmpfs {
@@ -363,6 +381,7 @@ pub fn plan(
                 noexec: true,
             },
             optional: false,
+            confined: false,
         });
     }
     m.push(dir("/dev/pts", 0o755));
@@ -436,6 +455,35 @@ pub fn plan(
             path: p(INSIDE_INPUT),
             flags: MountFlags::ro(),
             optional: false,
+            confined: false,
+        });
+    }
+    // 9. the caller's mounts, after everything they may sit in (the workspace and /tmp
+    // tmpfs mounts), shallowest first; their parents are made on the root, workspace or
+    // /tmp tmpfs, never in a host directory (a mount inside another is refused).
+    let mut mounts: Vec<&sandboxio_core::Mount> = req.mounts.iter().collect();
+    mounts.sort_by_key(|m| m.sandbox.components().count());
+    for mnt in &mounts {
+        let mut parent = PathBuf::from("/");
+        let parents: Vec<_> = mnt.sandbox.components().skip(1).collect();
+        for c in parents.iter().take(parents.len().saturating_sub(1)) {
+            parent.push(c);
+            if !matches!(parent.to_str(), Some(INSIDE_WORKSPACE | INSIDE_TMP)) {
+                m.push(MountOp::Dir {
+                    path: parent.clone(),
+                    mode: 0o755,
+                });
+            }
+        }
+        m.push(MountOp::Bind {
+            source: mnt.host.clone(),
+            path: mnt.sandbox.clone(),
+            flags: match mnt.mode {
+                MountMode::Ro => MountFlags::ro(),
+                MountMode::Rw => MountFlags::writable(exec),
+            },
+            optional: false,
+            confined: true,
         });
     }
 
@@ -468,6 +516,15 @@ pub fn plan(
     if req.input_dir.is_some() {
         landlock.push(rule(INSIDE_INPUT, Access::Read));
     }
+    for mnt in &req.mounts {
+        landlock.push(LandlockRule {
+            path: mnt.sandbox.clone(),
+            access: match mnt.mode {
+                MountMode::Ro => Access::ReadExec,
+                MountMode::Rw => writable,
+            },
+        });
+    }
 
     let mut env = env.clone();
     env.entry("PATH".to_string())
@@ -489,7 +546,7 @@ pub fn plan(
     Ok(NamespacePlan {
         argv: req.argv.clone(),
         env,
-        cwd: p(INSIDE_WORKSPACE),
+        cwd: req.workdir.clone().unwrap_or_else(|| p(INSIDE_WORKSPACE)),
         hostname: HOSTNAME.to_string(),
         host_uid: DEFAULT_HOST_ID,
         host_gid: DEFAULT_HOST_ID,
@@ -664,6 +721,98 @@ mod tests {
             .landlock
             .iter()
             .any(|r| r.path == p(INSIDE_INPUT) && r.access == Access::Read));
+    }
+
+    #[test]
+    fn mounts_come_last_ro_by_default_with_parents_on_tmpfs_and_rules() {
+        let mut req = ExecRequest::new(["true"]);
+        let cwd = Path::new("/");
+        req.mounts = vec![
+            sandboxio_core::Mount::parse("/h/deep:/a/b/c:rw", cwd).unwrap(),
+            sandboxio_core::Mount::parse("/h/src:/project", cwd).unwrap(),
+            sandboxio_core::Mount::parse("/h/data:/workspace/data", cwd).unwrap(),
+        ];
+        req.workdir = Some(p("/project"));
+        let pl = plan_for(&req);
+        assert_eq!(pl.cwd, p("/project"));
+        let binds: Vec<(usize, &MountOp)> = pl
+            .mounts
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| matches!(m, MountOp::Bind { confined: true, .. }))
+            .collect();
+        assert_eq!(binds.len(), 3);
+        // After every mount the sandbox makes itself (the workspace and /tmp above all).
+        let last_own = pl
+            .mounts
+            .iter()
+            .rposition(|m| {
+                !matches!(
+                    m,
+                    MountOp::Bind { confined: true, .. } | MountOp::Dir { .. }
+                )
+            })
+            .unwrap();
+        assert!(binds.iter().all(|(i, _)| *i > last_own));
+        // Shallowest first; ro unless asked; rw is nosuid, nodev and noexec.
+        let by_path = |t: &str| {
+            binds
+                .iter()
+                .find_map(|(_, m)| match m {
+                    MountOp::Bind {
+                        path,
+                        flags,
+                        source,
+                        ..
+                    } if path == Path::new(t) => Some((source.clone(), *flags)),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(by_path("/project"), (p("/h/src"), MountFlags::ro()));
+        let (_, rw) = by_path("/a/b/c");
+        assert!(!rw.readonly && rw.nosuid && rw.nodev && rw.noexec);
+        // Parents are made on the root tmpfs, never for the workspace or /tmp themselves.
+        let dirs: Vec<&Path> = pl.mounts[last_own..]
+            .iter()
+            .filter_map(|m| match m {
+                MountOp::Dir { path, .. } => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dirs, vec![Path::new("/a"), Path::new("/a/b")]);
+        assert!(pl
+            .landlock
+            .iter()
+            .any(|r| r.path == p("/project") && r.access == Access::ReadExec));
+        assert!(pl
+            .landlock
+            .iter()
+            .any(|r| r.path == p("/a/b/c") && r.access == Access::ReadWrite));
+    }
+
+    #[test]
+    fn reserved_nested_and_relative_mounts_are_refused() {
+        let cwd = Path::new("/");
+        for (spec, workdir) in [
+            ("/h:/proc/x", None),
+            ("/h:/output", None),
+            ("/h:/dev", None),
+            ("/h:/p", Some("/etc")),
+        ] {
+            let mut req = ExecRequest::new(["true"]);
+            req.mounts = vec![sandboxio_core::Mount::parse(spec, cwd).unwrap()];
+            req.workdir = workdir.map(p);
+            let e = plan(&req, &host(), &BTreeMap::new()).unwrap_err();
+            assert!(matches!(e, NsError::InvalidMounts { .. }), "{spec}: {e}");
+        }
+        let mut req = ExecRequest::new(["true"]);
+        req.mounts = vec![sandboxio_core::Mount {
+            host: p("/h/../etc"),
+            sandbox: p("/p"),
+            mode: MountMode::Rw,
+        }];
+        assert!(plan(&req, &host(), &BTreeMap::new()).is_err());
     }
 
     #[test]

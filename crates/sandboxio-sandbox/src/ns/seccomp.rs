@@ -477,7 +477,45 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
             "same as socket",
         ),
     ]
+    .into_iter()
+    .chain(SET_ID_BIT_CALLS.iter().map(|(name, nr, arg)| {
+        rule(
+            name,
+            *nr,
+            RuleAction::Checks(vec![ArgCheck {
+                arg: *arg,
+                test: ArgTest::AnyBitOf(SET_ID_BITS),
+                errno: libc::EPERM,
+            }]),
+            "no setuid or setgid bit on a file: mounts inside are nosuid, but a file left \
+             in a read-write mount keeps its bits on the host",
+        )
+    }))
+    .chain(std::iter::once(rule(
+        "openat2",
+        libc::SYS_openat2,
+        RuleAction::Errno(libc::ENOSYS),
+        "its mode sits in a struct a filter cannot read (setuid bits); libraries fall back \
+         to openat",
+    )))
+    .collect()
 }
+
+/// `S_ISUID | S_ISGID`.
+const SET_ID_BITS: u32 = 0o6000;
+
+/// Calls that set a file's mode, with the index of their mode argument.
+const SET_ID_BIT_CALLS: &[(&str, i64, u8)] = &[
+    ("chmod", libc::SYS_chmod, 1),
+    ("fchmod", libc::SYS_fchmod, 1),
+    ("fchmodat", libc::SYS_fchmodat, 2),
+    ("fchmodat2", libc::SYS_fchmodat2, 2),
+    ("open", libc::SYS_open, 2),
+    ("openat", libc::SYS_openat, 3),
+    ("creat", libc::SYS_creat, 1),
+    ("mknod", libc::SYS_mknod, 1),
+    ("mknodat", libc::SYS_mknodat, 2),
+];
 
 /// The full rule set for a network mode (pure).
 pub fn rules_for(sockets: SocketPolicy) -> Vec<SeccompRule> {
