@@ -67,10 +67,6 @@ pub struct RunOpts {
     /// Working directory inside the sandbox (default: the workspace).
     #[arg(long, value_name = "SANDBOX_PATH")]
     pub workdir: Option<PathBuf>,
-    /// Run the program under a pseudo-terminal (interactive shells, REPLs); our own
-    /// terminal is put in raw mode meanwhile and its size follows.
-    #[arg(long)]
-    pub tty: bool,
     /// Keep the temporary workspace.
     #[arg(long)]
     pub keep: bool,
