@@ -67,6 +67,10 @@ pub struct RunOpts {
     /// Working directory inside the sandbox (default: the workspace).
     #[arg(long, value_name = "SANDBOX_PATH")]
     pub workdir: Option<PathBuf>,
+    /// Run the program under a pseudo-terminal (interactive shells, REPLs). On a terminal,
+    /// our keys go to the program as typed (Ctrl-C included) and it gets our window size.
+    #[arg(long)]
+    pub tty: bool,
     /// Keep the temporary workspace.
     #[arg(long)]
     pub keep: bool,

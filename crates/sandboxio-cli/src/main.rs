@@ -13,6 +13,7 @@ mod output;
 mod paths;
 mod setup;
 mod telemetry;
+mod terminal;
 
 use clap::Parser as _;
 

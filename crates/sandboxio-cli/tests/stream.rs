@@ -10,3 +10,5 @@ mod bytes;
 mod common;
 #[path = "stream/live.rs"]
 mod live;
+#[path = "stream/tty.rs"]
+mod tty;

@@ -366,6 +366,7 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
         candidates: &candidates,
         argv: &argv_p,
         envp: &envp_p,
+        tty: plan.tty,
     };
 
     let mut fds = [0i32; 2];
@@ -457,6 +458,7 @@ struct Child<'a> {
     candidates: &'a [CString],
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
+    tty: bool,
 }
 
 fn prctl(option: libc::c_int, arg: libc::c_ulong) -> libc::c_int {
@@ -494,6 +496,11 @@ fn payload(c: &Child<'_>, err_w: i32) -> ! {
     unsafe {
         libc::sigprocmask(libc::SIG_SETMASK, c.old_mask, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if c.tty {
+            // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+        }
     }
     for path in c.cgroup_procs {
         // SAFETY: valid C string; writing "0" (this process) to a cgroup.procs file.

@@ -401,6 +401,7 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
                 &rlimits,
                 &cwd,
                 plan.no_new_privs,
+                plan.tty,
                 &prog,
                 &argv_ptrs,
                 &env_ptrs,
@@ -473,6 +474,7 @@ unsafe fn payload_child(
     rlimits: &[(libc::__rlimit_resource_t, u64)],
     cwd: &CString,
     no_new_privs: bool,
+    tty: bool,
     prog: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
@@ -492,6 +494,11 @@ unsafe fn payload_child(
     unsafe {
         libc::sigprocmask(libc::SIG_SETMASK, &signals.old_mask, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if tty {
+            // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+        }
         for path in cgroup_procs {
             let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {

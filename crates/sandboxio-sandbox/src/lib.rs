@@ -23,6 +23,7 @@ pub mod protocol;
 mod rlimit;
 pub mod stream;
 pub mod sweep;
+pub mod terminal;
 
 pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
 pub use error::SandboxError;

@@ -57,6 +57,10 @@ pub struct SandboxPlan {
     /// The whole environment of the payload (nothing else is inherited).
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    /// Stdin, stdout and stderr are a pseudo-terminal: the payload makes it its
+    /// controlling terminal (own session), so Ctrl-C typed into it is SIGINT.
+    #[serde(default)]
+    pub tty: bool,
     pub paths: WorkspacePaths,
     pub rlimits: RlimitPlan,
     #[serde(with = "duration_ms")]
@@ -277,6 +281,7 @@ where
         argv: req.argv.clone(),
         env,
         cwd,
+        tty: req.tty,
         paths,
         rlimits,
         timeout: l.timeout,

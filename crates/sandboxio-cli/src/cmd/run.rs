@@ -122,6 +122,14 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     } else {
         stdin::choose(code_from_stdin)?
     };
+    // `--tty` on a terminal: our keys are streamed to the program's terminal.
+    let stdin_plan = match stdin_plan {
+        stdin::Stdin::None if opts.tty && exec.stdin.is_none() && stdin::is_terminal() => {
+            stdin::Stdin::Stream
+        }
+        other => other,
+    };
+    exec.tty = opts.tty;
     match &stdin_plan {
         stdin::Stdin::None => {}
         stdin::Stdin::Bytes(b) => exec.stdin = Some(b.clone()),
@@ -170,13 +178,21 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     if exec_streams_stdin {
         sub.stream.stdin = Some(stdin::stream());
     }
+    // Our own terminal while a `--tty` program runs: its size, and keys passed as typed
+    // (restored when `_raw` drops, after the run).
+    let _raw = if opts.tty {
+        sub.stream.tty_size = crate::terminal::window_size();
+        crate::terminal::raw_input()
+    } else {
+        None
+    };
     // Human output is printed live, as the program writes it; `--json` prints it at the end.
     let printer = if common.json {
         None
     } else {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         sub.stream.events = Some(tx);
-        Some(tokio::spawn(output::print_events(rx)))
+        Some(tokio::spawn(output::print_events(rx, opts.tty)))
     };
     let signals = tokio::spawn(cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;

@@ -21,6 +21,11 @@ pub enum Stdin {
     Stream,
 }
 
+/// Whether our stdin is a terminal.
+pub fn is_terminal() -> bool {
+    std::io::stdin().is_terminal()
+}
+
 /// Decides; `stdin_taken` when our stdin was already read (code from `-`).
 pub fn choose(stdin_taken: bool) -> Result<Stdin> {
     let stdin = std::io::stdin();

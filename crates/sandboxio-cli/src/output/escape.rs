@@ -13,6 +13,8 @@
 #[derive(Debug, Default)]
 pub struct Escaper {
     carry: Vec<u8>,
+    /// `\r\n` becomes `\n` (output of a pseudo-terminal); a lone `\r` is escaped.
+    pub fold_crlf: bool,
 }
 
 impl Escaper {
@@ -24,10 +26,18 @@ impl Escaper {
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut input = std::mem::take(&mut self.carry);
         input.extend_from_slice(chunk);
-        // Hold back an incomplete UTF-8 sequence at the very end.
-        let keep = incomplete_tail(&input);
+        // Hold back an incomplete UTF-8 sequence at the very end (and a `\r` that may
+        // start a `\r\n`).
+        let mut keep = incomplete_tail(&input);
+        if self.fold_crlf && keep == 0 && input.last() == Some(&b'\r') {
+            keep = 1;
+        }
         self.carry = input.split_off(input.len() - keep);
-        escape(&input)
+        if self.fold_crlf {
+            escape(&fold(&input))
+        } else {
+            escape(&input)
+        }
     }
 
     /// Whatever is still carried, escaped (the stream ended mid-character).
@@ -35,6 +45,21 @@ impl Escaper {
         let rest = std::mem::take(&mut self.carry);
         escape(&rest)
     }
+}
+
+/// `\r\n` as `\n`.
+fn fold(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        if input[i] == b'\r' && input.get(i + 1) == Some(&b'\n') {
+            i += 1;
+            continue;
+        }
+        out.push(input[i]);
+        i += 1;
+    }
+    out
 }
 
 /// The terminal-safe form of a complete byte string.
@@ -98,6 +123,16 @@ mod tests {
         for (input, want) in attacks {
             assert_eq!(String::from_utf8(escape(input)).unwrap(), *want);
         }
+    }
+
+    #[test]
+    fn pseudo_terminal_line_ends_fold_even_across_chunks_and_a_lone_cr_is_shown() {
+        let mut e = Escaper::new();
+        e.fold_crlf = true;
+        let mut out = e.push(b"a\r\nb\r");
+        out.extend(e.push(b"\nc\rd\x1b[2A"));
+        out.extend(e.finish());
+        assert_eq!(String::from_utf8(out).unwrap(), "a\nb\nc\\x0dd\\x1b[2A");
     }
 
     #[test]

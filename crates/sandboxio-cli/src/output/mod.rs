@@ -34,6 +34,12 @@ impl Filter {
         }
     }
 
+    fn fold_crlf(&mut self) {
+        if let Filter::Escape(e) = self {
+            e.fold_crlf = true;
+        }
+    }
+
     fn finish(&mut self) -> Vec<u8> {
         match self {
             Filter::Raw => Vec::new(),
@@ -65,6 +71,12 @@ impl Printer {
         }
     }
 
+    /// Terminal output of a pseudo-terminal: `\r\n` printed as a newline.
+    pub fn fold_crlf(&mut self) {
+        self.out.fold_crlf();
+        self.err.fold_crlf();
+    }
+
     /// Prints one chunk now. A reader that went away ends that stream quietly (see
     /// `crate::out`); the run goes on and its status is still reported.
     pub fn write(&mut self, stream: OutputStream, data: &[u8]) {
@@ -84,8 +96,13 @@ impl Printer {
 }
 
 /// Prints events until the channel closes; returns the printer (did the exit arrive?).
-pub async fn print_events(mut rx: mpsc::Receiver<ExecEvent>) -> Printer {
+/// `tty`: the program ran under a pseudo-terminal, whose line ends are `\r\n`; on our
+/// terminal they are printed as newlines (a lone `\r` is still shown escaped).
+pub async fn print_events(mut rx: mpsc::Receiver<ExecEvent>, tty: bool) -> Printer {
     let mut p = Printer::new();
+    if tty {
+        p.fold_crlf();
+    }
     while let Some(ev) = rx.recv().await {
         match ev {
             ExecEvent::Output { stream, data, .. } => p.write(stream, &data),

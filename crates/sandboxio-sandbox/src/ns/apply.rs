@@ -567,6 +567,8 @@ struct ChildCtx {
     unprivileged: bool,
     /// Set `vm.memfd_noexec = 2` for the sandbox's pid namespace (see `spawn_with`).
     memfd_noexec: bool,
+    /// Stdio is a pseudo-terminal, to become the payload's controlling terminal.
+    tty: bool,
 }
 
 enum Step {
@@ -822,6 +824,7 @@ where
         root_size: plan.root_size,
         unprivileged,
         memfd_noexec: memfd_sysctl,
+        tty: plan.tty,
     };
 
     let (release_r, release_w) = pipe()?;
@@ -1607,6 +1610,12 @@ fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
     // SAFETY: setsid has no arguments; detaches from any host controlling terminal.
     if unsafe { libc::setsid() } < 0 {
         fail_at((Stage::SetSid, errno()));
+    }
+    if ctx.tty {
+        // The pseudo-terminal on fd 0 becomes the controlling terminal of this new
+        // session, so Ctrl-C typed into it is SIGINT for the program.
+        // SAFETY: TIOCSCTTY takes an integer argument; fd 0 is the terminal's slave.
+        unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
     }
     if crate::rlimit::lower_all(&ctx.rlimits).is_err() {
         fail_at((Stage::SetRlimit, errno()));

@@ -177,6 +177,9 @@ pub struct NamespacePlan {
     /// Landlock denies TCP bind/connect (ABI 4+) when the network mode is `none`.
     pub landlock_deny_tcp: bool,
     pub namespaces: Vec<String>,
+    /// Stdio is a pseudo-terminal: the payload takes it as controlling terminal.
+    #[serde(default)]
+    pub tty: bool,
 }
 
 impl NamespacePlan {
@@ -563,6 +566,7 @@ pub fn plan(
         landlock,
         landlock_deny_tcp: sockets == SocketPolicy::UnixOnly,
         namespaces: NAMESPACES.iter().map(|s| s.to_string()).collect(),
+        tty: req.tty,
     })
 }
 
