@@ -208,6 +208,13 @@ pub enum Command {
         #[command(flatten)]
         opts: ServeArgs,
     },
+    /// Serve MCP over standard input and output (tools: run_code, exec, files, sandboxes).
+    Mcp {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        opts: McpArgs,
+    },
     /// Create, list and revoke API keys for the HTTP API.
     Keys {
         #[command(flatten)]
@@ -226,6 +233,20 @@ pub enum StateCmd {
         #[arg(long, required = true)]
         from_trail: bool,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct McpArgs {
+    /// The tenant every call is made as.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The agent named in every record.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// How long an `ask` waits for an answer (elicitation or a person) before it is denied
+    /// (default from config: 300s).
+    #[arg(long)]
+    pub approval_timeout: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -108,6 +108,7 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
         | Command::State { common, .. }
         | Command::Status { common, .. }
         | Command::Serve { common, .. }
+        | Command::Mcp { common, .. }
         | Command::Keys { common, .. } => Some(common),
         Command::Audit {
             cmd:

@@ -25,6 +25,8 @@ pub struct CallOptions {
     pub cancel: Option<sandboxio_sandbox::CancelToken>,
     pub stream: sandboxio_sandbox::StreamIo,
     pub rationale: Option<String>,
+    /// Told about the pending approval as soon as an `ask` waits (see `Submission`).
+    pub approval_pending: Option<tokio::sync::mpsc::UnboundedSender<crate::store::Approval>>,
 }
 
 pub struct Sandbox {
@@ -97,6 +99,11 @@ impl Sandbox {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Who the session's operations are made as.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     pub fn tier(&self) -> IsolationTier {
@@ -224,6 +231,7 @@ impl Sandbox {
         sub.cancel = extra.cancel;
         sub.stream = extra.stream;
         sub.op.rationale = extra.rationale;
+        sub.approval_pending = extra.approval_pending;
         sub.labels.extend(extra.labels);
         self.gw.submit(sub).await
     }

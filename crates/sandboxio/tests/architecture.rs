@@ -73,6 +73,16 @@ fn crate_layering_holds() {
             "sandboxio-python",
             &["sandboxio-core", "sandboxio-config", "sandboxio-gateway"][..],
         ),
+        // MCP mounts its HTTP transport in the server (credentials, layers).
+        (
+            "sandboxio-mcp",
+            &[
+                "sandboxio-core",
+                "sandboxio-config",
+                "sandboxio-gateway",
+                "sandboxio-server",
+            ][..],
+        ),
     ]);
     assert!(
         edges.len() >= 9,

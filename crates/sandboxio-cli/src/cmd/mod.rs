@@ -3,6 +3,7 @@
 mod audit;
 mod doctor;
 mod keys;
+mod mcp;
 mod policy;
 mod recover;
 mod rotate_key;
@@ -56,6 +57,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Command::Policy { cmd } => policy::policy(cmd),
         Command::Audit { cmd } => audit::audit(cmd).await,
         Command::Serve { common, opts } => serve::serve(common, opts).await,
+        Command::Mcp { common, opts } => mcp::mcp(common, opts).await,
         Command::Keys { common, cmd } => keys::keys(&common, cmd),
     };
     match res {
@@ -103,7 +105,8 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
             .or_else(|| typed::<sandboxio_audit::AuditError>(cause))
             .or_else(|| typed::<sandboxio_budget::BudgetError>(cause))
-            .or_else(|| typed::<sandboxio_server::ServerError>(cause));
+            .or_else(|| typed::<sandboxio_server::ServerError>(cause))
+            .or_else(|| typed::<sandboxio_mcp::McpError>(cause));
         if let Some(f) = found {
             return f;
         }

@@ -94,11 +94,17 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     }
     let backend = Arc::new(Backend::new(gw));
     let state = AppState::new(backend, opts).with_telemetry(telemetry);
+    // MCP over streamable HTTP at /mcp, behind the same credentials and layers.
+    let mcp = sandboxio_mcp::http::routes(
+        sandboxio_mcp::McpOptions::from_runtime(&runtime),
+        state.clone(),
+    );
     let router = app::router(
         state.clone(),
         vec![
             sandboxio_server::dashboard::routes(),
             sandboxio_server::metrics::routes(),
+            mcp,
         ],
     );
     let listener = Listener::bind(&state.opts).await?;

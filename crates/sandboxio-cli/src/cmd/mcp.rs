@@ -1,0 +1,34 @@
+//! `sandboxio mcp`: MCP over stdio, over the same chain as `run` (one record per call).
+//! Standard output belongs to the protocol: nothing else is printed there.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use sandboxio_core::{HumanDuration, Principal};
+use sandboxio_mcp::McpOptions;
+
+use crate::args::{Common, McpArgs};
+use crate::exit;
+use crate::setup;
+
+pub async fn mcp(common: Common, args: McpArgs) -> Result<i32> {
+    let loaded = setup::load(&common)?;
+    let timeout = args
+        .approval_timeout
+        .as_deref()
+        .map(str::parse::<HumanDuration>)
+        .transpose()?
+        .map(|d| d.as_duration());
+    // Asks wait for a decision in the store: elicitation, the CLI or the HTTP API write it.
+    let runtime = loaded.runtime(&common, timeout)?;
+    runtime.recover(loaded.config.limits.timeout.0).await?;
+    let principal = Principal {
+        tenant: args.tenant.clone(),
+        session: None,
+        agent: args.agent.clone(),
+    };
+    sandboxio_mcp::serve_stdio(McpOptions::from_runtime(&runtime), principal).await?;
+    // Sandboxes are closed; let spawned record writers finish.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(exit::OK)
+}

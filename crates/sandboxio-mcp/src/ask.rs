@@ -1,0 +1,131 @@
+//! An `ask` over MCP. The gateway creates the pending approval (bound to the request's
+//! fingerprint) and waits for a decision in the store until the approval timeout. While it
+//! waits: when the client supports elicitation, its user is asked (approve or deny, with a
+//! reason) and the answer is written as a recorded admin action, like a person's from the
+//! CLI; otherwise (or when the user dismisses the form) the approval stays pending for
+//! `sandboxio approvals approve ID` or the HTTP API. When the client cancels the call the
+//! pending approval is denied, so the wait ends at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::service::{ElicitationError, ElicitationMode, RequestContext};
+use rmcp::RoleServer;
+use sandboxio_core::AdminAction;
+use sandboxio_gateway::store::Approval;
+use sandboxio_gateway::Gateway;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+/// What the user answers in the elicitation form.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ApprovalForm {
+    /// Approve this exact request?
+    pub approve: bool,
+    /// Why (recorded with the decision).
+    #[serde(default)]
+    pub reason: String,
+}
+
+rmcp::elicit_safe!(ApprovalForm);
+
+/// The text the user sees.
+pub fn prompt(a: &Approval) -> String {
+    format!(
+        "sandboxio asks for approval `{}`: {}\nrequest: {}\n{}Approve this exact request? (also: `sandboxio approvals approve {}`)",
+        a.id,
+        a.reason,
+        a.operation,
+        if a.rationale.is_empty() {
+            String::new()
+        } else {
+            format!("rationale: {}\n", a.rationale)
+        },
+        a.id
+    )
+}
+
+/// The channel the gateway announces the pending approval on, and the task listening to
+/// it (aborted when the call ends).
+pub fn attach(
+    cx: &RequestContext<RoleServer>,
+    tenant: String,
+    gw: Arc<Gateway>,
+    timeout: Duration,
+) -> (mpsc::UnboundedSender<Approval>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Approval>();
+    let peer = cx.peer.clone();
+    let ct = cx.ct.clone();
+    let client = peer
+        .peer_info()
+        .map(|i| i.client_info.name.clone())
+        .unwrap_or_else(|| "unknown".into());
+    let task = tokio::spawn(async move {
+        let Some(a) = rx.recv().await else { return };
+        let elicit = peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
+        let decide = |approve: bool, actor: String, reason: Option<String>| {
+            let gw = gw.clone();
+            let tenant = tenant.clone();
+            let approval_id = a.id.clone();
+            async move {
+                // Someone may have answered meanwhile (the CLI, the API): theirs stands.
+                let pending = matches!(
+                    gw.store().get_approval(&approval_id),
+                    Ok(Some(x)) if x.state == sandboxio_gateway::store::ApprovalState::Pending
+                );
+                if !pending {
+                    return;
+                }
+                let action = if approve {
+                    AdminAction::Approve {
+                        approval_id,
+                        reason,
+                    }
+                } else {
+                    AdminAction::Deny {
+                        approval_id,
+                        reason,
+                    }
+                };
+                if let Err(e) = gw.admin(&tenant, &actor, action).await {
+                    tracing::warn!("recording an MCP approval decision failed: {e}");
+                }
+            }
+        };
+        let answer = async {
+            if !elicit {
+                return None;
+            }
+            match peer
+                .elicit_with_timeout::<ApprovalForm>(prompt(&a), Some(timeout))
+                .await
+            {
+                Ok(Some(f)) => Some((f.approve, (!f.reason.is_empty()).then_some(f.reason))),
+                Err(ElicitationError::UserDeclined) => {
+                    Some((false, Some("declined in the MCP client".into())))
+                }
+                // Dismissed, unsupported or failed: a person may still answer elsewhere.
+                Ok(None) | Err(_) => None,
+            }
+        };
+        let actor = format!("mcp client `{client}` (elicitation)");
+        tokio::select! {
+            got = answer => {
+                if let Some((approve, reason)) = got {
+                    decide(approve, actor, reason).await;
+                } else {
+                    // Waits for a person until the gateway's timeout; a cancel still ends it.
+                    ct.cancelled().await;
+                    decide(false, format!("mcp client `{client}`"), Some("the call was cancelled".into())).await;
+                }
+            }
+            _ = ct.cancelled() => {
+                decide(false, format!("mcp client `{client}`"), Some("the call was cancelled".into())).await;
+            }
+        }
+    });
+    (tx, task)
+}

@@ -1,0 +1,316 @@
+//! One tool call: who calls, the typed arguments, the operation, the chain. Every call
+//! that reaches a sandbox is exactly one `Gateway::submit` (one record); the MCP request's
+//! cancellation cancels it (the sandbox kills the whole process tree, the record says
+//! `cancelled`), its progress token receives the program's output as it runs, and an ask
+//! is offered to the client's user through elicitation when the client supports it.
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use sandboxio_core::{
+    ErrorCode, ExecRequest, HumanDuration, IsolationTier, Language, OperationArgs, Principal,
+    Verdict,
+};
+use sandboxio_gateway::credential::Scope;
+use sandboxio_gateway::session::CallOptions;
+use sandboxio_gateway::{CancelToken, Outcome, Sandbox};
+use serde::de::DeserializeOwned;
+
+use crate::answer;
+use crate::args;
+use crate::catalog::ToolName;
+use crate::error::McpError;
+use crate::handler::{Front, SandboxioMcp};
+
+fn parse<T: DeserializeOwned>(
+    tool: ToolName,
+    arguments: Option<rmcp::model::JsonObject>,
+) -> Result<T, McpError> {
+    serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default())).map_err(|e| {
+        McpError::BadArguments {
+            tool: tool.as_str().to_string(),
+            why: e.to_string(),
+        }
+    })
+}
+
+fn bad(tool: ToolName, why: impl std::fmt::Display) -> McpError {
+    McpError::BadArguments {
+        tool: tool.as_str().to_string(),
+        why: why.to_string(),
+    }
+}
+
+fn gateway_error(e: sandboxio_gateway::GatewayError) -> McpError {
+    McpError::Gateway {
+        code: e.code(),
+        why: e.to_string(),
+    }
+}
+
+/// The scope an HTTP caller needs for a tool.
+fn scope(tool: ToolName) -> Scope {
+    match tool {
+        ToolName::Exec => Scope::Exec,
+        ToolName::RunCode => Scope::RunCode,
+        _ => Scope::Files,
+    }
+}
+
+impl SandboxioMcp {
+    pub(crate) async fn call(
+        &self,
+        tool: ToolName,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match self.dispatch(tool, request, &cx).await {
+            Ok(r) => r,
+            Err(e) => answer::error(&e),
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        tool: ToolName,
+        request: CallToolRequestParams,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let who = self.principal(tool, cx).await?;
+        let arguments = request.arguments;
+        match tool {
+            ToolName::CreateSandbox => {
+                let a: args::CreateSandbox = parse(tool, arguments)?;
+                let tier = a
+                    .tier
+                    .map(|t| t.parse::<IsolationTier>())
+                    .transpose()
+                    .map_err(|e| bad(tool, e))?;
+                let s = self.sandboxes.create(&who, tier)?;
+                self.lifecycle_record("mcp.sandbox_create", &who, s.id())
+                    .await;
+                Ok(CallToolResult::structured(
+                    serde_json::to_value(args::SandboxInfo {
+                        sandbox_id: s.id().to_string(),
+                        tier: format!(
+                            "{}",
+                            tier.unwrap_or(self.opts.gateway.config().default_tier)
+                        ),
+                    })
+                    .unwrap_or_default(),
+                ))
+            }
+            ToolName::CloseSandbox => {
+                let a: args::CloseSandbox = parse(tool, arguments)?;
+                if !self.sandboxes.close(&who.tenant, &a.sandbox_id)? {
+                    return Err(McpError::NoSandbox { id: a.sandbox_id });
+                }
+                self.lifecycle_record("mcp.sandbox_close", &who, &a.sandbox_id)
+                    .await;
+                Ok(CallToolResult::structured(
+                    serde_json::to_value(args::Closed {
+                        sandbox_id: a.sandbox_id,
+                        closed: true,
+                    })
+                    .unwrap_or_default(),
+                ))
+            }
+            ToolName::Exec => {
+                let a: args::Exec = parse(tool, arguments)?;
+                if a.argv.is_empty() {
+                    return Err(bad(tool, "`argv` is empty"));
+                }
+                let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
+                let mut req = self.opts.exec.clone();
+                req.stdin = a.stdin.map(String::into_bytes);
+                if let Some(t) = a.timeout {
+                    req.limits.timeout = t
+                        .parse::<HumanDuration>()
+                        .map_err(|e| bad(tool, e))?
+                        .as_duration();
+                }
+                let args = OperationArgs::Exec { argv: a.argv };
+                let o = self
+                    .submit(&sbx, args, Some(req), None, a.rationale, cx)
+                    .await?;
+                Ok(answer::run(&o, sbx.id()))
+            }
+            ToolName::RunCode => {
+                let a: args::RunCode = parse(tool, arguments)?;
+                let language = a.language.parse::<Language>().map_err(|e| bad(tool, e))?;
+                let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
+                let mut req = self.opts.exec.clone();
+                if let Some(t) = a.timeout {
+                    req.limits.timeout = t
+                        .parse::<HumanDuration>()
+                        .map_err(|e| bad(tool, e))?
+                        .as_duration();
+                }
+                let args = OperationArgs::RunCode {
+                    language,
+                    code: a.code,
+                };
+                let o = self
+                    .submit(&sbx, args, Some(req), None, a.rationale, cx)
+                    .await?;
+                Ok(answer::run(&o, sbx.id()))
+            }
+            ToolName::ReadFile => {
+                let a: args::ReadFile = parse(tool, arguments)?;
+                let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
+                let args = OperationArgs::FileRead { path: a.path };
+                let o = self.submit(&sbx, args, None, None, None, cx).await?;
+                Ok(answer::file(&o, sbx.id()))
+            }
+            ToolName::ListFiles => {
+                let a: args::ListFiles = parse(tool, arguments)?;
+                let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
+                let path = a.path.unwrap_or_else(|| ".".into());
+                let args = OperationArgs::FileRead { path };
+                let o = self.submit(&sbx, args, None, None, None, cx).await?;
+                Ok(answer::file(&o, sbx.id()))
+            }
+            ToolName::WriteFile => {
+                let a: args::WriteFile = parse(tool, arguments)?;
+                let bytes = match a.encoding.as_deref() {
+                    None | Some("utf8") | Some("utf-8") => a.content.into_bytes(),
+                    Some("base64") => {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(a.content.as_bytes())
+                            .map_err(|e| bad(tool, format!("`content` is not base64: {e}")))?
+                    }
+                    Some(other) => {
+                        return Err(bad(
+                            tool,
+                            format!("`encoding` is `{other}`; expected `utf8` or `base64`"),
+                        ))
+                    }
+                };
+                let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
+                let args = OperationArgs::FileWrite {
+                    path: a.path,
+                    size: bytes.len() as u64,
+                    content_sha256: None,
+                };
+                let o = self.submit(&sbx, args, None, Some(bytes), None, cx).await?;
+                Ok(answer::file(&o, sbx.id()))
+            }
+        }
+    }
+
+    /// The principal of this call; an HTTP caller must hold an API key with the tool's
+    /// scope (a refusal is recorded by the server's `Caller::require`).
+    async fn principal(
+        &self,
+        tool: ToolName,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<Principal, McpError> {
+        match &self.front {
+            Front::Local(p) => Ok(p.clone()),
+            Front::Http(state) => {
+                let caller = crate::http::caller(cx).ok_or_else(|| McpError::Forbidden {
+                    tool: tool.as_str().into(),
+                    why: "no authenticated caller".into(),
+                    code: "SBX_E1907",
+                })?;
+                if caller.is_capability() {
+                    return Err(McpError::Forbidden {
+                        tool: tool.as_str().into(),
+                        why: "capability tokens are for the HTTP API; use an API key".into(),
+                        code: "SBX_E1907",
+                    });
+                }
+                let needed = match tool {
+                    ToolName::CreateSandbox | ToolName::CloseSandbox => {
+                        // Any of the sandbox scopes lets a caller hold sandboxes.
+                        [Scope::Exec, Scope::RunCode, Scope::Files]
+                            .into_iter()
+                            .find(|s| caller.credential.scopes.contains(*s))
+                            .unwrap_or(Scope::Exec)
+                    }
+                    t => scope(t),
+                };
+                caller
+                    .require(state, needed)
+                    .await
+                    .map_err(|e| McpError::Forbidden {
+                        tool: tool.as_str().into(),
+                        why: e.to_string(),
+                        code: e.code(),
+                    })?;
+                Ok(Principal::tenant(caller.tenant()))
+            }
+        }
+    }
+
+    /// Runs one operation through the chain, tied to the MCP request: its cancellation
+    /// cancels the operation, its progress token receives the output, an ask is offered
+    /// for elicitation.
+    async fn submit(
+        &self,
+        sbx: &Sandbox,
+        args: OperationArgs,
+        exec: Option<ExecRequest>,
+        content: Option<Vec<u8>>,
+        rationale: Option<String>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<Outcome, McpError> {
+        let token = CancelToken::new();
+        let ct = cx.ct.clone();
+        let cancel_watch = tokio::spawn({
+            let token = token.clone();
+            async move {
+                ct.cancelled().await;
+                token.cancel("cancelled by the MCP client");
+            }
+        });
+        let mut extra = CallOptions {
+            cancel: Some(token),
+            rationale,
+            ..CallOptions::default()
+        };
+        let progress = match exec.is_some() {
+            true => crate::progress::attach(cx),
+            false => None,
+        };
+        let progress = progress.map(|(tx, task)| {
+            extra.stream.events = Some(tx);
+            task
+        });
+        let (pending, asks) = crate::ask::attach(
+            cx,
+            sbx.principal().tenant.clone(),
+            self.opts.gateway.clone(),
+            self.opts.approval_timeout,
+        );
+        extra.approval_pending = Some(pending);
+        let out = sbx.call(args, exec, content, extra).await;
+        cancel_watch.abort();
+        if let Some(p) = progress {
+            let _ = p.await;
+        }
+        asks.abort();
+        out.map_err(gateway_error)
+    }
+
+    /// Sandbox creation and closing are the front end's own actions: recorded through the
+    /// same auditor as the chain's operations.
+    async fn lifecycle_record(&self, event: &str, who: &Principal, sandbox_id: &str) {
+        let mut rec = sandboxio_core::OperationRecord::new(format!("{event}-{sandbox_id}"), event);
+        rec.tool_name = event.to_string();
+        rec.tenant_id = Some(who.tenant.clone());
+        rec.session_id = Some(sandbox_id.to_string());
+        rec.sandbox_id = Some(sandbox_id.to_string());
+        rec.backend = "mcp".into();
+        rec.verdict = Verdict::Allow;
+        rec.status = sandboxio_core::OperationStatus::Ok;
+        rec.reason = format!("{event} for tenant `{}`", who.tenant);
+        if let Err(e) = self.opts.gateway.auditor().record(rec).await {
+            tracing::warn!(
+                code = e.code(),
+                "recording an MCP sandbox event failed: {e}"
+            );
+        }
+    }
+}

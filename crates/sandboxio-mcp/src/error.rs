@@ -1,0 +1,60 @@
+//! Errors of the MCP front end (`SBX_E19xx`). A refusal by a layer of the chain is not an
+//! error here: it is a tool result with `isError` and a structured denial (`answer.rs`).
+
+use sandboxio_core::{ErrorClass, ErrorCode};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum McpError {
+    #[error("arguments of `{tool}` do not fit its input schema: {why}")]
+    BadArguments { tool: String, why: String },
+    #[error("no tool named `{name}`")]
+    UnknownTool { name: String },
+    #[error("no sandbox `{id}` in this MCP session")]
+    NoSandbox { id: String },
+    #[error("this MCP session already holds {max} sandboxes; close one first")]
+    TooManySandboxes { max: usize },
+    #[error("{why}")]
+    Gateway { code: &'static str, why: String },
+    #[error("internal state of the MCP session is unusable")]
+    Poisoned,
+    #[error("serving MCP over {transport} failed: {why}")]
+    Transport {
+        transport: &'static str,
+        why: String,
+    },
+    #[error("the caller may not use `{tool}`: {why}")]
+    Forbidden {
+        tool: String,
+        why: String,
+        code: &'static str,
+    },
+}
+
+impl ErrorCode for McpError {
+    fn code(&self) -> &'static str {
+        match self {
+            McpError::BadArguments { .. } => "SBX_E1901",
+            McpError::UnknownTool { .. } => "SBX_E1902",
+            McpError::NoSandbox { .. } => "SBX_E1903",
+            McpError::TooManySandboxes { .. } => "SBX_E1904",
+            McpError::Gateway { code, .. } => code,
+            McpError::Poisoned => "SBX_E1905",
+            McpError::Transport { .. } => "SBX_E1906",
+            McpError::Forbidden { code, .. } => code,
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            McpError::BadArguments { .. }
+            | McpError::UnknownTool { .. }
+            | McpError::NoSandbox { .. }
+            | McpError::TooManySandboxes { .. } => ErrorClass::Usage,
+            McpError::Forbidden { .. } => ErrorClass::Denied,
+            McpError::Gateway { .. } | McpError::Poisoned | McpError::Transport { .. } => {
+                ErrorClass::Internal
+            }
+        }
+    }
+}

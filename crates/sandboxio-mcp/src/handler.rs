@@ -1,0 +1,117 @@
+//! The MCP server: one handler per MCP session (stdio: the process; HTTP: each
+//! `Mcp-Session-Id`), holding that session's sandboxes. Every tool call becomes one
+//! operation through the gateway's chain (`call.rs`).
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use sandboxio_core::{ExecRequest, Principal};
+use sandboxio_gateway::{Gateway, Runtime};
+
+use crate::catalog::{self, ToolName};
+use crate::sessions::Sandboxes;
+
+/// The newest protocol revision served: later ones forbid the server-to-client requests
+/// (elicitation) that an ask uses.
+pub const PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// What every handler is built from: the runtime's gateway and sandbox settings.
+#[derive(Clone)]
+pub struct McpOptions {
+    pub gateway: Arc<Gateway>,
+    /// The configured sandbox request (network, environment allowlist); limits unset.
+    pub exec: ExecRequest,
+    /// Where session workspaces are created (the system temp dir by default).
+    pub work_root: Option<PathBuf>,
+    /// How long an ask waits (elicitation included) before it is denied.
+    pub approval_timeout: std::time::Duration,
+}
+
+impl McpOptions {
+    pub fn from_runtime(rt: &Runtime) -> McpOptions {
+        McpOptions {
+            gateway: rt.gateway().clone(),
+            exec: rt.exec_request(),
+            work_root: rt.config().sandbox.work_root.clone(),
+            approval_timeout: rt.gateway().config().approval_timeout,
+        }
+    }
+}
+
+/// Who calls: the local user of `sandboxio mcp`, or an HTTP caller whose credential the
+/// server checked (its tenant and scopes).
+#[derive(Clone)]
+pub enum Front {
+    Local(Principal),
+    Http(sandboxio_server::AppState),
+}
+
+/// The handler of one MCP session.
+pub struct SandboxioMcp {
+    pub(crate) opts: McpOptions,
+    pub(crate) front: Front,
+    pub(crate) sandboxes: Arc<Sandboxes>,
+}
+
+impl SandboxioMcp {
+    pub fn new(opts: McpOptions, front: Front) -> SandboxioMcp {
+        let sandboxes = Arc::new(Sandboxes::new(opts.gateway.clone(), opts.work_root.clone()));
+        SandboxioMcp {
+            opts,
+            front,
+            sandboxes,
+        }
+    }
+}
+
+impl ServerHandler for SandboxioMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("sandboxio", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(PROTOCOL)
+            .with_instructions(
+                "Run code and commands in sandboxes behind a policy gateway. Each call is decided \
+                 by policy (allow, ask, deny), may wait for a person's approval, and leaves one \
+                 audit record. A refusal is a tool error whose structured content names the layer, \
+                 the rules and the reason.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = catalog::tools().map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = ToolName::parse(&request.name) else {
+            // An unknown tool is a protocol error (the spec's -32602), with our code.
+            let e = crate::McpError::UnknownTool {
+                name: request.name.to_string(),
+            };
+            return Err(ErrorData::invalid_params(
+                e.to_string(),
+                Some(serde_json::json!({ "code": sandboxio_core::ErrorCode::code(&e) })),
+            ));
+        };
+        Ok(self.call(tool, request, context).await.into())
+    }
+}

@@ -1,0 +1,25 @@
+//! sandboxio over the Model Context Protocol: an MCP server (stdio and streamable HTTP)
+//! whose tools run code, commands and file operations in sandboxes, each call one
+//! operation through the gateway's chain with one record.
+//!
+//! Layout: `catalog` (the tools as data: schemas, annotations), `args` (typed inputs and
+//! outputs), `handler` (the MCP server), `call` (one call through the chain), `answer`
+//! (outcome to tool result, denials as structured tool errors), `progress` (output as
+//! progress notifications), `ask` (approvals through elicitation), `sessions` (sandboxes of
+//! one MCP session), `stdio` and `http` (transports).
+
+pub mod answer;
+pub mod args;
+mod ask;
+mod call;
+pub mod catalog;
+pub mod error;
+pub mod handler;
+pub mod http;
+mod progress;
+pub mod sessions;
+pub mod stdio;
+
+pub use error::McpError;
+pub use handler::{Front, McpOptions, SandboxioMcp};
+pub use stdio::serve_stdio;

@@ -1,0 +1,216 @@
+//! A runtime in a temporary state directory, the MCP server on one end of a duplex pipe
+//! and an `rmcp` client (with elicitation and progress handlers) on the other.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use sandboxio_core::Principal;
+use sandboxio_gateway::{Runtime, RuntimeOptions};
+use sandboxio_mcp::{Front, McpOptions, SandboxioMcp};
+
+/// Commands and code run in the process tier (fast, no user namespaces needed); `curl` is
+/// denied; `touch` asks a person; files inside the workspace are allowed.
+pub const POLICY: &str = r#"[settings]
+name = "mcp-tests"
+description = "process tier; curl denied; touch needs approval"
+
+[[rule]]
+id = "run-in-process"
+effect = "allow"
+kind = ["exec", "run_code"]
+tier = "process"
+network = "none"
+reason = "tests run commands in the process tier"
+
+[[rule]]
+id = "no-curl"
+effect = "deny"
+kind = "exec"
+argv_prefix = ["curl"]
+reason = "downloads are not allowed"
+
+[[rule]]
+id = "touch-needs-approval"
+effect = "ask"
+kind = "exec"
+argv_prefix = ["touch"]
+reason = "creating files from the shell needs a person's approval"
+
+[[rule]]
+id = "files-in-workspace"
+effect = "allow"
+kind = ["file_read", "file_write", "file_delete"]
+in_workspace = true
+reason = "files inside the workspace are allowed"
+"#;
+
+/// The sandbox re-executes a helper binary; a test binary is not one, so point
+/// `SBX_HELPER` at the workspace's `sandboxio-helper` (built here when missing).
+fn helper() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let helper = dir.join("sandboxio-helper");
+        if !helper.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
+            let ok = std::process::Command::new(cargo)
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "sandboxio-sandbox",
+                    "--bin",
+                    "sandboxio-helper",
+                ])
+                .arg("--manifest-path")
+                .arg(manifest)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "building sandboxio-helper failed");
+        }
+        assert!(helper.exists(), "no helper at {}", helper.display());
+        std::env::set_var("SBX_HELPER", &helper);
+    });
+}
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub runtime: Runtime,
+}
+
+impl Env {
+    pub fn new(approval_timeout: Duration) -> Env {
+        helper();
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-mcp-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let config = sandboxio_config::Config::parse(
+            &format!(
+                "[sandbox]\ntier = \"process\"\nwork_root = \"{}\"\n",
+                work.display()
+            ),
+            "test",
+        )
+        .unwrap();
+        let mut opts = RuntimeOptions::new(config, dir.path().join("state"));
+        opts.policy_files = vec![dir.path().join("policy.toml")];
+        opts.approval_timeout = Some(approval_timeout);
+        opts.approver = sandboxio_gateway::Approver::Store {
+            poll: Duration::from_millis(50),
+        };
+        let runtime = Runtime::open(opts).unwrap();
+        Env { dir, runtime }
+    }
+
+    pub fn trail(&self) -> PathBuf {
+        self.dir.path().join("state").join("audit.jsonl")
+    }
+
+    /// Every audit event of the trail, as JSON.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.trail()).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Starts the server on one end of a pipe and connects `client` to the other.
+    pub async fn connect(&self, client: TestClient) -> RunningService<RoleClient, TestClient> {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let handler = SandboxioMcp::new(
+            McpOptions::from_runtime(&self.runtime),
+            Front::Local(Principal::tenant("acme")),
+        );
+        tokio::spawn(async move {
+            if let Ok(running) = handler.serve(a).await {
+                let _ = running.waiting().await;
+            }
+        });
+        client.serve(b).await.unwrap()
+    }
+}
+
+/// What the client's user answers to an elicitation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum User {
+    /// The client does not offer elicitation.
+    Absent,
+    Approves,
+    Declines,
+}
+
+#[derive(Clone)]
+pub struct TestClient {
+    pub user: User,
+    pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    pub elicitations: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestClient {
+    pub fn new(user: User) -> TestClient {
+        TestClient {
+            user,
+            progress: Arc::default(),
+            elicitations: Arc::default(),
+        }
+    }
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = if self.user == User::Absent {
+            ClientCapabilities::default()
+        } else {
+            ClientCapabilities::builder().enable_elicitation().build()
+        };
+        ClientConfig::new(caps, Implementation::new("sandboxio-tests", "1"))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _cx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.elicitations.lock().unwrap().push(message.clone());
+        }
+        Ok(match self.user {
+            User::Approves => ElicitResult::new(ElicitationAction::Accept)
+                .with_content(serde_json::json!({"approve": true, "reason": "looks fine"})),
+            _ => ElicitResult::new(ElicitationAction::Decline),
+        })
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params);
+    }
+}
+
+pub fn call(name: &str, args: serde_json::Value) -> CallToolRequestParams {
+    let serde_json::Value::Object(map) = args else {
+        panic!("arguments must be an object")
+    };
+    CallToolRequestParams::new(name.to_string()).with_arguments(map)
+}
+
+pub fn structured(r: &CallToolResult) -> serde_json::Value {
+    r.structured_content.clone().unwrap_or_default()
+}

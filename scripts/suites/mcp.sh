@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The official Python MCP SDK (pinned, scripts/setup.d/mcp.sh) against `sandboxio mcp`
+# (stdio) and `sandboxio serve` (/mcp, streamable HTTP): tool list, a call, a denial, an
+# ask approved from the CLI, a cancellation. Relies on the workspace being built.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+venv=target/venvs/mcp
+if [ ! -x "$venv/bin/pytest" ]; then
+  # shellcheck source=/dev/null
+  source scripts/setup.d/mcp.sh || true
+fi
+if [ ! -x "$venv/bin/pytest" ]; then
+  echo "mcp suite: skipped: the Python MCP SDK could not be installed in $venv (no PyPI?)"
+  exit 0
+fi
+cargo build -q -p sandboxio-cli
+SANDBOXIO_BIN="$PWD/target/debug/sandboxio" "$venv/bin/pytest" -q -p no:cacheprovider \
+  crates/sandboxio-mcp/tests/python "$@"
