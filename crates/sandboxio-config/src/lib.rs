@@ -10,9 +10,9 @@ mod model;
 
 pub use error::ConfigError;
 pub use model::{
-    check_approval_timeout, ApprovalsSection, AuditSection, Config, FsyncPolicy, LimitsMaxSection,
-    LimitsSection, NetworkModeName, NetworkSection, OnSinkFailure, PolicySection, SandboxSection,
-    StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT,
+    check_approval_timeout, ApprovalsSection, AuditSection, Config, EgressRuleSection, FsyncPolicy,
+    LimitsMaxSection, LimitsSection, NetworkModeName, NetworkSection, OnSinkFailure, PolicySection,
+    SandboxSection, StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT,
 };
 
 use std::path::Path;

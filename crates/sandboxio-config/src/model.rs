@@ -287,9 +287,45 @@ pub struct NetworkSection {
     /// `none` (default), `allowlist` or `full`.
     #[serde(default)]
     pub mode: NetworkModeName,
-    /// `host:port` patterns for `allowlist`.
+    /// `host:port` patterns for `allowlist` (`host` alone means ports 80 and 443,
+    /// `host:*` any port, `*.example.com` its subdomains).
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Finer egress rules (host globs, ports, schemes, HTTP methods and path prefixes,
+    /// tenants); a connection is allowed by the first rule or `allow` pattern it matches.
+    #[serde(default, rename = "rule", skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<EgressRuleSection>,
+    /// Name servers (`ip:port`) the egress proxy asks; empty: the host's resolver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolver: Vec<String>,
+    /// Addresses or CIDR blocks the SSRF guard lets through although they are private,
+    /// loopback, link-local, CGNAT or metadata addresses (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_private: Vec<String>,
+}
+
+/// One `[[network.rule]]`: every list left empty matches anything except `ports`
+/// (empty: 80 and 443). Methods and paths can only be checked on plain HTTP, so a rule
+/// that names them never matches an HTTPS tunnel.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRuleSection {
+    /// Host globs: `pypi.org`, `*.npmjs.org` (subdomains), `*` (any host).
+    pub host: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// `http` (plain, forwarded) and/or `https` (a CONNECT tunnel).
+    #[serde(default)]
+    pub schemes: Vec<String>,
+    /// HTTP methods (plain HTTP only).
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Path prefixes (plain HTTP only).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Tenants this rule applies to (globs like `acme-*`); empty: every tenant.
+    #[serde(default)]
+    pub tenants: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -306,6 +342,9 @@ impl Default for NetworkSection {
         NetworkSection {
             mode: NetworkModeName::None,
             allow: Vec::new(),
+            rules: Vec::new(),
+            resolver: Vec::new(),
+            allow_private: Vec::new(),
         }
     }
 }

@@ -506,7 +506,10 @@ pub struct ExecResult {
     /// Set when the workspace was kept.
     pub workspace: Option<PathBuf>,
     pub meter: Option<Meter>,
+    /// Connections and requests the egress proxy refused.
     pub network_denials: u64,
+    /// `host:port` of each refused target, once each (sorted).
+    pub denied_hosts: Vec<String>,
 }
 
 impl ExecResult {
@@ -550,6 +553,8 @@ struct ExecResultWire {
     meter: Option<Meter>,
     #[serde(default)]
     network_denials: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    denied_hosts: Vec<String>,
 }
 
 impl From<ExecResult> for ExecResultWire {
@@ -577,6 +582,7 @@ impl From<ExecResult> for ExecResultWire {
             workspace: r.workspace,
             meter: r.meter,
             network_denials: r.network_denials,
+            denied_hosts: r.denied_hosts,
         }
     }
 }
@@ -603,6 +609,7 @@ impl TryFrom<ExecResultWire> for ExecResult {
             workspace: w.workspace,
             meter: w.meter,
             network_denials: w.network_denials,
+            denied_hosts: w.denied_hosts,
         })
     }
 }
@@ -659,6 +666,7 @@ mod tests {
             workspace: None,
             meter: None,
             network_denials: 0,
+            denied_hosts: Vec::new(),
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["stdout"], "H4sA/w==");

@@ -54,6 +54,8 @@ pub struct GatewayConfig {
     /// Host paths no mount may reach, from either side (the state directory: database,
     /// trail and signing key; the policy files). Absolute, symlinks resolved.
     pub protected_paths: Vec<std::path::PathBuf>,
+    /// `[network]` compiled: egress rules, SSRF exceptions, the proxy's name servers.
+    pub egress: sandboxio_egress::EgressConfig,
 }
 
 impl Default for GatewayConfig {
@@ -70,6 +72,7 @@ impl Default for GatewayConfig {
             retry: RetrySettings::default(),
             kill_poll: Duration::from_millis(200),
             protected_paths: Vec::new(),
+            egress: sandboxio_egress::EgressConfig::default(),
         }
     }
 }

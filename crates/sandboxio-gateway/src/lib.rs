@@ -37,6 +37,8 @@ pub use runtime::{Embedding, Runtime, RuntimeError, RuntimeOptions};
 pub use sandboxio_audit::{AuditError, AuditEvent, AuditSink, OnSinkFailure, Redactor, Secret};
 /// The server's Prometheus endpoint and dashboard read the chain's metric observations.
 pub use sandboxio_audit::{MetricsTap, OperationObservation};
+/// The egress proxy, for front ends that show or configure it.
+pub use sandboxio_egress as egress;
 /// Front ends cancel the operations they submit (a client that went away, a shutdown).
 pub use sandboxio_sandbox::{CancelToken, StreamIo};
 pub use session::{CallOptions, Sandbox};

@@ -38,6 +38,8 @@ pub enum RuntimeError {
     Budget(#[from] BudgetError),
     #[error(transparent)]
     Audit(#[from] AuditError),
+    #[error(transparent)]
+    Egress(#[from] sandboxio_egress::EgressError),
 }
 
 impl ErrorCode for RuntimeError {
@@ -47,6 +49,7 @@ impl ErrorCode for RuntimeError {
             RuntimeError::Policy(e) => e.code(),
             RuntimeError::Budget(e) => e.code(),
             RuntimeError::Audit(e) => e.code(),
+            RuntimeError::Egress(e) => e.code(),
         }
     }
     fn class(&self) -> sandboxio_core::ErrorClass {
@@ -55,6 +58,7 @@ impl ErrorCode for RuntimeError {
             RuntimeError::Policy(e) => e.class(),
             RuntimeError::Budget(e) => e.class(),
             RuntimeError::Audit(e) => e.class(),
+            RuntimeError::Egress(e) => e.class(),
         }
     }
 }
@@ -239,6 +243,7 @@ pub fn gateway_config(
     if let Some(r) = c.state.retention {
         g.journal_retention = r.0;
     }
+    g.egress = sandboxio_egress::EgressConfig::from_section(&c.network)?;
     if let Some(b) = &c.budget {
         let text = toml::to_string(b).map_err(|e| BudgetError::InvalidConfig {
             key: "budget".into(),

@@ -224,7 +224,7 @@ pub const CODES: &[(&str, &str)] = &[
     // namespace tier (crate::ns::NsError)
     (
         "SBX_E1450",
-        "network mode not supported by the namespace tier yet",
+        "network mode needs the egress proxy (run through the gateway)",
     ),
     ("SBX_E1451", "invalid host path for the namespace tier"),
     ("SBX_E1452", "namespace tier: empty command"),
@@ -277,6 +277,10 @@ pub const CODES: &[(&str, &str)] = &[
     (
         "SBX_E1472",
         "the request's mounts or working directory cannot be used by this tier",
+    ),
+    (
+        "SBX_E1479",
+        "could not open the sandbox's egress listener (loopback, socket, bind, hand-over)",
     ),
     (
         "SBX_E1480",

@@ -381,12 +381,44 @@ async fn drive(
             stdin: req.stdin.is_some() || req.stdin_stream,
         }
     };
-    let mut helper = match pooled_helper {
-        // A pooled helper has pipes: a terminal request never reaches here with one
-        // (`WarmPool::exec` runs it cold).
-        Some(h) => h,
-        None => spawn_helper(&helper_path, stdio)?,
+    // Network (namespace tier): a socket pair over which the helper sends the sandbox's
+    // egress listener, handed on to whoever serves it (`io.egress`).
+    let egress = match plan.namespace.as_ref().and_then(|n| n.egress_port) {
+        None => None,
+        Some(_) => {
+            let Some(to) = io.egress.take() else {
+                return Err(crate::ns::NsError::NetworkUnsupported {
+                    mode: match req.network {
+                        NetworkMode::Full => "full",
+                        _ => "allowlist",
+                    },
+                }
+                .into());
+            };
+            Some((crate::egress::socketpair()?, to))
+        }
     };
+    let mut helper = match pooled_helper {
+        // A pooled helper has pipes and no egress socket: a terminal or network request
+        // never reaches here with one (`WarmPool::exec` runs it cold).
+        Some(h) => h,
+        None => spawn_helper(
+            &helper_path,
+            stdio,
+            egress.as_ref().map(|((_, theirs), _)| theirs),
+        )?,
+    };
+    if let Some(((ours, theirs), to)) = egress {
+        drop(theirs);
+        // Ends with the listener, or at EOF when the helper exits without sending one.
+        tokio::spawn(async move {
+            let got =
+                tokio::task::spawn_blocking(move || crate::egress::recv_listener(&ours)).await;
+            if let Ok(Ok(Some(listener))) = got {
+                let _ = to.send(listener);
+            }
+        });
+    }
     guard.helper_pid = Some(helper.pid);
     let rest = match helper.plan_w.take() {
         Some(w) => match write_now(&w, &plan_bytes) {
@@ -587,6 +619,7 @@ async fn drive(
             backend: tier.as_str().into(),
         }),
         network_denials: 0,
+        denied_hosts: Vec::new(),
     })
 }
 
@@ -765,7 +798,11 @@ const HELPER_FDS: HelperFds = HelperFds {
     plan: 3,
     report: 4,
     control: 5,
+    egress: None,
 };
+
+/// The helper's egress socket, when the sandbox has network (see [`HelperFds::egress`]).
+const HELPER_EGRESS_FD: RawFd = 6;
 
 /// Start the helper with `posix_spawn` (vfork-style `clone(CLONE_VM|CLONE_VFORK)` in
 /// glibc): no copy of the supervisor's page tables, whatever its size, and no code of ours
@@ -773,7 +810,11 @@ const HELPER_FDS: HelperFds = HelperFds {
 /// (`dup2` clears close-on-exec on the target only), so no `pre_exec` hook is needed and no
 /// fd of this run leaks into a child that another thread spawns at the same time.
 /// `stdio` says what its fds 0, 1 and 2 are.
-pub(crate) fn spawn_helper(path: &Path, stdio: HelperStdio) -> Result<HelperProc, SandboxError> {
+pub(crate) fn spawn_helper(
+    path: &Path,
+    stdio: HelperStdio,
+    egress: Option<&OwnedFd>,
+) -> Result<HelperProc, SandboxError> {
     // Parent ends stay close-on-exec; child ends are moved to fds >= HIGH_FD so that the
     // dup2 actions onto 0..=5 can never overwrite a source not yet duplicated.
     let (plan_r, plan_w) = pipe_pair()?;
@@ -809,7 +850,7 @@ pub(crate) fn spawn_helper(path: &Path, stdio: HelperStdio) -> Result<HelperProc
         }
     };
     let [in_child, out_child, err_child] = std_child;
-    let child_fds = [
+    let mut child_fds = vec![
         (in_child, 0),
         (out_child, 1),
         (err_child, 2),
@@ -817,11 +858,17 @@ pub(crate) fn spawn_helper(path: &Path, stdio: HelperStdio) -> Result<HelperProc
         (dup_high(&rep_w)?, HELPER_FDS.report),
         (dup_high(&ctl_r)?, HELPER_FDS.control),
     ];
+    let mut fds = HELPER_FDS;
+    if let Some(e) = egress {
+        child_fds.push((dup_high(e)?, HELPER_EGRESS_FD));
+        fds.egress = Some(HELPER_EGRESS_FD);
+    }
     drop((plan_r, rep_w, ctl_r));
-    let pid = posix_spawn_fds(path, &child_fds).map_err(|source| SandboxError::HelperSpawn {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let pid =
+        posix_spawn_fds(path, &child_fds, fds).map_err(|source| SandboxError::HelperSpawn {
+            path: path.to_path_buf(),
+            source,
+        })?;
     drop(child_fds);
     Ok(HelperProc {
         pid,
@@ -840,13 +887,17 @@ fn spawn_io(what: &str) -> std::io::Error {
 
 /// `posix_spawn(path, [path, HELPER_ARG, "3,4,5"], env = {})` with `fds` dup2'ed onto
 /// their targets, signal mask cleared and SIGPIPE at its default.
-fn posix_spawn_fds(path: &Path, fds: &[(OwnedFd, RawFd)]) -> std::io::Result<i32> {
+fn posix_spawn_fds(
+    path: &Path,
+    fds: &[(OwnedFd, RawFd)],
+    numbers: HelperFds,
+) -> std::io::Result<i32> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let bad = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
     let prog = CString::new(path.as_os_str().as_bytes()).map_err(bad)?;
     let arg1 = CString::new(HELPER_ARG).map_err(bad)?;
-    let arg2 = CString::new(HELPER_FDS.to_arg()).map_err(bad)?;
+    let arg2 = CString::new(numbers.to_arg()).map_err(bad)?;
     let argv: [*mut libc::c_char; 4] = [
         prog.as_ptr().cast_mut(),
         arg1.as_ptr().cast_mut(),

@@ -111,6 +111,9 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     rep.out = Some(unsafe { File::from_raw_fd(fds.report) });
     check_fd(fds.plan)?;
     check_fd(fds.control)?;
+    if let Some(e) = fds.egress {
+        check_fd(e)?;
+    }
     // Learn when the supervisor thread that spawned us dies (handled like a cancel).
     prctl(
         libc::PR_SET_PDEATHSIG,
@@ -137,6 +140,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             let child = crate::ns::spawn_plan(
                 &plan,
                 into.as_ref().map(AsRawFd::as_raw_fd),
+                fds.egress,
                 |pid, cloned_into| attach_cgroups(&plan, pid, cloned_into),
             )?;
             drop(into);

@@ -122,8 +122,13 @@ impl WarmPool {
         req: &ExecRequest,
         cancel: Option<CancelToken>,
     ) -> Result<ExecResult, SandboxError> {
-        // A pooled helper's stdio is pipes: a terminal request starts cold.
-        let prepared = if req.tty { None } else { self.take() };
+        // A pooled helper's stdio is pipes: a terminal request starts cold. A request with
+        // network needs the egress proxy, which only the gateway runs (SBX_E1450).
+        let prepared = if req.tty || req.network != sandboxio_core::NetworkMode::None {
+            None
+        } else {
+            self.take()
+        };
         let used_pool = prepared.is_some();
         let (tier, cfg) = (self.shared.tier, &self.shared.cfg);
         let mut io = crate::stream::StreamIo::default();
@@ -255,7 +260,7 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
     }
     // stdin is always a pipe here (the request is not known yet); without stdin data the
     // exec closes it, so the payload reads EOF at once.
-    let helper = match spawn_helper(&helper_path, exec::HelperStdio::Pipes { stdin: true }) {
+    let helper = match spawn_helper(&helper_path, exec::HelperStdio::Pipes { stdin: true }, None) {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = &cg {

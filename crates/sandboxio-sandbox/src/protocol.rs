@@ -18,11 +18,17 @@ pub struct HelperFds {
     pub plan: i32,
     pub report: i32,
     pub control: i32,
+    /// A Unix socket to the supervisor, for a sandbox with network: the helper sends the
+    /// sandbox's egress listener over it (SCM_RIGHTS).
+    pub egress: Option<i32>,
 }
 
 impl HelperFds {
     pub fn to_arg(&self) -> String {
-        format!("{},{},{}", self.plan, self.report, self.control)
+        match self.egress {
+            Some(e) => format!("{},{},{},{e}", self.plan, self.report, self.control),
+            None => format!("{},{},{}", self.plan, self.report, self.control),
+        }
     }
     pub fn parse(arg: &str) -> Option<HelperFds> {
         let mut it = arg
@@ -32,6 +38,10 @@ impl HelperFds {
             plan: it.next()??,
             report: it.next()??,
             control: it.next()??,
+            egress: match it.next() {
+                Some(e) => Some(e?),
+                None => None,
+            },
         };
         if it.next().is_some() {
             return None;

@@ -29,6 +29,11 @@ pub struct StreamIo {
     pub stdin: Option<mpsc::Receiver<Vec<u8>>>,
     /// Window size of the pseudo-terminal of a `tty` request (default 24x80).
     pub tty_size: Option<TtySize>,
+    /// Network `allowlist` or `full` in the namespace tier: receives the sandbox's egress
+    /// listener (a TCP socket listening on 127.0.0.1 inside the sandbox's own network
+    /// namespace) for the egress proxy to serve. Without it such a request is refused
+    /// (`SBX_E1450`): nothing would serve the listener.
+    pub egress: Option<tokio::sync::oneshot::Sender<std::net::TcpListener>>,
 }
 
 /// Bytes kept from one output stream, and how many the program wrote in all.

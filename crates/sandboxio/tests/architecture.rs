@@ -54,6 +54,10 @@ fn crate_layering_holds() {
         ("sandboxio-sandbox", &["sandboxio-core"][..]),
         ("sandboxio-config", &["sandboxio-core"][..]),
         (
+            "sandboxio-egress",
+            &["sandboxio-core", "sandboxio-config"][..],
+        ),
+        (
             "sandboxio-gateway",
             &[
                 "sandboxio-core",
@@ -62,6 +66,7 @@ fn crate_layering_holds() {
                 "sandboxio-budget",
                 "sandboxio-audit",
                 "sandboxio-sandbox",
+                "sandboxio-egress",
             ][..],
         ),
         // Front ends talk to the gateway (and its re-exports), never to the layers.

@@ -56,6 +56,15 @@ impl Gateway {
                         }
                         Err(u) => Err((u.code, u.message)),
                     },
+                    // Network: the sandbox's egress proxy serves it while it runs.
+                    None if Self::needs_egress(&req, tier) => {
+                        match self.run_with_egress(id, sub, &req, tier, token, io).await {
+                            Ok(r) => r.map_err(|e| {
+                                (e.code(), format!("the sandbox could not run this: {e}"))
+                            }),
+                            Err(stop) => Err((stop.code.unwrap_or("SBX_E1513"), stop.reason)),
+                        }
+                    }
                     None => {
                         sandboxio_sandbox::run_streaming(&req, tier, &self.sandbox, Some(token), io)
                             .await
@@ -133,6 +142,9 @@ impl Gateway {
                         }
                     }
                 }
+            }
+            OperationArgs::NetConnect { .. } => {
+                self.egress_connect(sub, rec).await.map(|v| (None, Some(v)))
             }
             OperationArgs::FileRead { .. }
             | OperationArgs::FileWrite { .. }

@@ -10,6 +10,7 @@
 mod admin;
 mod approve;
 mod cost;
+mod egress;
 mod execute;
 mod mounts;
 mod offload;
@@ -17,6 +18,7 @@ mod record;
 mod resolve;
 mod stop;
 
+pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME};
 pub use record::{owner_alive, process_owner};
 
 use std::collections::{BTreeMap, HashMap};
@@ -75,6 +77,9 @@ pub struct Submission {
     /// instead of a fresh sandbox (a code context's kernel). Everything before the run is
     /// the same chain, and the record is the same one record.
     pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
+    /// For a `net_connect` opened by a sandbox's egress proxy: what its side effect checks.
+    /// Set by the gateway only.
+    pub(crate) egress: Option<EgressCheck>,
 }
 
 impl Submission {
@@ -90,6 +95,7 @@ impl Submission {
             approval_pending: None,
             stream: sandboxio_sandbox::StreamIo::default(),
             executor: None,
+            egress: None,
         }
     }
 }

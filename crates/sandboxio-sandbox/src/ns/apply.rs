@@ -61,6 +61,7 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
 pub fn spawn_plan<F>(
     plan: &crate::plan::SandboxPlan,
     into_cgroup: Option<RawFd>,
+    egress: Option<RawFd>,
     attach: F,
 ) -> Result<NsChild, SandboxError>
 where
@@ -72,12 +73,21 @@ where
             why: "the plan has no namespace section (ns::plan was not run)",
         });
     };
-    spawn_with(ns, rlimits_from(&plan.rlimits), into_cgroup, attach)
+    if ns.egress_port.is_some() && egress.is_none() {
+        return Err(NsError::EgressListener {
+            step: "the helper was given no socket to hand the listener over",
+            source: io::Error::from_raw_os_error(libc::EBADF),
+        }
+        .into());
+    }
+    spawn_with(ns, rlimits_from(&plan.rlimits), into_cgroup, egress, attach)
 }
 
 /// The running sandbox, from the helper's side.
 pub struct NsChild {
     pid: libc::pid_t,
+    /// What `Enforcement.network` says.
+    network: String,
     report: OwnedFd,
     staging: Staging,
     output_host: PathBuf,
@@ -744,7 +754,7 @@ where
     E: From<NsError>,
     F: FnOnce(libc::pid_t) -> Result<(), E>,
 {
-    spawn_with(plan, rlimits, None, |pid, _| attach(pid))
+    spawn_with(plan, rlimits, None, None, |pid, _| attach(pid))
 }
 
 /// [`spawn`], optionally cloning the init straight into the cgroup2 directory open as
@@ -753,6 +763,7 @@ fn spawn_with<E, F>(
     plan: &NamespacePlan,
     rlimits: Rlimits,
     into_cgroup: Option<RawFd>,
+    egress: Option<RawFd>,
     attach: F,
 ) -> Result<NsChild, E>
 where
@@ -891,6 +902,14 @@ where
             return Err(NsError::IdMap { pid, file, source }.into());
         }
     }
+    // The egress listener exists before the program starts: nothing inside can take its
+    // port first, and connections wait in its backlog until the proxy accepts.
+    if let (Some(port), Some(to)) = (plan.egress_port, egress) {
+        if let Err(e) = super::egress::open_listener(pid, port, to) {
+            kill(pid);
+            return Err(e.into());
+        }
+    }
     if let Err(e) = attach(pid, cloned_into) {
         kill(pid);
         return Err(e);
@@ -903,6 +922,12 @@ where
     drop(w);
     Ok(NsChild {
         pid,
+        network: match plan.egress_port {
+            Some(port) => format!(
+                "own network namespace, loopback only; egress through the proxy listening at 127.0.0.1:{port}"
+            ),
+            None => "none".to_string(),
+        },
         report: report_r,
         staging,
         output_host: plan.output_host.clone(),
@@ -1001,7 +1026,7 @@ impl NsChild {
         let mut enforcement = Enforcement {
             tier: Some(IsolationTier::Namespace),
             namespaces: self.namespaces.clone(),
-            network: "none".to_string(),
+            network: self.network.clone(),
             limits: self.limits.clone(),
             ..Enforcement::default()
         };

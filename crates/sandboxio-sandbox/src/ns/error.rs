@@ -10,8 +10,14 @@ use thiserror::Error;
 /// A failure while planning or applying the namespace tier.
 #[derive(Debug, Error)]
 pub enum NsError {
-    #[error("network mode `{mode}` is not supported by the namespace tier yet; use `none`")]
+    #[error("network mode `{mode}` needs the egress proxy, which the gateway provides; use `none`, or run the request through the gateway")]
     NetworkUnsupported { mode: &'static str },
+    #[error("could not open the sandbox's egress listener: {step}")]
+    EgressListener {
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("invalid path `{path}` for the namespace tier: {why}")]
     InvalidPath { path: PathBuf, why: &'static str },
     #[error("the command is empty")]
@@ -128,6 +134,7 @@ impl ErrorCode for NsError {
     fn code(&self) -> &'static str {
         match self {
             NsError::NetworkUnsupported { .. } => "SBX_E1450",
+            NsError::EgressListener { .. } => "SBX_E1479",
             NsError::InvalidPath { .. } => "SBX_E1451",
             NsError::EmptyArgv => "SBX_E1452",
             NsError::NulByte => "SBX_E1453",
@@ -174,6 +181,10 @@ mod tests {
     fn every_code_is_in_the_crate_table() {
         let all = [
             NsError::NetworkUnsupported { mode: "full" },
+            NsError::EgressListener {
+                step: "bind",
+                source: io::Error::other("x"),
+            },
             NsError::InvalidPath {
                 path: PathBuf::new(),
                 why: "",

@@ -8,6 +8,7 @@
 //!   payload's exact exit status and the enforcement achieved.
 
 mod apply;
+pub(crate) mod egress;
 pub mod error;
 pub mod landlock;
 mod plan;
@@ -22,6 +23,7 @@ pub use apply::{
 };
 pub use error::NsError;
 pub use plan::{
-    plan, FileSource, MountFlags, MountOp, NamespacePlan, NsHostPaths, Staged, DEFAULT_HOST_ID,
-    INSIDE_INPUT, INSIDE_OUTPUT, INSIDE_TMP, INSIDE_WORKSPACE, NAMESPACES,
+    egress_env, plan, FileSource, MountFlags, MountOp, NamespacePlan, NsHostPaths, Staged,
+    DEFAULT_HOST_ID, EGRESS_PORT, INSIDE_INPUT, INSIDE_OUTPUT, INSIDE_TMP, INSIDE_WORKSPACE,
+    NAMESPACES,
 };

@@ -176,6 +176,10 @@ pub struct NamespacePlan {
     pub landlock: Vec<LandlockRule>,
     /// Landlock denies TCP bind/connect (ABI 4+) when the network mode is `none`.
     pub landlock_deny_tcp: bool,
+    /// Network `allowlist` or `full`: the loopback port the egress listener takes inside
+    /// the sandbox's own network namespace (the proxy outside serves it).
+    #[serde(default)]
+    pub egress_port: Option<u16>,
     pub namespaces: Vec<String>,
     /// Stdio is a pseudo-terminal: the payload takes it as controlling terminal.
     #[serde(default)]
@@ -244,6 +248,33 @@ const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
 const HOSTS: &str = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
 const RESOLV_NONE: &str = "# no network in this sandbox\n";
+/// No name server: names are resolved by the egress proxy, so DNS carries nothing out
+/// (a lookup goes to 127.0.0.1:53, where nothing listens).
+const RESOLV_EGRESS: &str =
+    "# no DNS in this sandbox: the egress proxy resolves names (HTTP_PROXY, HTTPS_PROXY)\n";
+
+/// The loopback port of the egress listener inside a sandbox with network.
+pub const EGRESS_PORT: u16 = 3128;
+
+/// What programs need to find the egress proxy: the usual proxy variables (both cases:
+/// curl reads only lowercase `http_proxy`), npm's and Node's (`fetch` honours the
+/// variables only with `NODE_USE_ENV_PROXY`), and loopback kept direct.
+pub fn egress_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut v = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        v.push((name.to_string(), url.clone()));
+        v.push((name.to_ascii_lowercase(), url.clone()));
+    }
+    let direct = "localhost,127.0.0.1,::1".to_string();
+    v.push(("NO_PROXY".into(), direct.clone()));
+    v.push(("no_proxy".into(), direct));
+    v.push(("npm_config_proxy".into(), url.clone()));
+    v.push(("npm_config_https_proxy".into(), url.clone()));
+    v.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    v.push(("GIT_PROXY_COMMAND".into(), String::new()));
+    v
+}
 
 /// Plans the namespace tier for a request (pure).
 ///
@@ -257,12 +288,13 @@ pub fn plan(
     if req.argv.is_empty() || req.argv[0].is_empty() {
         return Err(NsError::EmptyArgv);
     }
-    let sockets = match req.network {
-        NetworkMode::None => SocketPolicy::UnixOnly,
-        NetworkMode::Allowlist { .. } => {
-            return Err(NsError::NetworkUnsupported { mode: "allowlist" })
+    // With network, the sandbox still has loopback only: its egress listener there is
+    // served by the proxy outside, the only way out.
+    let (sockets, egress_port) = match req.network {
+        NetworkMode::None => (SocketPolicy::UnixOnly, None),
+        NetworkMode::Allowlist { .. } | NetworkMode::Full => {
+            (SocketPolicy::Inet, Some(EGRESS_PORT))
         }
-        NetworkMode::Full => return Err(NsError::NetworkUnsupported { mode: "full" }),
     };
     if req
         .argv
@@ -339,7 +371,14 @@ pub fn plan(
     m.push(file("/etc/group", GROUP));
     m.push(file("/etc/hosts", HOSTS));
     m.push(file("/etc/hostname", "sandbox\n"));
-    m.push(file("/etc/resolv.conf", RESOLV_NONE));
+    m.push(file(
+        "/etc/resolv.conf",
+        if egress_port.is_some() {
+            RESOLV_EGRESS
+        } else {
+            RESOLV_NONE
+        },
+    ));
     m.push(file("/etc/nsswitch.conf", NSSWITCH));
     m.push(MountOp::File {
         path: p("/etc/ld.so.cache"),
@@ -544,6 +583,14 @@ pub fn plan(
     } else {
         env.remove("SANDBOX_INPUT");
     }
+    // The proxy variables are the sandbox's own: a caller cannot point them elsewhere.
+    for (k, v) in egress_port.map(egress_env).unwrap_or_default() {
+        if v.is_empty() {
+            env.remove(&k);
+        } else {
+            env.insert(k, v);
+        }
+    }
 
     let id_map = format!("0 {DEFAULT_HOST_ID} 1\n");
     Ok(NamespacePlan {
@@ -565,6 +612,7 @@ pub fn plan(
         seccomp: seccomp::rules_for(sockets),
         landlock,
         landlock_deny_tcp: sockets == SocketPolicy::UnixOnly,
+        egress_port,
         namespaces: NAMESPACES.iter().map(|s| s.to_string()).collect(),
         tty: req.tty,
     })
@@ -820,20 +868,35 @@ mod tests {
     }
 
     #[test]
-    fn network_other_than_none_is_refused() {
+    fn network_keeps_loopback_only_and_points_at_the_egress_listener() {
         let mut req = ExecRequest::new(["true"]);
+        req.env
+            .insert("HTTPS_PROXY".into(), "http://attacker.example:1".into());
         req.network = NetworkMode::Full;
-        assert!(matches!(
-            plan(&req, &host(), &BTreeMap::new()),
-            Err(NsError::NetworkUnsupported { mode: "full" })
-        ));
+        let full = plan(&req, &host(), &req.env).unwrap();
+        assert_eq!(full.egress_port, Some(EGRESS_PORT));
+        assert_eq!(full.sockets, SocketPolicy::Inet);
+        assert_eq!(
+            full.env.get("HTTPS_PROXY").map(String::as_str),
+            Some("http://127.0.0.1:3128")
+        );
+        assert_eq!(
+            full.env.get("http_proxy").map(String::as_str),
+            Some("http://127.0.0.1:3128")
+        );
         req.network = NetworkMode::Allowlist {
-            allow: vec!["example.com:443".into()],
+            allow: vec!["pypi.org:443".into()],
         };
-        assert!(matches!(
-            plan(&req, &host(), &BTreeMap::new()),
-            Err(NsError::NetworkUnsupported { .. })
-        ));
+        let allow = plan_for(&req);
+        assert_eq!(allow.egress_port, Some(EGRESS_PORT));
+        assert!(allow.mounts.iter().any(|m| matches!(m,
+            MountOp::File { path, source: FileSource::Inline(t), .. }
+                if path == &p("/etc/resolv.conf") && !t.contains("nameserver"))));
+        req.network = NetworkMode::None;
+        let none = plan_for(&req);
+        assert_eq!(none.egress_port, None);
+        assert!(!none.env.contains_key("HTTPS_PROXY"));
+        assert_eq!(none.sockets, SocketPolicy::UnixOnly);
     }
 
     #[test]

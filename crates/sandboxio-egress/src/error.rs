@@ -1,0 +1,86 @@
+//! This crate's one error type, codes `SBX_E24xx` (table in `docs/ERRORS.md`).
+//!
+//! Two kinds: configuration that cannot be compiled into rules (usage errors), and the
+//! reasons a connection is refused (`Refusal`), which are denials carried in records and
+//! answered to the sandboxed program as an HTTP 403.
+
+use sandboxio_core::{ErrorClass, ErrorCode};
+use thiserror::Error;
+
+/// Egress settings that cannot be used.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum EgressError {
+    #[error("invalid egress pattern `{input}`: {why}")]
+    InvalidPattern { input: String, why: &'static str },
+    #[error("invalid address or CIDR block `{input}` in `allow_private`: {why}")]
+    InvalidCidr { input: String, why: &'static str },
+    #[error("invalid name server `{input}` in `[network] resolver` (expected `ip:port`)")]
+    InvalidResolver { input: String },
+    #[error("invalid `[[network.rule]]` {index}: {why}")]
+    InvalidRule { index: usize, why: String },
+}
+
+impl ErrorCode for EgressError {
+    fn code(&self) -> &'static str {
+        match self {
+            EgressError::InvalidPattern { .. } => "SBX_E2401",
+            EgressError::InvalidCidr { .. } => "SBX_E2402",
+            EgressError::InvalidResolver { .. } => "SBX_E2403",
+            EgressError::InvalidRule { .. } => "SBX_E2404",
+        }
+    }
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Usage
+    }
+}
+
+/// Why the egress guard refused a connection. A value, not a failure: it becomes a denial.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    #[error("`{target}` is not allowed by this sandbox's egress rules")]
+    NotAllowed { target: String },
+    #[error("`{host}` resolves to {addr}, a {class} address, which the SSRF guard refuses")]
+    ForbiddenAddress {
+        host: String,
+        addr: std::net::IpAddr,
+        class: &'static str,
+    },
+    #[error("`{host}` did not resolve: {why}")]
+    Unresolved { host: String, why: String },
+    #[error("a CONNECT request inside a CONNECT tunnel to `{target}` is refused")]
+    ConnectInConnect { target: String },
+    #[error("the proxy cannot serve this request: {why}")]
+    BadRequest { why: String },
+    #[error("`{target}` could not be reached: {why}")]
+    Unreachable { target: String, why: String },
+}
+
+impl ErrorCode for Refusal {
+    fn code(&self) -> &'static str {
+        match self {
+            Refusal::NotAllowed { .. } => "SBX_E2410",
+            Refusal::ForbiddenAddress { .. } => "SBX_E2411",
+            Refusal::Unresolved { .. } => "SBX_E2412",
+            Refusal::ConnectInConnect { .. } => "SBX_E2413",
+            Refusal::BadRequest { .. } => "SBX_E2414",
+            Refusal::Unreachable { .. } => "SBX_E2415",
+        }
+    }
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Denied
+    }
+}
+
+/// Every code of this crate with its meaning, for `docs/ERRORS.md` (kept in sync by test).
+pub const CODES: &[(&str, &str)] = &[
+    ("SBX_E2401", "invalid egress pattern in `[network] allow` or a request's allowlist"),
+    ("SBX_E2402", "invalid address or CIDR block in `[network] allow_private`"),
+    ("SBX_E2403", "invalid name server in `[network] resolver`"),
+    ("SBX_E2404", "invalid `[[network.rule]]`"),
+    ("SBX_E2410", "egress refused: the host, port or request is not allowed by the egress rules"),
+    ("SBX_E2411", "egress refused by the SSRF guard: private, loopback, link-local, CGNAT or metadata address"),
+    ("SBX_E2412", "egress refused: the name did not resolve"),
+    ("SBX_E2413", "egress refused: CONNECT inside a CONNECT tunnel"),
+    ("SBX_E2414", "egress refused: a request the proxy cannot serve (not absolute-form, bad authority)"),
+    ("SBX_E2415", "egress failed: the allowed upstream could not be reached"),
+];

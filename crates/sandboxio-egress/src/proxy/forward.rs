@@ -1,0 +1,112 @@
+//! Plain HTTP: each absolute-form request is decided on its host, port, method and path,
+//! then sent on its own upstream connection to the checked address.
+
+use std::sync::Arc;
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderName};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+use super::respond::{self, Body};
+use super::{connect_any, Proxy};
+use crate::decide::Verdict;
+use crate::error::Refusal;
+use crate::target::{valid_host, Target};
+
+/// Headers that belong to one hop and are not forwarded.
+const HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn strip_hop_headers(h: &mut hyper::HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in HOP.iter().chain(named.iter()) {
+        h.remove(n);
+    }
+    h.remove("proxy-connection");
+    h.remove("keep-alive");
+}
+
+impl Proxy {
+    pub(super) async fn forward(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let bad = |why: &str| {
+            respond::bad_request(&Refusal::BadRequest {
+                why: why.to_string(),
+            })
+        };
+        let uri = req.uri().clone();
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(_) => return bad("only `http://` is forwarded; use CONNECT for HTTPS"),
+            None => {
+                return bad("this is a proxy: send absolute-form requests (`GET http://host/path`)")
+            }
+        }
+        let Some(auth) = uri.authority() else {
+            return bad("the request names no host");
+        };
+        let port = auth.port_u16().unwrap_or(80);
+        let target = Target::http(auth.host(), port, req.method().as_str(), uri.path());
+        if !valid_host(&target.host) || port == 0 {
+            return bad("the request's host is not valid");
+        }
+        let addrs = match self.decide(&target).await {
+            Verdict::Allow(a) => a,
+            deny => return respond::denied(&deny),
+        };
+        let unreachable = |why: String| {
+            respond::unreachable(&Refusal::Unreachable {
+                target: target.authority(),
+                why,
+            })
+        };
+        let stream = match connect_any(&addrs).await {
+            Ok(s) => s,
+            Err(why) => return unreachable(why),
+        };
+        let (mut sender, conn) =
+            match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+                Ok(x) => x,
+                Err(e) => return unreachable(e.to_string()),
+            };
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let host_header = auth.as_str().to_string();
+        let (mut parts, body) = req.into_parts();
+        parts.uri = match uri.path_and_query() {
+            Some(pq) => match pq.as_str().parse() {
+                Ok(u) => u,
+                Err(_) => return bad("the request's path is not valid"),
+            },
+            None => hyper::Uri::from_static("/"),
+        };
+        strip_hop_headers(&mut parts.headers);
+        if let Ok(v) = header::HeaderValue::from_str(&host_header) {
+            parts.headers.insert(header::HOST, v);
+        }
+        match sender.send_request(Request::from_parts(parts, body)).await {
+            Ok(resp) => {
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_headers(&mut parts.headers);
+                Response::from_parts(parts, body.boxed())
+            }
+            Err(e) => unreachable(e.to_string()),
+        }
+    }
+}

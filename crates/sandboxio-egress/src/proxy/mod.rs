@@ -1,0 +1,162 @@
+//! The egress proxy: an HTTP/1.1 forward proxy (absolute-form requests) and CONNECT
+//! tunnels, serving one sandbox. Every tunnel and every forwarded request is decided
+//! before anything leaves; the connection goes to the address the decision checked.
+
+mod forward;
+mod respond;
+mod tunnel;
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::decide::{Decide, Verdict};
+use crate::error::Refusal;
+use crate::target::Target;
+pub use respond::Body;
+
+/// Connections one proxy serves at once; more wait in the listener's backlog.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// How long an upstream may take to accept a connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request head.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head accepted.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// What one proxy refused, for the sandbox's record and its caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Connections and requests refused (by rules, the SSRF guard, policy or the proxy).
+    pub denials: u64,
+    /// `host:port` of each refused target, once each.
+    pub denied_hosts: BTreeSet<String>,
+    /// Connections and requests allowed.
+    pub allowed: u64,
+}
+
+pub struct Proxy {
+    decider: Arc<dyn Decide>,
+    summary: Mutex<Summary>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Proxy {
+    pub fn new(decider: Arc<dyn Decide>) -> Arc<Proxy> {
+        Arc::new(Proxy {
+            decider,
+            summary: Mutex::new(Summary::default()),
+            slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+        })
+    }
+
+    pub fn summary(&self) -> Summary {
+        self.summary.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Accepts and serves connections until the future is dropped (or the task aborted).
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let Ok(permit) = self.slots.clone().acquire_owned().await else {
+                return;
+            };
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        me.serve_connection(stream).await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    // Out of fds or a connection reset before accept: wait and go on.
+                    tracing::debug!("egress proxy accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Serves one client connection (several requests with keep-alive, or one tunnel).
+    pub async fn serve_connection<S>(self: Arc<Self>, io: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let me = self.clone();
+        let service = hyper::service::service_fn(move |req| me.clone().handle(req));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(MAX_HEAD)
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
+        if let Err(e) = conn.await {
+            tracing::debug!("egress proxy connection ended: {e}");
+        }
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        Ok(if req.method() == Method::CONNECT {
+            self.connect(req).await
+        } else {
+            self.forward(req).await
+        })
+    }
+
+    /// Asks the decider; counts what it refused.
+    async fn decide(&self, target: &Target) -> Verdict {
+        let v = self.decider.decide(target.clone()).await;
+        self.count(target, &v);
+        v
+    }
+
+    fn count(&self, target: &Target, v: &Verdict) {
+        if let Ok(mut s) = self.summary.lock() {
+            match v {
+                Verdict::Allow(_) => s.allowed += 1,
+                Verdict::Deny { .. } => {
+                    s.denials += 1;
+                    s.denied_hosts.insert(target.authority());
+                }
+            }
+        }
+    }
+
+    /// A refusal by the proxy itself, counted and told to the decider (to be recorded).
+    async fn refuse(&self, target: &Target, refusal: Refusal) -> Verdict {
+        use sandboxio_core::ErrorCode;
+        let v = Verdict::Deny {
+            code: refusal.code().to_string(),
+            layer: "egress".into(),
+            reason: refusal.to_string(),
+        };
+        self.count(target, &v);
+        self.decider.refused(target.clone(), refusal).await;
+        v
+    }
+}
+
+/// Connects to the first checked address that answers.
+async fn connect_any(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
+    let mut last = String::from("no address to connect to");
+    for a in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) => last = format!("{a}: {e}"),
+            Err(_) => last = format!("{a}: timed out"),
+        }
+    }
+    Err(last)
+}

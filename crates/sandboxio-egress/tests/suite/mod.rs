@@ -1,0 +1,2 @@
+mod net;
+mod proxy;

@@ -1,0 +1,168 @@
+//! The proxy against real loopback servers and a real name server (UDP), deciding with
+//! the guard alone: what is allowed goes through to the checked address, everything else
+//! gets a 403 with the code and the reason, and nothing breaks the proxy.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::net::*;
+
+const LOOP: [u8; 4] = [127, 0, 0, 1];
+const META: [u8; 4] = [169, 254, 169, 254];
+
+#[tokio::test]
+async fn allowed_plain_http_reaches_the_checked_address_with_origin_form() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let (p, proxy) = proxy(&[format!("up.test:{}", up.port())], &["127.0.0.1"], ns).await;
+    let req = format!(
+        "GET http://up.test:{}/simple/x?q=1 HTTP/1.1\r\nhost: up.test:{}\r\nproxy-authorization: secret\r\nconnection: close\r\n\r\n",
+        up.port(),
+        up.port()
+    );
+    let got = exchange(p, req.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.contains("get /simple/x?q=1 http/1.1"), "{got}");
+    assert!(
+        !got.contains("proxy-authorization"),
+        "hop header forwarded: {got}"
+    );
+    assert_eq!(proxy.summary().allowed, 1);
+    assert_eq!(proxy.summary().denials, 0);
+}
+
+#[tokio::test]
+async fn an_unlisted_host_gets_403_with_the_reason_and_is_never_looked_up() {
+    let (ns, log) = name_server(&[("up.test", LOOP)]).await;
+    let (p, proxy) = proxy(&["up.test:80".into()], &["127.0.0.1"], ns).await;
+    let got = exchange(
+        p,
+        b"GET http://other.test/ HTTP/1.1\r\nhost: other.test\r\n\r\n",
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    assert!(
+        got.contains("SBX_E2410") && got.contains("other.test"),
+        "{got}"
+    );
+    let got = exchange(
+        p,
+        b"CONNECT other.test:443 HTTP/1.1\r\nhost: other.test:443\r\n\r\n",
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    assert!(!log.lock().unwrap().iter().any(|n| n == "other.test"));
+    let s = proxy.summary();
+    assert_eq!(s.denials, 2);
+    assert!(s.denied_hosts.contains("other.test:443") && s.denied_hosts.contains("other.test:80"));
+}
+
+#[tokio::test]
+async fn names_resolving_to_metadata_or_loopback_are_refused_unless_named() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("meta.test", META), ("loop.test", LOOP)]).await;
+    let allow = vec![
+        "meta.test:80".to_string(),
+        format!("loop.test:{}", up.port()),
+    ];
+    let (p, _) = proxy(&allow, &[], ns).await;
+    let got = exchange(
+        p,
+        b"GET http://meta.test/latest/meta-data/ HTTP/1.1\r\n\r\n",
+    )
+    .await;
+    assert!(
+        got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2411"),
+        "{got}"
+    );
+    assert!(got.contains("cloud metadata"), "{got}");
+    let req = format!("CONNECT loop.test:{} HTTP/1.1\r\n\r\n", up.port());
+    let got = exchange(p, req.as_bytes()).await;
+    assert!(
+        got.starts_with("HTTP/1.1 403") && got.contains("loopback"),
+        "{got}"
+    );
+    // Literal addresses are judged the same way.
+    let got = exchange(p, b"CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n").await;
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+}
+
+#[tokio::test]
+async fn a_tunnel_carries_bytes_both_ways() {
+    let (echo, _) = echo_upstream().await;
+    let (ns, _) = name_server(&[("echo.test", LOOP)]).await;
+    let (p, _) = proxy(&[format!("echo.test:{}", echo.port())], &["127.0.0.1"], ns).await;
+    let mut s = TcpStream::connect(p).await.unwrap();
+    let req = format!("CONNECT echo.test:{} HTTP/1.1\r\n\r\n", echo.port());
+    s.write_all(req.as_bytes()).await.unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s.write_all(b"\x16\x03\x01ping").await.unwrap();
+    let mut back = [0u8; 7];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"\x16\x03\x01ping");
+}
+
+#[tokio::test]
+async fn connect_inside_connect_is_refused_before_it_leaves() {
+    let (echo, seen) = echo_upstream().await;
+    let (ns, _) = name_server(&[("relay.test", LOOP)]).await;
+    let (p, proxy) = proxy(&[format!("relay.test:{}", echo.port())], &["127.0.0.1"], ns).await;
+    let mut s = TcpStream::connect(p).await.unwrap();
+    let req = format!("CONNECT relay.test:{} HTTP/1.1\r\n\r\n", echo.port());
+    s.write_all(req.as_bytes()).await.unwrap();
+    assert!(read_head(&mut s).await.starts_with("HTTP/1.1 200"));
+    s.write_all(b"CONNECT forbidden.test:443 HTTP/1.1\r\nhost: forbidden.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(
+        n,
+        0,
+        "the tunnel answered: {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the inner CONNECT left the proxy"
+    );
+    assert_eq!(proxy.summary().denials, 1);
+}
+
+#[tokio::test]
+async fn garbage_and_oversized_heads_do_not_stop_the_proxy() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let (p, _) = proxy(&[format!("up.test:{}", up.port())], &["127.0.0.1"], ns).await;
+    let got = exchange(p, b"\x00\x01\x02 not http at all\r\n\r\n").await;
+    assert!(!got.contains("200 OK"), "{got}");
+    let got = exchange(p, b"GET /relative HTTP/1.1\r\nhost: up.test\r\n\r\n").await;
+    assert!(
+        got.starts_with("HTTP/1.1 400") && got.contains("SBX_E2414"),
+        "{got}"
+    );
+    let mut huge = b"GET http://up.test/ HTTP/1.1\r\nx-pad: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 200 * 1024));
+    huge.extend_from_slice(b"\r\n\r\n");
+    let mut s = TcpStream::connect(p).await.unwrap();
+    let _ = s.write_all(&huge).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    assert!(!String::from_utf8_lossy(&out).contains("200 OK"));
+    // Still serving.
+    let req = format!(
+        "GET http://up.test:{}/ok HTTP/1.1\r\nconnection: close\r\n\r\n",
+        up.port()
+    );
+    let got = exchange(p, req.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}
