@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Runs inside the suite's own network namespace (see ../egress.sh). Arguments: the
+# artefact directory and the sandboxio binary.
+set -uo pipefail
+out=$1
+bin=$2
+here=$(cd "$(dirname "$0")" && pwd)
+pass=0
+fail=0
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+# --- the test internet --------------------------------------------------------------
+ip link set lo up
+for a in 203.0.113.10 203.0.113.20 203.0.113.53; do ip addr add "$a/32" dev lo; done
+www=$out/www && mkdir -p "$www" && echo "hello from the test internet" >"$www/index.html"
+# a CA and a certificate for secure.test (the sandbox trusts the CA through --input)
+pki=$out/pki && mkdir -p "$pki"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=egress test CA" \
+  -keyout "$pki/ca.key" -out "$pki/ca.pem" >/dev/null 2>&1
+openssl req -newkey rsa:2048 -nodes -subj "/CN=secure.test" -keyout "$pki/srv.key" \
+  -out "$pki/srv.csr" >/dev/null 2>&1
+printf 'subjectAltName=DNS:secure.test\n' >"$pki/ext"
+openssl x509 -req -in "$pki/srv.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial \
+  -days 2 -extfile "$pki/ext" -out "$pki/srv.pem" >/dev/null 2>&1
+# a package index with one wheel, for `pip download`
+python3 "$here/index.py" "$out/index" >/dev/null
+(cd "$www" && exec python3 -m http.server 80 --bind 203.0.113.10) >"$out/http.log" 2>&1 &
+pids+=($!)
+python3 "$here/https.py" 203.0.113.10 443 "$pki/srv.pem" "$pki/srv.key" "$www" >"$out/https.log" 2>&1 &
+pids+=($!)
+(cd "$out/index" && exec python3 -m http.server 80 --bind 203.0.113.20) >"$out/index.log" 2>&1 &
+pids+=($!)
+(cd "$www" && exec python3 -m http.server 8081 --bind 127.0.0.1) >"$out/internal.log" 2>&1 &
+pids+=($!)
+names="allowed.test=203.0.113.10,secure.test=203.0.113.10,denied.test=203.0.113.10"
+names="$names,pdeny.test=203.0.113.10,relay.test=203.0.113.10,index.test=203.0.113.20"
+names="$names,meta.test=169.254.169.254,loop.test=127.0.0.1"
+python3 "$here/dns.py" 203.0.113.53 53 "$names" "$out/dns.log" >"$out/dns.err" 2>&1 &
+pids+=($!)
+for hp in 203.0.113.10/80 203.0.113.10/443 203.0.113.20/80 127.0.0.1/8081; do
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/${hp%/*}/${hp#*/}") 2>/dev/null && break; sleep 0.1; done
+done
+
+# --- configuration --------------------------------------------------------------------
+cat >"$out/policy.toml" <<'P'
+[settings]
+name = "egress-suite"
+description = "run code with network; each connection decided below and by the egress rules"
+
+[[rule]]
+id = "run"
+effect = "allow"
+kind = ["exec", "run_code"]
+network = ["none", "allowlist", "full"]
+reason = "running code is allowed"
+
+[[rule]]
+id = "connect"
+effect = "allow"
+kind = "net_connect"
+reason = "the egress rules decide which hosts"
+
+[[rule]]
+id = "no-pdeny"
+effect = "deny"
+kind = "net_connect"
+host = "pdeny.test"
+reason = "pdeny.test is denied by policy"
+P
+allow='"allowed.test:80", "secure.test:443", "index.test:80", "pdeny.test:80", "meta.test:80", "loop.test:80", "relay.test:80", "127.0.0.1:8081"'
+for mode in allowlist full; do
+  cat >"$out/$mode.toml" <<C
+[network]
+mode = "$mode"
+allow = [$allow]
+resolver = ["203.0.113.53:53"]
+[policy]
+files = ["$out/policy.toml"]
+C
+done
+# 127.0.0.1:8081 is named by a pattern, so it is allowed past the SSRF guard; the sandbox
+# must still never reach the supervisor's loopback except through a decision.
+sed -i 's/, "127.0.0.1:8081"//' "$out/allowlist.toml" "$out/full.toml"
+mkdir -p "$out/in" && cp "$pki/ca.pem" "$out/in/ca.pem" && cp "$here/probe.py" "$out/in/"
+chmod -R a+rX "$out"
+
+check() {
+  local name=$1
+  shift
+  if "$@"; then
+    echo "PASS [$who] $name"
+    pass=$((pass + 1))
+  else
+    echo "FAIL [$who] $name"
+    echo "  stdout: $(jq -r .stdout "$last" 2>/dev/null | head -c 600)"
+    echo "  stderr: $(jq -r .stderr "$last" 2>/dev/null | head -c 600) $(head -c 400 "$last.err")"
+    fail=$((fail + 1))
+  fi
+}
+
+# sbx MODE SCRIPT: runs SCRIPT under sh in a sandbox with network MODE, as $who.
+sbx() {
+  last=$out/$who-$((++n)).json
+  $as "$bin" run --config "$out/$1.toml" --state-dir "$state" --input "$out/in" --json \
+    --timeout 60s --env PIP_DISABLE_PIP_VERSION_CHECK=1 -- sh -c "$2" >"$last" 2>"$last.err"
+}
+stdout_has() { jq -r .stdout "$last" | grep -q -- "$1"; }
+stdout_lacks() { ! jq -r .stdout "$last" | grep -q -- "$1"; }
+denied_host() { jq -e --arg h "$1" '.denied_hosts | index($h) != null' "$last" >/dev/null; }
+dns_never_asked() { ! grep -q "^$1 " "$out/dns.log"; }
+trail_has() { grep '"event":"net_connect"' "$state/audit.jsonl" | grep -q -- "$1"; }
+
+run_all() {
+  n=0
+  py=/usr/bin/python3
+  sbx allowlist 'curl -sS -m 10 http://allowed.test/'
+  check "curl over plain HTTP to an allowed host" stdout_has "hello from the test internet"
+  sbx allowlist 'curl -sS -m 10 --cacert $SANDBOX_INPUT/ca.pem https://secure.test/'
+  check "curl over HTTPS (CONNECT) to an allowed host, certificate verified" stdout_has "hello from the test internet"
+  sbx allowlist "$py \$SANDBOX_INPUT/probe.py urllib"
+  check "python urllib over HTTP and HTTPS" stdout_has "urllib ok"
+  if node -e 'process.exit(+process.versions.node.split(".")[0] >= 24 ? 0 : 1)' 2>/dev/null; then
+    sbx allowlist 'NODE_EXTRA_CA_CERTS=$SANDBOX_INPUT/ca.pem node -e "fetch(\"https://secure.test/\").then(r=>r.text()).then(t=>console.log(t))"'
+    check "node fetch over HTTPS" stdout_has "hello from the test internet"
+  else
+    echo "SKIP [$who] node fetch: node $(node --version 2>/dev/null || echo missing) does not read proxy variables for fetch (NODE_USE_ENV_PROXY needs node 24)"
+  fi
+  sbx allowlist "$py -m pip download --no-deps --no-cache-dir --index-url http://index.test/simple/ --trusted-host index.test -d /tmp/dl demo-pkg && ls /tmp/dl"
+  check "pip download from a local index through the proxy" stdout_has "demo_pkg-1.0-py3-none-any.whl"
+
+  sbx allowlist 'curl -sS -m 10 http://denied.test/; curl -sS -m 10 https://denied.test/ 2>&1; true'
+  check "an unlisted host gets a 403 with the reason" stdout_has "SBX_E2410"
+  check "the caller gets the denied hosts" denied_host "denied.test:80"
+  check "a refused tunnel is a denial too" denied_host "denied.test:443"
+  check "network_denials is counted in the result and the record" \
+    jq -e '.network_denials >= 2 and .record.network_denials == .network_denials' "$last" >/dev/null
+  check "each refusal is a net_connect record" trail_has '"tenant_id":"default"'
+  sbx allowlist 'curl -sS -m 10 http://pdeny.test/'
+  check "policy decides each connection (deny rule)" stdout_has "denied at policy"
+  sbx allowlist 'curl -sS -m 10 http://meta.test/; curl -sS -m 10 http://loop.test/'
+  check "a name resolving to 169.254.169.254 is refused" stdout_has "169.254.169.254, a cloud metadata address"
+  check "a name resolving to 127.0.0.1 is refused" stdout_has "127.0.0.1, a loopback address"
+  sbx allowlist 'curl -sS -m 10 http://127.0.0.1:8081/; curl -sS -m 5 --noproxy "*" http://127.0.0.1:8081/ 2>&1; true'
+  check "the supervisor's loopback is out of reach" stdout_lacks "hello from the test internet"
+
+  tag=$(head -c6 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  sbx allowlist "getent hosts allowed.test; echo getent=\$?; $py \$SANDBOX_INPUT/probe.py dns exfil-$tag.test; curl -sS -m 10 http://unlisted-$tag.test/"
+  check "DNS inside resolves nothing" stdout_has "getent=2"
+  check "a lookup of an unlisted name fails" stdout_has "dns refused"
+  check "no query for it reached the resolver" dns_never_asked "exfil-$tag.test"
+  check "an unlisted name is not even looked up by the proxy" dns_never_asked "unlisted-$tag.test"
+  sbx allowlist "$py \$SANDBOX_INPUT/probe.py raw leak-$tag.test"
+  check "raw TCP to an internet address fails" stdout_has "tcp refused"
+  check "raw UDP to the resolver fails" stdout_has "udp refused"
+  check "no raw query reached the resolver" dns_never_asked "leak-$tag.test"
+  sbx allowlist "$py \$SANDBOX_INPUT/probe.py connect-in-connect"
+  check "CONNECT inside CONNECT is refused" stdout_has "inner connect refused"
+  check "and recorded" trail_has "SBX_E2413"
+
+  sbx allowlist "$py \$SANDBOX_INPUT/probe.py escape; curl -sS -m 10 http://allowed.test/"
+  check "the program holds no socket of the relay (no inherited socket fd)" stdout_has "fds clean"
+  check "the program cannot take the listener's port" stdout_has "port taken"
+  check "the sandbox has loopback only" stdout_has "interfaces lo"
+  check "no unix socket path leads out" stdout_has "no socket files"
+  check "garbage sent to the proxy does not stop it" stdout_has "hello from the test internet"
+
+  sbx full 'curl -sS -m 10 http://denied.test/; curl -sS -m 10 http://meta.test/'
+  check "full: any public host" stdout_has "hello from the test internet"
+  check "full: the SSRF guard still refuses metadata" stdout_has "SBX_E2411"
+}
+
+who=root
+as=""
+state=$out/state-root
+run_all
+if setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Urm true 2>/dev/null; then
+  who=uid65534
+  as="setpriv --reuid=65534 --regid=65534 --clear-groups"
+  state=$out/state-65534
+  mkdir -p "$state" && chown 65534:65534 "$state" && chmod 700 "$state"
+  run_all
+else
+  echo "SKIP [uid65534] this host does not allow user namespaces for uid 65534"
+fi
+echo "egress suite: $pass passed, $fail failed"
+[ "$fail" = 0 ]
