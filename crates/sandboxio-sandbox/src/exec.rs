@@ -361,6 +361,28 @@ async fn drive(
     if tier == IsolationTier::Landlock {
         crate::fallback::plan_into(req, cfg, &mut plan)?;
     }
+    // Process tier with network: advisory only (the program has the host's network), but
+    // the proxy variables point at the egress proxy, on a loopback port of the host.
+    let mut advisory_proxy = false;
+    if tier == IsolationTier::Process && req.network != NetworkMode::None {
+        if let Some(to) = io.egress.take() {
+            let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| Ok((l.local_addr()?.port(), l)))
+                .map_err(|source| crate::ns::NsError::EgressListener {
+                    step: "bind a loopback port for the egress proxy",
+                    source,
+                })?;
+            for (k, v) in crate::ns::egress_env(l.0) {
+                if v.is_empty() {
+                    plan.env.remove(&k);
+                } else {
+                    plan.env.insert(k, v);
+                }
+            }
+            let _ = to.send(l.1);
+            advisory_proxy = true;
+        }
+    }
     let plan_bytes =
         serde_json::to_vec(&plan).map_err(|source| SandboxError::PlanEncode { source })?;
     if plan_bytes.len() > MAX_PLAN_BYTES {
@@ -578,7 +600,9 @@ async fn drive(
         .limits
         .push(format!("meter: usage from {}", report.meter));
     if is_process {
-        enforcement.gaps.extend(process_tier_gaps(req));
+        enforcement
+            .gaps
+            .extend(process_tier_gaps(req, advisory_proxy));
     }
 
     let timed_out = report.timed_out || (backstop_fired && cancel_reason.is_none());
@@ -632,11 +656,12 @@ fn describe_status(status: i32) -> String {
 }
 
 /// What the process tier never enforces, in words (see README).
-fn process_tier_gaps(req: &ExecRequest) -> Vec<String> {
+fn process_tier_gaps(req: &ExecRequest, advisory_proxy: bool) -> Vec<String> {
     let mut g = vec![
         "isolation: the process tier is not a security boundary: same uid, whole host filesystem visible and writable where the uid may write, host processes visible".to_string(),
     ];
     match &req.network {
+        NetworkMode::Allowlist { .. } | NetworkMode::Full if advisory_proxy => g.push("network: advisory in the process tier: the proxy variables point at the egress proxy, but the program has the host's network and can go around it".into()),
         NetworkMode::Full => {}
         NetworkMode::None => g.push("network: `none` requested but the process tier cannot restrict network; the program has the host's network".into()),
         NetworkMode::Allowlist { .. } => g.push("network: `allowlist` requested but the process tier has no egress proxy; the program has the host's network".into()),

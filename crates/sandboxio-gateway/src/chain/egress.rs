@@ -39,8 +39,11 @@ fn refusal_stop(r: &Refusal) -> Stop {
 
 impl Gateway {
     /// Whether this request runs behind the egress proxy.
+    /// (Namespace tier: the only way out; process tier: advisory, the proxy variables point
+    /// at it but the program has the host's network.)
     pub(super) fn needs_egress(req: &ExecRequest, tier: IsolationTier) -> bool {
-        tier == IsolationTier::Namespace && req.network != sandboxio_core::NetworkMode::None
+        matches!(tier, IsolationTier::Namespace | IsolationTier::Process)
+            && req.network != sandboxio_core::NetworkMode::None
     }
 
     /// Runs the sandbox while its proxy serves the listener it hands over; decides each
