@@ -212,6 +212,7 @@ impl Executor for Call {
             workspace: None,
             meter: None,
             network_denials: 0,
+            denied_hosts: Vec::new(),
         };
         Ok((result, structured))
     }
