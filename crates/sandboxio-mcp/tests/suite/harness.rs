@@ -52,31 +52,30 @@ reason = "files inside the workspace are allowed"
 "#;
 
 /// The sandbox re-executes a helper binary; a test binary is not one, so point
-/// `SBX_HELPER` at the workspace's `sandboxio-helper` (built here when missing).
+/// `SBX_HELPER` at the workspace's `sandboxio-helper`, built here so that it is never
+/// older than the sandbox crate this test links (a stale helper reads another plan format).
 fn helper() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let exe = std::env::current_exe().unwrap();
         let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
         let helper = dir.join("sandboxio-helper");
-        if !helper.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
-            let ok = std::process::Command::new(cargo)
-                .args([
-                    "build",
-                    "-q",
-                    "-p",
-                    "sandboxio-sandbox",
-                    "--bin",
-                    "sandboxio-helper",
-                ])
-                .arg("--manifest-path")
-                .arg(manifest)
-                .status()
-                .unwrap();
-            assert!(ok.success(), "building sandboxio-helper failed");
-        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
+        let ok = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "sandboxio-sandbox",
+                "--bin",
+                "sandboxio-helper",
+            ])
+            .arg("--manifest-path")
+            .arg(manifest)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "building sandboxio-helper failed");
         assert!(helper.exists(), "no helper at {}", helper.display());
         std::env::set_var("SBX_HELPER", &helper);
     });
