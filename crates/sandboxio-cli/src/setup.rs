@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use sandboxio_config::Config;
-use sandboxio_gateway::store::{SqliteStore, StateFiles};
+use sandboxio_gateway::store::{StateFiles, Store};
 
 use crate::args::Common;
 
@@ -104,11 +104,8 @@ impl Loaded {
 
     /// Opens the state (0700 directory, 0600 files); a lost or damaged database where a
     /// trail exists is refused with the recovery command.
-    pub fn open_store(&self) -> Result<Arc<SqliteStore>> {
-        Ok(Arc::new(runtime::open_store(
-            &self.config,
-            &self.state_dir,
-        )?))
+    pub fn open_store(&self) -> Result<Arc<dyn Store>> {
+        Ok(runtime::open_store(&self.config, &self.state_dir)?)
     }
 
     pub fn audit_file(&self) -> PathBuf {

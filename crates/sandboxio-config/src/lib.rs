@@ -7,6 +7,7 @@
 
 mod error;
 mod model;
+mod state_url;
 
 pub use error::ConfigError;
 pub use model::{
@@ -14,6 +15,8 @@ pub use model::{
     LimitsMaxSection, LimitsSection, NetworkModeName, NetworkSection, OnSinkFailure, PolicySection,
     SandboxSection, StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT,
 };
+
+pub use state_url::{PoolSize, StateUrl, StateUrlError, DEFAULT_POOL_SIZE, MAX_STATE_URL_LEN};
 
 use std::path::Path;
 

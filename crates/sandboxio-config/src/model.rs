@@ -380,6 +380,17 @@ pub struct StateSection {
     /// idempotency keys are deleted at the same time.
     #[serde(default)]
     pub retention: Option<HumanDuration>,
+    /// A shared store for several replicas (PostgreSQL): `postgres://...`. Unset: the
+    /// SQLite database in the state directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<crate::StateUrl>,
+    /// Connections each process keeps to the shared store (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::PoolSize>,
+    /// How long a replica's lease on its running work lasts without a heartbeat (default
+    /// 10s, 2s to 10m); past it, other replicas mark that work interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

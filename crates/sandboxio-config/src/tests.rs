@@ -113,3 +113,29 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn state_url_is_typed_and_a_malformed_one_is_refused_with_its_line() {
+    let c = Config::parse(
+        "[state]\nurl = \"postgres://sbx:pw@db/sandboxio\"\npool = 4\nlease = \"3s\"\n",
+        "c.toml",
+    )
+    .unwrap();
+    let url = c.state.url.as_ref().unwrap();
+    assert_eq!(url.redacted(), "postgres://sbx:***@db/sandboxio");
+    assert_eq!(c.state.pool.unwrap().get(), 4);
+    assert!(
+        !format!("{c:?}").contains(":pw@"),
+        "Debug shows no password"
+    );
+    for (text, why) in [
+        ("[state]\n\nurl = \"mysql://db/x\"\n", "scheme `mysql`"),
+        ("[state]\n\nurl = \"postgres:///x\"\n", "names no host"),
+        ("[state]\n\npool = 0\n", "out of range"),
+    ] {
+        let e = Config::parse(text, "c.toml").unwrap_err();
+        assert_eq!(e.code(), "SBX_E1103", "{text}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("c.toml:3:") && msg.contains(why), "{msg}");
+    }
+}

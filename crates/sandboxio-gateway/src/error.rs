@@ -75,6 +75,19 @@ pub enum GatewayError {
     /// as an error by the chain: the code marks the record and the log line).
     #[error("audit trail `{trail}` does not hold its signed head: {why}")]
     AnchorBroken { trail: String, why: String },
+    #[error("shared state store (PostgreSQL) error while {action}")]
+    Postgres {
+        action: &'static str,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error("shared state store `{url}` is unavailable: {why}")]
+    PostgresUnavailable { url: String, why: String },
+    /// Another replica found this one's lease expired and took over its work.
+    #[error("replica `{replica}` lost its lease on the shared state store (its running work was handed to other replicas), so it admits nothing more; restart it")]
+    LeaseLost { replica: String },
+    #[error("state url `{url}` is not usable: {why}")]
+    StateUrl { url: String, why: String },
 }
 
 impl ErrorCode for GatewayError {
@@ -99,6 +112,10 @@ impl ErrorCode for GatewayError {
             GatewayError::StateCorrupt { .. } => "SBX_E1533",
             GatewayError::RecoverRefused { .. } => "SBX_E1534",
             GatewayError::AnchorBroken { .. } => "SBX_E1535",
+            GatewayError::Postgres { .. } => "SBX_E1540",
+            GatewayError::PostgresUnavailable { .. } => "SBX_E1541",
+            GatewayError::LeaseLost { .. } => "SBX_E1542",
+            GatewayError::StateUrl { .. } => "SBX_E1543",
         }
     }
     fn class(&self) -> ErrorClass {
@@ -110,7 +127,8 @@ impl ErrorCode for GatewayError {
             | GatewayError::Config { .. }
             | GatewayError::StateDir { .. }
             | GatewayError::RecoverRefused { .. }
-            | GatewayError::AdminRefused { .. } => ErrorClass::Usage,
+            | GatewayError::AdminRefused { .. }
+            | GatewayError::StateUrl { .. } => ErrorClass::Usage,
             // State that does not add up: refused until an operator recovers it.
             GatewayError::StateLost { .. }
             | GatewayError::StateCorrupt { .. }
@@ -121,8 +139,10 @@ impl ErrorCode for GatewayError {
     fn is_transient(&self) -> bool {
         matches!(
             self,
-            GatewayError::StoreBusy { .. } | GatewayError::IdempotencyInProgress { .. }
-        )
+            GatewayError::StoreBusy { .. }
+                | GatewayError::IdempotencyInProgress { .. }
+                | GatewayError::PostgresUnavailable { .. }
+        ) || crate::store::pg_transient(self)
     }
 }
 

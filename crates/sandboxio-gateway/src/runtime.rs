@@ -24,7 +24,7 @@ use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::policy::PolicySetEngine;
 use crate::redaction::Redaction;
-use crate::store::{SqliteStore, StateFiles, Store, SyncMode};
+use crate::store::{PgOptions, PgStore, StateFiles, Store, SyncMode};
 use crate::tool::Tool;
 
 /// Why the runtime could not be built. Each variant keeps the code of its cause.
@@ -148,7 +148,7 @@ impl Runtime {
             .chain(opts.policy_files.iter().map(|p| p.as_path()))
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
             .collect();
-        let store: Arc<dyn Store> = Arc::new(open_store(&opts.config, &opts.state_dir)?);
+        let store = open_store(&opts.config, &opts.state_dir)?;
         let policy = load_policy(&opts.config, &opts.policy_files)?;
         let redaction = Redaction::from_env(opts.env.clone());
         let auditor = auditor_with(
@@ -213,6 +213,27 @@ impl Runtime {
         req
     }
 
+    /// For a long-running front end (the server): while the returned task runs, work that
+    /// dead replicas (or dead local processes) left is marked interrupted and recorded,
+    /// its reservations released, every [`sweep_interval`]. Abort the task to stop it.
+    pub fn start_sweeper(&self) -> tokio::task::JoinHandle<()> {
+        let gw = self.gateway.clone();
+        let every = sweep_interval(&self.config);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match gw.recover_interrupted().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(count = n, "marked work of dead replicas interrupted"),
+                    Err(e) => {
+                        use sandboxio_core::ErrorCode as _;
+                        tracing::warn!(code = e.code(), "looking for interrupted work failed: {e}")
+                    }
+                }
+            }
+        })
+    }
+
     /// Finishes what crashed processes left (interrupted operations, stale cgroups, and
     /// workspaces and staging directories whose owner is gone, also under `[sandbox]
     /// work_root`). Call once at start.
@@ -273,10 +294,43 @@ pub fn state_files(c: &Config, state_dir: &Path) -> StateFiles {
     StateFiles::new(state_dir, Some(audit_file(c, state_dir)))
 }
 
-/// Opens the state store in `state_dir` (0700 directory, 0600 files); a lost or damaged
-/// database where a trail exists is refused with the recovery command.
-pub fn open_store(c: &Config, state_dir: &Path) -> Result<SqliteStore, RuntimeError> {
-    Ok(state_files(c, state_dir).open_store(SyncMode::Full)?)
+/// Opens the state store: the shared PostgreSQL store when `[state] url` is set, else the
+/// SQLite database in `state_dir` (0700 directory, 0600 files). Either way, a store that
+/// holds nothing while this state directory's trail holds records is refused with the
+/// recovery command (the state was lost).
+pub fn open_store(c: &Config, state_dir: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
+    let files = state_files(c, state_dir);
+    let Some(url) = &c.state.url else {
+        return Ok(Arc::new(files.open_store(SyncMode::Full)?));
+    };
+    files.prepare_dir()?;
+    let mut o = PgOptions::new(url.clone());
+    if let Some(p) = c.state.pool {
+        o.pool = p.get();
+    }
+    if let Some(l) = c.state.lease {
+        o.lease = l.0;
+    }
+    let store = PgStore::open(&o)?;
+    if store.is_blank()? && files.trail_has_records()? {
+        return Err(GatewayError::StateLost {
+            db: url.redacted(),
+            trail: files.trail.display().to_string(),
+            why: "a new, empty shared database".into(),
+        }
+        .into());
+    }
+    Ok(Arc::new(store))
+}
+
+/// How often a replica of a shared store looks for work that dead replicas left: half
+/// the lease, so work is recovered within one and a half leases of its replica's death.
+pub fn sweep_interval(c: &Config) -> Duration {
+    c.state
+        .lease
+        .map(|l| l.0)
+        .unwrap_or(crate::store::DEFAULT_LEASE)
+        / 2
 }
 
 /// The policy files named (else the config's), else the built-in default policy.

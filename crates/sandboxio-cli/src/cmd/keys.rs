@@ -4,7 +4,6 @@
 use anyhow::Result;
 use chrono::Utc;
 use sandboxio_gateway::credential::{self, Scopes};
-use sandboxio_gateway::store::Store;
 use sandboxio_server::ServerError;
 
 use crate::args::{Common, KeysCmd};

@@ -42,6 +42,8 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         Some(telemetry.clone()),
     )?;
     runtime.recover(loaded.config.limits.timeout.0).await?;
+    // Work that dead replicas (or dead local processes) leave is recovered while serving.
+    let sweeper = runtime.start_sweeper();
     let gw = runtime.gateway().clone();
     let listen = match &args.listen {
         Some(a) => Listen::Tcp(
@@ -112,6 +114,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     // One line on stdout, for scripts and tests that start the server.
     outln!("sandboxio serving {scheme} on {}", listener.address())?;
     sandboxio_server::serve(listener, router, state, shutdown_signal()).await?;
+    sweeper.abort();
     let _ = std::fs::remove_dir_all(&root);
     Ok(exit::OK)
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use sandboxio_core::{AdminAction, CoreError, CostEntry, HumanDuration, Verdict};
-use sandboxio_gateway::store::{ApprovalState, Store};
+use sandboxio_gateway::store::ApprovalState;
 use sandboxio_gateway::Outcome;
 
 use crate::args::{ApprovalsCmd, Common};

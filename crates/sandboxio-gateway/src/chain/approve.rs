@@ -129,6 +129,8 @@ impl Gateway {
         poll: Duration,
     ) -> Option<ApprovalAnswer> {
         let deadline = Instant::now() + self.cfg.approval_timeout;
+        // A decision on any replica (or the kill switch) wakes this waiter at once.
+        let mut changes = self.store.changes();
         while Instant::now() < deadline {
             let aid = approval_id.to_string();
             match self
@@ -148,7 +150,8 @@ impl Gateway {
                 Ok(_) => {}
                 Err(_) => return None,
             }
-            tokio::time::sleep(poll).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            crate::store::wait_for_change(&mut changes, poll.min(left)).await;
         }
         None
     }

@@ -171,13 +171,15 @@ impl Gateway {
     }
 
     /// Re-reads the persisted kill switch while an operation runs, so `sandboxio kill`
-    /// from another process stops it.
+    /// from another process (or, with a shared store, another replica) stops it: at every
+    /// poll, and at once when the store announces a change.
     pub(super) fn watch_kill_switch(&self, token: CancelToken) -> tokio::task::JoinHandle<()> {
         let (store, cfg) = (self.store.clone(), self.cfg.clone());
         let poll = self.cfg.kill_poll;
+        let mut changes = store.changes();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(poll).await;
+                crate::store::wait_for_change(&mut changes, poll).await;
                 let read = super::offload::off_worker(
                     "reading the kill switch",
                     store.clone(),

@@ -219,6 +219,15 @@ impl Gateway {
         if !stale.is_empty() {
             tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
         }
+        self.recover_interrupted().await
+    }
+
+    /// Marks work that dead processes (or, with a shared store, replicas whose lease
+    /// expired) left as interrupted: recorded, reservations released, keys settled.
+    /// Returns how many operations it marked. [`Gateway::recover`] calls it at start;
+    /// a server calls it periodically (`Runtime::start_sweeper`).
+    pub async fn recover_interrupted(&self) -> Result<usize, GatewayError> {
+        let now = Utc::now();
         let entries = self
             .on_store("recovering interrupted operations", move |s, cfg| {
                 s.recover(now, &cfg.budget, &owner_alive, &|e| {

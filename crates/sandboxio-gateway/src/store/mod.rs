@@ -11,15 +11,21 @@
 //! trail head. Budget arithmetic is the budget crate's: the store loads the scopes a
 //! request touches, lets `BudgetState` decide, and writes back what changed.
 
+mod change;
 pub(crate) mod guard;
 mod heads;
 mod perms;
+mod pg;
 mod rebuild;
 mod sqlite;
+mod values;
 
+pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
 pub use heads::AnchorBreak;
 pub use perms::{prepare_state_dir, STATE_DIR_MODE, STATE_FILE_MODE};
+pub(crate) use pg::pg_transient;
+pub use pg::{PgOptions, PgStore, DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};
 pub use rebuild::{rebuild_from_trail, Rebuilt};
 pub use sandboxio_audit::SignedHead;
 pub use sqlite::{SqliteStore, SyncMode};
@@ -296,6 +302,28 @@ pub trait Store: Send + Sync {
     /// Revokes a credential and every capability token minted from it, in one transaction;
     /// `false` when no credential has this id.
     fn revoke_credential(&self, id: &str, now: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Announcements of changes made by any process sharing this store (kill switch,
+    /// decided approvals), for waiters to wake at once; `None` when the store has none and
+    /// waiters only poll (SQLite). Each call gives a new receiver.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<StoreChange>> {
+        None
+    }
+
+    /// What this store is, for logs and `status`: `sqlite` or `postgres`, and the replica
+    /// id when the store is shared.
+    fn describe(&self) -> StoreInfo {
+        StoreInfo::default()
+    }
+}
+
+/// What [`Store::describe`] tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    pub backend: String,
+    /// This process's replica id in a shared store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// What [`Store::prune`] deleted.

@@ -11,19 +11,18 @@
 //! PostgreSQL store can share it.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use sandboxio_budget::{BudgetConfig, BudgetState, ScopeKey, ScopeState, Settlement, Summary};
-use sandboxio_core::{CostCategory, Money};
 
+use super::values::{budget_err, category, corrupt, from_ms, money, ms};
 use super::*;
 use crate::error::{db, GatewayError};
 
-mod credentials;
+pub(super) mod credentials;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
@@ -91,45 +90,6 @@ CREATE TABLE IF NOT EXISTS trail_breaks (
     trail TEXT NOT NULL, at_ms INTEGER NOT NULL, head TEXT NOT NULL, found TEXT NOT NULL
 );
 "#;
-
-fn ms(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
-
-fn from_ms(v: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(v).single().unwrap_or_default()
-}
-
-fn money(table: &'static str, column: &'static str, s: &str) -> StoreResult<Money> {
-    Money::from_str(s).map_err(|_| GatewayError::Corrupt {
-        table,
-        column,
-        value: s.to_string(),
-    })
-}
-
-fn category(s: &str) -> StoreResult<CostCategory> {
-    CostCategory::ALL
-        .into_iter()
-        .find(|c| c.as_str() == s)
-        .ok_or_else(|| GatewayError::Corrupt {
-            table: "ledger",
-            column: "category",
-            value: s.to_string(),
-        })
-}
-
-fn corrupt(table: &'static str, column: &'static str, value: impl Into<String>) -> GatewayError {
-    GatewayError::Corrupt {
-        table,
-        column,
-        value: value.into(),
-    }
-}
-
-fn budget_err(e: sandboxio_budget::BudgetError) -> GatewayError {
-    corrupt("budget_scopes", "state", e.to_string())
-}
 
 impl SqliteStore {
     /// Opens (or creates) the database at `path`: created 0600, and the database and its
@@ -987,5 +947,12 @@ impl Store for SqliteStore {
         self.with_tx("revoking a credential", |tx| {
             credentials::revoke(tx, id, ms(now))
         })
+    }
+
+    fn describe(&self) -> StoreInfo {
+        StoreInfo {
+            backend: "sqlite".into(),
+            replica: None,
+        }
     }
 }

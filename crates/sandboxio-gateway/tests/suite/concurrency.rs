@@ -2,7 +2,10 @@
 //! shared SQLite store: settled spend never passes the ceiling, nothing leaks, and nothing
 //! is denied while the unreserved budget covered it; also with processes SIGKILLed mid-way.
 //!
-//! The test binary re-executes itself as the submitter (`SBX_TEST_SUBMITTER=1`).
+//! The same across eight processes on one PostgreSQL store (each process a replica).
+//!
+//! The test binary re-executes itself as the submitter (`SBX_TEST_SUBMITTER_DB` names a
+//! SQLite file or a `postgres://` URL).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use sandboxio_budget::BudgetConfig;
 use sandboxio_core::{
     Decision, Layer, Money, Operation, OperationArgs, OperationStatus, Principal,
 };
-use sandboxio_gateway::store::{LiveCounts, SqliteStore, Store, SyncMode};
+use sandboxio_gateway::store::{LiveCounts, PgStore, SqliteStore, Store, SyncMode};
 use sandboxio_gateway::*;
 
 const PROCESSES: usize = 8;
@@ -56,7 +59,11 @@ fn submitter_child() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let store = Arc::new(SqliteStore::open(std::path::Path::new(&db), SyncMode::Full).unwrap());
+        let store: Arc<dyn Store> = if db.starts_with("postgres") {
+            Arc::new(PgStore::open(&super::store::pg_options(&db, 10)).unwrap())
+        } else {
+            Arc::new(SqliteStore::open(std::path::Path::new(&db), SyncMode::Full).unwrap())
+        };
         let redaction = Redaction::from_env(vec![]);
         let auditor = Auditor::new(
             AuditConfig::default().with_sinks(vec![Arc::new(NoopSink)]),
@@ -76,8 +83,12 @@ fn submitter_child() {
             Approver::Nobody,
         )
         .with_tool("noop", Arc::new(Noop));
+        let count: usize = std::env::var("SBX_TEST_SUBMITTER_COUNT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(PER_PROCESS);
         let (mut allowed, mut denied, mut other) = (0, 0, 0);
-        for i in 0..PER_PROCESS {
+        for i in 0..count {
             let mut op = Operation::new(
                 Principal::tenant("acme"),
                 OperationArgs::ToolCall {
@@ -103,7 +114,11 @@ fn submitter_child() {
     });
 }
 
-fn spawn(db: &std::path::Path, ceiling: &str) -> Child {
+fn spawn(db: impl AsRef<std::ffi::OsStr>, ceiling: &str) -> Child {
+    spawn_n(db, ceiling, PER_PROCESS)
+}
+
+fn spawn_n(db: impl AsRef<std::ffi::OsStr>, ceiling: &str, count: usize) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -113,6 +128,7 @@ fn spawn(db: &std::path::Path, ceiling: &str) -> Child {
         ])
         .env("SBX_TEST_SUBMITTER_DB", db)
         .env("SBX_TEST_SUBMITTER_CEILING", ceiling)
+        .env("SBX_TEST_SUBMITTER_COUNT", count.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -133,7 +149,7 @@ fn counts(child: Child) -> Option<(u64, u64, u64)> {
     Some((v[0], v[1], v[2]))
 }
 
-fn ledger_total(store: &SqliteStore) -> (Money, usize) {
+fn ledger_total(store: &dyn Store) -> (Money, usize) {
     let lines = store
         .ledger(
             Utc::now() - chrono::Duration::hours(1),
@@ -167,6 +183,33 @@ fn eight_processes_never_pass_the_ceiling_and_deny_only_when_full() {
     // budget unspent: exactly floor(ceiling / price) are allowed.
     assert_eq!(allowed, 2500, "allowed {allowed}, denied {denied}");
     let store = SqliteStore::open(&db, SyncMode::Full).unwrap();
+    let (total, lines) = ledger_total(&store);
+    assert_eq!(total, ceiling.parse::<Money>().unwrap());
+    assert_eq!(lines as u64, allowed);
+    assert_eq!(store.live_counts().unwrap(), LiveCounts::default());
+}
+
+#[test]
+fn eight_processes_on_postgres_never_pass_the_ceiling_and_deny_only_when_full() {
+    let Some(url) = crate::pgcluster::fresh_url(module_path!()) else {
+        return;
+    };
+    // Fewer requests than on SQLite (a test run stays short): 500 of the 800 fit.
+    let (ceiling, per) = ("5.00", 100);
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn_n(&url, ceiling, per))
+        .collect();
+    let (mut allowed, mut denied, mut other) = (0, 0, 0);
+    for c in children {
+        let (a, d, o) = counts(c).expect("a submitter did not finish");
+        allowed += a;
+        denied += d;
+        other += o;
+    }
+    assert_eq!(other, 0);
+    assert_eq!(allowed + denied, (PROCESSES * per) as u64);
+    assert_eq!(allowed, 500, "allowed {allowed}, denied {denied}");
+    let store = PgStore::open(&super::store::pg_options(&url, 10)).unwrap();
     let (total, lines) = ledger_total(&store);
     assert_eq!(total, ceiling.parse::<Money>().unwrap());
     assert_eq!(lines as u64, allowed);

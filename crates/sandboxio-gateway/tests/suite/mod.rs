@@ -1,5 +1,6 @@
 mod chain;
 mod concurrency;
 mod front_end;
+mod replicas;
 mod session;
 mod store;

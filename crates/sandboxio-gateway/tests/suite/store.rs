@@ -1,5 +1,7 @@
-//! The SQLite store: admission is all-or-nothing, finish settles within the ceiling,
-//! approvals bind to one request once, keys replay, recovery leaks nothing.
+//! The store's conformance suite: every test body runs against SQLite and against
+//! PostgreSQL (a throwaway cluster, `tests/support/pgcluster.rs`): admission is
+//! all-or-nothing, finish settles within the ceiling, approvals bind to one request once,
+//! keys replay, recovery leaks nothing. Tests of one backend's files come last.
 
 use chrono::{Duration, Utc};
 use sandboxio_budget::{BudgetConfig, RateLimit, ReserveRequest, ScopeKey};
@@ -10,11 +12,89 @@ fn m(s: &str) -> Money {
     s.parse().unwrap()
 }
 
-fn store() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open(&dir.path().join("state.db"), SyncMode::Full).unwrap();
-    (dir, s)
+/// Where a test's state lives: a SQLite file or a PostgreSQL database.
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
 }
+
+/// Keeps a test's state alive and opens more stores on it (another process, a replica).
+pub struct Place {
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+    url: Option<String>,
+}
+
+impl Place {
+    pub fn open(&self) -> Box<dyn Store> {
+        match &self.url {
+            None => Box::new(SqliteStore::open(&self.db, SyncMode::Full).unwrap()),
+            Some(u) => Box::new(PgStore::open(&pg_options(u, 10)).unwrap()),
+        }
+    }
+}
+
+pub fn pg_options(url: &str, lease_s: u64) -> PgOptions {
+    let mut o = PgOptions::new(sandboxio_config::StateUrl::parse(url).unwrap());
+    o.pool = 4;
+    o.lease = std::time::Duration::from_secs(lease_s);
+    o
+}
+
+impl Backend {
+    /// A fresh place, or `None` (after saying why) when this backend cannot run here.
+    pub fn place(self, test: &str) -> Option<Place> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let url = match self {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(crate::pgcluster::fresh_url(test)?),
+        };
+        Some(Place { _dir: dir, db, url })
+    }
+
+    pub fn store(self, test: &str) -> Option<(Place, Box<dyn Store>)> {
+        let p = self.place(test)?;
+        let s = p.open();
+        Some((p, s))
+    }
+}
+
+/// Runs each named body against both backends: `<name>::sqlite` and `<name>::postgres`.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() {
+                super::$name(super::Backend::Sqlite)
+            }
+            #[test]
+            fn postgres() {
+                super::$name(super::Backend::Postgres)
+            }
+        }
+    )*};
+}
+
+conformance!(
+    reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing,
+    an_overrun_is_charged_and_closes_the_scope,
+    settle_within_the_reservation_releases_the_rest,
+    release_on_failure_returns_the_budget,
+    warn_fraction_crossing_fires_once,
+    kill_switch_refuses_admission_atomically_and_persists,
+    rate_limit_counts_within_window_and_refusal_takes_no_token,
+    idempotency_replay_conflict_in_progress_and_tenant_scope,
+    approval_is_single_use_and_bound_to_fingerprint,
+    expired_approval_cannot_be_used_or_decided,
+    recovery_marks_dead_intents_interrupted_and_releases_everything,
+    prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents,
+    prune_deletes_expired_idempotency_keys_only,
+    a_trail_head_only_moves_forward,
+    credentials_round_trip_and_revocation_reaches_minted_tokens,
+    concurrent_admissions_from_many_stores_never_pass_the_ceiling,
+);
 
 fn budget(tenant_ceiling: &str) -> BudgetConfig {
     BudgetConfig {
@@ -63,16 +143,18 @@ fn finish<'a>(id: &'a str, cfg: &'a BudgetConfig, charge: Option<&str>) -> Finis
     }
 }
 
-fn tenant_spent(s: &SqliteStore, cfg: &BudgetConfig) -> (Money, Money) {
+fn tenant_spent(s: &dyn Store, cfg: &BudgetConfig) -> (Money, Money) {
     let sum = s
         .budget_summary(cfg, &[ScopeKey::Tenant("acme".into())])
         .unwrap();
     (sum[0].total, sum[0].reserved)
 }
 
-#[test]
-fn reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing() {
-    let (_d, s) = store();
+fn reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("1.00");
     assert!(matches!(
         s.admit(&admission("op1", &cfg, "0.60")).unwrap(),
@@ -92,9 +174,11 @@ fn reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing() {
     assert_eq!(live.open_intents, 1, "and journaled nothing");
 }
 
-#[test]
-fn an_overrun_is_charged_and_closes_the_scope() {
-    let (_d, s) = store();
+fn an_overrun_is_charged_and_closes_the_scope(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("1.00");
     s.admit(&admission("op1", &cfg, "0.50")).unwrap();
     // Measured more than reserved: charged in full, the excess recorded as an overrun.
@@ -104,7 +188,7 @@ fn an_overrun_is_charged_and_closes_the_scope() {
         .unwrap();
     assert_eq!(st.charged, m("5.00"));
     assert_eq!(st.overrun, m("4.50"));
-    let (spent, reserved) = tenant_spent(&s, &cfg);
+    let (spent, reserved) = tenant_spent(s, &cfg);
     assert_eq!(spent, m("5.00"));
     assert_eq!(reserved, Money::ZERO);
     assert_eq!(s.live_counts().unwrap(), LiveCounts::default());
@@ -127,9 +211,11 @@ fn an_overrun_is_charged_and_closes_the_scope() {
     ));
 }
 
-#[test]
-fn settle_within_the_reservation_releases_the_rest() {
-    let (_d, s) = store();
+fn settle_within_the_reservation_releases_the_rest(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("1.00");
     s.admit(&admission("op1", &cfg, "0.50")).unwrap();
     let st = s
@@ -138,15 +224,17 @@ fn settle_within_the_reservation_releases_the_rest() {
         .unwrap();
     assert_eq!(st.charged, m("0.20"));
     assert!(st.overrun.is_zero());
-    let (spent, reserved) = tenant_spent(&s, &cfg);
+    let (spent, reserved) = tenant_spent(s, &cfg);
     assert_eq!(spent, m("0.20"));
     assert_eq!(reserved, Money::ZERO);
     s.admit(&admission("op2", &cfg, "0.80")).unwrap();
 }
 
-#[test]
-fn release_on_failure_returns_the_budget() {
-    let (_d, s) = store();
+fn release_on_failure_returns_the_budget(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("1.00");
     s.admit(&admission("op1", &cfg, "1.00")).unwrap();
     assert!(matches!(
@@ -160,9 +248,11 @@ fn release_on_failure_returns_the_budget() {
     ));
 }
 
-#[test]
-fn warn_fraction_crossing_fires_once() {
-    let (_d, s) = store();
+fn warn_fraction_crossing_fires_once(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("1.00");
     let mut crossings = 0;
     for i in 0..10 {
@@ -178,16 +268,16 @@ fn warn_fraction_crossing_fires_once() {
     assert_eq!(crossings, 1);
 }
 
-#[test]
-fn kill_switch_refuses_admission_atomically_and_persists() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("state.db");
+fn kill_switch_refuses_admission_atomically_and_persists(b: Backend) {
+    let Some(place) = b.place(module_path!()) else {
+        return;
+    };
     let cfg = budget("10");
     {
-        let s = SqliteStore::open(&p, SyncMode::Full).unwrap();
+        let s = place.open();
         s.set_kill("runaway spend", "ops", Utc::now()).unwrap();
     }
-    let s = SqliteStore::open(&p, SyncMode::Full).unwrap();
+    let s = place.open();
     assert!(
         matches!(s.admit(&admission("op1", &cfg, "1")).unwrap(), Admitted::KillSwitch(k) if k.reason == "runaway spend")
     );
@@ -199,9 +289,11 @@ fn kill_switch_refuses_admission_atomically_and_persists() {
     ));
 }
 
-#[test]
-fn rate_limit_counts_within_window_and_refusal_takes_no_token() {
-    let (_d, s) = store();
+fn rate_limit_counts_within_window_and_refusal_takes_no_token(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = BudgetConfig::default();
     let limit: RateLimit = "3/second".parse().unwrap();
     let t0 = Utc::now();
@@ -231,9 +323,11 @@ fn claim(tenant: &str, key: &str, fp: &str) -> IdemClaim {
     }
 }
 
-#[test]
-fn idempotency_replay_conflict_in_progress_and_tenant_scope() {
-    let (_d, s) = store();
+fn idempotency_replay_conflict_in_progress_and_tenant_scope(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = BudgetConfig::default();
     let mut a = admission("op1", &cfg, "0");
     a.idem = Some(claim("acme", "k", "fp1"));
@@ -287,9 +381,11 @@ fn approval(id: &str, fp: &str, expires_in: i64) -> Approval {
     }
 }
 
-#[test]
-fn approval_is_single_use_and_bound_to_fingerprint() {
-    let (_d, s) = store();
+fn approval_is_single_use_and_bound_to_fingerprint(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     s.create_approval(&approval("a1", "fp-1", 60)).unwrap();
     let now = Utc::now();
     assert_eq!(
@@ -318,9 +414,11 @@ fn approval_is_single_use_and_bound_to_fingerprint() {
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1508");
 }
 
-#[test]
-fn expired_approval_cannot_be_used_or_decided() {
-    let (_d, s) = store();
+fn expired_approval_cannot_be_used_or_decided(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     s.create_approval(&approval("a2", "fp", -1)).unwrap();
     let now = Utc::now();
     assert!(s.decide_approval("a2", true, "alice", None, now).is_err());
@@ -330,9 +428,11 @@ fn expired_approval_cannot_be_used_or_decided() {
     );
 }
 
-#[test]
-fn recovery_marks_dead_intents_interrupted_and_releases_everything() {
-    let (_d, s) = store();
+fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("10");
     for (id, owner, idempotent) in [
         ("op1", "dead", false),
@@ -359,7 +459,7 @@ fn recovery_marks_dead_intents_interrupted_and_releases_everything() {
         "only the live op keeps its reservation"
     );
     assert_eq!(live.open_intents, 1);
-    assert_eq!(tenant_spent(&s, &cfg), (Money::ZERO, m("1")));
+    assert_eq!(tenant_spent(s, &cfg), (Money::ZERO, m("1")));
     // Non-idempotent interrupted op: its key answers with the interrupted outcome, never re-runs.
     let mut again = admission("x", &cfg, "0");
     again.idem = Some(claim("acme", "op1", "fp"));
@@ -410,9 +510,11 @@ fn recovery_marks_dead_intents_interrupted_and_releases_everything() {
         .is_empty());
 }
 
-#[test]
-fn prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents() {
-    let (_d, s) = store();
+fn prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("50");
     for id in ["done-1", "done-2", "open-1"] {
         assert!(matches!(
@@ -433,9 +535,11 @@ fn prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents() {
     assert_eq!(s.live_counts().unwrap().open_intents, 1);
 }
 
-#[test]
-fn prune_deletes_expired_idempotency_keys_only() {
-    let (_d, s) = store();
+fn prune_deletes_expired_idempotency_keys_only(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let cfg = budget("50");
     for (id, key) in [("a", "k-a"), ("b", "k-b")] {
         let mut a = admission(id, &cfg, "1");
@@ -465,9 +569,11 @@ fn prune_deletes_expired_idempotency_keys_only() {
     );
 }
 
-#[test]
-fn a_trail_head_only_moves_forward() {
-    let (_d, s) = store();
+fn a_trail_head_only_moves_forward(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
     let head = |size: u64| SignedHead {
         trail: "/t/audit.jsonl".into(),
         size,
@@ -491,6 +597,113 @@ fn a_trail_head_only_moves_forward() {
     s.record_anchor_break(&b, Some(&head(2))).unwrap();
     assert_eq!(s.heads().unwrap(), vec![head(2)]);
     assert_eq!(s.anchor_breaks().unwrap()[0].head, head(9));
+}
+
+fn credentials_round_trip_and_revocation_reaches_minted_tokens(b: Backend) {
+    use sandboxio_gateway::credential::*;
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let key = mint_api_key("acme", Scopes::all(), "ci");
+    s.create_credential(&key.credential).unwrap();
+    let cap = mint_capability(
+        &key.credential,
+        CapabilitySpec {
+            sandbox: "sbx1".into(),
+            dir: Some("out".into()),
+            scopes: Scopes::all(),
+            expires_at: Utc::now() + Duration::hours(1),
+            label: "cap".into(),
+        },
+    );
+    s.create_credential(&cap.credential).unwrap();
+    s.create_credential(&mint_api_key("other", Scopes::all(), "x").credential)
+        .unwrap();
+    let back = s.credential(&key.credential.id).unwrap().unwrap();
+    assert_eq!(back.secret_sha256, key.credential.secret_sha256);
+    assert_eq!(back.scopes, key.credential.scopes);
+    let listed: Vec<String> = s
+        .list_credentials(Some("acme"))
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(s.revoke_credential(&key.credential.id, Utc::now()).unwrap());
+    let cap_back = s.credential(&cap.credential.id).unwrap().unwrap();
+    assert!(
+        !cap_back.is_live(Utc::now()),
+        "revoking a key revokes its tokens"
+    );
+    assert_eq!(cap_back.dir.as_deref(), Some("out"));
+    assert!(!s.revoke_credential("nope", Utc::now()).unwrap());
+}
+
+/// Eight stores on one state (eight connections, or eight replicas), 60 admissions each of
+/// 0.01 against a 2.00 ceiling, from eight threads: exactly 200 are admitted and settled,
+/// the ledger holds exactly the ceiling, and nothing is left reserved or open.
+fn concurrent_admissions_from_many_stores_never_pass_the_ceiling(b: Backend) {
+    let Some(place) = b.place(module_path!()) else {
+        return;
+    };
+    let cfg = BudgetConfig {
+        global: Some(m("2.00")),
+        ..BudgetConfig::default()
+    };
+    let stores: Vec<Box<dyn Store>> = (0..8).map(|_| place.open()).collect();
+    let admitted = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|sc| {
+        for (t, s) in stores.iter().enumerate() {
+            let (cfg, admitted) = (&cfg, &admitted);
+            sc.spawn(move || {
+                for i in 0..60 {
+                    let id = format!("op-{t}-{i}");
+                    let mut a = admission(&id, cfg, "0.01");
+                    a.rate = vec![("global|x".into(), "100000/hour".parse().unwrap())];
+                    match s.admit(&a).unwrap() {
+                        Admitted::Proceed(_) => {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let mut f = finish(&id, cfg, Some("0.01"));
+                            f.ledger = Some(LedgerLine {
+                                operation_id: id.clone(),
+                                tenant: "acme".into(),
+                                category: CostCategory::Compute,
+                                amount: m("0.01"),
+                                at: Utc::now(),
+                                description: "t".into(),
+                                labels: Default::default(),
+                            });
+                            s.finish(&f).unwrap();
+                        }
+                        Admitted::Budget(_) => {}
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), 200);
+    let s = &stores[0];
+    let lines = s
+        .ledger(
+            Utc::now() - Duration::hours(1),
+            Utc::now() + Duration::hours(1),
+        )
+        .unwrap();
+    let total = lines
+        .iter()
+        .fold(Money::ZERO, |acc, l| acc.checked_add(l.amount).unwrap());
+    assert_eq!(total, m("2.00"));
+    assert_eq!(lines.len(), 200, "every success recorded once");
+    assert_eq!(s.live_counts().unwrap(), LiveCounts::default());
+    let usage = s
+        .rate_usage("global|", Utc::now() - Duration::hours(1))
+        .unwrap();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(
+        usage[0].count, 200,
+        "admitted operations took a rate token; refused ones none"
+    );
 }
 
 #[test]

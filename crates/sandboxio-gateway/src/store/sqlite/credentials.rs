@@ -7,7 +7,7 @@ use crate::credential::{Credential, CredentialKind, Scopes};
 use crate::error::db;
 use crate::store::StoreResult;
 
-pub(super) const SCHEMA: &str = r#"
+pub(in crate::store) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS credentials (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant TEXT NOT NULL, scopes TEXT NOT NULL,
     secret_sha256 TEXT NOT NULL, label TEXT NOT NULL, sandbox TEXT, dir TEXT, parent TEXT,
@@ -17,9 +17,9 @@ CREATE INDEX IF NOT EXISTS credentials_tenant ON credentials (tenant);
 CREATE INDEX IF NOT EXISTS credentials_parent ON credentials (parent);
 "#;
 
-const COLS: &str = "id, kind, tenant, scopes, secret_sha256, label, sandbox, dir, parent, created_ms, expires_ms, revoked_ms";
+pub(in crate::store) const COLS: &str = "id, kind, tenant, scopes, secret_sha256, label, sandbox, dir, parent, created_ms, expires_ms, revoked_ms";
 
-type Row = (
+pub(in crate::store) type Row = (
     String,
     String,
     String,
@@ -51,7 +51,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     ))
 }
 
-fn to_credential(row: Row) -> StoreResult<Credential> {
+pub(in crate::store) fn to_credential(row: Row) -> StoreResult<Credential> {
     let (id, kind, tenant, scopes, hash, label, sandbox, dir, parent, created, expires, revoked) =
         row;
     let kind = CredentialKind::parse(&kind).ok_or_else(|| corrupt("credentials", "kind", kind))?;

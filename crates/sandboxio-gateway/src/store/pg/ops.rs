@@ -1,0 +1,496 @@
+//! The transactions that decide: admission, the claim after an approval, finish, the kill
+//! switch, and recovery of interrupted work. Same decisions as the SQLite store, under the
+//! named locks of `locks.rs`.
+
+use chrono::{DateTime, Utc};
+use sandboxio_budget::{BudgetState, Reservation, ScopeKey, ScopeState, Settlement};
+
+use super::conn::{col, Tx};
+use super::listen::CHANNEL;
+use super::locks::{self, Names};
+use crate::error::GatewayError;
+use crate::store::values::{budget_err, corrupt, from_ms, ms};
+use crate::store::*;
+
+fn notify(tx: &mut Tx<'_>, change: &StoreChange) -> StoreResult<()> {
+    // Delivered to every listener when (and only if) the transaction commits.
+    tx.exec("SELECT pg_notify($1, $2)", &[&CHANNEL, &change.payload()])?;
+    Ok(())
+}
+
+pub(super) fn read_kill(tx: &mut Tx<'_>) -> StoreResult<Option<KillState>> {
+    let row = tx.opt(
+        "SELECT reason, by_whom, at_ms FROM kill_switch WHERE id = 1",
+        &[],
+    )?;
+    row.map(|r| {
+        Ok(KillState {
+            reason: col(&r, 0, "kill_switch", "reason")?,
+            by: col(&r, 1, "kill_switch", "by_whom")?,
+            at: from_ms(col(&r, 2, "kill_switch", "at_ms")?),
+        })
+    })
+    .transpose()
+}
+
+pub(super) fn set_kill(
+    tx: &mut Tx<'_>,
+    reason: &str,
+    by: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    // Waits for admissions in flight; every later admission sees the switch.
+    locks::kill_exclusive(tx)?;
+    tx.exec(
+        "INSERT INTO kill_switch (id, reason, by_whom, at_ms) VALUES (1, $1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, by_whom = excluded.by_whom, at_ms = excluded.at_ms",
+        &[&reason, &by, &ms(now)],
+    )?;
+    tx.exec(
+        "UPDATE approvals SET state = 'denied', decided_by = $1, decided_ms = $2, decision_reason = $3 WHERE state IN ('pending', 'approved')",
+        &[&KILL_SWITCH_APPROVER, &ms(now), &reason],
+    )?;
+    notify(tx, &StoreChange::Kill)
+}
+
+pub(super) fn clear_kill(tx: &mut Tx<'_>) -> StoreResult<()> {
+    locks::kill_exclusive(tx)?;
+    tx.exec("DELETE FROM kill_switch", &[])?;
+    notify(tx, &StoreChange::Resume)
+}
+
+fn idem_name(tenant: &str, key: &str) -> String {
+    format!("{tenant}\0{key}")
+}
+
+/// Whether this replica may admit: its lease is current and it was not declared lost.
+fn lease_ok(tx: &mut Tx<'_>, replica: &str) -> StoreResult<bool> {
+    let row = tx.opt(
+        "SELECT lost_ms IS NULL AND lease_until_ms > (extract(epoch from clock_timestamp()) * 1000)::bigint
+         FROM replicas WHERE id = $1",
+        &[&replica],
+    )?;
+    match row {
+        Some(r) => col(&r, 0, "replicas", "lease_until_ms"),
+        None => Ok(false),
+    }
+}
+
+/// Everything before the side effect (see `Store::admit`); `(answer, commit)`.
+pub(super) fn admit(
+    tx: &mut Tx<'_>,
+    a: &Admission<'_>,
+    replica: &str,
+) -> StoreResult<(Admitted, bool)> {
+    locks::kill_shared(tx)?;
+    let scopes = a.reserve.scopes_in(a.budget);
+    let mut names = Names::default();
+    for (key, _) in &a.rate {
+        names.add("rate", key);
+    }
+    for s in &scopes {
+        names.add("scope", &s.to_string());
+    }
+    if let Some(c) = &a.idem {
+        names.add("idem", &idem_name(&c.tenant, &c.key));
+    }
+    names.lock(tx)?;
+    // Every early return below rolls back: a refused operation changes nothing.
+    if let Some(k) = read_kill(tx)? {
+        return Ok((Admitted::KillSwitch(k), false));
+    }
+    if !lease_ok(tx, replica)? {
+        return Err(GatewayError::LeaseLost {
+            replica: replica.to_string(),
+        });
+    }
+    let now_ms = ms(a.now);
+    for (key, limit) in &a.rate {
+        if let Some(retry_after_ms) = rate_take(tx, key, limit, now_ms)? {
+            return Ok((
+                Admitted::RateLimited {
+                    key: key.clone(),
+                    limit: *limit,
+                    retry_after_ms,
+                },
+                false,
+            ));
+        }
+    }
+    let j = &a.journal;
+    let (it, ik) = match &j.idem {
+        Some((t, k)) => (Some(t.as_str()), Some(k.as_str())),
+        None => (None, None),
+    };
+    tx.exec(
+        "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key, replica)
+         VALUES ($1, $2, $3, $4, $5, NULL, NULL, $6, $7, $8)",
+        &[&j.operation_id, &j.intent, &ms(j.started_at), &j.owner, &j.idempotent, &it, &ik, &replica],
+    )?;
+    let mut st = load_budget(tx, &scopes, None)?;
+    let reservation = match st.reserve(a.budget, &a.reserve) {
+        Ok(r) => r,
+        Err(denial) => return Ok((Admitted::Budget(denial), false)),
+    };
+    store_budget(tx, &st, None, a.now)?;
+    if let Some(c) = &a.idem {
+        match idem_claim(tx, c, &j.operation_id, a.now)? {
+            IdemBegin::New => {}
+            other => return Ok((Admitted::Idem(other), false)),
+        }
+    }
+    Ok((Admitted::Proceed(reservation), true))
+}
+
+/// After an approval: kill switch, the approval used once, the key claimed.
+pub(super) fn claim(
+    tx: &mut Tx<'_>,
+    approval: Option<(&str, &str)>,
+    idem: Option<&IdemClaim>,
+    operation_id: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<(Option<Claimed>, bool)> {
+    locks::kill_shared(tx)?;
+    if let Some(c) = idem {
+        let mut n = Names::default();
+        n.add("idem", &idem_name(&c.tenant, &c.key));
+        n.lock(tx)?;
+    }
+    if let Some(k) = read_kill(tx)? {
+        return Ok((Some(Claimed::KillSwitch(k)), false));
+    }
+    if let Some((id, fingerprint)) = approval {
+        let n = tx.exec(
+            "UPDATE approvals SET state = 'used' WHERE id = $1 AND fingerprint = $2 AND state = 'approved' AND expires_ms > $3",
+            &[&id, &fingerprint, &ms(now)],
+        )?;
+        if n != 1 {
+            return Ok((Some(Claimed::ApprovalInvalid), false));
+        }
+    }
+    if let Some(c) = idem {
+        match idem_claim(tx, c, operation_id, now)? {
+            IdemBegin::New => {}
+            other => return Ok((Some(Claimed::Idem(other)), false)),
+        }
+    }
+    Ok((None, true))
+}
+
+/// Settles or releases, stores the key's outcome, closes the journal entry, keeps heads.
+pub(super) fn finish(
+    tx: &mut Tx<'_>,
+    f: &Finish<'_>,
+    node: &str,
+) -> StoreResult<Option<Settlement>> {
+    tx.batch("SET LOCAL synchronous_commit = off")?;
+    let mut st = load_budget(tx, &[], Some(f.operation_id))?;
+    lock_scopes_of(tx, &st)?;
+    // Re-read under the locks: the scopes may have moved since the first read.
+    st = load_budget(tx, &[], Some(f.operation_id))?;
+    let mut settlement = None;
+    if st.reservations.contains_key(f.operation_id) {
+        match f.charge {
+            Some(charge) => {
+                let s = st
+                    .settle(f.budget, f.operation_id, charge)
+                    .map_err(budget_err)?;
+                if let Some(l) = &f.ledger {
+                    if !s.charged.is_zero() {
+                        let labels =
+                            serde_json::to_string(&l.labels).unwrap_or_else(|_| "{}".into());
+                        tx.exec(
+                            "INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            &[&l.operation_id, &l.tenant, &l.category.as_str(), &s.charged.to_string(), &ms(l.at), &l.description, &labels],
+                        )?;
+                    }
+                }
+                settlement = Some(s);
+            }
+            None => {
+                st.release(f.operation_id).map_err(budget_err)?;
+            }
+        }
+        store_budget(tx, &st, Some(f.operation_id), f.now)?;
+    }
+    if let Some((tenant, key, end)) = &f.idem {
+        match end {
+            IdemEnd::Done(outcome) => tx.exec(
+                "UPDATE idempotency SET state = 'done', outcome = $3 WHERE tenant = $1 AND key = $2 AND operation_id = $4",
+                &[tenant, key, outcome, &f.operation_id],
+            ),
+            IdemEnd::Abandon => tx.exec(
+                "DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND state = 'running' AND operation_id = $3",
+                &[tenant, key, &f.operation_id],
+            ),
+        }?;
+    }
+    // An intent another replica already marked interrupted keeps that status.
+    tx.exec(
+        "UPDATE journal SET status = $2, ended_ms = $3 WHERE operation_id = $1 AND status IS NULL",
+        &[&f.operation_id, &f.journal_status, &ms(f.now)],
+    )?;
+    super::rows::put_heads(tx, node, f.heads, f.now)?;
+    Ok(settlement)
+}
+
+fn lock_scopes_of(tx: &mut Tx<'_>, st: &BudgetState) -> StoreResult<()> {
+    let mut n = Names::default();
+    for r in st.reservations.values() {
+        for s in &r.scopes {
+            n.add("scope", &s.to_string());
+        }
+    }
+    n.lock(tx)
+}
+
+pub(super) fn reopen_scope(
+    tx: &mut Tx<'_>,
+    scope: &ScopeKey,
+    now: DateTime<Utc>,
+) -> StoreResult<(bool, bool)> {
+    let mut n = Names::default();
+    n.add("scope", &scope.to_string());
+    n.lock(tx)?;
+    let mut st = load_budget(tx, std::slice::from_ref(scope), None)?;
+    let reopened = st.reopen(scope);
+    if reopened {
+        store_budget(tx, &st, None, now)?;
+    }
+    Ok((reopened, reopened))
+}
+
+/// Loads the scopes a budget operation touches (and a reservation) into a `BudgetState`.
+pub(super) fn load_budget(
+    tx: &mut Tx<'_>,
+    scopes: &[ScopeKey],
+    reservation: Option<&str>,
+) -> StoreResult<BudgetState> {
+    let mut st = BudgetState::new();
+    let mut keys: Vec<ScopeKey> = scopes.to_vec();
+    if let Some(id) = reservation {
+        let row = tx.opt(
+            "SELECT reservation FROM reservations WHERE operation_id = $1",
+            &[&id],
+        )?;
+        if let Some(r) = row {
+            let json: String = col(&r, 0, "reservations", "reservation")?;
+            let r: Reservation = serde_json::from_str(&json)
+                .map_err(|_| corrupt("reservations", "reservation", json.clone()))?;
+            keys.extend(r.scopes.iter().cloned());
+            st.reservations.insert(r.id.clone(), r);
+        }
+    }
+    let names: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    let rows = tx.rows(
+        "SELECT scope, state FROM budget_scopes WHERE scope = ANY($1)",
+        &[&names],
+    )?;
+    let mut found = std::collections::HashMap::new();
+    for r in rows {
+        let name: String = col(&r, 0, "budget_scopes", "scope")?;
+        let json: String = col(&r, 1, "budget_scopes", "state")?;
+        found.insert(name, json);
+    }
+    for (key, name) in keys.into_iter().zip(names) {
+        let scope: ScopeState = match found.get(&name) {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|_| corrupt("budget_scopes", "state", json.clone()))?,
+            None => ScopeState::default(),
+        };
+        st.scopes.insert(key, scope);
+    }
+    Ok(st)
+}
+
+/// Writes back the scopes of `st` and its reservations (deleting `closed`).
+fn store_budget(
+    tx: &mut Tx<'_>,
+    st: &BudgetState,
+    closed: Option<&str>,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    for (key, scope) in &st.scopes {
+        let json = serde_json::to_string(scope)
+            .map_err(|e| corrupt("budget_scopes", "state", e.to_string()))?;
+        tx.exec(
+            "INSERT INTO budget_scopes (scope, state) VALUES ($1, $2) ON CONFLICT (scope) DO UPDATE SET state = excluded.state",
+            &[&key.to_string(), &json],
+        )?;
+    }
+    for (id, r) in &st.reservations {
+        let json = serde_json::to_string(r)
+            .map_err(|e| corrupt("reservations", "reservation", e.to_string()))?;
+        tx.exec(
+            "INSERT INTO reservations (operation_id, reservation, created_ms) VALUES ($1, $2, $3) ON CONFLICT (operation_id) DO NOTHING",
+            &[id, &json, &ms(now)],
+        )?;
+    }
+    if let Some(id) = closed {
+        tx.exec("DELETE FROM reservations WHERE operation_id = $1", &[&id])?;
+    }
+    Ok(())
+}
+
+/// Takes one event from a rate limit, or says when to retry (the budget crate's sliding
+/// log over the events kept for the key). The caller holds the key's lock.
+fn rate_take(
+    tx: &mut Tx<'_>,
+    key: &str,
+    limit: &sandboxio_budget::RateLimit,
+    now_ms: i64,
+) -> StoreResult<Option<u64>> {
+    let window = i64::try_from(limit.window_ms()).unwrap_or(i64::MAX);
+    let cutoff = now_ms.saturating_sub(window);
+    tx.exec(
+        "DELETE FROM rate_events WHERE key = $1 AND at_ms <= $2",
+        &[&key, &cutoff],
+    )?;
+    let rows = tx.rows("SELECT at_ms FROM rate_events WHERE key = $1", &[&key])?;
+    let mut events = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let t: i64 = col(r, 0, "rate_events", "at_ms")?;
+        events.push(u64::try_from(t).unwrap_or(0));
+    }
+    let log = sandboxio_budget::SlidingLog::from_events(events);
+    let now = u64::try_from(now_ms).unwrap_or(0);
+    if let sandboxio_budget::RateDecision::Deny { retry_after_ms } = log.decide(limit, now) {
+        return Ok(Some(retry_after_ms));
+    }
+    tx.exec(
+        "INSERT INTO rate_events (key, at_ms) VALUES ($1, $2)",
+        &[&key, &now_ms],
+    )?;
+    Ok(None)
+}
+
+/// Claims an idempotency key or says why not. The caller holds the key's lock.
+fn idem_claim(
+    tx: &mut Tx<'_>,
+    c: &IdemClaim,
+    operation_id: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<IdemBegin> {
+    tx.exec(
+        "DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND expires_ms <= $3 AND state = 'done'",
+        &[&c.tenant, &c.key, &ms(now)],
+    )?;
+    let row = tx.opt(
+        "SELECT fingerprint, state, outcome, operation_id FROM idempotency WHERE tenant = $1 AND key = $2",
+        &[&c.tenant, &c.key],
+    )?;
+    if let Some(r) = row {
+        let fp: String = col(&r, 0, "idempotency", "fingerprint")?;
+        let state: String = col(&r, 1, "idempotency", "state")?;
+        let outcome: Option<String> = col(&r, 2, "idempotency", "outcome")?;
+        let op: String = col(&r, 3, "idempotency", "operation_id")?;
+        return Ok(match outcome {
+            _ if fp != c.fingerprint => IdemBegin::Conflict,
+            Some(outcome) if state == "done" => IdemBegin::Replay {
+                outcome,
+                operation_id: op,
+            },
+            _ => IdemBegin::InProgress,
+        });
+    }
+    let exp = ms(now)
+        .saturating_add(i64::try_from(c.retention_s.saturating_mul(1000)).unwrap_or(i64::MAX));
+    tx.exec(
+        "INSERT INTO idempotency (tenant, key, fingerprint, operation_id, state, outcome, created_ms, expires_ms) VALUES ($1, $2, $3, $4, 'running', NULL, $5, $6)",
+        &[&c.tenant, &c.key, &c.fingerprint, &operation_id, &ms(now), &exp],
+    )?;
+    Ok(IdemBegin::New)
+}
+
+/// An open intent and what recovery needs to judge it.
+pub(super) struct OpenIntent {
+    pub entry: JournalEntry,
+    /// Its replica's lease has expired (or the replica is gone or lost).
+    pub lease_expired: bool,
+    /// Its replica runs on this host (same boot and pid namespace): its owner can be
+    /// checked like a local process.
+    pub same_host: bool,
+}
+
+pub(super) fn open_intents(tx: &mut Tx<'_>, host: &str, me: &str) -> StoreResult<Vec<OpenIntent>> {
+    let rows = tx.rows(
+        "SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent, j.idem_tenant, j.idem_key,
+                j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL
+                  OR r.lease_until_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint),
+                COALESCE(r.host = $1, FALSE)
+         FROM journal j LEFT JOIN replicas r ON r.id = j.replica
+         WHERE j.status IS NULL ORDER BY j.started_ms, j.operation_id",
+        &[&host, &me],
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let t: Option<String> = col(r, 5, "journal", "idem_tenant")?;
+        let k: Option<String> = col(r, 6, "journal", "idem_key")?;
+        out.push(OpenIntent {
+            entry: JournalEntry {
+                operation_id: col(r, 0, "journal", "operation_id")?,
+                intent: col(r, 1, "journal", "intent")?,
+                started_at: from_ms(col(r, 2, "journal", "started_ms")?),
+                owner: col(r, 3, "journal", "owner")?,
+                idempotent: col(r, 4, "journal", "idempotent")?,
+                idem: t.zip(k),
+            },
+            lease_expired: col(r, 7, "replicas", "lease_until_ms")?,
+            same_host: col(r, 8, "replicas", "host")?,
+        });
+    }
+    Ok(out)
+}
+
+/// Marks the chosen intents interrupted (those still open), releases their reservations,
+/// expires their approvals, settles their keys; marks expired replicas lost.
+pub(super) fn interrupt(
+    tx: &mut Tx<'_>,
+    chosen: &[(JournalEntry, String)],
+    me: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<JournalEntry>> {
+    // A replica whose lease expired is lost from now on: it admits nothing more.
+    tx.exec(
+        "UPDATE replicas SET lost_ms = $2 WHERE id <> $1 AND lost_ms IS NULL
+         AND lease_until_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint",
+        &[&me, &ms(now)],
+    )?;
+    let mut done = Vec::new();
+    for (e, outcome) in chosen {
+        // Another survivor may have got here first.
+        let n = tx.exec(
+            "UPDATE journal SET status = 'interrupted', ended_ms = $2 WHERE operation_id = $1 AND status IS NULL",
+            &[&e.operation_id, &ms(now)],
+        )?;
+        if n != 1 {
+            continue;
+        }
+        let mut st = load_budget(tx, &[], Some(&e.operation_id))?;
+        if st.reservations.contains_key(&e.operation_id) {
+            lock_scopes_of(tx, &st)?;
+            st = load_budget(tx, &[], Some(&e.operation_id))?;
+            st.release(&e.operation_id).map_err(budget_err)?;
+            store_budget(tx, &st, Some(&e.operation_id), now)?;
+        }
+        tx.exec(
+            "UPDATE approvals SET state = 'expired' WHERE id = $1 AND state IN ('pending', 'approved')",
+            &[&approval_id_for(&e.operation_id)],
+        )?;
+        if let Some((tenant, key)) = &e.idem {
+            if e.idempotent {
+                tx.exec(
+                    "DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND state = 'running' AND operation_id = $3",
+                    &[tenant, key, &e.operation_id],
+                )?;
+            } else {
+                tx.exec(
+                    "UPDATE idempotency SET state = 'done', outcome = $3 WHERE tenant = $1 AND key = $2 AND state = 'running' AND operation_id = $4",
+                    &[tenant, key, outcome, &e.operation_id],
+                )?;
+            }
+        }
+        done.push(e.clone());
+    }
+    Ok(done)
+}
