@@ -1,8 +1,8 @@
 //! `sandboxio serve` against the real binary and a real HTTP client: lifecycle, keys and
 //! scopes, tenants, capability tokens, approvals over the API, bad input, TLS, the Unix
-//! socket and graceful shutdown; the dashboard's sessions and `/metrics`. Every test starts
-//! its own server (on loopback or a socket in its own temporary directory) and stops it by
-//! pid.
+//! socket and graceful shutdown; the dashboard's sessions and `/metrics`; three replicas on
+//! one PostgreSQL store. Every test starts its own server (on loopback or a socket in its
+//! own temporary directory) and stops it by pid.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -22,6 +22,10 @@ mod harness;
 mod lifecycle;
 #[path = "server/metrics.rs"]
 mod metrics;
+#[path = "../../sandboxio-gateway/tests/support/pgcluster.rs"]
+mod pgcluster;
+#[path = "server/replicas.rs"]
+mod replicas;
 #[path = "server/store_lock.rs"]
 mod store_lock;
 #[path = "server/streaming.rs"]

@@ -64,6 +64,12 @@ impl Server {
     /// Starts `sandboxio serve --listen 127.0.0.1:0` (unless `extra` says otherwise) and
     /// waits for its "serving" line.
     pub fn start_with(extra: &[&str], prepare: impl FnOnce(&Path)) -> Server {
+        Self::start_wrapped(&[], extra, prepare)
+    }
+
+    /// As [`Server::start_with`], with the server run by `wrapper` (a command and its
+    /// arguments, e.g. `unshare ...`; empty: none). The pid is the wrapper's.
+    pub fn start_wrapped(wrapper: &[&str], extra: &[&str], prepare: impl FnOnce(&Path)) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("sbx-serve-")
             .tempdir()
@@ -71,7 +77,14 @@ impl Server {
         std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
         std::fs::write(dir.path().join("config.toml"), "").unwrap();
         prepare(dir.path());
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.arg("serve")
             .arg("--state-dir")
             .arg(dir.path().join("state"))
