@@ -23,15 +23,15 @@ const REQUESTS_PER_CLIENT: usize = 8;
 const LEASE: Duration = Duration::from_secs(2);
 
 /// Every exec costs exactly the per-call price (no CPU or memory price), so its
-/// reservation and its charge are 0.01, and exactly 100 fit under the 1.00 ceiling.
-fn config(url: &str) -> String {
+/// reservation and its charge are 0.01, and exactly 100 fit under a 1.00 ceiling.
+fn config(url: &str, ceiling: &str) -> String {
     format!(
         r#"[state]
 url = "{url}"
 lease = "{}s"
 
 [budget]
-per_tenant = "1.00"
+per_tenant = "{ceiling}"
 
 [budget.rate_card]
 cpu_second = "0"
@@ -42,13 +42,13 @@ per_call = "0.01"
     )
 }
 
-fn write_config(url: &str) -> impl Fn(&std::path::Path) + '_ {
-    move |dir| std::fs::write(dir.join("config.toml"), config(url)).unwrap()
+fn write_config<'a>(url: &'a str, ceiling: &'a str) -> impl Fn(&std::path::Path) + 'a {
+    move |dir| std::fs::write(dir.join("config.toml"), config(url, ceiling)).unwrap()
 }
 
 fn replicas(url: &str) -> Vec<Server> {
     (0..REPLICAS)
-        .map(|_| Server::start_with(&[], write_config(url)))
+        .map(|_| Server::start_with(&[], write_config(url, "1.00")))
         .collect()
 }
 
@@ -408,10 +408,10 @@ fn a_replica_killed_mid_run_is_written_off_after_its_lease_while_the_others_serv
         return;
     };
     let survivors: Vec<Server> = (0..REPLICAS - 1)
-        .map(|_| Server::start_with(&[], write_config(&url)))
+        .map(|_| Server::start_with(&[], write_config(&url, "1000")))
         .collect();
     let wrapper = own_pid_namespace();
-    let victim = Server::start_wrapped(&wrapper, &[], write_config(&url));
+    let victim = Server::start_wrapped(&wrapper, &[], write_config(&url, "1000"));
     let key = survivors[0].key("acme", "all");
     let boxes: Vec<String> = survivors.iter().map(|s| s.sandbox(&key)).collect();
     let v_box = victim.sandbox(&key);
