@@ -261,6 +261,14 @@ pub enum AdminAction {
     KeyRotate { key_id: String },
     /// Reopen a budget scope closed by an overrun (`tenant:acme`, `global`, ...).
     BudgetReopen { scope: String },
+    /// An API key was created for `tenant` with `scopes` (never its secret or hash).
+    KeyCreate {
+        key_id: String,
+        tenant: String,
+        scopes: String,
+    },
+    /// Revoke an API key and every capability token minted from it.
+    KeyRevoke { key_id: String },
 }
 
 impl AdminAction {
@@ -273,6 +281,8 @@ impl AdminAction {
             AdminAction::PolicyReload { .. } => "policy_reload",
             AdminAction::KeyRotate { .. } => "key_rotate",
             AdminAction::BudgetReopen { .. } => "budget_reopen",
+            AdminAction::KeyCreate { .. } => "key_create",
+            AdminAction::KeyRevoke { .. } => "key_revoke",
         }
     }
 }

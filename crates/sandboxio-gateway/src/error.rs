@@ -35,6 +35,8 @@ pub enum GatewayError {
     ApprovalNotFound { id: String },
     #[error("approval `{id}` is already {state}")]
     ApprovalNotPending { id: String, state: String },
+    #[error("API key `{id}` not found")]
+    KeyNotFound { id: String },
     #[error("cannot create state directory `{path}`")]
     StateDir {
         path: String,
@@ -106,6 +108,7 @@ impl ErrorCode for GatewayError {
             GatewayError::Config { .. } => "SBX_E1510",
             GatewayError::Unrecorded => "SBX_E1511",
             GatewayError::AdminRefused { .. } => "SBX_E1521",
+            GatewayError::KeyNotFound { .. } => "SBX_E1522",
             GatewayError::StateDirInsecure { .. } => "SBX_E1530",
             GatewayError::StateFile { .. } => "SBX_E1531",
             GatewayError::StateLost { .. } => "SBX_E1532",
@@ -128,6 +131,7 @@ impl ErrorCode for GatewayError {
             | GatewayError::StateDir { .. }
             | GatewayError::RecoverRefused { .. }
             | GatewayError::AdminRefused { .. }
+            | GatewayError::KeyNotFound { .. }
             | GatewayError::StateUrl { .. } => ErrorClass::Usage,
             // State that does not add up: refused until an operator recovers it.
             GatewayError::StateLost { .. }

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use chrono::Utc;
-use sandboxio_gateway::credential::{self, Scopes};
+use sandboxio_gateway::credential::Scopes;
 use sandboxio_server::ServerError;
 
 use crate::args::{Common, KeysCmd};
@@ -11,9 +11,10 @@ use crate::exit;
 use crate::out::{errln, outln};
 use crate::setup;
 
-pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
+/// Creating and revoking are operator actions through the gateway (each leaves a record
+/// naming the actor); listing reads the store.
+pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
     let loaded = setup::load(common)?;
-    let store = loaded.open_store()?;
     match cmd {
         KeysCmd::Create {
             tenant,
@@ -31,8 +32,11 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                 }
                 .into());
             }
-            let m = credential::mint_api_key(&tenant, scopes, &label);
-            store.create_credential(&m.credential)?;
+            let rt = loaded.runtime(common, None)?;
+            let m = rt
+                .gateway()
+                .create_key(&setup::actor(), &tenant, scopes, &label)
+                .await?;
             if common.json {
                 let v = serde_json::json!({
                     "id": m.credential.id,
@@ -50,7 +54,7 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
             }
         }
         KeysCmd::List { tenant } => {
-            let list = store.list_credentials(tenant.as_deref())?;
+            let list = loaded.open_store()?.list_credentials(tenant.as_deref())?;
             let now = Utc::now();
             if common.json {
                 outln!("{}", crate::out::pretty(&list)?)?;
@@ -86,9 +90,8 @@ pub fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
             }
         }
         KeysCmd::Revoke { id } => {
-            if !store.revoke_credential(&id, Utc::now())? {
-                return Err(ServerError::NotFound { what: "key", id }.into());
-            }
+            let rt = loaded.runtime(common, None)?;
+            rt.gateway().revoke_key(&setup::actor(), &id).await?;
             outln!("revoked {id}")?;
         }
     }

@@ -58,7 +58,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Command::Audit { cmd } => audit::audit(cmd).await,
         Command::Serve { common, opts } => serve::serve(common, opts).await,
         Command::Mcp { common, opts } => mcp::mcp(common, opts).await,
-        Command::Keys { common, cmd } => keys::keys(&common, cmd),
+        Command::Keys { common, cmd } => keys::keys(&common, cmd).await,
     };
     match res {
         Ok(code) => code,

@@ -75,10 +75,23 @@ fn an_ask_is_approved_over_the_api_and_then_runs() {
     // A second decision conflicts.
     let (st, p) = problem(s.post(&person, &format!("/v1/approvals/{apr}/deny"), &json!({})));
     assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1508"));
-    assert!(s
+    // The decision is an operator action with its own record: the approval, who decided,
+    // the tenant it belonged to; the refused second decision has one too.
+    let decisions: Vec<Value> = s
         .audit()
-        .iter()
-        .any(|e| e.to_string().contains("approval.approve")));
+        .into_iter()
+        .filter(|e| e["event"] == "admin" && e["approval_id"] == apr.as_str())
+        .collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0]["tool_name"], "approve");
+    assert_eq!(decisions[0]["status"], "ok");
+    assert_eq!(decisions[0]["tenant_id"], "acme");
+    assert!(decisions[0]["approver"]
+        .as_str()
+        .unwrap()
+        .starts_with("api key "));
+    assert_eq!(decisions[1]["tool_name"], "deny");
+    assert_eq!(decisions[1]["status"], "error");
 }
 
 #[test]

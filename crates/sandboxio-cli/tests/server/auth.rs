@@ -227,6 +227,35 @@ fn a_revoked_key_and_its_tokens_stop_working() {
             .status(),
         401
     );
+    // Creating and revoking are operator actions: each has a record naming the key, its
+    // tenant and the actor, and no record holds the secret.
+    let trail = s.audit();
+    let admin = |action: &str| -> Vec<&Value> {
+        trail
+            .iter()
+            .filter(|e| e["event"] == "admin" && e["tool_name"] == action)
+            .collect()
+    };
+    let created = admin("key_create");
+    assert!(created
+        .iter()
+        .any(|e| e["tenant_id"] == "acme" && e["reason"].as_str().unwrap().contains(&kid)));
+    let revoked = admin("key_revoke");
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    assert_eq!(revoked[0]["tenant_id"], "acme");
+    assert!(revoked[0]["reason"].as_str().unwrap().contains("cli:"));
+    let secret = key.rsplit('_').next().unwrap();
+    assert!(trail.iter().all(|e| !e.to_string().contains(secret)));
+    // An unknown key: a clear code, and nothing changes.
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["keys", "revoke", "key_0000000000000000", "--state-dir"])
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SBX_E1522"));
 }
 
 #[test]

@@ -12,8 +12,10 @@ use sandboxio_core::{
 
 use super::stop::Stop;
 use super::{Gateway, Outcome, Submission};
+use crate::credential::{self, Minted, Scopes};
 use crate::error::GatewayError;
 use crate::policy::PolicyEngine;
+use crate::store::{Approval, ApprovalState};
 
 impl Gateway {
     /// Runs an operator action through the chain, as `actor` for `tenant`.
@@ -67,6 +69,98 @@ impl Gateway {
             },
         )
         .await
+    }
+
+    /// Approves or denies `approval_id` as `actor` (a recorded operator action) and returns
+    /// the approval as it now stands. Already decided, expired or unknown: the typed error,
+    /// and the refusal has its own record.
+    pub async fn decide_approval(
+        &self,
+        tenant: &str,
+        actor: &str,
+        approval_id: &str,
+        approve: bool,
+        reason: Option<String>,
+    ) -> Result<Approval, GatewayError> {
+        let approval_id = approval_id.to_string();
+        let action = if approve {
+            AdminAction::Approve {
+                approval_id: approval_id.clone(),
+                reason,
+            }
+        } else {
+            AdminAction::Deny {
+                approval_id: approval_id.clone(),
+                reason,
+            }
+        };
+        let name = action.name();
+        let out = self.admin(tenant, actor, action).await?;
+        let id = approval_id.clone();
+        let now = self
+            .on_store("reading an approval", move |s, _| s.get_approval(&id))
+            .await?;
+        match now {
+            None => Err(GatewayError::ApprovalNotFound { id: approval_id }),
+            Some(a) if out.allowed() => Ok(a),
+            Some(a) if a.state != ApprovalState::Pending => Err(GatewayError::ApprovalNotPending {
+                id: approval_id,
+                state: a.state.as_str().to_string(),
+            }),
+            Some(_) => Err(refused(name, &out)),
+        }
+    }
+
+    /// Creates an API key for `tenant` as `actor`: stored hashed, recorded (id, tenant and
+    /// scopes; never the secret). When the record cannot be written the key is revoked again,
+    /// so no key exists without its record. The secret is in the returned `Minted` only.
+    pub async fn create_key(
+        &self,
+        actor: &str,
+        tenant: &str,
+        scopes: Scopes,
+        label: &str,
+    ) -> Result<Minted, GatewayError> {
+        let m = credential::mint_api_key(tenant, scopes, label);
+        let c = m.credential.clone();
+        self.on_store("creating an API key", move |s, _| s.create_credential(&c))
+            .await?;
+        let action = AdminAction::KeyCreate {
+            key_id: m.credential.id.clone(),
+            tenant: m.credential.tenant.clone(),
+            scopes: m.credential.scopes.to_string(),
+        };
+        let out = self.admin(tenant, actor, action).await;
+        let ok = matches!(&out, Ok(o) if o.allowed());
+        if !ok {
+            let id = m.credential.id.clone();
+            // Best effort: the error below is what the caller sees either way.
+            let _ = self
+                .on_store("revoking an unrecorded API key", move |s, _| {
+                    s.revoke_credential(&id, Utc::now())
+                })
+                .await;
+            return Err(match out {
+                Ok(o) => refused("key_create", &o),
+                Err(e) => e,
+            });
+        }
+        Ok(m)
+    }
+
+    /// Revokes an API key (and the capability tokens minted from it) as `actor`; recorded.
+    pub async fn revoke_key(&self, actor: &str, key_id: &str) -> Result<Outcome, GatewayError> {
+        let action = AdminAction::KeyRevoke {
+            key_id: key_id.to_string(),
+        };
+        let out = self.admin("default", actor, action).await?;
+        match out.record.error_code.as_deref() {
+            _ if out.allowed() => Ok(out),
+            Some("SBX_E1522") => Err(GatewayError::KeyNotFound {
+                id: key_id.to_string(),
+            }),
+            _ => Err(refused("key_revoke", &out)),
+        }
     }
 
     pub(super) async fn admin_action(
@@ -159,6 +253,27 @@ impl Gateway {
                 }
                 done(rec, format!("budget scope `{scope}` reopened by {actor}"));
             }
+            AdminAction::KeyCreate { key_id, tenant, .. } => {
+                // Created by `create_key` just before; this is its record.
+                rec.tenant_id = Some(tenant.clone());
+                done(rec, format!("API key `{key_id}` created by {actor}"));
+            }
+            AdminAction::KeyRevoke { key_id } => {
+                let id = key_id.clone();
+                let found = self
+                    .on_store("revoking an API key", move |s, _| {
+                        let c = s.credential(&id)?;
+                        let revoked = s.revoke_credential(&id, now)?;
+                        Ok(c.filter(|_| revoked))
+                    })
+                    .await
+                    .map_err(fail)?;
+                let Some(c) = found else {
+                    return Err(fail(GatewayError::KeyNotFound { id: key_id.clone() }));
+                };
+                rec.tenant_id = Some(c.tenant);
+                done(rec, format!("API key `{key_id}` revoked by {actor}"));
+            }
             AdminAction::KeyRotate { key_id } => {
                 done(
                     rec,
@@ -167,5 +282,14 @@ impl Gateway {
             }
         }
         Ok((None, Some(serde_json::to_value(action).unwrap_or_default())))
+    }
+}
+
+/// The error for an operator action the chain refused (its record says why).
+fn refused(action: &'static str, out: &Outcome) -> GatewayError {
+    let code = out.record.error_code.as_deref().unwrap_or("SBX_E1521");
+    GatewayError::AdminRefused {
+        action,
+        reason: format!("{} ({code})", out.record.reason),
     }
 }

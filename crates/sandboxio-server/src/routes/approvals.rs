@@ -8,7 +8,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
-use sandboxio_core::Verdict;
 use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::store::{Approval, ApprovalState};
 use utoipa_axum::router::OpenApiRouter;
@@ -16,7 +15,6 @@ use utoipa_axum::routes;
 
 use crate::answer;
 use crate::auth::Caller;
-use crate::backend::server_record;
 use crate::body::ApiJson;
 use crate::error::ServerError;
 use crate::model::{
@@ -133,33 +131,13 @@ async fn decide(
 ) -> Result<Json<ApprovalView>, ServerError> {
     caller.require(&st, Scope::Approve).await?;
     let a = find(&st, &caller, &id).await?;
-    let store = st.backend.store().clone();
-    let by = caller.name();
-    let (key, who, why) = (a.id.clone(), by.clone(), reason.clone());
-    let decided = tokio::task::spawn_blocking(move || {
-        store.decide_approval(&key, approve, &who, why.as_deref(), Utc::now())
-    })
-    .await
-    .map_err(|_| ServerError::Internal {
-        action: "deciding an approval",
-    })?;
-    // Already decided, used or expired: 409 with the gateway's code.
-    let decided = decided?;
-    let verb = if approve { "approved" } else { "denied" };
-    let mut rec = server_record(
-        if approve {
-            "approval.approve"
-        } else {
-            "approval.deny"
-        },
-        caller.tenant(),
-        &caller.ctx,
-        Verdict::Allow,
-        format!("approval {} {verb} by {by}", a.id),
-    );
-    rec.approval_id = Some(a.id.clone());
-    rec.approver = Some(by);
-    st.backend.record(rec).await;
+    // An operator action through the gateway: one record naming the key that decided;
+    // already decided or expired is 409 with the gateway's code.
+    let decided = st
+        .backend
+        .gateway()
+        .decide_approval(caller.tenant(), &caller.name(), &a.id, approve, reason)
+        .await?;
     Ok(Json(ApprovalView::of(decided)))
 }
 
