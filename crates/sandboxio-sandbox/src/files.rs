@@ -150,26 +150,34 @@ fn root_dir(root: &Path) -> Result<File, FileError> {
     File::open(root).map_err(io(root, "opening the workspace"))
 }
 
-/// Reads a file beneath `root`, at most `cap` bytes.
-pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+/// Opens a regular file beneath `root` for reading, with its size; the caller reads it at
+/// its own pace (a large download is streamed, never held whole).
+pub fn open_read(root: &Path, path: &str) -> Result<(File, u64), FileError> {
     let rel = check_relative(path)?;
     let dir = root_dir(root)?;
     let fd =
         open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
-    let mut f = File::from(fd);
+    let f = File::from(fd);
     let meta = f.metadata().map_err(io(&rel, "stat"))?;
     if meta.is_dir() {
         return Err(FileError::IsDirectory {
             path: path.to_string(),
         });
     }
-    if meta.len() > cap {
+    Ok((f, meta.len()))
+}
+
+/// Reads a file beneath `root`, at most `cap` bytes.
+pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+    let rel = check_relative(path)?;
+    let (mut f, len) = open_read(root, path)?;
+    if len > cap {
         return Err(FileError::TooLarge {
             path: path.to_string(),
             limit: cap,
         });
     }
-    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     (&mut f)
         .take(cap.saturating_add(1))
         .read_to_end(&mut buf)
@@ -183,46 +191,64 @@ pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
     Ok(buf)
 }
 
+/// Creates the directories of `dirs` (each level, like `mkdir -p`) beneath `dir`, each
+/// with `mkdirat` on a beneath-resolved parent; an existing directory is fine.
+fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<(), FileError> {
+    let mut so_far = PathBuf::new();
+    for c in dirs.components() {
+        so_far.push(c);
+        let parent_fd = match so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => Some(
+                open_beneath(dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
+                    .map_err(io(p, "open directory"))?,
+            ),
+            None => None,
+        };
+        let name = CString::new(
+            so_far
+                .file_name()
+                .map(|n| n.as_encoded_bytes())
+                .unwrap_or_default(),
+        )
+        .map_err(|_| FileError::BadPath {
+            path: path.to_string(),
+            why: "contains a NUL byte",
+        })?;
+        let at = parent_fd
+            .as_ref()
+            .map(|f| f.as_raw_fd())
+            .unwrap_or(dir.as_raw_fd());
+        // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
+        // single component; mkdirat does not follow a symlink in the last component.
+        let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(io(&so_far, "mkdir")(e));
+            }
+        }
+    }
+    // Whatever existed must be a directory reached beneath the root (not a file, not a
+    // symlink out).
+    let d = open_beneath(dir, dirs, libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(io(dirs, "open directory"))?;
+    drop(d);
+    Ok(())
+}
+
+/// Creates a directory and its parents beneath `root` (`mkdir -p`).
+pub fn mkdir(root: &Path, path: &str) -> Result<(), FileError> {
+    let rel = check_relative(path)?;
+    let dir = root_dir(root)?;
+    make_dirs(&dir, &rel, path)
+}
+
 /// Writes (creates or replaces) a file beneath `root`, creating parent directories.
 pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
     let rel = check_relative(path)?;
     let dir = root_dir(root)?;
     if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-        let mut so_far = PathBuf::new();
-        for c in parent.components() {
-            so_far.push(c);
-            // Create each level through a beneath-resolved parent: mkdirat on the parent fd.
-            let parent_fd = match so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
-                Some(p) => Some(
-                    open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
-                        .map_err(io(p, "open directory"))?,
-                ),
-                None => None,
-            };
-            let name = CString::new(
-                so_far
-                    .file_name()
-                    .map(|n| n.as_encoded_bytes())
-                    .unwrap_or_default(),
-            )
-            .map_err(|_| FileError::BadPath {
-                path: path.to_string(),
-                why: "contains a NUL byte",
-            })?;
-            let at = parent_fd
-                .as_ref()
-                .map(|f| f.as_raw_fd())
-                .unwrap_or(dir.as_raw_fd());
-            // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
-            // single component; mkdirat does not follow a symlink in the last component.
-            let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
-            if rc != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(io(&so_far, "mkdir")(e));
-                }
-            }
-        }
+        make_dirs(&dir, parent, path)?;
     }
     let fd = open_beneath(
         &dir,
@@ -377,5 +403,37 @@ mod tests {
             Err(FileError::NotFound { .. })
         ));
         assert_eq!(FileError::NotFound { path: "x".into() }.code(), "SBX_E1482");
+    }
+
+    #[test]
+    fn mkdir_makes_parents_stays_beneath_and_open_read_streams() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        mkdir(root.path(), "a/b/c").unwrap();
+        mkdir(root.path(), "a/b/c").unwrap();
+        assert!(root.path().join("a/b/c").is_dir());
+        std::os::unix::fs::symlink(outside.path(), root.path().join("out")).unwrap();
+        assert!(matches!(
+            mkdir(root.path(), "out/x"),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(!outside.path().join("x").exists());
+        write(root.path(), "f", b"12345").unwrap();
+        assert!(
+            mkdir(root.path(), "f").is_err(),
+            "a file is not a directory"
+        );
+        assert!(matches!(
+            mkdir(root.path(), "../up"),
+            Err(FileError::BadPath { .. })
+        ));
+        let (mut f, len) = open_read(root.path(), "f").unwrap();
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!((len, got.as_str()), (5, "12345"));
+        assert!(matches!(
+            open_read(root.path(), "a"),
+            Err(FileError::IsDirectory { .. })
+        ));
     }
 }
