@@ -26,6 +26,8 @@ mod metrics;
 mod pgcluster;
 #[path = "server/replicas.rs"]
 mod replicas;
+#[path = "server/restart.rs"]
+mod restart;
 #[path = "server/store_lock.rs"]
 mod store_lock;
 #[path = "server/streaming.rs"]

@@ -33,6 +33,10 @@ pub enum ServerError {
     BadValue { field: &'static str, why: String },
     #[error("tenant `{tenant}` already has {limit} sandboxes (the most it may hold)")]
     Quota { tenant: String, limit: usize },
+    #[error("sandbox `{id}` is paused: resume it (`POST /v1/sandboxes/{id}/resume`) first")]
+    Paused { id: String },
+    #[error("sandbox `{id}` was lost when the server restarted: {reason}")]
+    Lost { id: String, reason: String },
     #[error("internal error while {action}")]
     Internal { action: &'static str },
     #[error("cannot listen on `{addr}`")]
@@ -78,6 +82,8 @@ impl ErrorCode for ServerError {
             ServerError::Tls { .. } => "SBX_E1814",
             ServerError::NoRoute { .. } => "SBX_E1815",
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
+            ServerError::Paused { .. } => "SBX_E1850",
+            ServerError::Lost { .. } => "SBX_E1851",
             ServerError::NoSession => "SBX_E1840",
             ServerError::Csrf => "SBX_E1841",
             ServerError::Gateway(e) => e.code(),
@@ -97,6 +103,8 @@ impl ErrorCode for ServerError {
             | ServerError::TooLarge { .. }
             | ServerError::BadValue { .. }
             | ServerError::Quota { .. }
+            | ServerError::Paused { .. }
+            | ServerError::Lost { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
             | ServerError::NoRoute { .. }
@@ -133,6 +141,8 @@ impl ServerError {
             ServerError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ServerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ServerError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ServerError::Paused { .. } => StatusCode::CONFLICT,
+            ServerError::Lost { .. } => StatusCode::GONE,
             ServerError::Gateway(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => StatusCode::CONFLICT,
             ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => StatusCode::NOT_FOUND,
@@ -158,6 +168,8 @@ impl ServerError {
             ServerError::Busy { .. } => "server busy",
             ServerError::Timeout { .. } => "timed out",
             ServerError::Quota { .. } => "quota reached",
+            ServerError::Paused { .. } => "sandbox paused",
+            ServerError::Lost { .. } => "sandbox lost",
             ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => "conflict",
             ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => "not found",
             _ => "internal error",

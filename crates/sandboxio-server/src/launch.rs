@@ -114,7 +114,7 @@ pub async fn launch(
     let busy = s.begin();
     let command = command_of(&sub.op.args);
     let events = mode != Mode::Wait;
-    let mut run = st.backend.start(sub, Some(s.cancel.clone()), events);
+    let mut run = st.backend.start(sub, Some(s.run_token()?), events);
     let proc = s
         .processes
         .add(kind, command, mode == Mode::Background, run.token.clone());

@@ -18,6 +18,8 @@ pub mod contexts;
 pub mod dashboard;
 pub mod error;
 pub mod launch;
+pub mod lifecycle;
+pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod options;

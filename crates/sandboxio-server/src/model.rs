@@ -97,6 +97,11 @@ pub struct SandboxView {
     pub expires_at: DateTime<Utc>,
     pub last_active_at: DateTime<Utc>,
     pub idle_timeout_s: u64,
+    /// `running` or `paused` (nothing runs in a paused sandbox; its files stay).
+    pub state: String,
+    pub paused_at: Option<DateTime<Utc>>,
+    /// When a restarted server restored it (what ran in it then did not survive).
+    pub restored_at: Option<DateTime<Utc>>,
     /// Operations running in it now.
     pub running: usize,
     pub labels: BTreeMap<String, String>,
@@ -116,6 +121,9 @@ impl SandboxView {
             expires_at: s.expires_at(),
             last_active_at: s.last_active(),
             idle_timeout_s: s.spec.idle_timeout.as_secs(),
+            state: s.state().to_string(),
+            paused_at: s.paused_at(),
+            restored_at: s.restored_at,
             running: s.busy(),
             labels: s.spec.labels.clone(),
             env: s.spec.env.keys().cloned().collect(),
@@ -127,6 +135,9 @@ impl SandboxView {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxView>,
+    /// Sandboxes a restart could not restore, with the reason (until deleted).
+    #[serde(default)]
+    pub lost: Vec<crate::manifest::Lost>,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]

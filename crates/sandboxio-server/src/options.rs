@@ -57,6 +57,9 @@ pub struct ServeOptions {
     pub tls: Option<TlsFiles>,
     /// Where sandbox workspaces live.
     pub workspace_root: PathBuf,
+    /// Where sandboxes are written down so that a restart restores them (none: they live
+    /// in memory and close at shutdown). `sandboxio serve` uses `<state dir>/sessions`.
+    pub sessions_dir: Option<PathBuf>,
     pub json_limit: usize,
     pub upload_limit: usize,
     pub max_concurrent: usize,
@@ -81,6 +84,7 @@ impl ServeOptions {
             listen,
             tls: None,
             workspace_root,
+            sessions_dir: None,
             json_limit: JSON_LIMIT,
             upload_limit: UPLOAD_LIMIT,
             max_concurrent: MAX_CONCURRENT,
@@ -97,4 +101,15 @@ impl ServeOptions {
             audit_file: None,
         }
     }
+}
+
+/// The workspace root of a server keeping its state in `state_dir`: under `base` (the
+/// configured work root or the temporary directory), named after the state directory so
+/// that a restart finds the same one. Not under the sweep's `sandboxio-` prefix: the sweep
+/// of dead runs' leftovers must not take workspaces a restart restores.
+pub fn workspace_root_for(base: &std::path::Path, state_dir: &std::path::Path) -> PathBuf {
+    use sha2::Digest;
+    let abs = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    let digest = sha2::Sha256::digest(abs.as_os_str().as_encoded_bytes());
+    base.join(format!("sbx-serve-{}", &hex::encode(digest)[..16]))
 }

@@ -123,6 +123,10 @@ pub async fn serve(
     let opts = state.opts.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let conns = Arc::new(Semaphore::new(opts.max_connections));
+    let (restored, lost) = crate::lifecycle::restore(&state).await;
+    if restored + lost > 0 {
+        tracing::info!(restored, lost, "sandboxes from the last run");
+    }
     let reaper = tokio::spawn(reap(state.clone()));
     tokio::pin!(shutdown);
     let Listener { bound, tls } = listener;
@@ -186,6 +190,7 @@ pub async fn serve(
         }
     }
     reaper.abort();
+    // With manifests, sandboxes keep their files for the next start; without, they close.
     let closed = state.sessions.close_all("the server shut down");
     // Closing cancelled what still ran in them (background processes, context kernels):
     // wait for their records before the runtime goes.

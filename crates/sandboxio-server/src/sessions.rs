@@ -1,5 +1,8 @@
 //! Sandboxes as sessions: a workspace that outlives single operations, owned by one tenant,
-//! closed on delete, after its idle timeout or at the end of its lifetime.
+//! closed on delete, after its idle timeout or at the end of its lifetime. A sandbox may be
+//! paused (what runs in it is cancelled, its files stay, nothing new starts until it is
+//! resumed). With a manifest directory (`crate::manifest`) every sandbox is written down,
+//! so a restarted server restores it with its files or reports it lost with a reason.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -13,6 +16,7 @@ use sandboxio_gateway::CancelToken;
 
 use crate::context::random_hex;
 use crate::error::ServerError;
+use crate::manifest::{Lost, Manifest, Manifests};
 
 /// What a sandbox is created with.
 #[derive(Debug, Clone)]
@@ -34,12 +38,34 @@ pub struct Session {
     expires_at: Mutex<DateTime<Utc>>,
     last_active: Mutex<DateTime<Utc>>,
     busy: AtomicUsize,
-    /// Cancelled when the sandbox closes: every operation running in it stops.
-    pub cancel: CancelToken,
+    /// Whether it runs or is paused, and the token every operation in it is linked to.
+    gate: Mutex<Gate>,
+    /// When a restarted server restored it (its processes did not survive the restart).
+    pub restored_at: Option<DateTime<Utc>>,
+    /// Where it is written down (none: it lives in memory only).
+    manifests: Option<Arc<Manifests>>,
     /// What runs in it now (and background processes that ended, until read).
     pub processes: crate::processes::Processes,
     /// Stateful code contexts (their kernels run as processes of kind `context`).
     pub contexts: crate::contexts::Contexts,
+}
+
+/// Paused or not, and the token of the current run: cancelled and replaced at each pause,
+/// cancelled for good when the sandbox closes.
+struct Gate {
+    token: CancelToken,
+    paused_at: Option<DateTime<Utc>>,
+    closed: bool,
+}
+
+impl Gate {
+    fn new(paused_at: Option<DateTime<Utc>>) -> Mutex<Gate> {
+        Mutex::new(Gate {
+            token: CancelToken::new(),
+            paused_at,
+            closed: false,
+        })
+    }
 }
 
 /// Marks a session busy while an operation runs in it (the idle reaper leaves it alone).
@@ -96,22 +122,136 @@ impl Session {
         };
         let base = (*t).max(Utc::now());
         *t = (base + chrono_dur(by)).min(cap);
-        *t
+        let end = *t;
+        drop(t);
+        self.save();
+        end
     }
 
-    /// Why the reaper should close it at `now`, if it should.
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        match self.gate.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The token an operation starting in it links to (cancelled when the sandbox is paused
+    /// or closed). A paused sandbox starts nothing: `Paused` (409).
+    pub fn run_token(&self) -> Result<CancelToken, ServerError> {
+        let g = self.gate();
+        if g.closed {
+            return Err(ServerError::NotFound {
+                what: "sandbox",
+                id: self.id.clone(),
+            });
+        }
+        if g.paused_at.is_some() {
+            return Err(ServerError::Paused {
+                id: self.id.clone(),
+            });
+        }
+        Ok(g.token.clone())
+    }
+
+    /// When it was paused, if it is.
+    pub fn paused_at(&self) -> Option<DateTime<Utc>> {
+        self.gate().paused_at
+    }
+
+    /// `running` or `paused`.
+    pub fn state(&self) -> &'static str {
+        if self.paused_at().is_some() {
+            "paused"
+        } else {
+            "running"
+        }
+    }
+
+    /// Pauses it: every operation running in it is cancelled (its whole process tree
+    /// killed, its record written, its reservation released) and its code contexts end;
+    /// its files stay. `false` when it was already paused. See `crate::lifecycle::pause`.
+    pub fn pause(&self) -> Result<bool, ServerError> {
+        let old = {
+            let mut g = self.gate();
+            if g.closed {
+                return Err(ServerError::NotFound {
+                    what: "sandbox",
+                    id: self.id.clone(),
+                });
+            }
+            if g.paused_at.is_some() {
+                return Ok(false);
+            }
+            g.paused_at = Some(Utc::now());
+            std::mem::replace(&mut g.token, CancelToken::new())
+        };
+        old.cancel("the sandbox was paused");
+        self.contexts.clear("the sandbox was paused");
+        self.save();
+        Ok(true)
+    }
+
+    /// Resumes a paused sandbox (its idle clock starts again). `false` when it was not paused.
+    pub fn resume(&self) -> Result<bool, ServerError> {
+        {
+            let mut g = self.gate();
+            if g.closed {
+                return Err(ServerError::NotFound {
+                    what: "sandbox",
+                    id: self.id.clone(),
+                });
+            }
+            if g.paused_at.take().is_none() {
+                return Ok(false);
+            }
+        }
+        self.touch();
+        self.save();
+        Ok(true)
+    }
+
+    /// Cancels what runs in it and ends its contexts, keeping its files and its manifest
+    /// (server shutdown: the next start restores it).
+    fn suspend(&self, why: &str) {
+        let mut g = self.gate();
+        g.closed = true;
+        g.token.cancel(why.to_string());
+        drop(g);
+        self.contexts.clear(why);
+    }
+
+    /// Writes its manifest (when the server keeps them); a failure is logged.
+    pub fn save(&self) {
+        if let Some(m) = &self.manifests {
+            m.save(&Manifest::of(self));
+        }
+    }
+
+    /// Why the reaper should close it at `now`, if it should. A paused sandbox is never
+    /// idle; its lifetime still ends.
     pub fn reap_reason(&self, now: DateTime<Utc>) -> Option<&'static str> {
         if now >= self.expires_at() {
             return Some("its lifetime ended");
         }
-        if self.busy() == 0 && now - self.last_active() >= chrono_dur(self.spec.idle_timeout) {
+        if self.paused_at().is_none()
+            && self.busy() == 0
+            && now - self.last_active() >= chrono_dur(self.spec.idle_timeout)
+        {
             return Some("it was idle past its idle timeout");
         }
         None
     }
 
     fn close(&self, why: &str) {
-        self.cancel.cancel(format!("sandbox closed: {why}"));
+        {
+            let mut g = self.gate();
+            g.closed = true;
+            g.token.cancel(format!("sandbox closed: {why}"));
+        }
+        self.contexts.clear(why);
+        if let Some(m) = &self.manifests {
+            m.remove(&self.id);
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(sandbox = %self.id, "removing a sandbox workspace failed: {e}");
@@ -122,17 +262,41 @@ impl Session {
 
 pub struct Sessions {
     map: RwLock<HashMap<String, Arc<Session>>>,
+    /// Sandboxes a restart could not restore, with the reason, until deleted.
+    lost: RwLock<HashMap<String, Lost>>,
     root: PathBuf,
     max_per_tenant: usize,
+    manifests: Option<Arc<Manifests>>,
+}
+
+/// What a restart found: sandboxes restored, and those reported lost.
+#[derive(Default)]
+pub struct Restored {
+    pub restored: Vec<Arc<Session>>,
+    pub lost: Vec<Lost>,
 }
 
 impl Sessions {
+    /// Sandboxes in memory only: a restart forgets them (their workspaces are removed at
+    /// shutdown).
     pub fn new(root: PathBuf, max_per_tenant: usize) -> Sessions {
         Sessions {
             map: RwLock::new(HashMap::new()),
+            lost: RwLock::new(HashMap::new()),
             root,
             max_per_tenant,
+            manifests: None,
         }
+    }
+
+    /// Sandboxes written down in `dir` (see `crate::manifest`): a restart restores them.
+    pub fn with_manifests(mut self, dir: PathBuf) -> Sessions {
+        self.manifests = Some(Arc::new(Manifests::new(dir)));
+        self
+    }
+
+    pub fn keeps_manifests(&self) -> bool {
+        self.manifests.is_some()
     }
 
     pub fn create(&self, tenant: &str, spec: SessionSpec) -> Result<Arc<Session>, ServerError> {
@@ -167,14 +331,130 @@ impl Sessions {
             created_at: now,
             last_active: Mutex::new(now),
             busy: AtomicUsize::new(0),
-            cancel: CancelToken::new(),
+            gate: Gate::new(None),
+            restored_at: None,
+            manifests: self.manifests.clone(),
             processes: crate::processes::Processes::default(),
             contexts: crate::contexts::Contexts::default(),
         });
+        if let Some(m) = &self.manifests {
+            if !m.save(&Manifest::of(&s)) {
+                let _ = std::fs::remove_dir_all(&s.dir);
+                return Err(ServerError::Internal {
+                    action: "writing a sandbox's manifest",
+                });
+            }
+        }
         map.insert(id, s.clone());
         Ok(s)
     }
 
+    /// Restores every sandbox written down by an earlier run of the server: with its files
+    /// (and paused if it was), or reported lost with the reason (its workspace is gone, its
+    /// manifest is unreadable, its lifetime ended while the server was stopped). Call once,
+    /// before serving.
+    pub fn restore(&self, now: DateTime<Utc>) -> Restored {
+        let Some(m) = &self.manifests else {
+            return Restored::default();
+        };
+        let mut out = Restored::default();
+        for found in m.load_all() {
+            let man = match found {
+                Ok(man) => man,
+                Err(lost) => {
+                    out.lost.push(lost);
+                    continue;
+                }
+            };
+            if let Some(lost) = man.lost.clone() {
+                // Reported at an earlier start and not deleted yet: still lost.
+                if let Ok(mut l) = self.lost.write() {
+                    l.insert(lost.id.clone(), lost);
+                }
+                continue;
+            }
+            let why = if !man.dir.is_dir() {
+                tracing::warn!(sandbox = %man.id, dir = %man.dir.display(), "a sandbox workspace is missing");
+                Some("its workspace was missing when the server restarted".to_string())
+            } else if now >= man.expires_at {
+                Some("its lifetime ended while the server was stopped".to_string())
+            } else {
+                None
+            };
+            if let Some(reason) = why {
+                if man.dir.is_dir() {
+                    let _ = std::fs::remove_dir_all(&man.dir);
+                }
+                let lost = Lost {
+                    id: man.id.clone(),
+                    tenant: man.tenant.clone(),
+                    reason,
+                    lost_at: now,
+                };
+                m.save_lost(&man, &lost);
+                out.lost.push(lost);
+                continue;
+            }
+            let s = Arc::new(Session {
+                id: man.id.clone(),
+                tenant: man.tenant.clone(),
+                expires_at: Mutex::new(man.expires_at),
+                spec: man.spec(),
+                dir: man.dir.clone(),
+                created_at: man.created_at,
+                last_active: Mutex::new(now),
+                busy: AtomicUsize::new(0),
+                gate: Gate::new(man.paused_at),
+                restored_at: Some(now),
+                manifests: self.manifests.clone(),
+                processes: crate::processes::Processes::default(),
+                contexts: crate::contexts::Contexts::default(),
+            });
+            if let Ok(mut map) = self.map.write() {
+                map.insert(s.id.clone(), s.clone());
+            }
+            out.restored.push(s);
+        }
+        if let Ok(mut l) = self.lost.write() {
+            for x in &out.lost {
+                l.insert(x.id.clone(), x.clone());
+            }
+        }
+        out
+    }
+
+    /// The tenant's sandbox `id` that a restart could not restore.
+    pub fn lost(&self, tenant: &str, id: &str) -> Option<Lost> {
+        let l = self.lost.read().ok()?;
+        l.get(id).filter(|x| x.tenant == tenant).cloned()
+    }
+
+    /// The tenant's lost sandboxes, oldest first.
+    pub fn lost_list(&self, tenant: &str) -> Vec<Lost> {
+        let mut v: Vec<Lost> = self
+            .lost
+            .read()
+            .map(|l| l.values().filter(|x| x.tenant == tenant).cloned().collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.lost_at.cmp(&b.lost_at).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    /// Forgets a lost sandbox of the tenant (its report is acknowledged).
+    pub fn forget_lost(&self, tenant: &str, id: &str) -> Option<Lost> {
+        let x = {
+            let mut l = self.lost.write().ok()?;
+            if l.get(id).is_some_and(|x| x.tenant == tenant) {
+                l.remove(id)
+            } else {
+                None
+            }
+        }?;
+        if let Some(m) = &self.manifests {
+            m.remove(id);
+        }
+        Some(x)
+    }
     /// The tenant's sandbox `id`; another tenant's is `None`, exactly like a missing one.
     pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Session>> {
         let map = self.map.read().ok()?;
@@ -252,7 +532,8 @@ impl Sessions {
         due
     }
 
-    /// Closes everything (shutdown).
+    /// At shutdown: cancels what runs in every sandbox. With manifests their files and
+    /// manifests stay for the next start to restore; without, they are closed.
     pub fn close_all(&self, why: &str) -> usize {
         let all: Vec<Arc<Session>> = self
             .map
@@ -260,7 +541,11 @@ impl Sessions {
             .map(|mut m| m.drain().map(|(_, s)| s).collect())
             .unwrap_or_default();
         for s in &all {
-            s.close(why);
+            if self.manifests.is_some() {
+                s.suspend(why);
+            } else {
+                s.close(why);
+            }
         }
         all.len()
     }

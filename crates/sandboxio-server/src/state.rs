@@ -28,10 +28,12 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(backend: Arc<Backend>, opts: ServeOptions) -> AppState {
-        let sessions = Arc::new(Sessions::new(
-            opts.workspace_root.clone(),
-            opts.max_sandboxes_per_tenant,
-        ));
+        let mut sessions =
+            Sessions::new(opts.workspace_root.clone(), opts.max_sandboxes_per_tenant);
+        if let Some(dir) = &opts.sessions_dir {
+            sessions = sessions.with_manifests(dir.clone());
+        }
+        let sessions = Arc::new(sessions);
         AppState {
             backend,
             sessions,

@@ -57,15 +57,17 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         ),
     };
     // Workspaces are read by sandboxed programs under an unprivileged id: they live in a
-    // directory of their own (0711), not in the state directory.
-    let root = loaded
+    // directory of their own (0711), not in the state directory, named after the state
+    // directory so that a restart restores them; their manifests stay in the state dir.
+    let base = loaded
         .config
         .sandbox
         .work_root
         .clone()
-        .unwrap_or_else(std::env::temp_dir)
-        .join(format!("sandboxio-serve-{}", std::process::id()));
+        .unwrap_or_else(std::env::temp_dir);
+    let root = sandboxio_server::options::workspace_root_for(&base, &loaded.state_dir);
     let mut opts = ServeOptions::new(listen, root.clone());
+    opts.sessions_dir = Some(loaded.state_dir.join("sessions"));
     opts.audit_file = Some(loaded.audit_file());
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         opts.tls = Some(TlsFiles {
@@ -115,7 +117,8 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     outln!("sandboxio serving {scheme} on {}", listener.address())?;
     sandboxio_server::serve(listener, router, state, shutdown_signal()).await?;
     sweeper.abort();
-    let _ = std::fs::remove_dir_all(&root);
+    // Sandboxes left open stay for the next start; an empty root goes.
+    let _ = std::fs::remove_dir(&root);
     Ok(exit::OK)
 }
 

@@ -44,6 +44,8 @@ reason = "files inside the workspace are allowed"
 pub struct Server {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
+    wrapper: Vec<String>,
+    extra: Vec<String>,
     /// `http://127.0.0.1:PORT` (or `http://localhost` over the Unix socket).
     pub base: String,
     pub client: Client,
@@ -70,14 +72,41 @@ impl Server {
     /// As [`Server::start_with`], with the server run by `wrapper` (a command and its
     /// arguments, e.g. `unshare ...`; empty: none). The pid is the wrapper's.
     pub fn start_wrapped(wrapper: &[&str], extra: &[&str], prepare: impl FnOnce(&Path)) -> Server {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("sbx-serve-")
             .tempdir()
             .unwrap();
+        // Workspaces under the test's own directory (passable, not listable, by the
+        // unprivileged id programs may run as), so that nothing outlives the test.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
-        std::fs::write(dir.path().join("config.toml"), "").unwrap();
+        std::fs::write(
+            dir.path().join("config.toml"),
+            format!(
+                "[sandbox]\nwork_root = \"{}\"\n",
+                dir.path().join("work").display()
+            ),
+        )
+        .unwrap();
         prepare(dir.path());
-        let mut cmd = match wrapper.split_first() {
+        let mut s = Server {
+            dir,
+            child: None,
+            wrapper: wrapper.iter().map(|x| x.to_string()).collect(),
+            extra: extra.iter().map(|x| x.to_string()).collect(),
+            base: String::new(),
+            client: client(),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts the server process on this directory (again, after [`Server::stop`]).
+    pub fn spawn(&mut self) {
+        let dir = &self.dir;
+        let extra = &self.extra;
+        let mut cmd = match self.wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
                 c.args(rest).arg(BIN);
@@ -92,7 +121,7 @@ impl Server {
             .arg(dir.path().join("policy.toml"))
             .arg("--config")
             .arg(dir.path().join("config.toml"));
-        if !extra.contains(&"--socket") {
+        if !extra.iter().any(|x| x == "--socket") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
         cmd.args(extra)
@@ -116,12 +145,37 @@ impl Server {
             let scheme = line.split_whitespace().nth(2).unwrap();
             format!("{scheme}://{addr}")
         };
-        Server {
-            dir,
-            child: Some(child),
-            base,
-            client: client(),
+        self.child = Some(child);
+        self.base = base;
+    }
+
+    /// Stops the server with `signal` (`TERM` or `KILL`), waits for it, and starts it again
+    /// on the same state directory and workspaces.
+    pub fn restart(&mut self, signal: &str) {
+        self.stop(signal);
+        self.spawn();
+    }
+
+    /// Stops the server with `signal` and waits for it to exit.
+    pub fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        child.wait().unwrap()
+    }
+
+    /// The host directory of sandbox `id`'s workspace.
+    pub fn workspace(&self, id: &str) -> PathBuf {
+        let work = self.dir.path().join("work");
+        for e in std::fs::read_dir(&work).unwrap().flatten() {
+            let p = e.path().join(id);
+            if e.file_name().to_string_lossy().starts_with("sbx-serve-") && p.is_dir() {
+                return p;
+            }
         }
+        panic!("no workspace for sandbox {id} under {}", work.display());
     }
 
     pub fn state(&self) -> PathBuf {

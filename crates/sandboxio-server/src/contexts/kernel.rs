@@ -154,7 +154,7 @@ pub async fn start(
         "code_context".into(),
         super::lang_name(language).to_string(),
     );
-    let run = st.backend.start(sub, Some(s.cancel.clone()), true);
+    let run = st.backend.start(sub, Some(s.run_token()?), true);
     let token = run.token.clone();
     let process = s.processes.add(
         "context",

@@ -85,6 +85,20 @@ impl Contexts {
         self.map.lock().map(|m| m.len()).unwrap_or(0)
     }
 
+    /// Removes every context and kills their kernels (the sandbox paused or closed).
+    pub fn clear(&self, why: &str) {
+        let all: Vec<Arc<Context>> = self
+            .map
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m).into_values().collect())
+            .unwrap_or_default();
+        for c in all {
+            if let Some(k) = c.kernel() {
+                k.kill(why);
+            }
+        }
+    }
+
     /// Removes a context and kills its kernel.
     pub fn remove(&self, id: &str, why: &str) -> Option<Arc<Context>> {
         let c = self.map.lock().ok()?.remove(id)?;

@@ -57,7 +57,7 @@ async fn file_op(
         ..SubmitExtras::default()
     };
     let sub = session_submission(&s, args, &caller.ctx, extra);
-    match st.backend.submit(sub, Some(s.cancel.clone())).await? {
+    match st.backend.submit(sub, Some(s.run_token()?)).await? {
         // A file operation that failed (a missing file, a directory) did nothing: a problem.
         Submitted::Done(out) if out.record.status == OperationStatus::Ok => Ok(Ok(*out)),
         Submitted::Done(out) => Ok(Err(answer::stopped(&out, &caller.ctx).into_response())),

@@ -41,9 +41,16 @@ pub fn session_for(st: &AppState, caller: &Caller, id: &str) -> Result<Arc<Sessi
     if !caller.may_see_sandbox(id) {
         return Err(not_found(id));
     }
-    st.sessions
-        .get(caller.tenant(), id)
-        .ok_or_else(|| not_found(id))
+    if let Some(s) = st.sessions.get(caller.tenant(), id) {
+        return Ok(s);
+    }
+    match st.sessions.lost(caller.tenant(), id) {
+        Some(lost) => Err(ServerError::Lost {
+            id: lost.id,
+            reason: lost.reason,
+        }),
+        None => Err(not_found(id)),
+    }
 }
 
 fn not_found(id: &str) -> ServerError {

@@ -26,6 +26,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create, list))
         .routes(routes!(get_one, delete_one))
         .routes(routes!(extend))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
         .routes(routes!(mint_token))
         .routes(routes!(revoke_token))
 }
@@ -129,7 +131,12 @@ pub async fn list(
         .filter(|s| caller.may_see_sandbox(&s.id))
         .map(|s| SandboxView::of(s))
         .collect();
-    Ok(Json(SandboxList { sandboxes }))
+    let lost = if caller.is_capability() {
+        Vec::new()
+    } else {
+        st.sessions.lost_list(caller.tenant())
+    };
+    Ok(Json(SandboxList { sandboxes, lost }))
 }
 
 /// One sandbox (404 for another tenant's).
@@ -158,7 +165,25 @@ pub async fn delete_one(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ServerError> {
     require_any(&st, &caller, &ACT).await?;
-    let s = session_for(&st, &caller, &id)?;
+    let s = match session_for(&st, &caller, &id) {
+        Err(ServerError::Lost { .. }) => {
+            // A lost sandbox's report is acknowledged: it is forgotten.
+            let lost = st.sessions.forget_lost(caller.tenant(), &id);
+            if let Some(lost) = lost {
+                let mut rec = server_record(
+                    "sandbox.delete",
+                    caller.tenant(),
+                    &caller.ctx,
+                    Verdict::Allow,
+                    format!("lost sandbox {} forgotten by {}", lost.id, caller.name()),
+                );
+                rec.session_id = Some(lost.id);
+                st.backend.record(rec).await;
+            }
+            return Ok(StatusCode::NO_CONTENT);
+        }
+        other => other?,
+    };
     st.sessions
         .remove(caller.tenant(), &s.id, "deleted")
         .ok_or(ServerError::NotFound {
@@ -192,6 +217,39 @@ pub async fn extend(
     let s = session_for(&st, &caller, &id)?;
     s.extend(body.by.as_duration(), st.opts.max_lifetime);
     s.touch();
+    Ok(Json(SandboxView::of(&s)))
+}
+
+/// Pauses a sandbox: what runs in it is cancelled (each recorded, its reservation
+/// released), its files stay, and nothing starts in it until it is resumed.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = SandboxView), (status = "4XX", body = Problem)),
+    security(("bearer" = [])))]
+pub async fn pause(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxView>, ServerError> {
+    require_any(&st, &caller, &ACT).await?;
+    let s = session_for(&st, &caller, &id)?;
+    crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await?;
+    Ok(Json(SandboxView::of(&s)))
+}
+
+/// Resumes a paused sandbox.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = SandboxView), (status = "4XX", body = Problem)),
+    security(("bearer" = [])))]
+pub async fn resume(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxView>, ServerError> {
+    require_any(&st, &caller, &ACT).await?;
+    let s = session_for(&st, &caller, &id)?;
+    crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
     Ok(Json(SandboxView::of(&s)))
 }
 

@@ -65,6 +65,8 @@ pub async fn exec_ws(
 ) -> Result<Response, ServerError> {
     caller.require(&st, Scope::Exec).await?;
     let s = session_for(&st, &caller, &id)?;
+    // A paused sandbox refuses before the upgrade, with a plain problem answer.
+    s.run_token()?;
     let limit = st.opts.json_limit;
     Ok(ws
         .max_message_size(limit)
@@ -126,8 +128,12 @@ async fn run(st: AppState, s: std::sync::Arc<Session>, ctx: RequestCtx, mut sock
         req.stdin_stream = true;
     }
     sub.stream.stdin = Some(stdin_rx);
+    let token = match s.run_token() {
+        Ok(t) => t,
+        Err(e) => return close(socket, problem_message(e.problem())).await,
+    };
     let _busy = s.begin();
-    let mut run = st.backend.start(sub, Some(s.cancel.clone()), true);
+    let mut run = st.backend.start(sub, Some(token), true);
     let proc = s.processes.add("exec", command, false, run.token.clone());
     let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
     let started = socket

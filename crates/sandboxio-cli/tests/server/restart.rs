@@ -1,0 +1,303 @@
+//! Pause and resume, and restart recovery: a paused sandbox runs nothing (its processes are
+//! killed, its budget reservation released) and keeps its files; a server stopped by
+//! SIGTERM or SIGKILL restores its sandboxes with their files, or reports each lost with a
+//! reason.
+
+use std::io::Write;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{gone_within, marker, problem, processes_with, started, Server, BIN};
+
+/// A rate card and a tenant ceiling, so a running command holds a reservation.
+const BUDGET: &str = r#"
+[budget]
+per_tenant = "1000.00"
+
+[budget.rate_card]
+cpu_second = "0.01"
+per_call = "0.001"
+"#;
+
+fn append_config(dir: &std::path::Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("config.toml"))
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// What tenant `acme` has reserved in its own budget scope (`sandboxio status`).
+fn reserved(s: &Server) -> f64 {
+    let out = Command::new(BIN)
+        .args(["status", "--tenant", "acme", "--json", "--state-dir"])
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let budgets = v["budgets"].as_array().unwrap();
+    let tenant = budgets
+        .iter()
+        .find(|b| b.to_string().contains("acme"))
+        .unwrap_or_else(|| panic!("no scope for acme in {v}"));
+    let r = tenant["reserved"]
+        .as_str()
+        .map(|x| x.parse::<f64>().unwrap())
+        .or_else(|| tenant["reserved"].as_f64())
+        .unwrap_or_else(|| panic!("no reserved amount in {tenant}"));
+    r
+}
+
+fn start_background(s: &Server, key: &str, id: &str, script: &str) -> String {
+    let r = s.post(
+        key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["sh", "-c", script], "background": true}),
+    );
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn pause_kills_what_runs_releases_its_reservation_keeps_files_and_resume_runs_again() {
+    let s = Server::start_with(&[], |d| append_config(d, BUDGET));
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let r = s.put_bytes(
+        &key,
+        &format!("/v1/sandboxes/{id}/files?path=keep/me.txt"),
+        b"still here\n".to_vec(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+
+    // A busy loop in the background: it burns CPU and holds a reservation.
+    let m = marker("pause-spin");
+    let pid = start_background(&s, &key, &id, &format!("while :; do :; done # {m}"));
+    assert!(started(&m), "the background command did not start");
+    let held = reserved(&s);
+    assert!(held > 0.0, "a running command holds a reservation: {held}");
+
+    let r = s.post(&key, &format!("/v1/sandboxes/{id}/pause"), &json!({}));
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["state"], "paused", "{v}");
+    assert!(v["paused_at"].is_string(), "{v}");
+    // Nothing of it runs (no CPU), nothing is reserved, its process says cancelled.
+    assert!(
+        gone_within(&m, 10).is_empty(),
+        "the loop outlived the pause"
+    );
+    assert_eq!(reserved(&s), 0.0, "a paused sandbox holds no reservation");
+    let p: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/processes/{pid}"))
+        .json()
+        .unwrap();
+    assert_eq!(p["state"], "cancelled", "{p}");
+    assert_eq!(p["outcome"]["record"]["status"], "cancelled", "{p}");
+
+    // Nothing starts in a paused sandbox: exec, code, files all answer 409 with a code.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    );
+    let (st, p) = problem(r);
+    assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1850"), "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("resume"), "{p}");
+    let r = s.get(&key, &format!("/v1/sandboxes/{id}/files?path=keep/me.txt"));
+    assert_eq!(problem(r).0, 409);
+    // Pausing again changes nothing.
+    let r = s.post(&key, &format!("/v1/sandboxes/{id}/pause"), &json!({}));
+    assert_eq!(r.status(), 200);
+
+    let r = s.post(&key, &format!("/v1/sandboxes/{id}/resume"), &json!({}));
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    assert_eq!(r.json::<Value>().unwrap()["state"], "running");
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/exec"),
+            &json!({"argv": ["sh", "-c", "cat \"$SANDBOX_INPUT/keep/me.txt\""]}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(v["result"]["stdout"], "still here\n", "{v}");
+
+    let trail = s.audit();
+    for ev in ["sandbox.pause", "sandbox.resume"] {
+        let n = trail.iter().filter(|e| e["event"] == ev).count();
+        assert_eq!(n, 1, "one `{ev}` record (pausing twice is one pause)");
+    }
+}
+
+#[test]
+fn a_paused_sandbox_is_not_reaped_for_idleness() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "idle_timeout": "1s"}),
+    );
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.post(&key, &format!("/v1/sandboxes/{id}/pause"), &json!({}))
+            .status(),
+        200
+    );
+    std::thread::sleep(Duration::from_millis(3000));
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    assert_eq!(
+        v["state"], "paused",
+        "a paused sandbox outlived its idle timeout: {v}"
+    );
+    // Once resumed it is idle again, and reaped.
+    assert_eq!(
+        s.post(&key, &format!("/v1/sandboxes/{id}/resume"), &json!({}))
+            .status(),
+        200
+    );
+    let mut reaped = false;
+    for _ in 0..100 {
+        if s.get(&key, &format!("/v1/sandboxes/{id}")).status() == 404 {
+            reaped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        reaped,
+        "the resumed sandbox was not reaped after its idle timeout"
+    );
+}
+
+/// Three sandboxes: one running (a file, an env value, a background command), one paused,
+/// one whose workspace disappears while the server is down. After the restart, the first
+/// two are back with their files and state, the third is reported lost with the reason.
+fn restart_with(signal: &str) {
+    let mut s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let other = s.key("globex", "all");
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "env": {"GREETING": "hello from before"}, "labels": {"l": "v"}}),
+    );
+    assert_eq!(r.status(), 201);
+    let a = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = s.sandbox(&key);
+    let c = s.sandbox(&key);
+    for id in [&a, &b, &c] {
+        let r = s.put_bytes(
+            &key,
+            &format!("/v1/sandboxes/{id}/files?path=data.txt"),
+            format!("data of {id}\n").into_bytes(),
+        );
+        assert_eq!(r.status(), 200);
+    }
+    let m = marker(&format!("restart-{signal}"));
+    start_background(&s, &key, &a, &format!("sleep 300 # {m}"));
+    assert!(started(&m));
+    assert_eq!(
+        s.post(&key, &format!("/v1/sandboxes/{b}/pause"), &json!({}))
+            .status(),
+        200
+    );
+    let before: Value = s.get(&key, &format!("/v1/sandboxes/{a}")).json().unwrap();
+
+    // Stop the server; while it is down, c's workspace goes.
+    let c_dir = s.workspace(&c);
+    let st = s.stop(signal);
+    assert_eq!(st.success(), signal == "TERM", "{st:?}");
+    std::fs::remove_dir_all(&c_dir).unwrap();
+    s.spawn();
+    // The background command did not survive its server.
+    assert!(
+        gone_within(&m, 10).is_empty(),
+        "a sandboxed process outlived the server ({signal})"
+    );
+
+    // a: restored with its file, env, labels, lifetime; runs again.
+    let r = s.get(&key, &format!("/v1/sandboxes/{a}"));
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["state"], "running", "{v}");
+    assert!(v["restored_at"].is_string(), "{v}");
+    assert_eq!(v["expires_at"], before["expires_at"], "{v}");
+    assert_eq!(v["labels"]["l"], "v");
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{a}/exec"),
+            &json!({"argv": ["sh", "-c", "cat \"$SANDBOX_INPUT/data.txt\"; echo \"$GREETING\""]}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(
+        v["result"]["stdout"],
+        format!("data of {a}\nhello from before\n"),
+        "{v}"
+    );
+    // b: still paused, file intact once resumed.
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{b}")).json().unwrap();
+    assert_eq!(v["state"], "paused", "{v}");
+    assert_eq!(
+        s.post(&key, &format!("/v1/sandboxes/{b}/resume"), &json!({}))
+            .status(),
+        200
+    );
+    let r = s.get(&key, &format!("/v1/sandboxes/{b}/files?path=data.txt"));
+    assert_eq!(r.text().unwrap(), format!("data of {b}\n"));
+    // c: lost, with the reason, to its tenant only; listed until deleted.
+    let (st, p) = problem(s.get(&key, &format!("/v1/sandboxes/{c}")));
+    assert_eq!((st, p["code"].as_str().unwrap()), (410, "SBX_E1851"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("workspace"),
+        "the reason is given: {p}"
+    );
+    assert_eq!(s.get(&other, &format!("/v1/sandboxes/{c}")).status(), 404);
+    let list: Value = s.get(&key, "/v1/sandboxes").json().unwrap();
+    assert_eq!(list["sandboxes"].as_array().unwrap().len(), 2, "{list}");
+    assert_eq!(list["lost"][0]["id"], c.as_str(), "{list}");
+    let trail = s.audit();
+    let count = |ev: &str| trail.iter().filter(|e| e["event"] == ev).count();
+    assert_eq!(count("sandbox.restore"), 2);
+    assert_eq!(count("sandbox.lost"), 1);
+
+    // A second restart keeps the report; a delete acknowledges it.
+    s.restart("TERM");
+    assert_eq!(s.get(&key, &format!("/v1/sandboxes/{c}")).status(), 410);
+    assert_eq!(s.get(&key, &format!("/v1/sandboxes/{a}")).status(), 200);
+    assert_eq!(s.delete(&key, &format!("/v1/sandboxes/{c}")).status(), 204);
+    assert_eq!(s.get(&key, &format!("/v1/sandboxes/{c}")).status(), 404);
+    assert!(processes_with(&m).is_empty());
+}
+
+#[test]
+fn sigterm_restart_restores_sandboxes_with_their_files_or_reports_them_lost() {
+    restart_with("TERM");
+}
+
+#[test]
+fn sigkill_restart_restores_sandboxes_with_their_files_or_reports_them_lost() {
+    restart_with("KILL");
+}
