@@ -164,8 +164,19 @@ fn an_idle_sandbox_is_reaped_and_recorded() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(gone, "an idle sandbox was not reaped");
-    assert!(s
-        .audit()
-        .iter()
-        .any(|e| e.to_string().contains("sandbox.reap") && e.to_string().contains(&id)));
+    // The reaper writes its record right after it closed the sandbox.
+    let recorded = || {
+        s.audit()
+            .iter()
+            .any(|e| e.to_string().contains("sandbox.reap") && e.to_string().contains(&id))
+    };
+    let mut seen = recorded();
+    for _ in 0..50 {
+        if seen {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        seen = recorded();
+    }
+    assert!(seen, "the reap has no record");
 }
