@@ -69,6 +69,9 @@ pub struct AuditEvent {
     /// The isolation actually achieved.
     #[serde(default)]
     pub enforcement: Option<Enforcement>,
+    /// Output left unread after the run ended, and why (absent: read to its end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_incomplete: Option<String>,
     #[serde(default)]
     pub fingerprint: Option<String>,
     #[serde(default)]
@@ -127,6 +130,7 @@ impl AuditEvent {
             cost_reserved: rec.cost_reserved,
             cost_settled: rec.cost_settled,
             enforcement: rec.enforcement.clone(),
+            output_incomplete: rec.output_incomplete.clone(),
             fingerprint: rec.fingerprint.clone(),
             idempotency_key: rec.idempotency_key.clone(),
             replayed: rec.replayed,

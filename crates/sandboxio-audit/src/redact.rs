@@ -303,6 +303,7 @@ impl Redactor {
                 &mut rec.approver,
                 &mut rec.trace_id,
                 &mut rec.span_id,
+                &mut rec.output_incomplete,
             ]
             .into_iter()
             .flatten()

@@ -510,6 +510,10 @@ pub struct ExecResult {
     pub network_denials: u64,
     /// `host:port` of each refused target, once each (sorted).
     pub denied_hosts: Vec<String>,
+    /// Set when output was left unread after the run ended: a pipe stayed open (a writer
+    /// outside the run's process tree) past the drain's bound. Says why; `stdout`/`stderr`
+    /// hold what arrived until then. `None`: both streams were read to their end.
+    pub output_incomplete: Option<String>,
 }
 
 impl ExecResult {
@@ -555,6 +559,8 @@ struct ExecResultWire {
     network_denials: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     denied_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output_incomplete: Option<String>,
 }
 
 impl From<ExecResult> for ExecResultWire {
@@ -583,6 +589,7 @@ impl From<ExecResult> for ExecResultWire {
             meter: r.meter,
             network_denials: r.network_denials,
             denied_hosts: r.denied_hosts,
+            output_incomplete: r.output_incomplete,
         }
     }
 }
@@ -610,6 +617,7 @@ impl TryFrom<ExecResultWire> for ExecResult {
             meter: w.meter,
             network_denials: w.network_denials,
             denied_hosts: w.denied_hosts,
+            output_incomplete: w.output_incomplete,
         })
     }
 }
@@ -667,8 +675,10 @@ mod tests {
             meter: None,
             network_denials: 0,
             denied_hosts: Vec::new(),
+            output_incomplete: Some("stdout was still open".into()),
         };
         let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["output_incomplete"], "stdout was still open");
         assert_eq!(v["stdout"], "H4sA/w==");
         assert_eq!(v["stdout_encoding"], "base64");
         assert_eq!(v["stderr"], "warn\n");

@@ -83,6 +83,9 @@ pub struct OperationRecord {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub network_denials: u64,
+    /// Output left unread after the run ended, and why (see `ExecResult.output_incomplete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_incomplete: Option<String>,
     pub status: OperationStatus,
     pub verdict: Verdict,
     pub layer: Layer,
@@ -140,6 +143,7 @@ impl OperationRecord {
             bytes_in: 0,
             bytes_out: 0,
             network_denials: 0,
+            output_incomplete: None,
             status: OperationStatus::Denied,
             verdict: Verdict::Deny,
             layer: Layer::Admit,

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::cgroup::{self, Applied, CgroupPlan};
 use crate::config::{CgroupUsage, SandboxConfig};
+use crate::drain::{drain, Pending, PumpState, Writers};
 use crate::error::{last_os_error, SandboxError};
 use crate::helper::HELPER_ARG;
 use crate::plan::{self, WorkspacePaths, MAX_PLAN_BYTES};
@@ -23,9 +24,7 @@ use crate::stream::{self, Capture, OutputSinks, StreamIo};
 
 /// How long after the timeout the supervisor waits for the helper before killing it itself.
 pub const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
-/// How long output readers may run after the helper exits (a process that escaped the tree
-/// could hold the pipes open forever).
-pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
+pub use crate::drain::DRAIN_GRACE;
 /// Lowest fd number for the child ends of the helper's pipes before they are dup2'ed.
 const HIGH_FD: RawFd = 10;
 
@@ -483,11 +482,18 @@ async fn drive(
         events: events.clone(),
         started,
     };
-    let tasks = vec![tokio::spawn(stream::pump_output(
+    let pump_state = PumpState::new(helper.stderr_r.is_some());
+    let pending = Pending::watch(
+        &std::iter::once(&helper.stdout_r)
+            .chain(helper.stderr_r.as_ref())
+            .collect::<Vec<_>>(),
+    );
+    let pump = tokio::spawn(stream::pump_output(
         helper.stdout_r,
         helper.stderr_r,
         sinks,
-    ))];
+        pump_state.clone(),
+    ));
 
     // Read the helper's reports until it exits (event-driven: woken by the pipe only).
     let rep_rx =
@@ -543,13 +549,17 @@ async fn drive(
     let duration = started.elapsed();
     guard.control = None;
 
-    // Output: the tree is dead, so the pipes are at EOF; bound the wait anyway.
-    for task in tasks {
-        let abort = task.abort_handle();
-        if tokio::time::timeout(DRAIN_GRACE, task).await.is_err() {
-            abort.abort();
-        }
-    }
+    // Output: read to the end where the tier guarantees the writers are dead; elsewhere give
+    // up on a pipe an outsider holds open, and say so (crate::drain).
+    let output_incomplete = drain(
+        pump,
+        &pump_state,
+        &pending,
+        Writers::after_exit(tier),
+        started + plan.timeout + BACKSTOP_GRACE,
+    )
+    .await;
+    drop(pending);
     let (stdout, stdout_bytes, stdout_truncated) = stream::take_capture(&out_cap);
     let (stderr, stderr_bytes, stderr_truncated) = stream::take_capture(&err_cap);
 
@@ -644,6 +654,7 @@ async fn drive(
         }),
         network_denials: 0,
         denied_hosts: Vec::new(),
+        output_incomplete,
     })
 }
 

@@ -9,6 +9,7 @@
 mod caps;
 pub mod cgroup;
 pub mod config;
+mod drain;
 mod egress;
 pub mod error;
 pub mod exec;

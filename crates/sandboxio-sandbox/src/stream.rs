@@ -15,6 +15,7 @@ use sandboxio_core::{ExecEvent, OutputStream, TtySize};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use crate::drain::PumpState;
 use crate::error::{last_os_error, SandboxError};
 
 /// The live side of a run. Everything is optional: the default is a run without events,
@@ -194,7 +195,14 @@ impl OutputSinks {
 
 /// Reads `stdout` (and `stderr`, absent under a terminal) until both are at end of file.
 /// Output past a cap is read, counted and dropped, so it never blocks the program.
-pub(crate) async fn pump_output(stdout: OwnedFd, stderr: Option<OwnedFd>, mut sinks: OutputSinks) {
+/// `state` tells the drain ([`crate::drain`]) which streams reached their end and whether
+/// the pump is waiting for input (not reading or delivering).
+pub(crate) async fn pump_output(
+    stdout: OwnedFd,
+    stderr: Option<OwnedFd>,
+    mut sinks: OutputSinks,
+    state: Arc<PumpState>,
+) {
     let (Ok(out), err) = (FdIo::new(stdout), stderr.map(FdIo::new).transpose()) else {
         return;
     };
@@ -204,17 +212,31 @@ pub(crate) async fn pump_output(stdout: OwnedFd, stderr: Option<OwnedFd>, mut si
     let mut b_out = vec![0u8; 64 * 1024];
     let mut b_err = vec![0u8; 64 * 1024];
     while out_open || err_open {
+        state.set_waiting(true);
         tokio::select! {
-            r = out.read(&mut b_out), if out_open => match r {
-                Ok(0) | Err(_) => out_open = false,
-                Ok(n) => sinks.deliver(OutputStream::Stdout, &b_out[..n]).await,
+            r = out.read(&mut b_out), if out_open => {
+                state.set_waiting(false);
+                match r {
+                    Ok(0) | Err(_) => {
+                        out_open = false;
+                        state.stdout_done();
+                    }
+                    Ok(n) => sinks.deliver(OutputStream::Stdout, &b_out[..n]).await,
+                }
             },
-            r = read_opt(err.as_ref(), &mut b_err), if err_open => match r {
-                Ok(0) | Err(_) => err_open = false,
-                Ok(n) => sinks.deliver(OutputStream::Stderr, &b_err[..n]).await,
+            r = read_opt(err.as_ref(), &mut b_err), if err_open => {
+                state.set_waiting(false);
+                match r {
+                    Ok(0) | Err(_) => {
+                        err_open = false;
+                        state.stderr_done();
+                    }
+                    Ok(n) => sinks.deliver(OutputStream::Stderr, &b_err[..n]).await,
+                }
             },
         }
     }
+    state.set_waiting(false);
 }
 
 /// Writes the caller's stdin chunks to the program until the channel closes, then ends

@@ -300,6 +300,9 @@ fn print_outcome(o: &Outcome, json: bool, printed_live: bool) -> Result<()> {
                 r.stderr_bytes
             );
         }
+        if let Some(why) = &r.output_incomplete {
+            errln!("sandboxio: output incomplete: {why}");
+        }
     }
     if let Some(line) = status_line(&o.record) {
         errln!("{line}");

@@ -87,6 +87,7 @@ pub(crate) fn fill_from_result(rec: &mut OperationRecord, r: &ExecResult, tier: 
     }
     rec.bytes_out = r.stdout_bytes + r.stderr_bytes;
     rec.network_denials = r.network_denials;
+    rec.output_incomplete = r.output_incomplete.clone();
     rec.enforcement = Some(r.enforcement.clone());
     rec.status = if let Some(why) = &r.cancelled {
         rec.reason = format!("cancelled: {why}");

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration suite.
 
 mod cgroups;
+mod drain;
 mod landlock;
 mod process;
 

@@ -213,6 +213,7 @@ impl Executor for Call {
             meter: None,
             network_denials: 0,
             denied_hosts: Vec::new(),
+            output_incomplete: None,
         };
         Ok((result, structured))
     }
