@@ -342,17 +342,29 @@ pub enum PolicyCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCmd {
-    /// Verify the hash chain and signed checkpoints, offline.
+    /// Verify trails (each its hash chain and signed checkpoints, offline), then each
+    /// against its signed head in the state store. Several trails: one per replica.
     Verify {
         #[arg(long)]
         json: bool,
-        /// Public key file to check checkpoint signatures (one key per line).
+        /// Public key file to check signatures (one key per line); repeatable, e.g. one
+        /// `audit.pub` per replica.
         #[arg(long)]
-        key: Option<PathBuf>,
-        /// State directory holding the trail's signed head (default: the trail's own
+        key: Vec<PathBuf>,
+        /// State directory holding the trails' signed heads (default: each trail's own
         /// directory when it holds `state.db`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "config")]
         state_dir: Option<PathBuf>,
+        /// Configuration whose `[state] url` names the replicas' shared store (or whose
+        /// `[state] dir` holds `state.db`), where the signed heads are kept.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Also fail when the store keeps a head that none of the given trails holds (a
+        /// replica's trail left out, deleted or renamed).
+        #[arg(long)]
+        all: bool,
+        /// The trails: each the active file of one trail (rotated files beside it are
+        /// read with it).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },

@@ -49,6 +49,9 @@ pub enum CliError {
     },
     #[error("{message}")]
     CommandLine { message: String },
+    /// `audit verify`: the store named for the signed heads is not there.
+    #[error("{why}")]
+    HeadStore { why: String },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -68,6 +71,7 @@ impl ErrorCode for CliError {
             CliError::ApprovalTimeout { .. } => "SBX_E1710",
             CliError::Json { .. } => "SBX_E1711",
             CliError::CommandLine { .. } => "SBX_E1712",
+            CliError::HeadStore { .. } => "SBX_E1713",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

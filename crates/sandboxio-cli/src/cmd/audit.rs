@@ -18,8 +18,13 @@ pub async fn audit(cmd: AuditCmd) -> Result<i32> {
             json,
             key,
             state_dir,
+            config,
+            all,
             files,
-        } => super::verify::verify(json, key.as_deref(), state_dir.as_deref(), &files),
+        } => {
+            let store = super::verify::StoreArg::from_args(state_dir, config);
+            super::verify::verify(json, &key, &store, all, &files)
+        }
         AuditCmd::RotateKey { common } => super::rotate_key::rotate_key(&common).await,
         AuditCmd::Tail {
             common,

@@ -1,5 +1,6 @@
 //! One module per command; `dispatch` maps errors to exit codes in one place.
 
+mod anchor;
 mod audit;
 mod doctor;
 mod keys;

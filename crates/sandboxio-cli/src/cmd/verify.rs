@@ -1,166 +1,246 @@
-//! `sandboxio audit verify`: the trail on its own (chain, checkpoints, signatures), then
-//! against the signed head kept in the state database, which catches what the file alone
+//! `sandboxio audit verify`: each trail on its own (chain, checkpoints, signatures), then
+//! against the signed head kept in the state store, which catches what the file alone
 //! cannot show: a deleted file, whole runs cut from the end, an older copy swapped in.
+//! Replicas of a shared store each keep their own trail; they are verified together,
+//! each against its head in the shared store (`--config`), and with `--all` a head that
+//! no given trail holds fails too.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
-use sandboxio_audit::{HeadCheck, SignedHead, VerifyReport, VerifyingKey};
-use sandboxio_gateway::store::{AnchorBreak, SqliteStore, Store};
+use anyhow::Result;
+use sandboxio_audit::{VerifyReport, VerifyingKey};
+use sandboxio_config::Config;
+use sandboxio_gateway::store::{read_trail_anchors, AnchorSource, KeptHead, TrailAnchors};
 use serde::Serialize;
 
+use super::anchor::{self, Anchor};
 use crate::error::CliError;
 use crate::exit;
 use crate::out::outln;
 
-/// How the trail compares with its anchor in the state database.
+/// Where the signed heads are read from.
+#[derive(Debug, Clone)]
+pub enum StoreArg {
+    /// Each trail's own directory, when it holds `state.db` (the default layout).
+    Beside,
+    /// `--state-dir`: its `state.db`.
+    StateDir(PathBuf),
+    /// `--config`: its `[state] url` (shared store), else its `[state] dir`.
+    Config(PathBuf),
+}
+
+impl StoreArg {
+    pub fn from_args(state_dir: Option<PathBuf>, config: Option<PathBuf>) -> StoreArg {
+        match (state_dir, config) {
+            (Some(d), _) => StoreArg::StateDir(d),
+            (None, Some(c)) => StoreArg::Config(c),
+            (None, None) => StoreArg::Beside,
+        }
+    }
+
+    /// The store holding the heads of the trail whose active file is `base`.
+    fn source(&self, base: &Path) -> Result<Option<AnchorSource>> {
+        let sqlite = |dir: &Path| -> Result<AnchorSource> {
+            let db = dir.join("state.db");
+            if !db.is_file() {
+                return Err(CliError::HeadStore {
+                    why: format!("no state database at `{}`", db.display()),
+                }
+                .into());
+            }
+            Ok(AnchorSource::Sqlite(db))
+        };
+        match self {
+            StoreArg::StateDir(d) => sqlite(d).map(Some),
+            StoreArg::Config(c) => {
+                let config = Config::load(c)?;
+                match (&config.state.url, &config.state.dir) {
+                    (Some(url), _) => Ok(Some(AnchorSource::Shared(url.clone()))),
+                    (None, Some(d)) => sqlite(d).map(Some),
+                    (None, None) => Err(CliError::HeadStore {
+                        why: format!(
+                            "`{}` names no shared store (`[state] url`) and no state \
+                             directory (`[state] dir`)",
+                            c.display()
+                        ),
+                    }
+                    .into()),
+                }
+            }
+            StoreArg::Beside => {
+                let dir = match base.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                let db = dir.join("state.db");
+                Ok(db.is_file().then_some(AnchorSource::Sqlite(db)))
+            }
+        }
+    }
+}
+
+/// One trail's outcome.
+struct Checked {
+    file: PathBuf,
+    rep: VerifyReport,
+    anchor: Anchor,
+}
+
+impl Checked {
+    fn ok(&self) -> bool {
+        self.rep.ok && self.anchor.ok
+    }
+
+    fn to_json(&self) -> Result<serde_json::Value> {
+        let mut v = serde_json::to_value(&self.rep)?;
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("anchor".into(), serde_json::to_value(&self.anchor)?);
+            obj.insert("ok".into(), serde_json::Value::Bool(self.ok()));
+        }
+        Ok(v)
+    }
+}
+
+/// The files of the trail whose active file is `base`, oldest first.
+fn files_of(base: &Path) -> Result<Vec<PathBuf>> {
+    let t = sandboxio_audit::trail_files(base)?;
+    Ok(if t.is_empty() {
+        vec![base.to_path_buf()]
+    } else {
+        t
+    })
+}
+
+/// A head the store keeps that no given trail holds.
 #[derive(Debug, Serialize)]
-struct Anchor {
-    /// The state database read (none found: the trail could not be compared).
-    state_db: Option<PathBuf>,
-    trail: String,
-    head: Option<SignedHead>,
-    check: Option<HeadCheck>,
-    /// Starts that found this trail not holding its head (kept as evidence).
-    breaks: Vec<AnchorBreak>,
-    /// Whether the head's signature verified (`None`: no key given, not checked).
-    head_signature: Option<bool>,
-    ok: bool,
-    why: String,
-}
-
-/// The state database to read the head from: `--state-dir`, else the trail's directory
-/// when it holds one (the default layout).
-fn state_db(base: &Path, state_dir: Option<&Path>) -> Result<Option<PathBuf>> {
-    if let Some(d) = state_dir {
-        let db = d.join("state.db");
-        if !db.is_file() {
-            bail!("no state database at `{}`", db.display());
-        }
-        return Ok(Some(db));
-    }
-    let dir = match base.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let db = dir.join("state.db");
-    Ok(db.is_file().then_some(db))
-}
-
-fn anchor(
-    base: &Path,
-    paths: &[PathBuf],
-    state_dir: Option<&Path>,
-    keys: &[VerifyingKey],
-) -> Result<Anchor> {
-    let trail = sandboxio_audit::trail_id(base);
-    let mut a = Anchor {
-        state_db: state_db(base, state_dir)?,
-        trail: trail.clone(),
-        head: None,
-        check: None,
-        breaks: Vec::new(),
-        head_signature: None,
-        ok: true,
-        why: String::new(),
-    };
-    let Some(db) = &a.state_db else {
-        a.why =
-            "not compared with a signed head (no state database found; pass --state-dir)".into();
-        return Ok(a);
-    };
-    let store = SqliteStore::open_read_only(db)?;
-    a.breaks = store
-        .anchor_breaks()?
-        .into_iter()
-        .filter(|b| b.trail == trail)
-        .collect();
-    a.head = store.heads()?.into_iter().find(|h| h.trail == trail);
-    let Some(head) = &a.head else {
-        a.ok = a.breaks.is_empty();
-        a.why = "the state database keeps no signed head for this trail".into();
-        return Ok(a.finish_breaks());
-    };
-    if !keys.is_empty() {
-        let good = head.verify_signature(keys);
-        a.head_signature = Some(good);
-        if !good {
-            a.ok = false;
-            a.why = "the signed head's signature does not verify under the given key".into();
-            return Ok(a);
-        }
-    }
-    let check = sandboxio_audit::check_head(paths, head);
-    a.ok = check.ok() && a.breaks.is_empty();
-    a.why = check.describe();
-    a.check = Some(check);
-    Ok(a.finish_breaks())
-}
-
-impl Anchor {
-    fn finish_breaks(mut self) -> Anchor {
-        if let Some(b) = self.breaks.last() {
-            self.why = format!(
-                "{} earlier start(s) found the trail not holding its signed head; the last, at {}: {}",
-                self.breaks.len(),
-                b.at.format("%Y-%m-%dT%H:%M:%SZ"),
-                b.found
-            );
-        }
-        self
-    }
+struct Unheld {
+    state_db: String,
+    #[serde(flatten)]
+    kept: KeptHead,
 }
 
 pub fn verify(
     json: bool,
-    key: Option<&Path>,
-    state_dir: Option<&Path>,
+    key_files: &[PathBuf],
+    store: &StoreArg,
+    all: bool,
     files: &[PathBuf],
 ) -> Result<i32> {
-    let keys = key
-        .map(sandboxio_audit::load_public_keys)
-        .transpose()?
-        .unwrap_or_default();
-    let mut paths = Vec::new();
-    for f in files {
-        let t = sandboxio_audit::trail_files(f)?;
-        if t.is_empty() {
-            paths.push(f.clone());
-        } else {
-            paths.extend(t);
-        }
+    let mut keys: Vec<VerifyingKey> = Vec::new();
+    for k in key_files {
+        keys.extend(sandboxio_audit::load_public_keys(k)?);
     }
-    paths.dedup();
-    let rep = sandboxio_audit::verify_keys(&paths, &keys);
-    // The anchor of the (first) trail named: its head is kept under its active file's name.
-    let anchor = match files.first() {
-        Some(base) => Some(anchor(base, &paths, state_dir, &keys)?),
-        None => None,
-    };
-    let anchored_ok = anchor.as_ref().is_none_or(|a| a.ok);
-    let ok = rep.ok && anchored_ok;
-    if json {
-        let mut v = serde_json::to_value(&rep)?;
-        if let Some(obj) = v.as_object_mut() {
-            obj.insert("anchor".into(), serde_json::to_value(&anchor)?);
-            obj.insert("ok".into(), serde_json::Value::Bool(ok));
+    // Each store is read once, however many trails it anchors.
+    let mut stores: Vec<(String, TrailAnchors)> = Vec::new();
+    let mut checked = Vec::new();
+    let mut seen = BTreeSet::new();
+    for base in files {
+        if !seen.insert(sandboxio_audit::trail_id(base)) {
+            continue;
         }
+        let paths = files_of(base)?;
+        let rep = sandboxio_audit::verify_keys(&paths, &keys);
+        let at = match store.source(base)? {
+            Some(src) => {
+                let name = src.describe();
+                match stores.iter().position(|(n, _)| *n == name) {
+                    Some(i) => Some(i),
+                    None => {
+                        stores.push((name, read_trail_anchors(&src)?));
+                        Some(stores.len() - 1)
+                    }
+                }
+            }
+            None => None,
+        };
+        let anchor = anchor::check(
+            base,
+            &paths,
+            rep.records,
+            at.map(|i| (stores[i].0.clone(), &stores[i].1)),
+            &keys,
+        );
+        checked.push(Checked {
+            file: base.clone(),
+            rep,
+            anchor,
+        });
+    }
+    let used: BTreeSet<_> = checked.iter().filter_map(|c| c.anchor.used()).collect();
+    let unheld: Vec<Unheld> = if all {
+        stores
+            .iter()
+            .flat_map(|(name, a)| {
+                a.heads
+                    .iter()
+                    .filter(|k| !used.contains(&(k.node.clone(), k.head.trail.clone())))
+                    .map(|k| Unheld {
+                        state_db: name.clone(),
+                        kept: k.clone(),
+                    })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let ok = checked.iter().all(Checked::ok) && unheld.is_empty();
+    if json {
+        let v = match checked.as_slice() {
+            [one] if !all => one.to_json()?,
+            _ => serde_json::json!({
+                "ok": ok,
+                "trails": checked
+                    .iter()
+                    .map(|c| {
+                        let mut v = c.to_json()?;
+                        if let Some(o) = v.as_object_mut() {
+                            o.insert("file".into(), serde_json::to_value(&c.file)?);
+                        }
+                        Ok(v)
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                "unheld_heads": unheld,
+            }),
+        };
         outln!("{}", crate::out::pretty(&v)?)?;
     } else {
-        print_human(&rep, anchor.as_ref())?;
+        let several = checked.len() > 1;
+        for c in &checked {
+            let prefix = if several {
+                format!("`{}`: ", c.file.display())
+            } else {
+                String::new()
+            };
+            print_human(&prefix, &c.rep, &c.anchor)?;
+        }
+        for u in &unheld {
+            outln!(
+                "TAMPERED: `{}` keeps a signed head for trail `{}`{} ({} record(s)) that none \
+                 of the given trails holds: a trail was left out, deleted or renamed",
+                u.state_db,
+                u.kept.head.trail,
+                u.kept
+                    .node
+                    .as_deref()
+                    .map(|n| format!(" on node `{n}`"))
+                    .unwrap_or_default(),
+                u.kept.head.size
+            )?;
+        }
     }
     Ok(if ok { exit::OK } else { exit::FAILURE })
 }
 
-fn print_human(rep: &VerifyReport, anchor: Option<&Anchor>) -> Result<(), CliError> {
+fn print_human(prefix: &str, rep: &VerifyReport, anchor: &Anchor) -> Result<(), CliError> {
     if let Some(b) = &rep.first_bad {
-        return outln!("TAMPERED: {b:?}");
+        return outln!("{prefix}TAMPERED: {b:?}");
     }
-    if let Some(a) = anchor.filter(|a| !a.ok) {
-        return outln!("TAMPERED: {}", a.why);
+    if !anchor.ok {
+        return outln!("{prefix}TAMPERED: {}", anchor.why);
     }
     outln!(
-        "ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}; {}",
+        "{prefix}ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}; {}",
         rep.records,
         rep.checkpoints,
         rep.files,
@@ -174,6 +254,6 @@ fn print_human(rep: &VerifyReport, anchor: Option<&Anchor>) -> Result<(), CliErr
         } else {
             "not sealed (still open, or truncated after the last checkpoint)"
         },
-        anchor.map_or("not compared with a signed head", |a| a.why.as_str())
+        anchor.why
     )
 }

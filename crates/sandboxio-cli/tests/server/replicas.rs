@@ -560,3 +560,130 @@ fn a_replica_killed_mid_run_is_written_off_after_its_lease_while_the_others_serv
         );
     }
 }
+
+/// `sandboxio audit verify --config <shared store> --key ... [--all] TRAIL...`.
+fn verify_trails(
+    cfg: &std::path::Path,
+    keys: &[std::path::PathBuf],
+    all: bool,
+    trails: &[std::path::PathBuf],
+) -> (i32, Value) {
+    let mut c = std::process::Command::new(crate::harness::BIN);
+    c.args(["audit", "verify", "--json", "--config"]).arg(cfg);
+    for k in keys {
+        c.arg("--key").arg(k);
+    }
+    if all {
+        c.arg("--all");
+    }
+    let out = c.args(trails).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), v)
+}
+
+/// The trail without its last record (and whatever follows it).
+fn cut_last_record(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let last = lines
+        .iter()
+        .rposition(|l| l.starts_with("{\"seq\":"))
+        .unwrap();
+    lines[..last].iter().map(|l| format!("{l}\n")).collect()
+}
+
+#[test]
+fn each_replicas_trail_is_verified_against_its_head_in_the_shared_store() {
+    let Some(url) = crate::pgcluster::fresh_url(module_path!()) else {
+        return;
+    };
+    let mut servers = replicas(&url);
+    let key = servers[0].key("acme", "all");
+    for (i, s) in servers.iter().enumerate() {
+        let id = s.sandbox(&key);
+        for _ in 0..=i {
+            let (st, v) = exec(s, &key, &id, &json!({"argv": ["true"]}));
+            assert_eq!(st, 200, "{v}");
+        }
+    }
+    for s in &mut servers {
+        assert!(s.terminate().success());
+    }
+    let cfg = servers[0].dir.path().join("config.toml");
+    let keys: Vec<_> = servers
+        .iter()
+        .map(|s| s.state().join("audit.pub"))
+        .collect();
+    let trails: Vec<_> = servers
+        .iter()
+        .map(|s| s.state().join("audit.jsonl"))
+        .collect();
+
+    // Each trail verifies on its own and against its own head, found by its path, and
+    // every head the store keeps is held by one of them.
+    let (code, v) = verify_trails(&cfg, &keys, true, &trails);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["trails"].as_array().unwrap().len(), 3);
+    for t in v["trails"].as_array().unwrap() {
+        assert_eq!(t["anchor"]["matched"], "path", "{t}");
+        assert_eq!(t["anchor"]["head_signature"], true, "{t}");
+        assert!(t["anchor"]["node"].is_string(), "{t}");
+    }
+    assert_eq!(v["unheld_heads"], json!([]));
+
+    // A trail left out: fine without --all, caught with it.
+    let (code, _) = verify_trails(&cfg, &keys, false, &trails[..2]);
+    assert_eq!(code, 0);
+    let (code, v) = verify_trails(&cfg, &keys, true, &trails[..2]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["unheld_heads"].as_array().unwrap().len(), 1, "{v}");
+
+    // B cut by its last record: it still chains on its own, but its head catches it.
+    let b_full = std::fs::read_to_string(&trails[1]).unwrap();
+    std::fs::write(&trails[1], cut_last_record(&b_full)).unwrap();
+    let (code, v) = verify_trails(&cfg, &keys, true, &trails);
+    assert_eq!(code, 1, "{v}");
+    let t = &v["trails"].as_array().unwrap();
+    assert_eq!(
+        (t[0]["ok"].clone(), t[2]["ok"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(t[1]["ok"], false);
+    assert_eq!(t[1]["anchor"]["check"]["kind"], "behind", "{}", t[1]);
+    std::fs::write(&trails[1], &b_full).unwrap();
+
+    // C swapped for a copy of A: A's chain is intact, but C's head is not in it.
+    let c_full = std::fs::read_to_string(&trails[2]).unwrap();
+    std::fs::copy(&trails[0], &trails[2]).unwrap();
+    let (code, v) = verify_trails(&cfg, &keys, true, &trails);
+    assert_eq!(code, 1, "{v}");
+    let t = &v["trails"].as_array().unwrap();
+    assert_eq!(t[2]["ok"], false, "{}", t[2]);
+    assert_ne!(t[2]["anchor"]["check"]["kind"], "extends", "{}", t[2]);
+    std::fs::write(&trails[2], &c_full).unwrap();
+
+    // Trails gathered in another place are matched to their heads by content; a cut copy
+    // matches none and fails.
+    let gathered = tempfile::tempdir().unwrap();
+    let copies: Vec<_> = trails
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let to = gathered.path().join(format!("replica-{i}.jsonl"));
+            std::fs::copy(t, &to).unwrap();
+            to
+        })
+        .collect();
+    let (code, v) = verify_trails(&cfg, &keys, true, &copies);
+    assert_eq!(code, 0, "{v}");
+    for t in v["trails"].as_array().unwrap() {
+        assert_eq!(t["anchor"]["matched"], "content", "{t}");
+    }
+    std::fs::write(&copies[2], cut_last_record(&c_full)).unwrap();
+    let (code, v) = verify_trails(&cfg, &keys, false, &copies);
+    assert_eq!(code, 1, "{v}");
+    let t = &v["trails"].as_array().unwrap()[2];
+    assert_eq!(t["ok"], false, "{t}");
+    assert!(t["anchor"]["head"].is_null(), "{t}");
+}

@@ -11,6 +11,7 @@
 //! trail head. Budget arithmetic is the budget crate's: the store loads the scopes a
 //! request touches, lets `BudgetState` decide, and writes back what changed.
 
+mod anchors;
 mod change;
 pub(crate) mod guard;
 mod heads;
@@ -20,6 +21,7 @@ mod rebuild;
 mod sqlite;
 mod values;
 
+pub use anchors::{read_trail_anchors, AnchorSource, KeptBreak, KeptHead, TrailAnchors};
 pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
 pub use heads::AnchorBreak;

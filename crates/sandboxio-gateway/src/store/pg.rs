@@ -15,6 +15,7 @@
 //! like the SQLite store's relaxed `finish` (a crash of the database may lose one, which
 //! recovery then reports as interrupted, never re-run).
 
+mod anchors;
 mod conn;
 mod lease;
 mod listen;
@@ -35,6 +36,7 @@ use tokio::sync::broadcast;
 use super::*;
 use crate::credential::Credential;
 use crate::error::GatewayError;
+pub(crate) use anchors::read_anchors;
 use conn::{off_thread, retryable, Manager, Tx};
 use lease::{Heartbeat, Replica};
 pub use lease::{DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};

@@ -168,7 +168,7 @@ fn encode_head(h: &SignedHead) -> StoreResult<String> {
     serde_json::to_string(h).map_err(|e| corrupt("trail_heads", "head", e.to_string()))
 }
 
-fn decode_head(table: &'static str, s: &str) -> StoreResult<SignedHead> {
+pub(super) fn decode_head(table: &'static str, s: &str) -> StoreResult<SignedHead> {
     serde_json::from_str(s).map_err(|_| corrupt(table, "head", s.to_string()))
 }
 
