@@ -8,6 +8,8 @@
 mod bytes;
 #[path = "stream/common.rs"]
 mod common;
+#[path = "stream/copyout.rs"]
+mod copyout;
 #[path = "stream/live.rs"]
 mod live;
 #[path = "stream/tty.rs"]

@@ -514,6 +514,20 @@ pub struct ExecResult {
     /// outside the run's process tree) past the drain's bound. Says why; `stdout`/`stderr`
     /// hold what arrived until then. `None`: both streams were read to their end.
     pub output_incomplete: Option<String>,
+    /// Set when the program ran but its output files could not be copied out (too large,
+    /// the host disk full): nothing of them is left on the host, while `stdout`, `stderr`
+    /// and the exit status above are the program's own.
+    pub copy_out_error: Option<CopyOutError>,
+}
+
+/// Why the output files of a run that ended could not be copied to the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOutError {
+    /// A stable code (`SBX_E1470` a cap, `SBX_E1459` an I/O error such as a full disk).
+    pub code: String,
+    /// Names the entry as seen inside (`/output/...`, control bytes and invalid UTF-8
+    /// escaped), never a host staging path.
+    pub message: String,
 }
 
 impl ExecResult {
@@ -561,6 +575,8 @@ struct ExecResultWire {
     denied_hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output_incomplete: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    copy_out_error: Option<CopyOutError>,
 }
 
 impl From<ExecResult> for ExecResultWire {
@@ -590,6 +606,7 @@ impl From<ExecResult> for ExecResultWire {
             network_denials: r.network_denials,
             denied_hosts: r.denied_hosts,
             output_incomplete: r.output_incomplete,
+            copy_out_error: r.copy_out_error,
         }
     }
 }
@@ -618,6 +635,7 @@ impl TryFrom<ExecResultWire> for ExecResult {
             network_denials: w.network_denials,
             denied_hosts: w.denied_hosts,
             output_incomplete: w.output_incomplete,
+            copy_out_error: w.copy_out_error,
         })
     }
 }
@@ -676,9 +694,14 @@ mod tests {
             network_denials: 0,
             denied_hosts: Vec::new(),
             output_incomplete: Some("stdout was still open".into()),
+            copy_out_error: Some(CopyOutError {
+                code: "SBX_E1459".into(),
+                message: "no space".into(),
+            }),
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["output_incomplete"], "stdout was still open");
+        assert_eq!(v["copy_out_error"]["code"], "SBX_E1459");
         assert_eq!(v["stdout"], "H4sA/w==");
         assert_eq!(v["stdout_encoding"], "base64");
         assert_eq!(v["stderr"], "warn\n");

@@ -13,6 +13,7 @@ pub mod money;
 pub mod mount;
 pub mod operation;
 pub mod record;
+pub mod shown;
 pub mod telemetry;
 pub mod tier;
 pub mod units;
@@ -22,8 +23,8 @@ pub use decision::{Decision, Layer, RuleRef, Verdict};
 pub use error::{CoreError, ErrorClass, ErrorCode};
 pub use event::{ExecEvent, OutputStream, TtySize};
 pub use exec::{
-    Enforcement, ExecRequest, ExecResult, ExitStatus, LimitAboveCeiling, Limits, Meter,
-    NetworkMode, Usage,
+    CopyOutError, Enforcement, ExecRequest, ExecResult, ExitStatus, LimitAboveCeiling, Limits,
+    Meter, NetworkMode, Usage,
 };
 pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};

@@ -521,7 +521,7 @@ async fn drive(
                 Ok(Some(l)) => match serde_json::from_str::<HelperMsg>(&l) {
                     Ok(HelperMsg::Payload { .. }) => {}
                     Ok(HelperMsg::SetupError { code, message }) => setup_error = Some((code, message)),
-                    Ok(HelperMsg::Final(r)) => final_report = Some(r),
+                    Ok(HelperMsg::Final(r)) => final_report = Some(*r),
                     Err(e) => {
                         setup_error = Some(("SBX_E1414".into(), format!("the helper broke its protocol: {e}")));
                     }
@@ -655,6 +655,7 @@ async fn drive(
         network_denials: 0,
         denied_hosts: Vec::new(),
         output_incomplete,
+        copy_out_error: report.copy_out_error,
     })
 }
 

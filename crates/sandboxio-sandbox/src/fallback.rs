@@ -593,20 +593,25 @@ fn drop_capabilities() -> Result<(), i32> {
 }
 
 /// After the whole tree is dead: copy the staged output out (caps, all or nothing) and
-/// say what was enforced.
-pub fn finish(plan: &SandboxPlan) -> Result<Enforcement, SandboxError> {
+/// say what was enforced, with the copy's failure apart (the run's results stand).
+pub fn finish(
+    plan: &SandboxPlan,
+) -> Result<(Enforcement, Option<sandboxio_core::CopyOutError>), SandboxError> {
     let Some(lp) = plan.landlock.as_ref() else {
         return Err(SandboxError::UnsupportedTier {
             tier: IsolationTier::Landlock,
             why: "the plan has no landlock section",
         });
     };
-    let (files, bytes) = if lp.staged_output.is_dir() && plan.paths.output_dir.is_dir() {
-        crate::ns::copy_output(&lp.staged_output, &plan.paths.output_dir, lp.output_size)?
+    let copied = if lp.staged_output.is_dir() && plan.paths.output_dir.is_dir() {
+        crate::ns::copy_output(&lp.staged_output, &plan.paths.output_dir, lp.output_size)
     } else {
-        (0, 0)
+        Ok((0, 0))
     };
-    Ok(enforcement(lp, files, bytes))
+    Ok(match copied {
+        Ok((files, bytes)) => (enforcement(lp, files, bytes), None),
+        Err(e) => (enforcement(lp, 0, 0), Some(e.as_copy_out_error())),
+    })
 }
 
 /// The enforcement record of this tier (pure given the kernel's Landlock ABI).

@@ -165,12 +165,15 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             report.exit = exit;
         }
         report.enforcement = Some(outcome.enforcement);
+        report.copy_out_error = outcome.copy_error;
     }
     if plan.tier == IsolationTier::Landlock {
         // The whole tree is dead (supervise waits for ECHILD): copy the output out.
-        report.enforcement = Some(crate::fallback::finish(&plan)?);
+        let (enforcement, copy_error) = crate::fallback::finish(&plan)?;
+        report.enforcement = Some(enforcement);
+        report.copy_out_error = copy_error;
     }
-    rep.send(&HelperMsg::Final(report));
+    rep.send(&HelperMsg::Final(Box::new(report)));
     Ok(())
 }
 
@@ -757,6 +760,7 @@ fn supervise(
         meter: meter.to_string(),
         leftovers_killed: leftovers,
         enforcement: None,
+        copy_out_error: None,
     })
 }
 

@@ -9,7 +9,7 @@
 //! - control fd (helper reads): a byte [`CANCEL_BYTE`] cancels the run; EOF means the
 //!   supervisor is gone, which also kills the whole tree.
 
-use sandboxio_core::{Enforcement, ExitStatus};
+use sandboxio_core::{CopyOutError, Enforcement, ExitStatus};
 use serde::{Deserialize, Serialize};
 
 /// The helper's pipe fds, as passed in `argv[2]`.
@@ -60,7 +60,7 @@ pub enum HelperMsg {
     /// The payload was started with this pid.
     Payload { pid: i32 },
     /// The payload and all its descendants are gone.
-    Final(FinalReport),
+    Final(Box<FinalReport>),
 }
 
 /// How the run ended, as the helper saw it.
@@ -80,4 +80,7 @@ pub struct FinalReport {
     /// What the tier backend enforced (namespace tier); `None` for the process tier.
     #[serde(default)]
     pub enforcement: Option<Enforcement>,
+    /// The output files could not be copied out (the payload's results above stand).
+    #[serde(default)]
+    pub copy_out_error: Option<CopyOutError>,
 }

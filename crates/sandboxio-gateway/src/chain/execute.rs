@@ -82,6 +82,13 @@ impl Gateway {
                     Ok(r) => {
                         fill_from_result(rec, &r, tier);
                         outcome_reason(rec, &r, &req.limits);
+                        // The program ran; its files could not be copied out. The result
+                        // (output, exit) is kept and the record carries the copy's code.
+                        if let Some(e) = &r.copy_out_error {
+                            rec.status = OperationStatus::Error;
+                            rec.error_code = Some(e.code.clone());
+                            rec.reason = e.message.clone();
+                        }
                         Ok((Some(r), structured))
                     }
                     Err((code, why)) => {

@@ -136,6 +136,9 @@ pub(crate) fn redact_result(redactor: &sandboxio_audit::Redactor, mut r: ExecRes
     if let Some(c) = &r.cancelled {
         r.cancelled = Some(redactor.redact_str(c).into_owned());
     }
+    if let Some(e) = r.copy_out_error.as_mut() {
+        e.message = redactor.redact_str(&e.message).into_owned();
+    }
     r
 }
 

@@ -110,6 +110,9 @@ pub struct NsOutcome {
     /// Files and bytes copied to the host output directory.
     pub output_files: u64,
     pub output_bytes: u64,
+    /// The program ran, but its output could not be copied out (a cap, a full disk):
+    /// nothing of it is on the host. The run's own results stand.
+    pub copy_error: Option<sandboxio_core::CopyOutError>,
 }
 
 fn io_err() -> io::Error {
@@ -484,8 +487,32 @@ fn copy_out(src: &Path, dst: &Path, cap: u64) -> Result<CopyBudget, NsError> {
         Ok(()) => Ok(budget),
         Err(e) => {
             budget.rollback();
-            Err(e)
+            Err(as_seen_inside(e, src, dst))
         }
+    }
+}
+
+/// The copy error with its path as the program saw it (`/output/...`): never a host
+/// staging or output path.
+fn as_seen_inside(e: NsError, src: &Path, dst: &Path) -> NsError {
+    let inside = |p: &Path| {
+        let rel = p.strip_prefix(src).or_else(|_| p.strip_prefix(dst)).ok();
+        match rel {
+            Some(r) => Path::new("/output").join(r),
+            None => PathBuf::from("/output"),
+        }
+    };
+    match e {
+        NsError::CopyOutput { path, source } => NsError::CopyOutput {
+            path: inside(&path),
+            source,
+        },
+        NsError::OutputTooLarge { path, what, limit } => NsError::OutputTooLarge {
+            path: inside(&path),
+            what,
+            limit,
+        },
+        other => other,
     }
 }
 
@@ -1022,7 +1049,10 @@ impl NsChild {
             }
             return Err(f);
         }
-        let budget = copied?;
+        let (budget, copy_error) = match copied {
+            Ok(b) => (b, None),
+            Err(e) => (CopyBudget::new(None, None), Some(e.as_copy_out_error())),
+        };
         let mut enforcement = Enforcement {
             tier: Some(IsolationTier::Namespace),
             namespaces: self.namespaces.clone(),
@@ -1063,6 +1093,7 @@ impl NsChild {
             enforcement,
             output_files: budget.files,
             output_bytes: budget.bytes,
+            copy_error,
         })
     }
 }

@@ -61,7 +61,11 @@ pub enum NsError {
         #[source]
         source: io::Error,
     },
-    #[error("could not copy the output entry `{path}` out of the sandbox")]
+    /// `path` is the entry as seen inside (`/output/...`), shown escaped.
+    #[error(
+        "could not copy the output entry `{}` out of the sandbox: {source}",
+        sandboxio_core::shown::path(path)
+    )]
     CopyOutput {
         path: PathBuf,
         #[source]
@@ -120,14 +124,25 @@ pub enum NsError {
     },
     /// Copy-out stopped at a cap; nothing of this run's output was left on the host.
     #[error(
-        "the sandbox output is larger than its cap ({what} limit {limit}) at `{path}`; \
-         nothing was copied to the output directory"
+        "the sandbox output is larger than its cap ({what} limit {limit}) at `{}`; \
+         nothing was copied to the output directory",
+        sandboxio_core::shown::path(path)
     )]
     OutputTooLarge {
         path: PathBuf,
         what: &'static str,
         limit: u64,
     },
+}
+
+impl NsError {
+    /// A copy-out failure as the run's result carries it (code and message).
+    pub(crate) fn as_copy_out_error(&self) -> sandboxio_core::CopyOutError {
+        sandboxio_core::CopyOutError {
+            code: self.code().to_string(),
+            message: self.to_string(),
+        }
+    }
 }
 
 impl ErrorCode for NsError {

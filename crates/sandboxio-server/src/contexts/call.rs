@@ -214,6 +214,7 @@ impl Executor for Call {
             network_denials: 0,
             denied_hosts: Vec::new(),
             output_incomplete: None,
+            copy_out_error: None,
         };
         Ok((result, structured))
     }
