@@ -16,6 +16,8 @@ mod badinput;
 mod contexts;
 #[path = "server/dashboard.rs"]
 mod dashboard;
+#[path = "server/files.rs"]
+mod files;
 #[path = "server/harness.rs"]
 mod harness;
 #[path = "server/lifecycle.rs"]
@@ -24,6 +26,8 @@ mod lifecycle;
 mod metrics;
 #[path = "../../sandboxio-gateway/tests/support/pgcluster.rs"]
 mod pgcluster;
+#[path = "server/quotas.rs"]
+mod quotas;
 #[path = "server/replicas.rs"]
 mod replicas;
 #[path = "server/restart.rs"]

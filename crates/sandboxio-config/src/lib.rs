@@ -7,6 +7,7 @@
 
 mod error;
 mod model;
+mod server;
 mod state_url;
 
 pub use error::ConfigError;
@@ -16,6 +17,7 @@ pub use model::{
     SandboxSection, StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT,
 };
 
+pub use server::{QuotaSection, ServerSection, WebhookSection};
 pub use state_url::{PoolSize, StateUrl, StateUrlError, DEFAULT_POOL_SIZE, MAX_STATE_URL_LEN};
 
 use std::path::Path;

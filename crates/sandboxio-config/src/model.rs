@@ -25,6 +25,9 @@ pub struct Config {
     pub telemetry: TelemetrySection,
     #[serde(default)]
     pub approvals: ApprovalsSection,
+    /// `sandboxio serve`: tenant quotas and the approval webhook.
+    #[serde(default)]
+    pub server: crate::server::ServerSection,
     /// Budget ceilings, rate card and latency budgets; validated by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<toml::Table>,

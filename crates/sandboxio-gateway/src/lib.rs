@@ -24,7 +24,7 @@ pub mod tool;
 
 pub use anchor::ANCHOR_BROKEN_EVENT;
 pub use approval::{ApprovalAnswer, ApprovalCallback, Approver};
-pub use chain::{owner_alive, process_owner, Gateway, Outcome, Submission};
+pub use chain::{owner_alive, process_owner, FileSlot, Gateway, Outcome, Submission};
 pub use config::GatewayConfig;
 pub use error::GatewayError;
 pub use executor::Executor;

@@ -41,7 +41,10 @@ impl FromRequestParts<AppState> for Caller {
             .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
         let token = bearer(parts).ok_or(ServerError::Unauthenticated)?;
         let c = authenticate(state, token).await?;
-        Ok(Caller { credential: c, ctx })
+        let caller = Caller { credential: c, ctx };
+        // For extractors that follow (a body's size limit is the caller's tenant's).
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
     }
 }
 

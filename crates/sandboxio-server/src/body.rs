@@ -48,7 +48,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ServerError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let limit = state.opts.json_limit;
+        // The caller's tenant's limit (the `Caller` extractor, which runs first, left it).
+        let limit = req
+            .extensions()
+            .get::<crate::auth::Caller>()
+            .map(|c| state.opts.quota(c.tenant()).json_limit)
+            .unwrap_or(state.opts.json_limit);
         let bytes = read_limited(req.into_body(), limit).await?;
         parse_json(&bytes).map(ApiJson)
     }

@@ -33,6 +33,8 @@ pub enum ServerError {
     BadValue { field: &'static str, why: String },
     #[error("tenant `{tenant}` already has {limit} sandboxes (the most it may hold)")]
     Quota { tenant: String, limit: usize },
+    #[error("tenant `{tenant}` already runs {limit} background processes (the most it may)")]
+    BackgroundQuota { tenant: String, limit: usize },
     #[error("sandbox `{id}` is paused: resume it (`POST /v1/sandboxes/{id}/resume`) first")]
     Paused { id: String },
     #[error("sandbox `{id}` was lost when the server restarted: {reason}")]
@@ -83,6 +85,7 @@ impl ErrorCode for ServerError {
             ServerError::NoRoute { .. } => "SBX_E1815",
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
             ServerError::Paused { .. } => "SBX_E1850",
+            ServerError::BackgroundQuota { .. } => "SBX_E1852",
             ServerError::Lost { .. } => "SBX_E1851",
             ServerError::NoSession => "SBX_E1840",
             ServerError::Csrf => "SBX_E1841",
@@ -104,6 +107,7 @@ impl ErrorCode for ServerError {
             | ServerError::BadValue { .. }
             | ServerError::Quota { .. }
             | ServerError::Paused { .. }
+            | ServerError::BackgroundQuota { .. }
             | ServerError::Lost { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
@@ -140,7 +144,9 @@ impl ServerError {
             ServerError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServerError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ServerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ServerError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ServerError::Quota { .. } | ServerError::BackgroundQuota { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ServerError::Paused { .. } => StatusCode::CONFLICT,
             ServerError::Lost { .. } => StatusCode::GONE,
             ServerError::Gateway(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
@@ -167,7 +173,7 @@ impl ServerError {
             ServerError::TooLarge { .. } => "request too large",
             ServerError::Busy { .. } => "server busy",
             ServerError::Timeout { .. } => "timed out",
-            ServerError::Quota { .. } => "quota reached",
+            ServerError::Quota { .. } | ServerError::BackgroundQuota { .. } => "quota reached",
             ServerError::Paused { .. } => "sandbox paused",
             ServerError::Lost { .. } => "sandbox lost",
             ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => "conflict",

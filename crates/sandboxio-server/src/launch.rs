@@ -111,6 +111,15 @@ pub async fn launch(
     mode: Mode,
     ctx: &RequestCtx,
 ) -> Result<Response, ServerError> {
+    if mode == Mode::Background {
+        let limit = st.opts.quota(&s.tenant).max_background;
+        if st.sessions.background_running(&s.tenant) >= limit {
+            return Err(ServerError::BackgroundQuota {
+                tenant: s.tenant.clone(),
+                limit,
+            });
+        }
+    }
     let busy = s.begin();
     let command = command_of(&sub.op.args);
     let events = mode != Mode::Wait;

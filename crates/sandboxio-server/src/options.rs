@@ -19,6 +19,8 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// On SIGTERM: how long running requests may finish before they are cancelled.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const MAX_SANDBOXES_PER_TENANT: usize = 32;
+/// Background processes one tenant may have running at once (over all its sandboxes).
+pub const MAX_BACKGROUND_PER_TENANT: usize = 16;
 /// Code contexts (kernels) one sandbox may hold.
 pub const MAX_CONTEXTS: usize = 4;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -68,6 +70,11 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_sandboxes_per_tenant: usize,
+    pub max_background_per_tenant: usize,
+    /// Tenants with quotas of their own (`[server.tenants.<name>]`); the others have the
+    /// server's (`json_limit`, `upload_limit`, `max_sandboxes_per_tenant`,
+    /// `max_background_per_tenant`).
+    pub tenant_quotas: std::collections::BTreeMap<String, Quota>,
     pub max_contexts: usize,
     pub idle_timeout: Duration,
     pub lifetime: Duration,
@@ -78,7 +85,30 @@ pub struct ServeOptions {
     pub audit_file: Option<PathBuf>,
 }
 
+/// One tenant's quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Sandboxes it may hold at once (paused ones count).
+    pub max_sandboxes: usize,
+    /// Largest JSON request body.
+    pub json_limit: usize,
+    /// Largest file upload.
+    pub upload_limit: usize,
+    /// Background processes it may have running at once.
+    pub max_background: usize,
+}
+
 impl ServeOptions {
+    /// The quotas of `tenant`: its own, else the server's.
+    pub fn quota(&self, tenant: &str) -> Quota {
+        self.tenant_quotas.get(tenant).copied().unwrap_or(Quota {
+            max_sandboxes: self.max_sandboxes_per_tenant,
+            json_limit: self.json_limit,
+            upload_limit: self.upload_limit,
+            max_background: self.max_background_per_tenant,
+        })
+    }
+
     pub fn new(listen: Listen, workspace_root: PathBuf) -> ServeOptions {
         ServeOptions {
             listen,
@@ -93,6 +123,8 @@ impl ServeOptions {
             header_timeout: HEADER_TIMEOUT,
             shutdown_grace: SHUTDOWN_GRACE,
             max_sandboxes_per_tenant: MAX_SANDBOXES_PER_TENANT,
+            max_background_per_tenant: MAX_BACKGROUND_PER_TENANT,
+            tenant_quotas: std::collections::BTreeMap::new(),
             max_contexts: MAX_CONTEXTS,
             idle_timeout: IDLE_TIMEOUT,
             lifetime: LIFETIME,

@@ -212,6 +212,14 @@ impl Processes {
         self.map.lock().ok()?.remove(id)
     }
 
+    /// Background processes (not code context kernels) running now.
+    pub fn background_running(&self) -> usize {
+        self.list()
+            .iter()
+            .filter(|p| p.background && p.kind != "context" && p.state() == ProcState::Running)
+            .count()
+    }
+
     pub fn list(&self) -> Vec<Arc<Process>> {
         let mut v: Vec<Arc<Process>> = self
             .map

@@ -266,6 +266,8 @@ pub struct Sessions {
     lost: RwLock<HashMap<String, Lost>>,
     root: PathBuf,
     max_per_tenant: usize,
+    /// Tenants with a sandbox quota of their own.
+    tenant_max: BTreeMap<String, usize>,
     manifests: Option<Arc<Manifests>>,
 }
 
@@ -285,8 +287,31 @@ impl Sessions {
             lost: RwLock::new(HashMap::new()),
             root,
             max_per_tenant,
+            tenant_max: BTreeMap::new(),
             manifests: None,
         }
+    }
+
+    /// Sandbox quotas of particular tenants (the others have `max_per_tenant`).
+    pub fn with_tenant_max(mut self, tenant_max: BTreeMap<String, usize>) -> Sessions {
+        self.tenant_max = tenant_max;
+        self
+    }
+
+    /// The most sandboxes `tenant` may hold.
+    pub fn max_for(&self, tenant: &str) -> usize {
+        self.tenant_max
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.max_per_tenant)
+    }
+
+    /// Background processes running now in the tenant's sandboxes.
+    pub fn background_running(&self, tenant: &str) -> usize {
+        self.list(tenant)
+            .iter()
+            .map(|s| s.processes.background_running())
+            .sum()
     }
 
     /// Sandboxes written down in `dir` (see `crate::manifest`): a restart restores them.
@@ -307,10 +332,11 @@ impl Sessions {
         let mut map = self.map.write().map_err(|_| ServerError::Internal {
             action: "creating a sandbox",
         })?;
-        if map.values().filter(|s| s.tenant == tenant).count() >= self.max_per_tenant {
+        let max = self.max_for(tenant);
+        if map.values().filter(|s| s.tenant == tenant).count() >= max {
             return Err(ServerError::Quota {
                 tenant: tenant.to_string(),
-                limit: self.max_per_tenant,
+                limit: max,
             });
         }
         std::fs::create_dir_all(&self.root).map_err(internal)?;

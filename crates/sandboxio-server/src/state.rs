@@ -29,7 +29,13 @@ pub struct AppState {
 impl AppState {
     pub fn new(backend: Arc<Backend>, opts: ServeOptions) -> AppState {
         let mut sessions =
-            Sessions::new(opts.workspace_root.clone(), opts.max_sandboxes_per_tenant);
+            Sessions::new(opts.workspace_root.clone(), opts.max_sandboxes_per_tenant)
+                .with_tenant_max(
+                    opts.tenant_quotas
+                        .iter()
+                        .map(|(t, q)| (t.clone(), q.max_sandboxes))
+                        .collect(),
+                );
         if let Some(dir) = &opts.sessions_dir {
             sessions = sessions.with_manifests(dir.clone());
         }

@@ -75,6 +75,21 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
             key: key.clone(),
         });
     }
+    // `[server]` quotas, then the flags over them, then each tenant's own.
+    let server = &loaded.config.server;
+    let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    if let Some(n) = server.max_sandboxes {
+        opts.max_sandboxes_per_tenant = n as usize;
+    }
+    if let Some(n) = server.max_background {
+        opts.max_background_per_tenant = n as usize;
+    }
+    if let Some(b) = server.json_limit {
+        opts.json_limit = as_usize(b.0);
+    }
+    if let Some(b) = server.upload_limit {
+        opts.upload_limit = as_usize(b.0);
+    }
     if let Some(n) = args.max_concurrent {
         opts.max_concurrent = n.max(1);
     }
@@ -95,6 +110,18 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     }
     if let Some(n) = size(&args.upload_limit)? {
         opts.upload_limit = n;
+    }
+    for (tenant, q) in &server.tenants {
+        let d = opts.quota("");
+        opts.tenant_quotas.insert(
+            tenant.clone(),
+            sandboxio_server::options::Quota {
+                max_sandboxes: q.max_sandboxes.map_or(d.max_sandboxes, |n| n as usize),
+                json_limit: q.json_limit.map_or(d.json_limit, |b| as_usize(b.0)),
+                upload_limit: q.upload_limit.map_or(d.upload_limit, |b| as_usize(b.0)),
+                max_background: q.max_background.map_or(d.max_background, |n| n as usize),
+            },
+        );
     }
     let backend = Arc::new(Backend::new(gw));
     let state = AppState::new(backend, opts).with_telemetry(telemetry);

@@ -163,8 +163,14 @@ impl Gateway {
                     )
                     .code("SBX_E1513"));
                 };
-                crate::files::execute(&op.args, root, sub.content.as_deref(), rec)
-                    .map(|v| (None, Some(v)))
+                crate::files::execute(
+                    &op.args,
+                    root,
+                    sub.content.as_deref(),
+                    sub.file_handle.as_ref(),
+                    rec,
+                )
+                .map(|v| (None, Some(v)))
             }
             other => Err(Stop::deny(
                 Layer::Sandbox,

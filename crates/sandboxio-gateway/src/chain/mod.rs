@@ -67,6 +67,11 @@ pub struct Submission {
     pub workspace: Option<std::path::PathBuf>,
     /// The bytes a `file_write` writes.
     pub content: Option<Vec<u8>>,
+    /// For a `file_read` of a file: the gateway opens it (confined like every file
+    /// operation) and leaves the open handle here instead of reading it, so a front end can
+    /// stream a file of any size; the record's `bytes_out` is its size. A directory is
+    /// answered as usual (its listing in `tool_output`).
+    pub file_handle: Option<FileSlot>,
     /// Told about the pending approval as soon as an `ask` starts waiting (a front end
     /// shows the id and how to approve it). Dropped receivers are ignored.
     pub approval_pending: Option<tokio::sync::mpsc::UnboundedSender<crate::store::Approval>>,
@@ -92,6 +97,7 @@ impl Submission {
             labels: BTreeMap::new(),
             workspace: None,
             content: None,
+            file_handle: None,
             approval_pending: None,
             stream: sandboxio_sandbox::StreamIo::default(),
             executor: None,
@@ -99,6 +105,10 @@ impl Submission {
         }
     }
 }
+
+/// Where the gateway leaves an opened file for a front end to stream (see
+/// [`Submission::file_handle`]).
+pub type FileSlot = std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>;
 
 /// What the gateway answers: always a record; a result when something ran (or replayed).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

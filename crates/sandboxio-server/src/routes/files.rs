@@ -1,7 +1,9 @@
 //! Files of a sandbox's workspace: upload, download, list, stat, delete. Each is one
 //! operation through the chain; the gateway confines it beneath the workspace (a path that
 //! climbs out is refused with a code and recorded). The path travels in the query string
-//! (`?path=`), byte for byte as the caller wrote it.
+//! (`?path=`), byte for byte as the caller wrote it. A download is streamed from the file
+//! the gateway opened (never held whole, whatever its size); `mkdir` is a `file_write` of
+//! the directory's path with a trailing `/`.
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -31,6 +33,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(download, upload, remove))
         .routes(routes!(list))
         .routes(routes!(stat))
+        .routes(routes!(mkdir))
 }
 
 /// Submits a file operation; `Ok(Ok(outcome))` when it ran, `Ok(Err(response))` for an
@@ -42,6 +45,7 @@ async fn file_op(
     path: &str,
     args: OperationArgs,
     content: Option<Vec<u8>>,
+    slot: Option<sandboxio_gateway::FileSlot>,
 ) -> Result<Result<Outcome, Response>, ServerError> {
     caller.require(st, Scope::Files).await?;
     let s = session_for(st, caller, id)?;
@@ -56,7 +60,8 @@ async fn file_op(
         content,
         ..SubmitExtras::default()
     };
-    let sub = session_submission(&s, args, &caller.ctx, extra);
+    let mut sub = session_submission(&s, args, &caller.ctx, extra);
+    sub.file_handle = slot;
     match st.backend.submit(sub, Some(s.run_token()?)).await? {
         // A file operation that failed (a missing file, a directory) did nothing: a problem.
         Submitted::Done(out) if out.record.status == OperationStatus::Ok => Ok(Ok(*out)),
@@ -111,11 +116,26 @@ pub async fn download(
     let args = OperationArgs::FileRead {
         path: q.path.clone(),
     };
-    let out = match file_op(&st, &caller, &id, &q.path, args, None).await? {
+    let slot = sandboxio_gateway::FileSlot::default();
+    let out = match file_op(&st, &caller, &id, &q.path, args, None, Some(slot.clone())).await? {
         Ok(out) => out,
         Err(res) => return Ok(res),
     };
     let v = out.tool_output.clone().unwrap_or_default();
+    let opened = slot.lock().ok().and_then(|mut f| f.take());
+    if let Some(file) = opened {
+        let size = out.record.bytes_out;
+        let stream =
+            tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 64 << 10);
+        let mut res = (StatusCode::OK, Body::from_stream(stream)).into_response();
+        let h = res.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+        return Ok(with_op(res, &out));
+    }
     if v.get("entries").is_some() {
         let list = FileList {
             entries: entries(&v, &q.path),
@@ -155,14 +175,15 @@ pub async fn upload(
     Query(q): Query<PathQuery>,
     body: Body,
 ) -> Result<Response, ServerError> {
-    let bytes = read_limited(body, st.opts.upload_limit).await?.to_vec();
+    let limit = st.opts.quota(caller.tenant()).upload_limit;
+    let bytes = read_limited(body, limit).await?.to_vec();
     let args = OperationArgs::FileWrite {
         path: q.path.clone(),
         size: bytes.len() as u64,
         content_sha256: None,
     };
     Ok(
-        match file_op(&st, &caller, &id, &q.path, args, Some(bytes)).await? {
+        match file_op(&st, &caller, &id, &q.path, args, Some(bytes), None).await? {
             Ok(out) => answer::outcome(out, &caller.ctx),
             Err(res) => res,
         },
@@ -184,7 +205,7 @@ pub async fn remove(
         path: q.path.clone(),
     };
     Ok(
-        match file_op(&st, &caller, &id, &q.path, args, None).await? {
+        match file_op(&st, &caller, &id, &q.path, args, None, None).await? {
             Ok(out) => answer::outcome(out, &caller.ctx),
             Err(res) => res,
         },
@@ -204,7 +225,7 @@ pub async fn list(
 ) -> Result<Response, ServerError> {
     let path = q.path.unwrap_or_else(|| ".".into());
     let args = OperationArgs::FileRead { path: path.clone() };
-    let out = match file_op(&st, &caller, &id, &path, args, None).await? {
+    let out = match file_op(&st, &caller, &id, &path, args, None, None).await? {
         Ok(out) => out,
         Err(res) => return Ok(res),
     };
@@ -254,7 +275,7 @@ pub async fn stat(
     let args = OperationArgs::FileRead {
         path: parent.to_string(),
     };
-    let out = match file_op(&st, &caller, &id, &q.path, args, None).await? {
+    let out = match file_op(&st, &caller, &id, &q.path, args, None, None).await? {
         Ok(out) => out,
         Err(res) => return Ok(res),
     };
@@ -267,4 +288,36 @@ pub async fn stat(
             id: q.path.chars().take(256).collect(),
         }),
     }
+}
+
+/// Creates a directory and its parents (`mkdir -p`): a `file_write` of `path/`.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/files/mkdir", tag = "files",
+    params(("id" = String, Path), PathQuery),
+    responses((status = 200, body = OutcomeView), (status = "4XX", body = Problem)),
+    security(("bearer" = [])))]
+pub async fn mkdir(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Response, ServerError> {
+    let trimmed = q.path.trim_end_matches('/');
+    if trimmed.is_empty() || trimmed.split('/').all(|c| c.is_empty() || c == ".") {
+        return Err(ServerError::BadValue {
+            field: "path",
+            why: format!("`{}` names no directory to create", q.path),
+        });
+    }
+    let path = format!("{trimmed}/");
+    let args = OperationArgs::FileWrite {
+        path: path.clone(),
+        size: 0,
+        content_sha256: None,
+    };
+    Ok(
+        match file_op(&st, &caller, &id, &path, args, None, None).await? {
+            Ok(out) => answer::outcome(out, &caller.ctx),
+            Err(res) => res,
+        },
+    )
 }

@@ -67,7 +67,7 @@ pub async fn exec_ws(
     let s = session_for(&st, &caller, &id)?;
     // A paused sandbox refuses before the upgrade, with a plain problem answer.
     s.run_token()?;
-    let limit = st.opts.json_limit;
+    let limit = st.opts.quota(caller.tenant()).json_limit;
     Ok(ws
         .max_message_size(limit)
         .max_frame_size(limit)

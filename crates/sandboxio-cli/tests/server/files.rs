@@ -1,0 +1,147 @@
+//! Files beyond upload and read: mkdir, and a download far larger than any body limit,
+//! streamed by the server from the file the gateway opened (its memory does not grow with
+//! the file).
+
+use std::io::Read;
+
+use serde_json::Value;
+
+use crate::harness::{problem, Server};
+
+/// The byte at offset `i` of the big file (not a repeating short pattern).
+fn pattern(i: u64) -> u8 {
+    ((i.wrapping_mul(31) ^ (i >> 12).wrapping_mul(7)) % 251) as u8
+}
+
+/// The server's peak resident memory so far (VmHWM), in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn mkdir_creates_parents_inside_the_workspace_only() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let url = |p: &str| format!("/v1/sandboxes/{id}/files/mkdir?path={p}");
+    let r = s
+        .client
+        .post(s.url(&url("a/b/c")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let st: Value = s
+        .get(&key, &format!("/v1/sandboxes/{id}/files/stat?path=a/b/c"))
+        .json()
+        .unwrap();
+    assert_eq!(st["is_dir"], true, "{st}");
+    assert!(s.workspace(&id).join("a/b/c").is_dir());
+    // Again: nothing to do, still fine.
+    let r = s
+        .client
+        .post(s.url(&url("a/b/c")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Out of the workspace, or over a file: refused with a code, nothing made.
+    let r = s
+        .client
+        .post(s.url(&url("../escape")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    let (st, p) = problem(r);
+    assert!(st == 403 || st == 422, "{st} {p}");
+    assert!(!s.workspace(&id).join("../escape").exists());
+    std::fs::write(s.workspace(&id).join("file"), b"x").unwrap();
+    let r = s
+        .client
+        .post(s.url(&url("file")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert!(problem(r).0 >= 400);
+    let r = s
+        .client
+        .post(s.url(&url(".")))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(problem(r).0, 422);
+    // Each mkdir is a file_write through the chain, with its record.
+    let n = s
+        .audit()
+        .iter()
+        .filter(|e| e.to_string().contains("a/b/c/"))
+        .count();
+    assert!(n >= 2, "mkdir records: {n}");
+}
+
+#[test]
+fn a_download_larger_than_the_body_limit_is_streamed_without_buffering() {
+    const SIZE: u64 = 96 << 20;
+    let s = Server::start(&["--upload-limit", "1MiB"]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    // An upload of 2 MiB is over the limit ...
+    let (st, _) = problem(s.put_bytes(
+        &key,
+        &format!("/v1/sandboxes/{id}/files?path=small"),
+        vec![0u8; 2 << 20],
+    ));
+    assert_eq!(st, 413);
+    // ... while a program's 96 MiB output file downloads whole.
+    let data: Vec<u8> = (0..SIZE).map(pattern).collect();
+    std::fs::write(s.workspace(&id).join("big.bin"), &data).unwrap();
+    drop(data);
+    let before = peak_kib(s.pid());
+    let mut r = s.get(&key, &format!("/v1/sandboxes/{id}/files?path=big.bin"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-length"].to_str().unwrap(),
+        SIZE.to_string()
+    );
+    let op = r.headers()["sandboxio-operation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    loop {
+        let n = r.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        for (k, b) in buf[..n].iter().enumerate() {
+            assert_eq!(*b, pattern(at + k as u64), "byte {}", at + k as u64);
+        }
+        at += n as u64;
+    }
+    assert_eq!(at, SIZE);
+    let after = peak_kib(s.pid());
+    let grew = after.saturating_sub(before);
+    println!("server peak RSS {before} KiB before, {after} KiB after a {SIZE}-byte download");
+    assert!(
+        grew < (SIZE >> 10) / 4,
+        "the server's peak memory grew by {grew} KiB for a {} KiB file",
+        SIZE >> 10
+    );
+    // One record, with the size sent.
+    let rec: Vec<Value> = s
+        .audit()
+        .into_iter()
+        .filter(|e| e.to_string().contains(&op))
+        .collect();
+    assert!(
+        rec.iter()
+            .any(|e| e.to_string().contains(&SIZE.to_string())),
+        "{rec:?}"
+    );
+}
