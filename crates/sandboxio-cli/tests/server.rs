@@ -38,3 +38,5 @@ mod store_lock;
 mod streaming;
 #[path = "server/transport.rs"]
 mod transport;
+#[path = "server/webhook.rs"]
+mod webhook;

@@ -77,6 +77,8 @@ impl Activity {
 
 pub struct Backend {
     gw: Arc<Gateway>,
+    /// Announces every approval that starts waiting (`[server.approval_webhook]`).
+    webhook: Option<Arc<crate::webhook::Webhook>>,
     running: Mutex<HashMap<u64, (CancelToken, Activity)>>,
     pending: Mutex<HashMap<String, Pending>>,
     seq: AtomicU64,
@@ -88,10 +90,17 @@ impl Backend {
     pub fn new(gw: Arc<Gateway>) -> Backend {
         Backend {
             gw,
+            webhook: None,
             running: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// The backend announcing each pending approval to `hook`.
+    pub fn with_webhook(mut self, hook: crate::webhook::Webhook) -> Backend {
+        self.webhook = Some(Arc::new(hook));
+        self
     }
 
     pub fn gateway(&self) -> &Arc<Gateway> {
@@ -322,6 +331,9 @@ impl Run {
                 },
                 Some(approval) = self.asked.recv() => {
                     self.armed = false;
+                    if let Some(hook) = &self.backend.webhook {
+                        crate::webhook::announce(hook, approval.clone(), self.backend.clone());
+                    }
                     if let Some(task) = self.task.take() {
                         self.backend
                             .keep_pending(&approval.id, self.tenant.clone(), task, self.n);

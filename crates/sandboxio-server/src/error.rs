@@ -35,6 +35,8 @@ pub enum ServerError {
     Quota { tenant: String, limit: usize },
     #[error("tenant `{tenant}` already runs {limit} background processes (the most it may)")]
     BackgroundQuota { tenant: String, limit: usize },
+    #[error("invalid approval webhook: {why}")]
+    Webhook { why: String },
     #[error("sandbox `{id}` is paused: resume it (`POST /v1/sandboxes/{id}/resume`) first")]
     Paused { id: String },
     #[error("sandbox `{id}` was lost when the server restarted: {reason}")]
@@ -86,6 +88,7 @@ impl ErrorCode for ServerError {
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
             ServerError::Paused { .. } => "SBX_E1850",
             ServerError::BackgroundQuota { .. } => "SBX_E1852",
+            ServerError::Webhook { .. } => "SBX_E1853",
             ServerError::Lost { .. } => "SBX_E1851",
             ServerError::NoSession => "SBX_E1840",
             ServerError::Csrf => "SBX_E1841",
@@ -108,6 +111,7 @@ impl ErrorCode for ServerError {
             | ServerError::Quota { .. }
             | ServerError::Paused { .. }
             | ServerError::BackgroundQuota { .. }
+            | ServerError::Webhook { .. }
             | ServerError::Lost { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
@@ -153,6 +157,7 @@ impl ServerError {
             ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => StatusCode::CONFLICT,
             ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => StatusCode::NOT_FOUND,
             ServerError::Internal { .. }
+            | ServerError::Webhook { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
             | ServerError::Gateway(_) => StatusCode::INTERNAL_SERVER_ERROR,

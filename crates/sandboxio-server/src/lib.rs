@@ -31,6 +31,7 @@ pub mod sessions;
 pub mod state;
 pub mod stream;
 pub mod tls;
+pub mod webhook;
 
 pub use backend::Backend;
 pub use error::ServerError;

@@ -123,7 +123,27 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
             },
         );
     }
-    let backend = Arc::new(Backend::new(gw));
+    let mut backend = Backend::new(gw);
+    if let Some(w) = &server.approval_webhook {
+        // The secret comes from the environment only, and is never printed.
+        let secret = std::env::var(&w.secret_env).unwrap_or_default();
+        if secret.is_empty() {
+            return Err(sandboxio_server::ServerError::Webhook {
+                why: format!(
+                    "the signing secret's environment variable `{}` is unset or empty",
+                    w.secret_env
+                ),
+            }
+            .into());
+        }
+        backend = backend.with_webhook(sandboxio_server::webhook::Webhook::new(
+            &w.url,
+            secret.into_bytes(),
+            w.timeout.as_duration(),
+            w.attempts,
+        )?);
+    }
+    let backend = Arc::new(backend);
     let state = AppState::new(backend, opts).with_telemetry(telemetry);
     // MCP over streamable HTTP at /mcp, behind the same credentials and layers.
     let mcp = sandboxio_mcp::http::routes(
