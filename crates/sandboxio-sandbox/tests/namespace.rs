@@ -549,10 +549,15 @@ fn a_host_mount_below_a_read_only_mount_is_read_only_too() {
     }
     let ws = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
+    // The write is refused by Landlock too (a `ro` mount gets read+execute only), so the
+    // mount's own flags are read from mountinfo: the submount must be `ro` itself.
     let mut req = ExecRequest::new([
         "/bin/sh",
         "-c",
-        "echo x > /m/sub/w 2>/dev/null && echo wrote || echo refused",
+        "echo x > /m/sub/w 2>/dev/null && echo wrote || echo refused; \
+         while read -r _ _ _ _ mp opts _; do \
+           [ \"$mp\" = /m/sub ] && echo \"opts=${opts%%,*}\"; \
+         done < /proc/self/mountinfo",
     ]);
     req.mounts = vec![sandboxio_core::Mount::parse(
         &format!("{}:/m", host.path().display()),
@@ -562,6 +567,6 @@ fn a_host_mount_below_a_read_only_mount_is_read_only_too() {
     let r = run_in(&req, ws.path(), out.path());
     // SAFETY: unmounting the tmpfs mounted above.
     unsafe { libc::umount2(src.as_ptr(), libc::MNT_DETACH) };
-    assert_lines(&r, &["refused"]);
+    assert_lines(&r, &["refused", "opts=ro"]);
     assert!(!sub.join("w").exists());
 }

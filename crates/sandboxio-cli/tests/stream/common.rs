@@ -64,6 +64,62 @@ impl World {
     }
 }
 
+/// Whether this test runs as root (the effective uid in /proc/self/status is 0).
+pub fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
+
+/// The unprivileged user the suites also run as when they are root (`nobody`).
+pub const NOBODY: u32 = 65534;
+
+/// Who runs `sandboxio` in a test: this test's own user, and when that is root also uid
+/// and gid 65534 through `setpriv` (as CI runs the escape suite). `Some(uid)` is the
+/// command-line prefix's user; prints why 65534 is skipped.
+pub fn runners() -> Vec<Option<u32>> {
+    let mut v = vec![None];
+    if !root() {
+        return v;
+    }
+    if !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("SKIP as uid {NOBODY}: no /usr/bin/setpriv");
+        return v;
+    }
+    v.push(Some(NOBODY));
+    v
+}
+
+impl World {
+    /// Hands the world (its directory and files) to `uid`, so that user's `sandboxio`
+    /// can read the policy and config and create the state directory.
+    pub fn hand_over(&self, uid: u32) {
+        for e in std::fs::read_dir(self.path()).unwrap().flatten() {
+            std::os::unix::fs::chown(e.path(), Some(uid), Some(uid)).unwrap();
+        }
+        std::os::unix::fs::chown(self.path(), Some(uid), Some(uid)).unwrap();
+    }
+
+    /// The command line that runs `sandboxio` as `uid` (`setpriv`, no supplementary
+    /// groups, HOME in the world), or nothing for this test's own user.
+    pub fn as_user(&self, uid: Option<u32>) -> Vec<String> {
+        match uid {
+            None => Vec::new(),
+            Some(u) => vec![
+                "/usr/bin/env".into(),
+                format!("HOME={}", self.path().display()),
+                "/usr/bin/setpriv".into(),
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+            ],
+        }
+    }
+}
+
 /// Bytes that are not UTF-8 and hold every byte value, NUL included (xorshift, fixed seed).
 pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 
-use crate::common::{World, BIN};
+use crate::common::{root, World, BIN};
 
 /// Names a program can give its files that must neither break a record nor drive a
 /// terminal, as Python bytes literals and as the bytes they are.
@@ -21,16 +21,6 @@ fn python_writing(files: &str) -> String {
         "import os\nfor n in [{files}]:\n    open(b'/output/' + n, 'wb').write(b'x')\n\
          print('hello')\nimport sys; print('oops', file=sys.stderr)\n"
     )
-}
-
-/// Whether this test runs as root (the effective uid in /proc/self/status is 0).
-fn root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
-        .unwrap_or(false)
 }
 
 #[test]

@@ -108,12 +108,29 @@ fn drive(argv: &[String], steps: &[(&str, &str, f64)]) -> Session {
     }
 }
 
-/// The CLI's command line for `w.run(extra, argv)`, as strings for the driver.
-fn cli_argv(w: &World, extra: &[&str], argv: &[&str]) -> Vec<String> {
+/// The CLI's command line for `w.run(extra, argv)`, as strings for the driver, run by
+/// `uid` (see [`runners`]).
+fn cli_argv(w: &World, uid: Option<u32>, extra: &[&str], argv: &[&str]) -> Vec<String> {
     let c = w.run(extra, argv);
-    std::iter::once(c.get_program().to_string_lossy().into_owned())
+    w.as_user(uid)
+        .into_iter()
+        .chain(std::iter::once(
+            c.get_program().to_string_lossy().into_owned(),
+        ))
         .chain(c.get_args().map(|a| a.to_string_lossy().into_owned()))
         .collect()
+}
+
+/// A world for `uid` (handed over to it when not this test's own user).
+fn world_for(tag: &str, uid: Option<u32>) -> World {
+    let w = World::new(&format!(
+        "{tag}-{}",
+        uid.map_or("self".into(), |u| u.to_string())
+    ));
+    if let Some(u) = uid {
+        w.hand_over(u);
+    }
+    w
 }
 
 fn have_python() -> bool {
@@ -129,9 +146,20 @@ fn a_python_repl_under_tty_sees_a_terminal_answers_and_takes_ctrl_c() {
     if !have_python() {
         return;
     }
-    let w = World::new("tty");
+    for uid in runners() {
+        repl_under_tty(uid);
+    }
+}
+
+fn repl_under_tty(uid: Option<u32>) {
+    let who = format!(
+        "as {}",
+        uid.map_or("this test's user".into(), |u| format!("uid {u}"))
+    );
+    let w = world_for("tty", uid);
     let argv = cli_argv(
         &w,
+        uid,
         &["--tty", "--timeout", "60s"],
         &["/usr/bin/python3", "-i", "-q"],
     );
@@ -170,7 +198,8 @@ fn a_python_repl_under_tty_sees_a_terminal_answers_and_takes_ctrl_c() {
     let steps = s.met.len();
     assert!(
         steps == 9,
-        "only {steps} of 9 steps were met (last expected after {:?})\n--- transcript ---\n{}",
+        "{who}: only {steps} of 9 steps were met (last expected after {:?})\n--- transcript \
+         ---\n{}",
         s.met.last(),
         s.out
     );
@@ -188,7 +217,24 @@ fn a_python_repl_under_tty_sees_a_terminal_answers_and_takes_ctrl_c() {
         "the cursor move is not shown escaped:\n{}",
         s.out
     );
-    assert_eq!(s.status, Some(0), "sandboxio did not exit 0\n{}", s.out);
+    assert_eq!(
+        s.status,
+        Some(0),
+        "{who}: sandboxio did not exit 0\n{}",
+        s.out
+    );
+    assert_ran_as(&w, uid);
+}
+
+/// The record says the sandbox ran for a non-root user where one was asked for (a
+/// non-root helper names the invoking uid in its gaps).
+fn assert_ran_as(w: &World, uid: Option<u32>) {
+    let Some(u) = uid else { return };
+    let trail = std::fs::read_to_string(w.state().join("audit.jsonl")).unwrap();
+    assert!(
+        trail.contains(&format!("host uid {u}")),
+        "the record does not show a run by uid {u}:\n{trail}"
+    );
 }
 
 #[test]
@@ -196,9 +242,16 @@ fn escape_sequences_are_shown_escaped_on_a_terminal_without_tty() {
     if !have_python() {
         return;
     }
-    let w = World::new("noterm");
+    for uid in runners() {
+        escaped_without_tty(uid);
+    }
+}
+
+fn escaped_without_tty(uid: Option<u32>) {
+    let w = world_for("noterm", uid);
     let argv = cli_argv(
         &w,
+        uid,
         &[],
         &[
             "/usr/bin/printf",
@@ -221,4 +274,5 @@ fn escape_sequences_are_shown_escaped_on_a_terminal_without_tty() {
         assert!(s.out.contains(shown), "`{shown}` not shown in {:?}", s.out);
     }
     assert_eq!(s.status, Some(0), "{}", s.out);
+    assert_ran_as(&w, uid);
 }
