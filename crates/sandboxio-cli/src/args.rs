@@ -275,6 +275,10 @@ pub struct ServeArgs {
     /// On SIGTERM, how long running requests may finish before they are cancelled, e.g. 10s.
     #[arg(long)]
     pub shutdown_grace: Option<String>,
+    /// Longest a connection may take to send a request's headers, idle keep-alive
+    /// included (slow or idle connections are closed), e.g. 30s.
+    #[arg(long)]
+    pub header_timeout: Option<String>,
     /// Sandboxes one tenant may hold at once.
     #[arg(long)]
     pub max_sandboxes: Option<usize>,

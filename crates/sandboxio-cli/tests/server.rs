@@ -18,6 +18,8 @@ mod contexts;
 mod dashboard;
 #[path = "server/files.rs"]
 mod files;
+#[path = "server/flood.rs"]
+mod flood;
 #[path = "server/harness.rs"]
 mod harness;
 #[path = "server/lifecycle.rs"]

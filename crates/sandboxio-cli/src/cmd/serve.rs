@@ -102,6 +102,12 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     if let Some(d) = duration(&args.request_timeout)? {
         opts.request_timeout = d;
     }
+    if let Some(d) = duration(&args.header_timeout)? {
+        if d.is_zero() {
+            anyhow::bail!("--header-timeout must be more than 0");
+        }
+        opts.header_timeout = d;
+    }
     if let Some(d) = duration(&args.shutdown_grace)? {
         opts.shutdown_grace = d;
     }
