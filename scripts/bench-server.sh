@@ -2,11 +2,19 @@
 # Time to interactive (create, then `node -v`) and exec round trip over loopback against
 # `sandboxio serve`, release build, in a temporary state directory. Usage:
 #   scripts/bench-server.sh [tier]        # namespace (default) or process
+#   SBX_BENCH_PROFILE=debug scripts/bench-server.sh process
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIER="${1:-namespace}"
-cargo build --release -q -p sandboxio-cli
-B=target/release/sandboxio
+# SBX_BENCH_PROFILE=debug reuses the debug build (for a look on a machine where a release
+# build does not fit; such figures are not the server's speed).
+PROFILE="${SBX_BENCH_PROFILE:-release}"
+if [ "$PROFILE" = release ]; then
+  cargo build --release -q -p sandboxio-cli
+else
+  cargo build -q -p sandboxio-cli
+fi
+B=target/$PROFILE/sandboxio
 D=$(mktemp -d)
 cleanup() { [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null; wait "${PID:-}" 2>/dev/null || true; rm -rf "$D"; }
 trap cleanup EXIT

@@ -11,6 +11,7 @@ use super::operator::Operator;
 use crate::body::ApiJson;
 use crate::error::ServerError;
 use crate::model::{ApprovalView, DecideBody, KillBody, KillView};
+use crate::routes::guard::Scoped;
 use crate::routes::{admin, approvals};
 use crate::state::AppState;
 
@@ -26,14 +27,16 @@ pub async fn kill(
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<KillView>, ServerError> {
     let reason = body.reason.unwrap_or_default();
-    admin::kill(State(st), op.caller, ApiJson(KillBody { reason })).await
+    let scoped = Scoped::check(&st, op.caller).await?;
+    admin::kill(State(st), scoped, ApiJson(KillBody { reason })).await
 }
 
 pub async fn resume(
     State(st): State<AppState>,
     op: Operator,
 ) -> Result<Json<KillView>, ServerError> {
-    admin::resume(State(st), op.caller).await
+    let scoped = Scoped::check(&st, op.caller).await?;
+    admin::resume(State(st), scoped).await
 }
 
 pub async fn approve(

@@ -19,6 +19,7 @@ use crate::body::ApiJson;
 use crate::error::ServerError;
 use crate::model::{KillBody, KillView};
 use crate::problem::Problem;
+use crate::routes::guard::{AdminScope, ReadScope, Scoped};
 use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -68,10 +69,9 @@ pub async fn kill_state(
     security(("bearer" = [])))]
 pub async fn kill(
     State(st): State<AppState>,
-    caller: Caller,
+    Scoped { caller, .. }: Scoped<AdminScope>,
     ApiJson(body): ApiJson<KillBody>,
 ) -> Result<Json<KillView>, ServerError> {
-    caller.require(&st, Scope::Admin).await?;
     if body.reason.trim().is_empty() {
         return Err(ServerError::BadValue {
             field: "reason",
@@ -101,9 +101,8 @@ pub async fn kill(
     security(("bearer" = [])))]
 pub async fn resume(
     State(st): State<AppState>,
-    caller: Caller,
+    Scoped { caller, .. }: Scoped<AdminScope>,
 ) -> Result<Json<KillView>, ServerError> {
-    caller.require(&st, Scope::Admin).await?;
     st.backend
         .gateway()
         .admin(
@@ -137,10 +136,9 @@ pub struct Costs {
     security(("bearer" = [])))]
 pub async fn costs(
     State(st): State<AppState>,
-    caller: Caller,
+    Scoped { caller, .. }: Scoped<ReadScope>,
     Query(q): Query<CostsQuery>,
 ) -> Result<Json<Costs>, ServerError> {
-    caller.require(&st, Scope::Read).await?;
     let back = match q.since.as_deref() {
         None => Duration::from_secs(24 * 3600),
         Some(s) => s

@@ -7,15 +7,14 @@ use axum::extract::{Query, State};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use sandboxio_core::HumanDuration;
-use sandboxio_gateway::credential::Scope;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::problem::Problem;
+use crate::routes::guard::{ReadScope, Scoped};
 use crate::state::AppState;
 
 /// How much of the end of the trail a query reads.
@@ -69,10 +68,9 @@ fn tail(path: &PathBuf) -> std::io::Result<String> {
     security(("bearer" = [])))]
 pub async fn query(
     State(st): State<AppState>,
-    caller: Caller,
+    Scoped { caller, .. }: Scoped<ReadScope>,
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<AuditEvents>, ServerError> {
-    caller.require(&st, Scope::Read).await?;
     let Some(path) = st.opts.audit_file.clone() else {
         return Ok(Json(AuditEvents { events: Vec::new() }));
     };

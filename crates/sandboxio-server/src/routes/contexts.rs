@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use sandboxio_core::{HumanDuration, Language, OperationArgs, Verdict};
-use sandboxio_gateway::credential::Scope;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -27,7 +26,7 @@ use crate::error::ServerError;
 use crate::launch::{launch, Mode};
 use crate::model::{OutcomeView, RunCommon};
 use crate::problem::Problem;
-use crate::routes::session_for;
+use crate::routes::guard::{context_not_found as not_found, InContext, InSandbox, RunCodeScope};
 use crate::sessions::Session;
 use crate::state::AppState;
 
@@ -96,17 +95,6 @@ fn view(s: &Session, c: &Context) -> ContextView {
     }
 }
 
-fn not_found(cid: &str) -> ServerError {
-    ServerError::NotFound {
-        what: "context",
-        id: cid.chars().take(64).collect(),
-    }
-}
-
-fn context_of(s: &Session, cid: &str) -> Result<Arc<Context>, ServerError> {
-    s.contexts.get(cid).ok_or_else(|| not_found(cid))
-}
-
 async fn record(st: &AppState, caller: &Caller, s: &Session, event: &str, what: String) {
     let mut rec = server_record(event, caller.tenant(), &caller.ctx, Verdict::Allow, what);
     rec.session_id = Some(s.id.clone());
@@ -136,12 +124,11 @@ async fn start(
     security(("bearer" = [])))]
 pub async fn create(
     State(st): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    InSandbox {
+        caller, session: s, ..
+    }: InSandbox<RunCodeScope>,
     ApiJson(body): ApiJson<CreateContext>,
 ) -> Result<Response, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
     if s.contexts.count() >= st.opts.max_contexts {
         return Err(ServerError::BadValue {
             field: "language",
@@ -179,12 +166,8 @@ pub async fn create(
     responses((status = 200, body = ContextList), (status = "4XX", body = Problem)),
     security(("bearer" = [])))]
 pub async fn list(
-    State(st): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    InSandbox { session: s, .. }: InSandbox<RunCodeScope>,
 ) -> Result<Json<ContextList>, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
     let contexts = s.contexts.list().iter().map(|c| view(&s, c)).collect();
     Ok(Json(ContextList { contexts }))
 }
@@ -200,15 +183,15 @@ pub async fn list(
     security(("bearer" = [])))]
 pub async fn run(
     State(st): State<AppState>,
-    caller: Caller,
-    Path((id, cid)): Path<(String, String)>,
+    InContext {
+        caller,
+        session: s,
+        context: c,
+    }: InContext,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RunInContext>,
 ) -> Result<Response, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
-    let c = context_of(&s, &cid)?;
-    let k = c.kernel().ok_or_else(|| not_found(&cid))?;
+    let k = c.kernel().ok_or_else(|| not_found(&c.id))?;
     let common = RunCommon {
         timeout: body.timeout,
         idempotency_key: body.idempotency_key,
@@ -243,13 +226,13 @@ pub async fn run(
     security(("bearer" = [])))]
 pub async fn interrupt(
     State(st): State<AppState>,
-    caller: Caller,
-    Path((id, cid)): Path<(String, String)>,
+    InContext {
+        caller,
+        session: s,
+        context: c,
+    }: InContext,
 ) -> Result<StatusCode, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
-    let c = context_of(&s, &cid)?;
-    let k = c.kernel().ok_or_else(|| not_found(&cid))?;
+    let k = c.kernel().ok_or_else(|| not_found(&c.id))?;
     k.send(&serde_json::json!({"op": "interrupt"})).await;
     record(
         &st,
@@ -270,12 +253,12 @@ pub async fn interrupt(
     security(("bearer" = [])))]
 pub async fn restart(
     State(st): State<AppState>,
-    caller: Caller,
-    Path((id, cid)): Path<(String, String)>,
+    InContext {
+        caller,
+        session: s,
+        context: c,
+    }: InContext,
 ) -> Result<Response, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
-    let c = context_of(&s, &cid)?;
     if let Some(old) = c.kernel() {
         old.kill("the context is being restarted");
     }
@@ -302,11 +285,12 @@ pub async fn restart(
     security(("bearer" = [])))]
 pub async fn remove(
     State(st): State<AppState>,
-    caller: Caller,
-    Path((id, cid)): Path<(String, String)>,
+    InSandbox {
+        caller, session: s, ..
+    }: InSandbox<RunCodeScope>,
+    Path(ids): Path<(String, String)>,
 ) -> Result<StatusCode, ServerError> {
-    caller.require(&st, Scope::RunCode).await?;
-    let s = session_for(&st, &caller, &id)?;
+    let cid = ids.1;
     let c = s
         .contexts
         .remove(&cid, "the context was deleted")

@@ -17,6 +17,7 @@ pub mod audit;
 pub mod contexts;
 pub mod exec;
 pub mod files;
+pub mod guard;
 pub mod health;
 pub mod processes;
 pub mod sandboxes;
