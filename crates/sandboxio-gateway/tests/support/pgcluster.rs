@@ -68,7 +68,18 @@ fn as_owner(bin: &Path) -> Command {
 }
 
 impl Cluster {
+    /// A cluster for tests: `fsync` off (nothing here must survive a power loss).
     fn start() -> Result<Cluster, String> {
+        Self::start_with(false)
+    }
+
+    /// A cluster with `fsync` (and so durable commits) on, for benchmarks; its own, not
+    /// the shared one.
+    pub fn durable() -> Result<Cluster, String> {
+        Self::start_with(true)
+    }
+
+    fn start_with(fsync: bool) -> Result<Cluster, String> {
         let bin = bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("sbx-pg-")
@@ -123,7 +134,7 @@ impl Cluster {
                 "-c",
                 "max_connections=300",
                 "-c",
-                "fsync=off",
+                if fsync { "fsync=on" } else { "fsync=off" },
             ])
             .stdin(Stdio::null())
             .stdout(log("out"))
