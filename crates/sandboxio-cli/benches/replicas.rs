@@ -18,7 +18,7 @@ mod harness;
 #[path = "../../sandboxio-gateway/tests/support/pgcluster.rs"]
 mod pgcluster;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use harness::Server;
 use serde_json::{json, Value};
@@ -36,7 +36,8 @@ impl Case {
     fn name(self) -> String {
         match self {
             Case::Sqlite => "1 replica, SQLite".into(),
-            Case::Postgres(n) => format!("{n} replica(s), PostgreSQL"),
+            Case::Postgres(1) => "1 replica, PostgreSQL".into(),
+            Case::Postgres(n) => format!("{n} replicas, PostgreSQL"),
         }
     }
 }
