@@ -93,6 +93,9 @@ pub struct AuditEvent {
     pub span_id: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// A `tool_call`'s arguments, redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
     /// Only with `capture_code`; redacted like everything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -142,6 +145,7 @@ impl AuditEvent {
             trace_id: rec.trace_id.clone(),
             span_id: rec.span_id.clone(),
             labels: rec.labels.clone(),
+            arguments: rec.arguments.clone(),
             code: if capture_code { rec.code.clone() } else { None },
         }
     }

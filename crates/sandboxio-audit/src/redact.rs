@@ -331,6 +331,9 @@ impl Redactor {
                     f(c);
                 }
             }
+            if let Some(v) = rec.arguments.as_mut() {
+                redact_json_in_place(v, &mut f);
+            }
             if !rec.labels.is_empty() {
                 let labels = std::mem::take(&mut rec.labels);
                 for (mut k, mut v) in labels {
@@ -344,6 +347,17 @@ impl Redactor {
             self.total.fetch_add(n as u64, Ordering::Relaxed);
         }
         (rec, n)
+    }
+
+    /// Redacts every string (keys included) of a JSON value, in place; returns how many
+    /// matches were replaced.
+    pub fn redact_json(&self, v: &mut serde_json::Value) -> usize {
+        let mut n = 0usize;
+        redact_json_in_place(v, &mut |s: &mut String| self.redact_in_place(s, &mut n));
+        if n > 0 {
+            self.total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
     }
 
     fn redact_in_place(&self, s: &mut String, n: &mut usize) {
@@ -704,5 +718,26 @@ mod tests {
             let out = r.redact_str(&blob);
             assert!(out.contains("[REDACTED:"), "{pre}: {out}");
         }
+    }
+}
+
+/// Applies `f` to every string of a JSON value: leaves and object keys.
+fn redact_json_in_place(v: &mut serde_json::Value, f: &mut impl FnMut(&mut String)) {
+    match v {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => {
+            for i in items {
+                redact_json_in_place(i, f);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (mut k, mut item) in old {
+                f(&mut k);
+                redact_json_in_place(&mut item, f);
+                map.insert(k, item);
+            }
+        }
+        _ => {}
     }
 }

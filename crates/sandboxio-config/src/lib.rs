@@ -6,11 +6,16 @@
 //! except [`Config::load`] and [`write_default`].
 
 mod error;
+mod mcp;
 mod model;
 mod server;
 mod state_url;
 
 pub use error::ConfigError;
+pub use mcp::{
+    check_upstream_name, McpSection, UpstreamSection, UpstreamTransport, DEFAULT_MAX_MESSAGE,
+    MAX_UPSTREAMS, MAX_UPSTREAM_NAME,
+};
 pub use model::{
     check_approval_timeout, ApprovalsSection, AuditSection, Config, EgressRuleSection, FsyncPolicy,
     LimitsMaxSection, LimitsSection, NetworkModeName, NetworkSection, OnSinkFailure, PolicySection,

@@ -28,6 +28,9 @@ pub struct Config {
     /// `sandboxio serve`: tenant quotas and the approval webhook.
     #[serde(default)]
     pub server: crate::server::ServerSection,
+    /// MCP servers proxied through the chain (`[[mcp.upstream]]`).
+    #[serde(default, skip_serializing_if = "crate::mcp::McpSection::is_empty")]
+    pub mcp: crate::mcp::McpSection,
     /// Budget ceilings, rate card and latency budgets; validated by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<toml::Table>,

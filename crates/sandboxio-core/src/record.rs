@@ -68,6 +68,10 @@ pub struct OperationRecord {
     pub sandbox_id: Option<String>,
     pub code_sha256: Option<String>,
     pub argv: Option<Vec<String>>,
+    /// A `tool_call`'s arguments (redacted like everything else; a large value is kept as
+    /// its size and digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
     /// Only with `capture_code`; redacted like everything else.
     pub code: Option<String>,
     pub path: Option<String>,
@@ -133,6 +137,7 @@ impl OperationRecord {
             sandbox_id: None,
             code_sha256: None,
             argv: None,
+            arguments: None,
             code: None,
             path: None,
             mounts: Vec::new(),

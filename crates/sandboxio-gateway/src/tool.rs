@@ -7,6 +7,9 @@ use async_trait::async_trait;
 pub struct ToolError {
     pub message: String,
     pub transient: bool,
+    /// The tool's own stable code for this failure (the record's `error_code`); the
+    /// gateway's `SBX_E1514` when unset.
+    pub code: Option<&'static str>,
 }
 
 /// A tool the gateway can call once every layer said yes.

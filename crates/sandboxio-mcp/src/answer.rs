@@ -39,7 +39,8 @@ fn structured<T: Serialize>(v: &T) -> CallToolResult {
     CallToolResult::structured(serde_json::to_value(v).unwrap_or_default())
 }
 
-fn refused(d: &Denial) -> CallToolResult {
+/// A denial as a tool error (structured content and a one-line text).
+pub fn refused(d: &Denial) -> CallToolResult {
     let mut r = CallToolResult::structured_error(serde_json::to_value(d).unwrap_or_default());
     let rules = if d.rules.is_empty() {
         String::new()

@@ -23,6 +23,8 @@ pub enum McpError {
         transport: &'static str,
         why: String,
     },
+    #[error("the MCP tool pins in `{path}` are unusable: {why}")]
+    Pins { path: String, why: String },
     #[error("the caller may not use `{tool}`: {why}")]
     Forbidden {
         tool: String,
@@ -42,6 +44,7 @@ impl ErrorCode for McpError {
             McpError::Poisoned => "SBX_E1905",
             McpError::Transport { .. } => "SBX_E1906",
             McpError::Forbidden { code, .. } => code,
+            McpError::Pins { .. } => "SBX_E1913",
         }
     }
 
@@ -52,9 +55,10 @@ impl ErrorCode for McpError {
             | McpError::NoSandbox { .. }
             | McpError::TooManySandboxes { .. } => ErrorClass::Usage,
             McpError::Forbidden { .. } => ErrorClass::Denied,
-            McpError::Gateway { .. } | McpError::Poisoned | McpError::Transport { .. } => {
-                ErrorClass::Internal
-            }
+            McpError::Gateway { .. }
+            | McpError::Poisoned
+            | McpError::Transport { .. }
+            | McpError::Pins { .. } => ErrorClass::Internal,
         }
     }
 }

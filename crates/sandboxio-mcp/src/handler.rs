@@ -10,12 +10,14 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use sandboxio_core::{ExecRequest, Principal};
 use sandboxio_gateway::{Gateway, Runtime};
 
 use crate::catalog::{self, ToolName};
+use crate::proxy::pins::Pins;
+use crate::proxy::Proxy;
 use crate::sessions::Sandboxes;
 
 /// The newest protocol revision served: later ones forbid the server-to-client requests
@@ -32,16 +34,33 @@ pub struct McpOptions {
     pub work_root: Option<PathBuf>,
     /// How long an ask waits (elicitation included) before it is denied.
     pub approval_timeout: std::time::Duration,
+    /// The upstream MCP servers whose tools are offered too (`[[mcp.upstream]]`).
+    pub proxy: Option<Arc<Proxy>>,
 }
 
 impl McpOptions {
-    pub fn from_runtime(rt: &Runtime) -> McpOptions {
-        McpOptions {
+    /// The options of a runtime, with a proxy for its `[[mcp.upstream]]` entries (their
+    /// description pins in the state directory; a damaged pins file is an error).
+    pub fn from_runtime(rt: &Runtime) -> Result<McpOptions, crate::McpError> {
+        let upstreams = &rt.config().mcp.upstream;
+        let proxy = if upstreams.is_empty() {
+            None
+        } else {
+            let pins = Pins::open(rt.state_dir())?;
+            Some(Proxy::new(
+                rt.gateway().clone(),
+                rt.exec_request(),
+                upstreams,
+                pins,
+            ))
+        };
+        Ok(McpOptions {
             gateway: rt.gateway().clone(),
             exec: rt.exec_request(),
             work_root: rt.config().sandbox.work_root.clone(),
             approval_timeout: rt.gateway().config().approval_timeout,
-        }
+            proxy,
+        })
     }
 }
 
@@ -73,7 +92,14 @@ impl SandboxioMcp {
 
 impl ServerHandler for SandboxioMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let caps = match &self.opts.proxy {
+            Some(_) => ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+            None => ServerCapabilities::builder().enable_tools().build(),
+        };
+        ServerConfig::new(caps)
             .with_server_info(Implementation::new("sandboxio", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(PROTOCOL)
             .with_instructions(
@@ -93,8 +119,17 @@ impl ServerHandler for SandboxioMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = catalog::tools().map_err(|e| ErrorData::internal_error(e, None))?;
+        let mut tools = catalog::tools().map_err(|e| ErrorData::internal_error(e, None))?;
+        if let Some(p) = &self.opts.proxy {
+            tools.extend(p.tools().await);
+        }
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(p) = &self.opts.proxy {
+            p.subscribe(context.peer.clone());
+        }
     }
 
     async fn call_tool(
@@ -102,6 +137,10 @@ impl ServerHandler for SandboxioMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let upstream = self.opts.proxy.as_ref().and_then(|p| p.find(&request.name));
+        if let Some((up, tool)) = upstream {
+            return Ok(self.proxy_call(up, tool, request, context).await.into());
+        }
         let Some(tool) = ToolName::parse(&request.name) else {
             // An unknown tool is a protocol error (the spec's -32602), with our code.
             let e = crate::McpError::UnknownTool {

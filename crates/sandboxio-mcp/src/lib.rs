@@ -6,7 +6,8 @@
 //! outputs), `handler` (the MCP server), `call` (one call through the chain), `answer`
 //! (outcome to tool result, denials as structured tool errors), `progress` (output as
 //! progress notifications), `ask` (approvals through elicitation), `sessions` (sandboxes of
-//! one MCP session), `stdio` and `http` (transports).
+//! one MCP session), `stdio` and `http` (transports), `proxy` (upstream MCP servers whose
+//! tools are re-offered, each call through the chain).
 
 pub mod answer;
 pub mod args;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod handler;
 pub mod http;
 mod progress;
+pub mod proxy;
 pub mod sessions;
 pub mod stdio;
 

@@ -348,6 +348,7 @@ fn compile_rule(
     narrow_opt!(r.in_workspace, "in_workspace", KindSet::FILES);
     narrow_opt!(r.host, "host", net);
     narrow_opt!(r.port, "port", net);
+    narrow_opt!(r.args, "args", KindSet::of(OperationKind::ToolCall));
     if kinds.is_empty() {
         return Err(PolicyError::Suspicious {
             at: at.clone(),
@@ -506,6 +507,17 @@ fn compile_rule(
             Some(out)
         }
     };
+    let args = match &r.args {
+        None => None,
+        Some(s) if s.get_ref().is_empty() => return Err(c.invalid(s, "args", "empty list")),
+        Some(s) => Some(
+            s.get_ref()
+                .iter()
+                .map(crate::args::ArgCond::compile)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|why| c.invalid(s, "args", why))?,
+        ),
+    };
     let cost_above = r.cost_above.as_ref().map(|s| c.money(s)).transpose()?;
     let cost_at_most = r.cost_at_most.as_ref().map(|s| c.money(s)).transpose()?;
     if let (Some(a), Some(m), Some(s)) = (cost_above, cost_at_most, &r.cost_at_most) {
@@ -576,6 +588,7 @@ fn compile_rule(
         env_names,
         mount,
         mount_rw,
+        args,
         cost_above,
         cost_at_most,
         time,
@@ -632,6 +645,7 @@ fn no_conditions(r: &RuleRaw) -> bool {
         && r.env.is_none()
         && r.mount.is_none()
         && r.mount_rw.is_none()
+        && r.args.is_none()
         && r.cost_above.is_none()
         && r.cost_at_most.is_none()
         && r.time.is_none()

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod args;
 mod compile;
 mod context;
 mod error;

@@ -80,6 +80,9 @@ pub(crate) struct RuleRaw {
     pub mount: Option<Spanned<StrList>>,
     #[serde(default)]
     pub mount_rw: Option<Spanned<StrList>>,
+    /// Conditions on a `tool_call`'s JSON arguments (`args.rs`).
+    #[serde(default)]
+    pub args: Option<Spanned<Vec<crate::args::ArgCondRaw>>>,
     #[serde(default)]
     pub cost_above: Option<Spanned<String>>,
     #[serde(default)]

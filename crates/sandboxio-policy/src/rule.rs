@@ -335,6 +335,8 @@ pub(crate) struct Rule {
     /// Host paths of the request's mounts (any mount / any read-write mount).
     pub mount: Option<PathGlobs>,
     pub mount_rw: Option<PathGlobs>,
+    /// Conditions on a `tool_call`'s arguments, all of which must hold.
+    pub args: Option<Vec<crate::args::ArgCond>>,
     pub cost_above: Option<Money>,
     pub cost_at_most: Option<Money>,
     pub time: Option<TimeWindow>,
@@ -362,6 +364,8 @@ pub(crate) struct Facts<'a> {
     pub env_names: Vec<&'a str>,
     /// Host path (normalised) of each mount, and whether it is read-write.
     pub mounts: Vec<(NormalPath, bool)>,
+    /// A `tool_call`'s arguments.
+    pub arguments: Option<&'a serde_json::Value>,
     pub cost: Option<Money>,
     pub minute: u32,
     pub weekday: u8,
@@ -426,6 +430,10 @@ impl<'a> Facts<'a> {
                     )
                 })
                 .collect(),
+            arguments: match &op.args {
+                OperationArgs::ToolCall { arguments, .. } => Some(arguments),
+                _ => None,
+            },
             cost: op.estimated_cost,
             minute: minute_of_day(&ctx.now),
             weekday: 1 << ctx.now.weekday().num_days_from_monday(),
@@ -539,6 +547,12 @@ impl Rule {
                 .iter()
                 .any(|(p, rw)| *rw && g.set.is_match(p.as_str()))
             {
+                return false;
+            }
+        }
+        if let Some(conds) = &self.args {
+            let Some(a) = f.arguments else { return false };
+            if !conds.iter().all(|c| c.holds(a, strict)) {
                 return false;
             }
         }

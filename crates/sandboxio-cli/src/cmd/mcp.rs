@@ -27,7 +27,7 @@ pub async fn mcp(common: Common, args: McpArgs) -> Result<i32> {
         session: None,
         agent: args.agent.clone(),
     };
-    sandboxio_mcp::serve_stdio(McpOptions::from_runtime(&runtime), principal).await?;
+    sandboxio_mcp::serve_stdio(McpOptions::from_runtime(&runtime)?, principal).await?;
     // Sandboxes are closed; let spawned record writers finish.
     tokio::time::sleep(Duration::from_millis(10)).await;
     Ok(exit::OK)

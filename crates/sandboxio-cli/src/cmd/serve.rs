@@ -153,7 +153,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let state = AppState::new(backend, opts).with_telemetry(telemetry);
     // MCP over streamable HTTP at /mcp, behind the same credentials and layers.
     let mcp = sandboxio_mcp::http::routes(
-        sandboxio_mcp::McpOptions::from_runtime(&runtime),
+        sandboxio_mcp::McpOptions::from_runtime(&runtime)?,
         state.clone(),
     );
     let router = app::router(

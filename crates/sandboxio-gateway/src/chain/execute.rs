@@ -40,6 +40,10 @@ impl Gateway {
                 let mut io = ctx.stream.take().unwrap_or_default();
                 // Output leaves redacted: the sandbox sends to the forwarder, which sends on.
                 let forward = match (io.events.take(), ctx.redactor.clone()) {
+                    (Some(out), _) if sub.protocol_output => {
+                        io.events = Some(out);
+                        None
+                    }
                     (Some(out), Some(r)) => {
                         let (tx, task) = crate::stream::redacting_forwarder(r, out);
                         io.events = Some(tx);
@@ -100,7 +104,7 @@ impl Gateway {
                 }
             }
             OperationArgs::ToolCall { tool, arguments } => {
-                let Some(t) = self.tools.get(tool) else {
+                let Some(t) = sub.tool.as_ref().or_else(|| self.tools.get(tool)) else {
                     return Err(Stop::deny(
                         Layer::Sandbox,
                         format!("no tool named `{tool}` is registered"),
@@ -137,7 +141,7 @@ impl Gateway {
                                         e.message
                                     ),
                                 )
-                                .code("SBX_E1514");
+                                .code(e.code.unwrap_or("SBX_E1514"));
                                 s.status = OperationStatus::Failed;
                                 s.verdict = Verdict::Allow;
                                 return Err(s);

@@ -82,6 +82,15 @@ pub struct Submission {
     /// instead of a fresh sandbox (a code context's kernel). Everything before the run is
     /// the same chain, and the record is the same one record.
     pub executor: Option<std::sync::Arc<dyn crate::executor::Executor>>,
+    /// For a `tool_call`: the tool that carries it out (an MCP upstream's tool, known only
+    /// to the front end), instead of one registered with [`Gateway::with_tool`].
+    pub tool: Option<Arc<dyn Tool>>,
+    /// For an exec or run_code whose output is a protocol the front end parses and never
+    /// passes on as it is (an MCP upstream's JSON-RPC on stdout): `stream.events` receive
+    /// the output unredacted, so frames are neither cut nor held back. Whatever the front
+    /// end passes on from it must be the result of an operation of its own, which the
+    /// gateway redacts; this operation's own result and record are still redacted.
+    pub protocol_output: bool,
     /// For a `net_connect` opened by a sandbox's egress proxy: what its side effect checks.
     /// Set by the gateway only.
     pub(crate) egress: Option<EgressCheck>,
@@ -101,6 +110,8 @@ impl Submission {
             approval_pending: None,
             stream: sandboxio_sandbox::StreamIo::default(),
             executor: None,
+            tool: None,
+            protocol_output: false,
             egress: None,
         }
     }

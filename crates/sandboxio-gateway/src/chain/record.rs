@@ -64,12 +64,31 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
             rec.code_sha256 = Some(sha256_hex(code.as_bytes()));
             rec.code = Some(code.clone());
         }
+        OperationArgs::ToolCall { arguments, .. } => {
+            rec.arguments = Some(recorded_arguments(arguments))
+        }
         OperationArgs::Admin { action } => {
             rec.reason = format!("admin action `{}`", action.name());
         }
         other => rec.path = other.path().map(str::to_string),
     }
     rec
+}
+
+/// Largest `tool_call` arguments kept whole in a record (as JSON text); larger ones are
+/// kept as their size and digest.
+pub(crate) const ARGUMENTS_IN_RECORD: usize = 16 * 1024;
+
+fn recorded_arguments(v: &serde_json::Value) -> serde_json::Value {
+    let text = serde_json::to_string(v).unwrap_or_default();
+    if text.len() <= ARGUMENTS_IN_RECORD {
+        return v.clone();
+    }
+    serde_json::json!({
+        "truncated": true,
+        "bytes": text.len(),
+        "sha256": sha256_hex(text.as_bytes()),
+    })
 }
 
 /// The record's fields that come from what the sandbox reported.

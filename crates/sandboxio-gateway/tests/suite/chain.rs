@@ -74,6 +74,7 @@ impl Tool for Counter {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.fail {
             return Err(ToolError {
+                code: None,
                 message: "upstream unavailable".into(),
                 transient: true,
             });

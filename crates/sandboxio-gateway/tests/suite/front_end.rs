@@ -40,6 +40,7 @@ impl Tool for Echo {
     async fn call(&self, a: &serde_json::Value) -> Result<serde_json::Value, ToolError> {
         if a["fail"] == true {
             return Err(ToolError {
+                code: None,
                 message: "the upstream said no".into(),
                 transient: false,
             });

@@ -88,17 +88,26 @@ pub struct Env {
 
 impl Env {
     pub fn new(approval_timeout: Duration) -> Env {
+        Env::with(approval_timeout, "", "")
+    }
+
+    /// A runtime whose configuration and policy have these additions.
+    pub fn with(approval_timeout: Duration, extra_config: &str, extra_policy: &str) -> Env {
         helper();
         let dir = tempfile::Builder::new()
             .prefix("sbx-mcp-")
             .tempdir()
             .unwrap();
-        std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        std::fs::write(
+            dir.path().join("policy.toml"),
+            format!("{POLICY}\n{extra_policy}"),
+        )
+        .unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         let config = sandboxio_config::Config::parse(
             &format!(
-                "[sandbox]\ntier = \"process\"\nwork_root = \"{}\"\n",
+                "[sandbox]\ntier = \"process\"\nwork_root = \"{}\"\n{extra_config}",
                 work.display()
             ),
             "test",
@@ -112,6 +121,10 @@ impl Env {
         };
         let runtime = Runtime::open(opts).unwrap();
         Env { dir, runtime }
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     pub fn trail(&self) -> PathBuf {
@@ -128,11 +141,18 @@ impl Env {
 
     /// Starts the server on one end of a pipe and connects `client` to the other.
     pub async fn connect(&self, client: TestClient) -> RunningService<RoleClient, TestClient> {
+        let opts = McpOptions::from_runtime(&self.runtime).unwrap();
+        self.connect_with(opts, client).await
+    }
+
+    /// Like `connect`, with options the test keeps (their proxy, to look at its state).
+    pub async fn connect_with(
+        &self,
+        opts: McpOptions,
+        client: TestClient,
+    ) -> RunningService<RoleClient, TestClient> {
         let (a, b) = tokio::io::duplex(1 << 20);
-        let handler = SandboxioMcp::new(
-            McpOptions::from_runtime(&self.runtime),
-            Front::Local(Principal::tenant("acme")),
-        );
+        let handler = SandboxioMcp::new(opts, Front::Local(Principal::tenant("acme")));
         tokio::spawn(async move {
             if let Ok(running) = handler.serve(a).await {
                 let _ = running.waiting().await;
@@ -156,6 +176,7 @@ pub struct TestClient {
     pub user: User,
     pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     pub elicitations: Arc<Mutex<Vec<String>>>,
+    pub list_changed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TestClient {
@@ -164,6 +185,7 @@ impl TestClient {
             user,
             progress: Arc::default(),
             elicitations: Arc::default(),
+            list_changed: Arc::default(),
         }
     }
 }
@@ -192,6 +214,11 @@ impl ClientHandler for TestClient {
                 .with_content(serde_json::json!({"approve": true, "reason": "looks fine"})),
             _ => ElicitResult::new(ElicitationAction::Decline),
         })
+    }
+
+    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
+        self.list_changed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn on_progress(

@@ -1,2 +1,3 @@
 mod harness;
+mod proxy;
 mod server;

@@ -1,0 +1,187 @@
+//! sandboxio as an MCP proxy: the tools of each `[[mcp.upstream]]` are offered as
+//! `<upstream>__<tool>`, and each call is a `tool_call` operation through the gateway's
+//! chain (policy with argument matchers, rate limits, budgets, approvals, one record with
+//! the arguments redacted; the result redacted once by the gateway before it is returned).
+//!
+//! Layout: `upstream` (one server: connection, restarts, timeouts), `launch` (its
+//! transport: a sandboxed process or streamable HTTP), `client` (the MCP client we are to
+//! it), `pins` (description pins against the rug pull), `forward` (one call through the
+//! chain). This file holds the set of upstreams and the downstream sessions to tell when
+//! the tool list changes.
+
+mod client;
+mod forward;
+pub mod launch;
+pub mod pins;
+pub mod upstream;
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::Tool;
+use rmcp::service::Peer;
+use rmcp::RoleServer;
+use sandboxio_config::UpstreamSection;
+use sandboxio_core::ExecRequest;
+use sandboxio_gateway::Gateway;
+
+use pins::{Pins, Seen};
+pub use upstream::{CallError, Upstream};
+
+/// Separates an upstream's name from its tool's name.
+pub const SEPARATOR: &str = "__";
+/// Marks a tool whose description changed since it was approved.
+pub const CHANGED_MARK: &str = "[sandboxio: this tool's description changed since it was approved; calls are refused until a person approves it again] ";
+
+/// The downstream MCP sessions to tell about list changes, and the pins.
+pub struct Notifier {
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    pub(crate) pins: Pins,
+}
+
+impl Notifier {
+    /// Pins every tool of a fresh listing; a changed description is logged.
+    fn observe(&self, up: &Upstream) {
+        for t in up.tools() {
+            let name = format!("{}{SEPARATOR}{}", up.name(), t.name);
+            if self.pins.observe(&name, &t) == Seen::Changed {
+                tracing::warn!(
+                    tool = %name,
+                    code = "SBX_E1911",
+                    "the description of MCP tool `{name}` changed since it was approved; its calls are refused until `sandboxio mcp trust {name}`"
+                );
+            }
+        }
+    }
+
+    /// Sends `notifications/tools/list_changed` to every downstream session still open.
+    fn list_changed(&self) {
+        let peers = match self.peers.lock() {
+            Ok(mut p) => {
+                p.retain(|x| !x.is_transport_closed());
+                p.clone()
+            }
+            Err(_) => return,
+        };
+        for p in peers {
+            tokio::spawn(async move {
+                let _ = p.notify_tool_list_changed().await;
+            });
+        }
+    }
+}
+
+/// Every upstream, in configuration order.
+pub struct Proxy {
+    upstreams: Vec<Arc<Upstream>>,
+    notifier: Arc<Notifier>,
+}
+
+impl Proxy {
+    pub fn new(
+        gw: Arc<Gateway>,
+        base: ExecRequest,
+        upstreams: &[UpstreamSection],
+        pins: Pins,
+    ) -> Arc<Proxy> {
+        let notifier = Arc::new(Notifier {
+            peers: Mutex::new(Vec::new()),
+            pins,
+        });
+        let upstreams = upstreams
+            .iter()
+            .map(|u| {
+                Upstream::new(
+                    u.clone(),
+                    gw.clone(),
+                    base.clone(),
+                    Arc::downgrade(&notifier),
+                )
+            })
+            .collect();
+        Arc::new(Proxy {
+            upstreams,
+            notifier,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.upstreams.is_empty()
+    }
+
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    pub fn pins(&self) -> &Pins {
+        &self.notifier.pins
+    }
+
+    /// A downstream session to tell when the list changes.
+    pub fn subscribe(&self, peer: Peer<RoleServer>) {
+        if let Ok(mut p) = self.notifier.peers.lock() {
+            p.retain(|x| !x.is_transport_closed());
+            p.push(peer);
+        }
+    }
+
+    /// The namespaced tools of every upstream. Upstreams never listed are started first,
+    /// all at once, each within its own start timeout; one that does not come up is left
+    /// out (and tried again at the next listing).
+    pub async fn tools(&self) -> Vec<Tool> {
+        let pending: Vec<_> = self
+            .upstreams
+            .iter()
+            .filter(|u| !u.listed())
+            .map(|u| {
+                let u = u.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = u.connection().await {
+                        tracing::warn!(upstream = %u.name(), code = e.code(), "MCP upstream unavailable: {e}");
+                    }
+                })
+            })
+            .collect();
+        for p in pending {
+            let _ = p.await;
+        }
+        let mut out = Vec::new();
+        for u in &self.upstreams {
+            for t in u.tools() {
+                let name = format!("{}{SEPARATOR}{}", u.name(), t.name);
+                let mut shown = t.clone();
+                if self.notifier.pins.is_changed(&name) {
+                    let d = shown.description.as_deref().unwrap_or_default();
+                    shown.description = Some(format!("{CHANGED_MARK}{d}").into());
+                }
+                shown.name = name.into();
+                out.push(shown);
+            }
+        }
+        out
+    }
+
+    /// The upstream and its own tool name for a namespaced name.
+    pub fn find(&self, name: &str) -> Option<(Arc<Upstream>, String)> {
+        let (up, tool) = name.split_once(SEPARATOR)?;
+        if tool.is_empty() {
+            return None;
+        }
+        self.upstreams
+            .iter()
+            .find(|u| u.name() == up)
+            .map(|u| (u.clone(), tool.to_string()))
+    }
+
+    /// Ends every upstream (their process trees with them).
+    pub fn stop(&self) {
+        for u in &self.upstreams {
+            u.stop();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

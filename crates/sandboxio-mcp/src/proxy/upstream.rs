@@ -1,0 +1,492 @@
+//! One upstream MCP server: its connection (started on first use), its last listing,
+//! restarts with backoff, and calls bounded by its timeout.
+//!
+//! - A connection that ends (the process crashed or was killed, the HTTP session broke)
+//!   fails the calls in flight at once (`SBX_E1909`); the next use starts a new one. The
+//!   first restart after a crash is immediate, later ones wait 250 ms doubling up to 30 s
+//!   while starting keeps failing (`SBX_E1908` meanwhile). A call that succeeds resets it.
+//! - A call that takes longer than `call_timeout` fails (`SBX_E1910`) and the upstream is
+//!   told it was cancelled; a start that takes longer than `start_timeout` fails.
+//! - Nothing here holds a lock while waiting on the upstream, so one slow or dead
+//!   upstream never holds up another, nor a listing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, Tool};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::{RoleClient, ServiceExt as _};
+use sandboxio_config::UpstreamSection;
+use sandboxio_core::ExecRequest;
+use sandboxio_gateway::{CancelToken, Gateway};
+
+use super::client::UpstreamClient;
+use super::launch::{self, Launched, Process};
+use super::Notifier;
+
+/// Longest wait between two starts of an upstream that keeps failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// A stdio upstream is replaced before its output reaches this share of its cap.
+const RETIRE_SHARE: u64 = 3;
+
+/// Why a call did not get the upstream's answer.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// Not running and not startable now (with why, and when it is tried again).
+    Unavailable {
+        why: String,
+    },
+    /// The connection ended while the call was in flight.
+    Crashed {
+        why: String,
+    },
+    TimedOut {
+        after: Duration,
+    },
+    Cancelled,
+    /// The upstream answered with a protocol error, or something else failed.
+    Failed {
+        why: String,
+    },
+}
+
+impl CallError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallError::Unavailable { .. } => "SBX_E1908",
+            CallError::Crashed { .. } => "SBX_E1909",
+            CallError::TimedOut { .. } => "SBX_E1910",
+            CallError::Cancelled => "SBX_E1914",
+            CallError::Failed { .. } => "SBX_E1912",
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unavailable { why } => write!(f, "the upstream is not available: {why}"),
+            CallError::Crashed { why } => write!(
+                f,
+                "the upstream stopped while the call was in flight ({why}); it is restarted on the next call"
+            ),
+            CallError::TimedOut { after } => {
+                write!(f, "the upstream did not answer within {}s", after.as_secs_f64())
+            }
+            CallError::Cancelled => write!(f, "the call was cancelled by the MCP client"),
+            CallError::Failed { why } => write!(f, "{why}"),
+        }
+    }
+}
+
+/// A live connection.
+pub(crate) struct Conn {
+    client: RunningService<RoleClient, UpstreamClient>,
+    process: Option<Process>,
+    started: Instant,
+    /// Set once the connection is known to have ended.
+    dead: AtomicBool,
+}
+
+impl Conn {
+    fn alive(&self) -> bool {
+        !self.dead.load(Ordering::SeqCst) && !self.client.is_closed()
+    }
+
+    /// Whether the process nears the end of its lifetime or output cap.
+    fn retiring(&self, cap: u64, lifetime: Duration) -> bool {
+        let Some(p) = &self.process else { return false };
+        p.stdout_bytes.load(Ordering::Relaxed) > cap / 4 * RETIRE_SHARE
+            || self.started.elapsed() + Duration::from_secs(60) > lifetime
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.process
+            .as_ref()
+            .and_then(|p| {
+                p.stderr_tail
+                    .lock()
+                    .ok()
+                    .map(|t| String::from_utf8_lossy(&t).into_owned())
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(p) = &self.process {
+            p.token.cancel("the MCP upstream's connection was closed");
+        }
+    }
+}
+
+struct State {
+    conn: Option<Arc<Conn>>,
+    /// Starts that failed (or connections that ended) since the last success.
+    failures: u32,
+    not_before: Option<Instant>,
+    last_error: Option<String>,
+    /// The last listing, as the upstream gave it.
+    tools: Vec<Tool>,
+    listed: bool,
+}
+
+pub struct Upstream {
+    pub(crate) cfg: UpstreamSection,
+    gw: Arc<Gateway>,
+    base: ExecRequest,
+    state: Mutex<State>,
+    /// Serialises starts (held across the start, never across a call).
+    starting: tokio::sync::Mutex<()>,
+    notifier: Weak<Notifier>,
+    me: Weak<Upstream>,
+    starts: AtomicU64,
+}
+
+fn backoff(failures: u32) -> Duration {
+    match failures {
+        0 | 1 => Duration::ZERO,
+        n => FIRST_BACKOFF
+            .saturating_mul(1u32 << (n - 2).min(8))
+            .min(MAX_BACKOFF),
+    }
+}
+
+fn service_error(e: ServiceError) -> CallError {
+    match e {
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => CallError::Crashed {
+            why: "its connection closed".into(),
+        },
+        ServiceError::Timeout { timeout } => CallError::TimedOut { after: timeout },
+        ServiceError::Cancelled { .. } => CallError::Cancelled,
+        ServiceError::McpError(e) => CallError::Failed {
+            why: format!("the upstream refused the call: {}", e.message),
+        },
+        other => CallError::Failed {
+            why: format!("the upstream's answer was unusable: {other}"),
+        },
+    }
+}
+
+impl Upstream {
+    pub(crate) fn new(
+        cfg: UpstreamSection,
+        gw: Arc<Gateway>,
+        base: ExecRequest,
+        notifier: Weak<Notifier>,
+    ) -> Arc<Upstream> {
+        Arc::new_cyclic(|me| Upstream {
+            cfg,
+            gw,
+            base,
+            state: Mutex::new(State {
+                conn: None,
+                failures: 0,
+                not_before: None,
+                last_error: None,
+                tools: Vec::new(),
+                listed: false,
+            }),
+            starting: tokio::sync::Mutex::new(()),
+            notifier,
+            me: me.clone(),
+            starts: AtomicU64::new(0),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// How many times a connection was started (restarts included).
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
+    }
+
+    /// The last listing (empty until the upstream has been listed once).
+    pub(crate) fn tools(&self) -> Vec<Tool> {
+        self.state
+            .lock()
+            .map(|s| s.tools.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn listed(&self) -> bool {
+        self.state.lock().map(|s| s.listed).unwrap_or(false)
+    }
+
+    fn live(&self) -> Option<Arc<Conn>> {
+        let mut s = self.state.lock().ok()?;
+        let cap = sandboxio_core::Limits::max().stdout_cap.0;
+        let lifetime = sandboxio_core::Limits::max().timeout;
+        let c = s.conn.clone()?;
+        if c.alive() && !c.retiring(cap, lifetime) {
+            return Some(c);
+        }
+        if !c.alive() {
+            // It ended: count it, so a crash loop backs off.
+            s.failures += 1;
+            s.last_error = Some(format!("it stopped{}", tail(&c.stderr_tail())));
+            s.not_before = Some(Instant::now() + backoff(s.failures));
+        }
+        s.conn = None;
+        None
+    }
+
+    /// A live connection, starting one when none is (and the backoff allows).
+    pub(crate) async fn connection(&self) -> Result<Arc<Conn>, CallError> {
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        let _starting = self.starting.lock().await;
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        if let Ok(s) = self.state.lock() {
+            if let Some(t) = s.not_before {
+                if Instant::now() < t {
+                    let wait = t - Instant::now();
+                    return Err(CallError::Unavailable {
+                        why: format!(
+                            "{}; started again in {} ms",
+                            s.last_error.as_deref().unwrap_or("starting it failed"),
+                            wait.as_millis()
+                        ),
+                    });
+                }
+            }
+        }
+        match self.start().await {
+            Ok(c) => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.conn = Some(c.clone());
+                    s.not_before = None;
+                }
+                // A (re)started upstream may offer other tools.
+                if let Ok(tools) = list(&c).await {
+                    self.take_listing(tools);
+                }
+                Ok(c)
+            }
+            Err(why) => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.failures += 1;
+                    s.last_error = Some(why.clone());
+                    s.not_before = Some(Instant::now() + backoff(s.failures + 1));
+                }
+                Err(CallError::Unavailable { why })
+            }
+        }
+    }
+
+    async fn start(&self) -> Result<Arc<Conn>, String> {
+        self.starts.fetch_add(1, Ordering::Relaxed);
+        let client = UpstreamClient {
+            upstream: self.me.clone(),
+        };
+        let timeout = self.cfg.start_timeout.0;
+        let (served, mut process) = match launch::launch(&self.gw, &self.base, &self.cfg) {
+            Launched::Stdio(t, p) => (
+                tokio::time::timeout(timeout, client.serve(t)).await,
+                Some(p),
+            ),
+            Launched::Http(t) => (tokio::time::timeout(timeout, client.serve(t)).await, None),
+        };
+        let fail = |process: &mut Option<Process>, why: String| {
+            let mut why = why;
+            if let Some(p) = process.as_mut() {
+                p.token.cancel("the MCP upstream did not start");
+                if let Some(mut ended) = p.ended.take() {
+                    if let Ok(end) = ended.try_recv() {
+                        why = format!("{why} (its process: {end})");
+                    }
+                }
+                if let Ok(t) = p.stderr_tail.lock() {
+                    why.push_str(&tail(&String::from_utf8_lossy(&t)));
+                }
+            }
+            why
+        };
+        match served {
+            Ok(Ok(client)) => {
+                let conn = Arc::new(Conn {
+                    client,
+                    process,
+                    started: Instant::now(),
+                    dead: AtomicBool::new(false),
+                });
+                self.watch(&conn);
+                Ok(conn)
+            }
+            Ok(Err(e)) => {
+                // Give the process a moment to say why it ended.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(fail(&mut process, format!("initialising it failed: {e}")))
+            }
+            Err(_) => Err(fail(
+                &mut process,
+                format!("it did not initialise within {}s", timeout.as_secs_f64()),
+            )),
+        }
+    }
+
+    /// Marks the connection dead as soon as its process ends, so calls in flight fail at
+    /// once rather than at their timeout.
+    fn watch(&self, conn: &Arc<Conn>) {
+        let weak = Arc::downgrade(conn);
+        let ct = conn.client.cancellation_token();
+        let ended = conn.process.as_ref().map(|p| p.token.clone());
+        tokio::spawn(async move {
+            match ended {
+                Some(token) => {
+                    tokio::select! {
+                        _ = token.cancelled() => {}
+                        _ = wait_closed(&weak) => {}
+                    }
+                }
+                None => wait_closed(&weak).await,
+            }
+            if let Some(c) = weak.upgrade() {
+                c.dead.store(true, Ordering::SeqCst);
+            }
+            let _ = ct;
+        });
+    }
+
+    /// Lists the upstream's tools now and takes the listing (after a `list_changed`).
+    pub(crate) async fn refresh(&self) {
+        let Some(c) = self.live() else { return };
+        match list(&c).await {
+            Ok(tools) => self.take_listing(tools),
+            Err(e) => {
+                tracing::warn!(upstream = %self.cfg.name, code = e.code(), "listing the upstream's tools failed: {e}")
+            }
+        }
+    }
+
+    /// Takes a listing: pins descriptions, and tells the downstream clients when what
+    /// they see changed.
+    fn take_listing(&self, tools: Vec<Tool>) {
+        let changed = {
+            let Ok(mut s) = self.state.lock() else { return };
+            let before = serde_json::to_string(&s.tools).unwrap_or_default();
+            let after = serde_json::to_string(&tools).unwrap_or_default();
+            let first = !s.listed;
+            s.tools = tools;
+            s.listed = true;
+            before != after && !first
+        };
+        if let Some(n) = self.notifier.upgrade() {
+            n.observe(self);
+            if changed {
+                n.list_changed();
+            }
+        }
+    }
+
+    /// Calls `tool` (the upstream's own name) with the upstream's timeout; `cancel` ends
+    /// the wait (and tells the upstream).
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        arguments: Option<rmcp::model::JsonObject>,
+        cancel: &CancelToken,
+    ) -> Result<CallToolResult, CallError> {
+        let conn = self.connection().await?;
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        let timeout = self.cfg.call_timeout.0;
+        let peer = conn.client.peer().clone();
+        let call = peer.call_tool_once(params);
+        let dead = wait_dead(&conn);
+        let got = tokio::select! {
+            r = tokio::time::timeout(timeout, call) => match r {
+                Ok(r) => r.map_err(service_error),
+                Err(_) => Err(CallError::TimedOut { after: timeout }),
+            },
+            why = cancel.cancelled() => {
+                let _ = why;
+                Err(CallError::Cancelled)
+            }
+            _ = dead => Err(CallError::Crashed { why: format!("it stopped{}", tail(&conn.stderr_tail())) }),
+        };
+        let got = match got {
+            Ok(CallToolResponse::Complete(r)) => Ok(r),
+            Ok(_) => Err(CallError::Failed {
+                why: "the upstream answered with a task or an input request, which the proxy does not forward".into(),
+            }),
+            Err(CallError::Crashed { why }) => {
+                conn.dead.store(true, Ordering::SeqCst);
+                Err(CallError::Crashed { why })
+            }
+            Err(e) => Err(e),
+        };
+        if got.is_ok() {
+            if let Ok(mut s) = self.state.lock() {
+                s.failures = 0;
+            }
+        }
+        got
+    }
+
+    /// Ends the connection (its process tree with it).
+    pub fn stop(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            if let Some(c) = s.conn.take() {
+                c.dead.store(true, Ordering::SeqCst);
+                if let Some(p) = &c.process {
+                    p.token.cancel("the MCP proxy stopped");
+                }
+            }
+        }
+    }
+}
+
+async fn list(c: &Conn) -> Result<Vec<Tool>, CallError> {
+    c.client
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(service_error)
+}
+
+async fn wait_closed(weak: &Weak<Conn>) {
+    loop {
+        match weak.upgrade() {
+            Some(c) if c.alive() => {}
+            _ => return,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_dead(conn: &Arc<Conn>) {
+    let weak = Arc::downgrade(conn);
+    wait_closed(&weak).await
+}
+
+/// The end of an upstream's stderr, for an error message.
+fn tail(stderr: &str) -> String {
+    let t = stderr.trim();
+    if t.is_empty() {
+        return String::new();
+    }
+    let start = t.char_indices().rev().nth(300).map(|(i, _)| i).unwrap_or(0);
+    format!("; its stderr ends: {}", &t[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_immediate_once_then_doubles_to_a_ceiling() {
+        assert_eq!(backoff(1), Duration::ZERO);
+        assert_eq!(backoff(2), FIRST_BACKOFF);
+        assert_eq!(backoff(3), FIRST_BACKOFF * 2);
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+}
