@@ -214,6 +214,8 @@ pub enum Command {
         common: Common,
         #[command(flatten)]
         opts: McpArgs,
+        #[command(subcommand)]
+        cmd: Option<McpCmd>,
     },
     /// Create, list and revoke API keys for the HTTP API.
     Keys {
@@ -222,6 +224,18 @@ pub enum Command {
         #[command(subcommand)]
         cmd: KeysCmd,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCmd {
+    /// Approve the current description of a proxied tool (`<upstream>__<tool>`) whose
+    /// description changed since it was approved; its calls are refused until then.
+    Trust {
+        /// The namespaced tool name.
+        tool: String,
+    },
+    /// List the proxied tools' description pins (approved and latest digests) as JSON.
+    Pins,
 }
 
 #[derive(Debug, Subcommand)]

@@ -280,7 +280,7 @@ url = "http://127.0.0.1:8080/mcp"
             ),
             (
                 "name = \"a\"\ncommand = [\"x\"]\nbogus = 1",
-                "unknown field",
+                "unknown key `bogus`",
             ),
         ] {
             let text = format!("[[mcp.upstream]]\n{body}\n");

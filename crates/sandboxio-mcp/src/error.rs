@@ -23,6 +23,10 @@ pub enum McpError {
         transport: &'static str,
         why: String,
     },
+    #[error(
+        "no MCP tool `{tool}` has been seen (list the tools once; names are `<upstream>__<tool>`)"
+    )]
+    NoPin { tool: String },
     #[error("the MCP tool pins in `{path}` are unusable: {why}")]
     Pins { path: String, why: String },
     #[error("the caller may not use `{tool}`: {why}")]
@@ -45,6 +49,7 @@ impl ErrorCode for McpError {
             McpError::Transport { .. } => "SBX_E1906",
             McpError::Forbidden { code, .. } => code,
             McpError::Pins { .. } => "SBX_E1913",
+            McpError::NoPin { .. } => "SBX_E1915",
         }
     }
 
@@ -53,7 +58,8 @@ impl ErrorCode for McpError {
             McpError::BadArguments { .. }
             | McpError::UnknownTool { .. }
             | McpError::NoSandbox { .. }
-            | McpError::TooManySandboxes { .. } => ErrorClass::Usage,
+            | McpError::TooManySandboxes { .. }
+            | McpError::NoPin { .. } => ErrorClass::Usage,
             McpError::Forbidden { .. } => ErrorClass::Denied,
             McpError::Gateway { .. }
             | McpError::Poisoned

@@ -7,12 +7,35 @@ use anyhow::Result;
 use sandboxio_core::{HumanDuration, Principal};
 use sandboxio_mcp::McpOptions;
 
-use crate::args::{Common, McpArgs};
+use crate::args::{Common, McpArgs, McpCmd};
 use crate::exit;
+use crate::out::outln;
 use crate::setup;
 
-pub async fn mcp(common: Common, args: McpArgs) -> Result<i32> {
+pub async fn mcp(common: Common, args: McpArgs, cmd: Option<McpCmd>) -> Result<i32> {
     let loaded = setup::load(&common)?;
+    match cmd {
+        Some(McpCmd::Trust { tool }) => {
+            let runtime = loaded.runtime(&common, None)?;
+            let pin = sandboxio_mcp::proxy::trust(&runtime, &tool, &setup::actor()).await?;
+            if pin.changed() {
+                outln!(
+                    "approved the new description of `{tool}`: {}",
+                    pin.description
+                )?;
+            } else {
+                outln!("`{tool}` was not changed; its description stays approved")?;
+            }
+            return Ok(exit::OK);
+        }
+        Some(McpCmd::Pins) => {
+            let runtime = loaded.runtime(&common, None)?;
+            let pins = sandboxio_mcp::proxy::pins::Pins::open(runtime.state_dir())?;
+            outln!("{}", serde_json::to_string_pretty(&pins.list())?)?;
+            return Ok(exit::OK);
+        }
+        None => {}
+    }
     let timeout = args
         .approval_timeout
         .as_deref()

@@ -58,7 +58,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Command::Policy { cmd } => policy::policy(cmd),
         Command::Audit { cmd } => audit::audit(cmd).await,
         Command::Serve { common, opts } => serve::serve(common, opts).await,
-        Command::Mcp { common, opts } => mcp::mcp(common, opts).await,
+        Command::Mcp { common, opts, cmd } => mcp::mcp(common, opts, cmd).await,
         Command::Keys { common, cmd } => keys::keys(&common, cmd).await,
     };
     match res {

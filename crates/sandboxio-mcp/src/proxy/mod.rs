@@ -13,6 +13,7 @@ mod client;
 mod forward;
 pub mod launch;
 pub mod pins;
+mod trust;
 pub mod upstream;
 
 use std::sync::{Arc, Mutex};
@@ -25,6 +26,7 @@ use sandboxio_core::ExecRequest;
 use sandboxio_gateway::Gateway;
 
 use pins::{Pins, Seen};
+pub use trust::trust;
 pub use upstream::{CallError, Upstream};
 
 /// Separates an upstream's name from its tool's name.

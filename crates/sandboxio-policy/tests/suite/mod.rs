@@ -1,3 +1,4 @@
+mod args;
 pub mod common;
 mod default_policy;
 mod fixtures;
