@@ -670,6 +670,27 @@ impl Shapes {
     }
 }
 
+/// Applies `f` to every string of a JSON value: leaves and object keys.
+fn redact_json_in_place(v: &mut serde_json::Value, f: &mut impl FnMut(&mut String)) {
+    match v {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => {
+            for i in items {
+                redact_json_in_place(i, f);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (mut k, mut item) in old {
+                f(&mut k);
+                redact_json_in_place(&mut item, f);
+                map.insert(k, item);
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -718,26 +739,5 @@ mod tests {
             let out = r.redact_str(&blob);
             assert!(out.contains("[REDACTED:"), "{pre}: {out}");
         }
-    }
-}
-
-/// Applies `f` to every string of a JSON value: leaves and object keys.
-fn redact_json_in_place(v: &mut serde_json::Value, f: &mut impl FnMut(&mut String)) {
-    match v {
-        serde_json::Value::String(s) => f(s),
-        serde_json::Value::Array(items) => {
-            for i in items {
-                redact_json_in_place(i, f);
-            }
-        }
-        serde_json::Value::Object(map) => {
-            let old = std::mem::take(map);
-            for (mut k, mut item) in old {
-                f(&mut k);
-                redact_json_in_place(&mut item, f);
-                map.insert(k, item);
-            }
-        }
-        _ => {}
     }
 }

@@ -96,8 +96,11 @@ fn stdio(
     // The upstream speaks for every call while it lives: it may live as long as the
     // ceilings allow, and its output caps are the ceilings (it is restarted before then).
     let cfg = gw.config();
-    let ceiling = |v: std::time::Duration, d: std::time::Duration| if v.is_zero() { d } else { v };
-    req.limits.timeout = ceiling(cfg.limits_max.timeout, Limits::max().timeout);
+    req.limits.timeout = if cfg.limits_max.timeout.is_zero() {
+        Limits::max().timeout
+    } else {
+        cfg.limits_max.timeout
+    };
     let cap =
         |v: sandboxio_core::ByteSize, d: sandboxio_core::ByteSize| if v.0 == 0 { d } else { v };
     req.limits.stdout_cap = cap(cfg.limits_max.stdout_cap, Limits::max().stdout_cap);
