@@ -137,7 +137,7 @@ impl Proxy {
             .map(|u| {
                 let u = u.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = u.connection().await {
+                    if let Err(e) = u.ensure_listed().await {
                         tracing::warn!(upstream = %u.name(), code = e.code(), "MCP upstream unavailable: {e}");
                     }
                 })

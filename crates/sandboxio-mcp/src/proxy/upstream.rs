@@ -266,7 +266,7 @@ impl Upstream {
                     s.not_before = None;
                 }
                 // A (re)started upstream may offer other tools.
-                if let Ok(tools) = list(&c).await {
+                if let Ok(tools) = list(&c, self.cfg.start_timeout.0).await {
                     self.take_listing(tools);
                 }
                 Ok(c)
@@ -337,7 +337,6 @@ impl Upstream {
     /// once rather than at their timeout.
     fn watch(&self, conn: &Arc<Conn>) {
         let weak = Arc::downgrade(conn);
-        let ct = conn.client.cancellation_token();
         let ended = conn.process.as_ref().map(|p| p.token.clone());
         tokio::spawn(async move {
             match ended {
@@ -352,14 +351,23 @@ impl Upstream {
             if let Some(c) = weak.upgrade() {
                 c.dead.store(true, Ordering::SeqCst);
             }
-            let _ = ct;
         });
+    }
+
+    /// Starts the upstream if needed and makes sure it has been listed once.
+    pub(crate) async fn ensure_listed(&self) -> Result<(), CallError> {
+        let c = self.connection().await?;
+        if !self.listed() {
+            let tools = list(&c, self.cfg.start_timeout.0).await?;
+            self.take_listing(tools);
+        }
+        Ok(())
     }
 
     /// Lists the upstream's tools now and takes the listing (after a `list_changed`).
     pub(crate) async fn refresh(&self) {
         let Some(c) = self.live() else { return };
-        match list(&c).await {
+        match list(&c, self.cfg.call_timeout.0).await {
             Ok(tools) => self.take_listing(tools),
             Err(e) => {
                 tracing::warn!(upstream = %self.cfg.name, code = e.code(), "listing the upstream's tools failed: {e}")
@@ -445,12 +453,12 @@ impl Upstream {
     }
 }
 
-async fn list(c: &Conn) -> Result<Vec<Tool>, CallError> {
-    c.client
-        .peer()
-        .list_all_tools()
-        .await
-        .map_err(service_error)
+/// The upstream's tools, within `timeout` (a hung upstream must not hold up a start).
+async fn list(c: &Conn, timeout: Duration) -> Result<Vec<Tool>, CallError> {
+    match tokio::time::timeout(timeout, c.client.peer().list_all_tools()).await {
+        Ok(r) => r.map_err(service_error),
+        Err(_) => Err(CallError::TimedOut { after: timeout }),
+    }
 }
 
 async fn wait_closed(weak: &Weak<Conn>) {
