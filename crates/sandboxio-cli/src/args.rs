@@ -224,6 +224,14 @@ pub enum Command {
         #[command(subcommand)]
         cmd: KeysCmd,
     },
+    /// Set, list and remove secrets sealed at rest for the egress proxy (the value is read
+    /// from standard input and never printed).
+    Secrets {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        cmd: SecretsCmd,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -305,6 +313,25 @@ pub struct ServeArgs {
     /// How long an `ask` waits for a person before it is denied (default from config: 300s).
     #[arg(long)]
     pub approval_timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCmd {
+    /// Seal a secret: its value is read from standard input (one trailing newline dropped),
+    /// never from the command line. The key is `SBX_SECRETS_KEY` (64 hex digits), else the
+    /// file `SBX_SECRETS_KEY_FILE`, else a 0600 file outside the state directory, created
+    /// on first use.
+    Set {
+        /// The secret's name (an environment variable name).
+        name: String,
+        /// A host (or `*.domain`) the secret may be sent to; repeat for several.
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+    },
+    /// Names and bound hosts; never values.
+    List,
+    /// Remove a secret.
+    Rm { name: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -109,7 +109,8 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
         | Command::Status { common, .. }
         | Command::Serve { common, .. }
         | Command::Mcp { common, .. }
-        | Command::Keys { common, .. } => Some(common),
+        | Command::Keys { common, .. }
+        | Command::Secrets { common, .. } => Some(common),
         Command::Audit {
             cmd:
                 AuditCmd::Tail { common, .. }

@@ -269,6 +269,10 @@ pub enum AdminAction {
     },
     /// Revoke an API key and every capability token minted from it.
     KeyRevoke { key_id: String },
+    /// A stored secret was sealed as `name`, bound to `hosts` (never its value).
+    SecretSet { name: String, hosts: Vec<String> },
+    /// A stored secret was removed.
+    SecretRemove { name: String },
 }
 
 impl AdminAction {
@@ -283,6 +287,8 @@ impl AdminAction {
             AdminAction::BudgetReopen { .. } => "budget_reopen",
             AdminAction::KeyCreate { .. } => "key_create",
             AdminAction::KeyRevoke { .. } => "key_revoke",
+            AdminAction::SecretSet { .. } => "secret_set",
+            AdminAction::SecretRemove { .. } => "secret_remove",
         }
     }
 }

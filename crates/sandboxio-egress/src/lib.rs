@@ -15,6 +15,7 @@ pub mod guard;
 pub mod proxy;
 pub mod resolve;
 pub mod rules;
+pub mod secrets;
 pub mod ssrf;
 pub mod target;
 

@@ -90,6 +90,8 @@ pub enum GatewayError {
     LeaseLost { replica: String },
     #[error("state url `{url}` is not usable: {why}")]
     StateUrl { url: String, why: String },
+    #[error(transparent)]
+    Secret(#[from] sandboxio_egress::secrets::SecretError),
 }
 
 impl ErrorCode for GatewayError {
@@ -119,10 +121,12 @@ impl ErrorCode for GatewayError {
             GatewayError::PostgresUnavailable { .. } => "SBX_E1541",
             GatewayError::LeaseLost { .. } => "SBX_E1542",
             GatewayError::StateUrl { .. } => "SBX_E1543",
+            GatewayError::Secret(e) => e.code(),
         }
     }
     fn class(&self) -> ErrorClass {
         match self {
+            GatewayError::Secret(e) => e.class(),
             GatewayError::IdempotencyConflict { .. }
             | GatewayError::IdempotencyInProgress { .. } => ErrorClass::Denied,
             GatewayError::ApprovalNotFound { .. }

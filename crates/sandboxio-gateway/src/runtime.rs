@@ -15,6 +15,7 @@ use sandboxio_audit::{
 use sandboxio_budget::{BudgetConfig, BudgetError, RateLimitsConfig};
 use sandboxio_config::Config;
 use sandboxio_core::{ErrorCode, ExecRequest};
+use sandboxio_egress::secrets::{KeySource, SecretError, SecretStore};
 use sandboxio_policy::{PolicyError, PolicySet, PolicySource};
 use thiserror::Error;
 
@@ -81,6 +82,8 @@ pub struct RuntimeOptions {
     pub metrics_tap: Option<Arc<dyn MetricsTap>>,
     /// What an embedding front end sets for its own instance (never global state).
     pub embed: Embedding,
+    /// The key that seals stored secrets (default: [`secrets_key`] from the environment).
+    pub secrets_key: KeySource,
 }
 
 /// Settings an embedding front end (the Python package) gives its runtime on top of the
@@ -116,6 +119,7 @@ impl RuntimeOptions {
             env: Vec::new(),
             metrics_tap: None,
             embed: Embedding::default(),
+            secrets_key: secrets_key(|k| std::env::var(k).ok()),
         }
     }
 }
@@ -126,6 +130,7 @@ pub struct Runtime {
     store: Arc<dyn Store>,
     config: Config,
     state_dir: PathBuf,
+    secrets_key: KeySource,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -144,8 +149,13 @@ impl Runtime {
     pub fn open(opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
         let mut cfg = gateway_config(&opts.config, opts.approval_timeout)?;
         // No mount may reach the state (database, trail, signing key) or the policy.
+        let key_file = match &opts.secrets_key {
+            KeySource::File(p) => Some(p.as_path()),
+            KeySource::Value { .. } => None,
+        };
         cfg.protected_paths = std::iter::once(opts.state_dir.as_path())
             .chain(opts.policy_files.iter().map(|p| p.as_path()))
+            .chain(key_file)
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
             .collect();
         let store = open_store(&opts.config, &opts.state_dir)?;
@@ -183,7 +193,13 @@ impl Runtime {
             store,
             config: opts.config,
             state_dir: opts.state_dir,
+            secrets_key: opts.secrets_key,
         })
+    }
+
+    /// The stored secrets, sealed under this runtime's key.
+    pub fn secret_store(&self) -> Result<SecretStore, SecretError> {
+        secret_store(&self.state_dir, self.secrets_key.clone())
     }
 
     pub fn gateway(&self) -> &Arc<Gateway> {
@@ -348,6 +364,55 @@ pub fn load_policy(c: &Config, files: &[PathBuf]) -> Result<PolicySet, RuntimeEr
         return Ok(PolicySet::from_sources(&[src])?);
     }
     Ok(PolicySet::load_files(&files)?)
+}
+
+/// Where the secrets key comes from: `SBX_SECRETS_KEY` (64 hex digits), else the file
+/// `SBX_SECRETS_KEY_FILE`, else `/etc/sandboxio/secrets.key` for root and
+/// `$XDG_CONFIG_HOME/sandboxio/secrets.key` (or `~/.config/...`) for others: never the
+/// state directory, so a copy of the state alone opens nothing.
+pub fn secrets_key(env: impl Fn(&str) -> Option<String>) -> KeySource {
+    let set = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(hex) = set("SBX_SECRETS_KEY") {
+        return KeySource::value("SBX_SECRETS_KEY", hex);
+    }
+    if let Some(p) = set("SBX_SECRETS_KEY_FILE") {
+        return KeySource::File(PathBuf::from(p));
+    }
+    if is_root() {
+        return KeySource::File(PathBuf::from("/etc/sandboxio/secrets.key"));
+    }
+    let base = set("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(std::env::temp_dir);
+    KeySource::File(base.join("sandboxio/secrets.key"))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The stored secrets of `state_dir` (`secrets.json`), sealed under `key`; a key file
+/// inside the state directory is refused (the key is kept apart from what it seals).
+pub fn secret_store(state_dir: &Path, key: KeySource) -> Result<SecretStore, SecretError> {
+    if let KeySource::File(p) = &key {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+        if abs.starts_with(&dir) {
+            return Err(SecretError::KeyUnusable {
+                source_name: p.display().to_string(),
+                why: "the key file is inside the state directory; keep it apart from the state it seals".into(),
+            });
+        }
+    }
+    Ok(SecretStore::new(state_dir.join("secrets.json"), key))
 }
 
 /// The audit trail file: `[audit] file`, else `audit.jsonl` in the state directory.

@@ -9,6 +9,7 @@ mod policy;
 mod recover;
 mod rotate_key;
 mod run;
+mod secrets;
 mod serve;
 mod state;
 mod status;
@@ -60,6 +61,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Command::Serve { common, opts } => serve::serve(common, opts).await,
         Command::Mcp { common, opts, cmd } => mcp::mcp(common, opts, cmd).await,
         Command::Keys { common, cmd } => keys::keys(&common, cmd).await,
+        Command::Secrets { common, cmd } => secrets::secrets(&common, cmd).await,
     };
     match res {
         Ok(code) => code,
@@ -102,6 +104,7 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_core::CoreError>(cause))
             .or_else(|| typed::<sandboxio_gateway::GatewayError>(cause))
             .or_else(|| typed::<sandboxio_gateway::RuntimeError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::egress::secrets::SecretError>(cause))
             .or_else(|| typed::<sandboxio_sandbox::SandboxError>(cause))
             .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
             .or_else(|| typed::<sandboxio_audit::AuditError>(cause))

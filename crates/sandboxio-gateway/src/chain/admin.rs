@@ -274,6 +274,19 @@ impl Gateway {
                 rec.tenant_id = Some(c.tenant);
                 done(rec, format!("API key `{key_id}` revoked by {actor}"));
             }
+            AdminAction::SecretSet { name, hosts } => {
+                // Sealed by `set_secret` just before; this is its record.
+                done(
+                    rec,
+                    format!(
+                        "secret `{name}` set by {actor}, bound to {}",
+                        hosts.join(", ")
+                    ),
+                );
+            }
+            AdminAction::SecretRemove { name } => {
+                done(rec, format!("secret `{name}` removed by {actor}"));
+            }
             AdminAction::KeyRotate { key_id } => {
                 done(
                     rec,
@@ -286,7 +299,7 @@ impl Gateway {
 }
 
 /// The error for an operator action the chain refused (its record says why).
-fn refused(action: &'static str, out: &Outcome) -> GatewayError {
+pub(crate) fn refused(action: &'static str, out: &Outcome) -> GatewayError {
     let code = out.record.error_code.as_deref().unwrap_or("SBX_E1521");
     GatewayError::AdminRefused {
         action,

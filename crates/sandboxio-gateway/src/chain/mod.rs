@@ -16,6 +16,7 @@ mod mounts;
 mod offload;
 mod record;
 mod resolve;
+mod secrets;
 mod stop;
 
 pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME};
