@@ -85,7 +85,8 @@ fn stopped(o: &Outcome) -> bool {
 /// `exec` and `run_code`.
 pub fn run(o: &Outcome, sandbox_id: &str) -> CallToolResult {
     match (&o.result, stopped(o)) {
-        (Some(r), false) => {
+        // A failed copy-out is an error record, but the program ran: its output stands.
+        (Some(r), stop) if !stop || r.copy_out_error.is_some() => {
             let (exit_code, signal) = match r.exit {
                 ExitStatus::Code(c) => (Some(c), None),
                 ExitStatus::Signal(s) => (None, Some(s)),
@@ -100,6 +101,11 @@ pub fn run(o: &Outcome, sandbox_id: &str) -> CallToolResult {
                 timed_out: r.timed_out,
                 oom_killed: r.oom_killed,
                 cancelled: r.cancelled.clone(),
+                output_incomplete: r.output_incomplete.clone(),
+                copy_out_error: r
+                    .copy_out_error
+                    .as_ref()
+                    .map(|e| format!("[{}] {}", e.code, e.message)),
                 duration_ms: r.duration_ms,
                 operation_id: o.record.operation_id.clone(),
                 sandbox_id: sandbox_id.to_string(),

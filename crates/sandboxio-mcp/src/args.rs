@@ -128,6 +128,12 @@ pub struct RunOutput {
     pub oom_killed: bool,
     /// Why the run was cancelled, if it was.
     pub cancelled: Option<String>,
+    /// Set when output was left unread after the program ended (a pipe held open from
+    /// outside its process tree), and why.
+    pub output_incomplete: Option<String>,
+    /// Set when the program ran but its output files could not be copied out:
+    /// `[SBX_E....] message`. The output above is still the program's.
+    pub copy_out_error: Option<String>,
     pub duration_ms: u64,
     /// The gateway's operation id (its record in the audit trail).
     pub operation_id: String,
