@@ -346,9 +346,11 @@ pub fn gone_within(marker: &str, secs: u64) -> Vec<String> {
     processes_with(marker)
 }
 
-/// Waits (at most 10 s) until a live process contains `marker`.
+/// Waits (at most 60 s) until a live process contains `marker`.
 pub fn started(marker: &str) -> bool {
-    for _ in 0..200 {
+    // A loaded CI host can take seconds to start a sandbox; a passing run returns as soon
+    // as the process shows.
+    for _ in 0..1200 {
         if !processes_with(marker).is_empty() {
             return true;
         }
