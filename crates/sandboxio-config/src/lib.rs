@@ -5,12 +5,14 @@
 //! construction. Errors carry the key and the line. Nothing here touches the filesystem
 //! except [`Config::load`] and [`write_default`].
 
+mod e2b;
 mod error;
 mod mcp;
 mod model;
 mod server;
 mod state_url;
 
+pub use e2b::{E2bSection, E2bTemplate, E2B_BASE_TEMPLATE, E2B_CODE_INTERPRETER_TEMPLATE};
 pub use error::ConfigError;
 pub use mcp::{
     check_upstream_name, McpSection, UpstreamSection, UpstreamTransport, DEFAULT_MAX_MESSAGE,

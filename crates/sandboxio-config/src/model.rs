@@ -31,6 +31,9 @@ pub struct Config {
     /// MCP servers proxied through the chain (`[[mcp.upstream]]`).
     #[serde(default, skip_serializing_if = "crate::mcp::McpSection::is_empty")]
     pub mcp: crate::mcp::McpSection,
+    /// The E2B-compatible API of `sandboxio serve` (`docs/E2B.md`).
+    #[serde(default)]
+    pub e2b: crate::e2b::E2bSection,
     /// Budget ceilings, rate card and latency budgets; validated by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<toml::Table>,

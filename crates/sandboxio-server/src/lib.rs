@@ -16,6 +16,7 @@ pub mod body;
 pub mod context;
 pub mod contexts;
 pub mod dashboard;
+pub mod e2b;
 pub mod error;
 pub mod launch;
 pub mod lifecycle;

@@ -128,6 +128,21 @@ impl Session {
         end
     }
 
+    /// Sets its end to `at` (earlier or later than now's), never past `max` from creation.
+    /// Returns the new end.
+    pub fn set_end(&self, at: DateTime<Utc>, max: Duration) -> DateTime<Utc> {
+        let cap = self.created_at + chrono_dur(max);
+        let mut t = match self.expires_at.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        *t = at.min(cap);
+        let end = *t;
+        drop(t);
+        self.save();
+        end
+    }
+
     fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
         match self.gate.lock() {
             Ok(g) => g,

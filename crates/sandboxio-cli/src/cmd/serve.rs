@@ -156,14 +156,16 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         sandboxio_mcp::McpOptions::from_runtime(&runtime)?,
         state.clone(),
     );
-    let router = app::router(
-        state.clone(),
-        vec![
-            sandboxio_server::dashboard::routes(),
-            sandboxio_server::metrics::routes(),
-            mcp,
-        ],
-    );
+    let mut extra = vec![
+        sandboxio_server::dashboard::routes(),
+        sandboxio_server::metrics::routes(),
+        mcp,
+    ];
+    // The E2B-compatible API on the same listener, when configured (docs/E2B.md).
+    if loaded.config.e2b.enabled {
+        extra.push(sandboxio_server::e2b::routes(loaded.config.e2b.clone()));
+    }
+    let router = app::router(state.clone(), extra);
     let listener = Listener::bind(&state.opts).await?;
     let scheme = if listener.is_tls() { "https" } else { "http" };
     // One line on stdout, for scripts and tests that start the server.

@@ -1,0 +1,158 @@
+//! Who calls the E2B API. The lifecycle API takes a sandboxio API key as E2B's
+//! `X-API-Key` (`E2B_API_KEY`), mapped to its tenant and scopes like a bearer token. envd
+//! and the code interpreter are reached with `E2b-Sandbox-Id` / `E2b-Sandbox-Port` and the
+//! sandbox's access token (`X-Access-Token`, or the interpreter's
+//! `E2B-Traffic-Access-Token`); such a call acts as the key that created the sandbox, which
+//! must still be live.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use chrono::Utc;
+
+use super::error::E2bError;
+use super::registry::Entry;
+use super::E2b;
+use crate::auth::{authenticate, Caller};
+use crate::context::RequestCtx;
+use crate::error::ServerError;
+use crate::sessions::Session;
+use crate::state::AppState;
+
+pub const API_KEY: &str = "x-api-key";
+pub const SANDBOX_ID: &str = "e2b-sandbox-id";
+pub const SANDBOX_PORT: &str = "e2b-sandbox-port";
+pub const ACCESS_TOKEN: &str = "x-access-token";
+pub const TRAFFIC_TOKEN: &str = "e2b-traffic-access-token";
+pub const ENVD_PORT: &str = "49983";
+pub const INTERPRETER_PORT: &str = "49999";
+
+/// The request's trace context (stamped by the app's layer).
+pub struct Ctx(pub RequestCtx);
+
+impl FromRequestParts<AppState> for Ctx {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Infallible> {
+        Ok(Ctx(parts
+            .extensions
+            .get::<RequestCtx>()
+            .cloned()
+            .unwrap_or_else(|| {
+                RequestCtx::from_headers(&parts.headers)
+            })))
+    }
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// The caller of a lifecycle request: `X-API-Key` (or a bearer token).
+pub async fn api_caller(st: &AppState, h: &HeaderMap, ctx: RequestCtx) -> Result<Caller, E2bError> {
+    let token = header(h, API_KEY)
+        .or_else(|| {
+            header(h, "authorization")
+                .and_then(|v| v.split_once(' '))
+                .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
+                .map(|(_, t)| t.trim())
+        })
+        .ok_or(ServerError::Unauthenticated)?;
+    let credential = authenticate(st, token).await?;
+    Ok(Caller { credential, ctx })
+}
+
+/// Which in-sandbox service a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    Envd,
+    Interpreter,
+}
+
+/// An authenticated call to a sandbox's envd or code interpreter.
+pub struct InSandbox {
+    pub caller: Caller,
+    pub session: Arc<Session>,
+    pub entry: Arc<Entry>,
+}
+
+/// Authenticates a call into sandbox `E2b-Sandbox-Id` on `port`.
+pub async fn in_sandbox(
+    st: &AppState,
+    e2b: &E2b,
+    h: &HeaderMap,
+    ctx: RequestCtx,
+    port: Port,
+) -> Result<InSandbox, E2bError> {
+    let id = header(h, SANDBOX_ID).ok_or_else(|| E2bError::BadRequest {
+        why: "the request names no sandbox (`E2b-Sandbox-Id`)".into(),
+    })?;
+    let want = match port {
+        Port::Envd => ENVD_PORT,
+        Port::Interpreter => INTERPRETER_PORT,
+    };
+    let given = header(h, SANDBOX_PORT).unwrap_or(ENVD_PORT);
+    if given != want {
+        return Err(E2bError::BadPort {
+            port: given.chars().take(16).collect(),
+        });
+    }
+    let gone = || E2bError::NoSandbox {
+        id: id.chars().take(64).collect(),
+    };
+    let entry = e2b.registry.get(id).ok_or_else(gone)?;
+    let Some(session) = st.sessions.get(&entry.tenant, id) else {
+        e2b.registry.remove(id);
+        return Err(gone());
+    };
+    let token = header(h, ACCESS_TOKEN).or_else(|| match port {
+        Port::Interpreter => header(h, TRAFFIC_TOKEN),
+        Port::Envd => None,
+    });
+    if !token.is_some_and(|t| entry.token_matches(t)) {
+        return Err(E2bError::AccessToken {
+            sandbox: entry.sandbox_id.clone(),
+        });
+    }
+    let credential = live_credential(st, &entry.credential_id).await?;
+    Ok(InSandbox {
+        caller: Caller { credential, ctx },
+        session,
+        entry,
+    })
+}
+
+/// The credential `id` if it (and the key it was minted from) is still live.
+async fn live_credential(
+    st: &AppState,
+    id: &str,
+) -> Result<sandboxio_gateway::credential::Credential, ServerError> {
+    let load = |id: String| {
+        let store = st.backend.store().clone();
+        async move {
+            tokio::task::spawn_blocking(move || store.credential(&id))
+                .await
+                .map_err(|_| ServerError::Internal {
+                    action: "checking a credential",
+                })?
+                .map_err(ServerError::from)
+        }
+    };
+    let c = load(id.to_string())
+        .await?
+        .filter(|c| c.is_live(Utc::now()))
+        .ok_or(ServerError::BadCredential)?;
+    if let Some(parent) = c.parent.clone() {
+        let p = load(parent).await?;
+        if !p.is_some_and(|p| p.is_live(Utc::now())) {
+            return Err(ServerError::BadCredential);
+        }
+    }
+    Ok(c)
+}

@@ -1,0 +1,186 @@
+//! envd's HTTP routes: `GET /health`, and `/files` (`GET` downloads, `POST` uploads an
+//! `application/octet-stream` body) over the native file API, so each is one operation
+//! through the chain with its record. Errors are a status with `{"code", "message"}`, as
+//! envd answers them.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{in_sandbox, Ctx, Port};
+use super::error::E2bError;
+use super::multipart;
+use super::native;
+use super::paths::{to_e2b, to_workspace};
+use super::E2b;
+use crate::model::PathQuery;
+use crate::routes::files;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    username: Option<String>,
+}
+
+/// A plain envd error answer.
+pub fn plain_err(e: &E2bError) -> Response {
+    (e.status(), Json(e.rest_body())).into_response()
+}
+
+fn check_user(q: &FileQuery) -> Result<(), E2bError> {
+    match q.username.as_deref() {
+        None | Some("") | Some("user") => Ok(()),
+        Some(other) => Err(E2bError::Unsupported {
+            what: format!("user {}", other.chars().take(32).collect::<String>()),
+            why: "files belong to the sandbox's one unprivileged user",
+        }),
+    }
+}
+
+fn path_of(q: &FileQuery) -> Result<String, E2bError> {
+    let p = q.path.as_deref().ok_or_else(|| E2bError::BadRequest {
+        why: "`path` is missing".into(),
+    })?;
+    to_workspace(p)
+}
+
+/// `GET /health`: 204 while the sandbox runs; 502 "not found" once it is gone.
+pub async fn health(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+) -> Response {
+    match in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => plain_err(&e),
+    }
+}
+
+/// `GET /files?path=`: the file's bytes.
+pub async fn download(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+    Query(q): Query<FileQuery>,
+) -> Response {
+    let go = async {
+        let r = in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await?;
+        check_user(&q)?;
+        let rel = path_of(&q)?;
+        let res = files::download(
+            State(st.clone()),
+            r.caller.clone(),
+            Path(r.session.id.clone()),
+            Query(PathQuery { path: rel.clone() }),
+        )
+        .await?;
+        let is_listing = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        let bytes = native::body(Ok(res)).await?;
+        if is_listing {
+            return Err(E2bError::BadRequest {
+                why: format!("`{}` is a directory", to_e2b(&rel)),
+            });
+        }
+        Ok::<_, E2bError>(bytes)
+    };
+    match go.await {
+        Ok(bytes) => {
+            let mut res = (StatusCode::OK, bytes).into_response();
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            res
+        }
+        Err(e) => plain_err(&e),
+    }
+}
+
+/// Writes one file through the native upload; its E2B `WriteInfo`.
+async fn write_one(
+    st: &AppState,
+    r: &super::auth::InSandbox,
+    path: &str,
+    body: Body,
+) -> Result<serde_json::Value, E2bError> {
+    let rel = to_workspace(path)?;
+    let res = files::upload(
+        State(st.clone()),
+        r.caller.clone(),
+        Path(r.session.id.clone()),
+        Query(PathQuery { path: rel.clone() }),
+        body,
+    )
+    .await;
+    native::body(res).await?;
+    let name = rel.rsplit('/').next().unwrap_or_default().to_string();
+    Ok(json!({"name": name, "type": "file", "path": to_e2b(&rel)}))
+}
+
+/// `POST /files?path=`: an `application/octet-stream` body (one file at `path`), or
+/// `multipart/form-data` (each part a file named by its `filename`, or by `path` when
+/// there is one part).
+pub async fn upload(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+    Query(q): Query<FileQuery>,
+    body: Body,
+) -> Response {
+    let go = async {
+        let r = in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await?;
+        check_user(&q)?;
+        if headers.get(header::CONTENT_ENCODING).is_some() {
+            return Err(E2bError::Unsupported {
+                what: "Content-Encoding".into(),
+                why: "upload the bytes uncompressed",
+            });
+        }
+        let ct = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream");
+        let Some(boundary) = multipart::boundary(ct) else {
+            let path = q.path.clone().ok_or_else(|| E2bError::BadRequest {
+                why: "`path` is missing".into(),
+            })?;
+            return Ok(json!([write_one(&st, &r, &path, body).await?]));
+        };
+        let bytes = crate::body::read_limited(body, st.opts.upload_limit).await?;
+        let parts = multipart::parse(&bytes, &boundary)?;
+        let one = parts.len() == 1;
+        let mut out = Vec::new();
+        for p in parts {
+            let path = match (&q.path, p.filename) {
+                (Some(path), _) if one => path.clone(),
+                (_, Some(f)) if !f.is_empty() => f,
+                _ => {
+                    return Err(E2bError::BadRequest {
+                        why: "a part names no file (`filename`)".into(),
+                    })
+                }
+            };
+            out.push(write_one(&st, &r, &path, Body::from(p.data)).await?);
+        }
+        Ok::<_, E2bError>(serde_json::Value::Array(out))
+    };
+    match go.await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => plain_err(&e),
+    }
+}

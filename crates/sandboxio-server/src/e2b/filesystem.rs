@@ -1,0 +1,157 @@
+//! envd's `filesystem.Filesystem` service over the workspace. Each call is the native file
+//! API's (the same handler, so the same scope check, the same operation through the chain
+//! and the same record); paths are E2B's, under `/home/user` (`paths.rs`). `MakeDir`,
+//! `Move` and the watchers are not implemented: they answer `unimplemented` with the code.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Extension;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{in_sandbox, Ctx, InSandbox, Port};
+use super::connect;
+use super::error::E2bError;
+use super::native;
+use super::paths::{to_e2b, to_workspace};
+use super::E2b;
+use crate::model::{DirQuery, PathQuery};
+use crate::routes::files;
+use crate::state::AppState;
+
+/// Deepest listing `ListDir` walks (each level is one operation per directory).
+const MAX_DEPTH: u32 = 4;
+
+#[derive(Debug, Deserialize)]
+struct PathRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    depth: Option<u32>,
+}
+
+/// envd's `EntryInfo` for a native `FileStat` (`path` is workspace-relative).
+fn entry(stat: &Value) -> Value {
+    let rel = stat["path"].as_str().unwrap_or(".");
+    let is_dir = stat["is_dir"].as_bool().unwrap_or(false);
+    let name = if rel == "." {
+        "user".to_string()
+    } else {
+        stat["name"].as_str().unwrap_or_default().to_string()
+    };
+    json!({
+        "name": name,
+        "type": if is_dir { "FILE_TYPE_DIRECTORY" } else { "FILE_TYPE_FILE" },
+        "path": to_e2b(rel),
+        // int64 in proto3 JSON is a string.
+        "size": stat["size"].as_u64().unwrap_or(0).to_string(),
+    })
+}
+
+async fn list_once(st: &AppState, r: &InSandbox, rel: &str) -> Result<Vec<Value>, E2bError> {
+    let res = files::list(
+        State(st.clone()),
+        r.caller.clone(),
+        Path(r.session.id.clone()),
+        Query(DirQuery {
+            path: Some(rel.to_string()),
+        }),
+    )
+    .await;
+    let v = native::json(res).await?;
+    Ok(v["entries"].as_array().cloned().unwrap_or_default())
+}
+
+async fn call(
+    st: &AppState,
+    e2b: &E2b,
+    ctx: crate::context::RequestCtx,
+    method: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, E2bError> {
+    let r = in_sandbox(st, e2b, headers, ctx, Port::Envd).await?;
+    let req: PathRequest = match method {
+        "Stat" | "ListDir" | "Remove" => connect::unary_request(body)?,
+        other => {
+            return Err(E2bError::NotImplemented {
+                method: format!(
+                    "filesystem.Filesystem/{}",
+                    other.chars().take(64).collect::<String>()
+                ),
+            })
+        }
+    };
+    let rel = to_workspace(&req.path)?;
+    let id = r.session.id.clone();
+    match method {
+        "Stat" => {
+            let res = files::stat(
+                State(st.clone()),
+                r.caller.clone(),
+                Path(id),
+                Query(PathQuery { path: rel }),
+            )
+            .await;
+            let v = native::json(res).await?;
+            Ok(json!({"entry": entry(&v)}))
+        }
+        "ListDir" => {
+            let depth = req.depth.unwrap_or(1).clamp(1, MAX_DEPTH);
+            let mut out = Vec::new();
+            let mut level = vec![rel];
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for dir in &level {
+                    for e in list_once(st, &r, dir).await? {
+                        if e["is_dir"].as_bool() == Some(true) {
+                            if let Some(p) = e["path"].as_str() {
+                                next.push(p.to_string());
+                            }
+                        }
+                        out.push(entry(&e));
+                    }
+                }
+                level = next;
+            }
+            Ok(json!({"entries": out}))
+        }
+        _ => {
+            let res = files::remove(
+                State(st.clone()),
+                r.caller.clone(),
+                Path(id),
+                Query(PathQuery { path: rel }),
+            )
+            .await;
+            native::body(res).await?;
+            Ok(json!({}))
+        }
+    }
+}
+
+/// The unary methods of `filesystem.Filesystem`.
+pub async fn unary(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match call(&st, &e2b, ctx, &method, &headers, &body).await {
+        Ok(v) => connect::unary_ok(&v),
+        Err(e) => connect::unary_err(&e),
+    }
+}
+
+/// `WatchDir` (server streaming): not implemented.
+pub async fn watch_dir() -> Response {
+    connect::stream_err(&E2bError::NotImplemented {
+        method: "filesystem.Filesystem/WatchDir".into(),
+    })
+}

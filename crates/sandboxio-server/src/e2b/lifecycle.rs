@@ -1,0 +1,541 @@
+//! E2B's lifecycle REST API over sandboxio's sessions: create (a template is a sandboxio
+//! profile: tier and limits; `timeout` is the sandbox's lifetime; `metadata` its labels,
+//! so costs and records carry them; `envVars` every command's environment), list, get,
+//! kill, set the timeout, connect. Authenticated by `X-API-Key` = a sandboxio API key.
+//! Options sandboxio cannot honour (internet access, network rules, MCP, volumes, auto
+//! pause) are refused with `SBX_E2503`, and pause/resume, metrics, logs, snapshots and forks
+//! answer 501 with `SBX_E2504`: never a success that did nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::Utc;
+use sandboxio_core::{Limits, Verdict};
+use sandboxio_gateway::credential::Scope;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{api_caller, Ctx};
+use super::error::E2bError;
+use super::registry::Entry;
+use super::{E2b, ENVD_VERSION};
+use crate::auth::Caller;
+use crate::backend::server_record;
+use crate::error::ServerError;
+use crate::sessions::{Session, SessionSpec};
+use crate::state::AppState;
+
+/// E2B's default sandbox timeout, when the request gives none.
+const DEFAULT_TIMEOUT_S: i64 = 300;
+/// The label that names a sandbox's E2B template.
+const TEMPLATE_LABEL: &str = "e2b_template";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(default)]
+    timeout: Option<i64>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    auto_pause: Option<bool>,
+    #[serde(default)]
+    auto_resume: Option<Value>,
+    #[serde(default, rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    #[serde(default)]
+    network: Option<Value>,
+    #[serde(default)]
+    mcp: Option<Value>,
+    #[serde(default)]
+    iam: Option<Value>,
+    #[serde(default)]
+    volume_mounts: Option<Value>,
+    #[serde(default)]
+    secure: Option<bool>,
+    #[serde(default)]
+    auto_pause_memory: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TimeoutBody {
+    #[serde(default)]
+    timeout: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    #[serde(default)]
+    metadata: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    next_token: Option<String>,
+    #[serde(default)]
+    order: Option<String>,
+    #[serde(default)]
+    started_after: Option<String>,
+    #[serde(default)]
+    template: Option<String>,
+}
+
+fn rest(r: Result<(StatusCode, Value), E2bError>) -> Response {
+    match r {
+        Ok((StatusCode::NO_CONTENT, _)) => StatusCode::NO_CONTENT.into_response(),
+        Ok((s, v)) => (s, Json(v)).into_response(),
+        Err(e) => rest_err(&e),
+    }
+}
+
+pub fn rest_err(e: &E2bError) -> Response {
+    (e.status(), Json(e.rest_body())).into_response()
+}
+
+fn parse<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, E2bError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| E2bError::BadRequest {
+        why: format!("the body is not valid: {e}"),
+    })
+}
+
+async fn may_act(st: &AppState, caller: &Caller) -> Result<(), E2bError> {
+    let any = [Scope::Exec, Scope::RunCode, Scope::Files];
+    if any.iter().any(|s| caller.credential.scopes.contains(*s)) {
+        return Ok(());
+    }
+    caller.require(st, Scope::Exec).await?;
+    Ok(())
+}
+
+fn timeout_of(secs: i64, max: Duration) -> Result<Duration, E2bError> {
+    if secs <= 0 || secs as u64 > max.as_secs() {
+        return Err(E2bError::BadTimeout {
+            secs,
+            max: max.as_secs(),
+        });
+    }
+    Ok(Duration::from_secs(secs as u64))
+}
+
+fn unsupported(what: &str, why: &'static str) -> E2bError {
+    E2bError::Unsupported {
+        what: what.into(),
+        why,
+    }
+}
+
+fn present(v: &Option<Value>) -> bool {
+    v.as_ref().is_some_and(|v| match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    })
+}
+
+/// Refuses what sandboxio cannot honour, naming it.
+fn check_options(b: &NewSandbox) -> Result<(), E2bError> {
+    if b.allow_internet_access == Some(true) || present(&b.network) {
+        return Err(unsupported(
+            "network",
+            "network access comes from sandboxio's `[network]` config and policy, not the request; leave `allow_internet_access` and `network` unset",
+        ));
+    }
+    if present(&b.mcp) {
+        return Err(unsupported("mcp", "use sandboxio's MCP server (`/mcp`)"));
+    }
+    if present(&b.volume_mounts) {
+        return Err(unsupported("volume_mounts", "sandboxes have one workspace"));
+    }
+    if present(&b.iam) {
+        return Err(unsupported("iam", "workload identity is not provided"));
+    }
+    if b.auto_pause == Some(true) || present(&b.auto_resume) || present(&b.auto_pause_memory) {
+        return Err(unsupported(
+            "auto pause",
+            "a sandbox is closed when its timeout passes",
+        ));
+    }
+    let _ = b.secure;
+    Ok(())
+}
+
+fn mib(b: sandboxio_core::ByteSize) -> u64 {
+    b.bytes() / (1 << 20)
+}
+
+/// E2B's `Sandbox` (create and connect answers), with the envd access token.
+fn sandbox_json(e: &Entry) -> Value {
+    json!({
+        "templateID": e.template,
+        "sandboxID": e.sandbox_id,
+        "clientID": "sandboxio",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": e.access_token,
+        // The interpreter SDK sends this on its context calls, which carry no other token.
+        "trafficAccessToken": e.access_token,
+        "alias": e.template,
+    })
+}
+
+/// E2B's `ListedSandbox` / `SandboxDetail` (no access token).
+fn detail_json(e: &Entry, s: &Session) -> Value {
+    let l = &s.spec.limits;
+    json!({
+        "templateID": e.template,
+        "sandboxID": e.sandbox_id,
+        "clientID": "sandboxio",
+        "alias": e.template,
+        "startedAt": s.created_at.to_rfc3339(),
+        "endAt": s.expires_at().to_rfc3339(),
+        "cpuCount": (l.cpu_quota_millis.div_ceil(1000)).max(1),
+        "memoryMB": mib(l.memory),
+        "diskSizeMB": mib(l.output_size),
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+        "metadata": e.metadata,
+    })
+}
+
+async fn record(st: &AppState, caller: &Caller, sandbox: &str, event: &str, reason: String) {
+    let mut rec = server_record(event, caller.tenant(), &caller.ctx, Verdict::Allow, reason);
+    rec.session_id = Some(sandbox.to_string());
+    st.backend.record(rec).await;
+}
+
+/// The caller's E2B sandbox `id` (another tenant's, or one not made over E2B, is 404).
+fn find(
+    st: &AppState,
+    e2b: &E2b,
+    caller: &Caller,
+    id: &str,
+) -> Result<(Arc<Entry>, Arc<Session>), E2bError> {
+    let nf = || {
+        E2bError::Server(ServerError::NotFound {
+            what: "sandbox",
+            id: id.chars().take(64).collect(),
+        })
+    };
+    if !caller.may_see_sandbox(id) {
+        return Err(nf());
+    }
+    let e = e2b
+        .registry
+        .get(id)
+        .filter(|e| e.tenant == caller.tenant())
+        .ok_or_else(nf)?;
+    let Some(s) = st.sessions.get(caller.tenant(), id) else {
+        e2b.registry.remove(id);
+        return Err(nf());
+    };
+    Ok((e, s))
+}
+
+/// `POST /v2/sandboxes` (and the older `POST /sandboxes`).
+pub async fn create(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    rest(create_inner(&st, &e2b, ctx, &headers, &body).await)
+}
+
+async fn create_inner(
+    st: &AppState,
+    e2b: &E2b,
+    ctx: crate::context::RequestCtx,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(StatusCode, Value), E2bError> {
+    let caller = api_caller(st, headers, ctx).await?;
+    if caller.is_capability() {
+        return Err(ServerError::MissingScope { scope: "exec" }.into());
+    }
+    may_act(st, &caller).await?;
+    let b: NewSandbox = serde_json::from_slice(body).map_err(|e| E2bError::BadRequest {
+        why: format!("the body is not valid: {e}"),
+    })?;
+    check_options(&b)?;
+    let template =
+        e2b.config
+            .template(&b.template_id)
+            .ok_or_else(|| E2bError::UnknownTemplate {
+                name: b.template_id.chars().take(64).collect(),
+            })?;
+    let o = &st.opts;
+    let lifetime = timeout_of(b.timeout.unwrap_or(DEFAULT_TIMEOUT_S), o.max_lifetime)?;
+    let mut limits = Limits::default();
+    if let Some(t) = template.timeout {
+        limits.timeout = t.as_duration();
+    }
+    if let Some(m) = template.memory {
+        limits.memory = m;
+    }
+    if let Some(c) = template.cpu_millis {
+        limits.cpu_quota_millis = c;
+    }
+    if let Some(p) = template.pids {
+        limits.pids = p;
+    }
+    let metadata = b.metadata.unwrap_or_default();
+    let mut labels = metadata.clone();
+    labels.insert(TEMPLATE_LABEL.into(), b.template_id.clone());
+    let spec = SessionSpec {
+        tier: template
+            .tier
+            .unwrap_or(st.backend.gateway().config().default_tier),
+        limits,
+        env: b.env_vars.unwrap_or_default(),
+        labels,
+        // E2B has no idle timeout: the sandbox lives until its timeout (which may be set later).
+        idle_timeout: o.max_lifetime,
+        lifetime,
+    };
+    let s = st.sessions.create(caller.tenant(), spec)?;
+    let entry = Arc::new(Entry::new(
+        s.id.clone(),
+        caller.tenant().to_string(),
+        caller.credential.id.clone(),
+        b.template_id.clone(),
+        metadata,
+    ));
+    e2b.registry.insert(entry.clone());
+    record(
+        st,
+        &caller,
+        &s.id,
+        "sandbox.create",
+        format!(
+            "sandbox {} created from E2B template {} by {}",
+            s.id,
+            b.template_id.chars().take(64).collect::<String>(),
+            caller.name()
+        ),
+    )
+    .await;
+    Ok((StatusCode::CREATED, sandbox_json(&entry)))
+}
+
+fn metadata_filter(q: &ListQuery) -> BTreeMap<String, String> {
+    // `metadata` is `k=v&k2=v2`, itself URL-encoded once more by the SDK.
+    q.metadata
+        .as_deref()
+        .map(|m| {
+            m.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (unescape(k), unescape(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /v2/sandboxes` (and `GET /sandboxes`): the tenant's running E2B sandboxes.
+pub async fn list(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        e2b.registry
+            .prune(|e| st.sessions.get(&e.tenant, &e.sandbox_id).is_some());
+        let want = metadata_filter(&q);
+        let paused_only = q
+            .state
+            .as_deref()
+            .is_some_and(|s| !s.split(',').any(|x| x == "running"));
+        let _ = (&q.order, &q.started_after, &q.next_token);
+        let mut out = Vec::new();
+        if !paused_only {
+            for s in st.sessions.list(caller.tenant()) {
+                if !caller.may_see_sandbox(&s.id) {
+                    continue;
+                }
+                let Some(e) = e2b.registry.get(&s.id) else {
+                    continue;
+                };
+                if want.iter().any(|(k, v)| e.metadata.get(k) != Some(v)) {
+                    continue;
+                }
+                if q.template.as_deref().is_some_and(|t| t != e.template) {
+                    continue;
+                }
+                out.push(detail_json(&e, &s));
+            }
+        }
+        if let Some(n) = q.limit {
+            out.truncate(n as usize);
+        }
+        Ok::<_, E2bError>((StatusCode::OK, Value::Array(out)))
+    };
+    rest(go.await)
+}
+
+/// `GET /sandboxes/{id}`.
+pub async fn get_one(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        Ok::<_, E2bError>((StatusCode::OK, detail_json(&e, &s)))
+    };
+    rest(go.await)
+}
+
+/// `DELETE /sandboxes/{id}`: closes it (what runs in it is cancelled, its workspace removed).
+pub async fn kill(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        may_act(&st, &caller).await?;
+        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        st.sessions
+            .remove(caller.tenant(), &s.id, "killed over the E2B API");
+        e2b.registry.remove(&e.sandbox_id);
+        record(
+            &st,
+            &caller,
+            &s.id,
+            "sandbox.delete",
+            format!(
+                "sandbox {} killed over the E2B API by {}",
+                s.id,
+                caller.name()
+            ),
+        )
+        .await;
+        Ok::<_, E2bError>((StatusCode::NO_CONTENT, Value::Null))
+    };
+    rest(go.await)
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox now ends `timeout` seconds from now.
+pub async fn set_timeout(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        may_act(&st, &caller).await?;
+        let (_, s) = find(&st, &e2b, &caller, &id)?;
+        let b: TimeoutBody = parse(&body)?;
+        let t = timeout_of(b.timeout.unwrap_or(0), st.opts.max_lifetime)?;
+        let end = s.set_end(
+            Utc::now() + chrono::Duration::from_std(t).unwrap_or_default(),
+            st.opts.max_lifetime,
+        );
+        record(
+            &st,
+            &caller,
+            &s.id,
+            "sandbox.timeout",
+            format!(
+                "sandbox {} now ends at {} (set by {})",
+                s.id,
+                end.to_rfc3339(),
+                caller.name()
+            ),
+        )
+        .await;
+        Ok::<_, E2bError>((StatusCode::NO_CONTENT, Value::Null))
+    };
+    rest(go.await)
+}
+
+/// `POST /v2/sandboxes/{id}/connect` (and `/sandboxes/{id}/connect`): the running sandbox
+/// with its access token; a longer `timeout` extends it.
+pub async fn connect(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        may_act(&st, &caller).await?;
+        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        let b: TimeoutBody = parse(&body)?;
+        if let Some(secs) = b.timeout {
+            let t = timeout_of(secs, st.opts.max_lifetime)?;
+            let want = Utc::now() + chrono::Duration::from_std(t).unwrap_or_default();
+            if want > s.expires_at() {
+                s.set_end(want, st.opts.max_lifetime);
+            }
+        }
+        s.touch();
+        Ok::<_, E2bError>((StatusCode::OK, sandbox_json(&e)))
+    };
+    rest(go.await)
+}
+
+/// Lifecycle calls sandboxio does not implement: 501 with the code, after authentication.
+pub async fn not_implemented(
+    State(st): State<AppState>,
+    Ctx(ctx): Ctx,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    let go = async {
+        api_caller(&st, &headers, ctx).await?;
+        Err::<(StatusCode, Value), E2bError>(E2bError::NotImplemented {
+            method: uri.path().chars().take(128).collect(),
+        })
+    };
+    rest(go.await)
+}
