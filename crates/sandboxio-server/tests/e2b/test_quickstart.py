@@ -190,3 +190,18 @@ def test_unsupported_options_are_refused_with_a_code(server):
         assert sbx.get_info().memory_mb == 256
     finally:
         sbx.kill()
+
+
+def test_stdin_and_reconnecting_to_a_command(server):
+    sbx = Sandbox.create()
+    try:
+        h = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
+        sbx.commands.send_stdin(h.pid, "hello\n")
+        assert h.wait().stdout == "got hello\n"
+        h2 = sbx.commands.run("sleep 2; echo later", background=True)
+        # The SDK stops reading; the command goes on, and can be followed again.
+        h2.disconnect()
+        again = sbx.commands.connect(h2.pid)
+        assert again.wait().stdout == "later\n"
+    finally:
+        sbx.kill()
