@@ -229,12 +229,30 @@ fn event_json(ev: &PEvent) -> Value {
     }
 }
 
-fn timeout_of(h: &HeaderMap) -> Option<Duration> {
-    h.get("connect-timeout-ms")
+/// The command's time limit: the SDK's `timeout` (sent as `Connect-Timeout-Ms`), else
+/// (`timeout=0`, no limit in E2B) the sandbox's remaining lifetime; never past the
+/// configured ceiling (`[limits.max] timeout`) or the sandbox's end.
+fn timeout_of(st: &AppState, s: &crate::sessions::Session, h: &HeaderMap) -> Duration {
+    let asked = h
+        .get("connect-timeout-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
-        .map(Duration::from_millis)
+        .map(Duration::from_millis);
+    let remaining = (s.expires_at() - chrono::Utc::now())
+        .to_std()
+        .unwrap_or(Duration::from_secs(1));
+    let max = st.backend.gateway().config().limits_max.timeout;
+    let max = if max.is_zero() {
+        sandboxio_core::Limits::max().timeout
+    } else {
+        max
+    };
+    asked
+        .unwrap_or(remaining)
+        .min(remaining)
+        .min(max)
+        .max(Duration::from_secs(1))
 }
 
 async fn pump(mut run: Run, p: Arc<E2bProc>, ctx: crate::context::RequestCtx, _busy: Busy) {
@@ -400,7 +418,7 @@ async fn start_inner(
     let pid = r.entry.next_pid();
     let extra = SubmitExtras {
         env: req.process.envs.clone(),
-        timeout: timeout_of(headers),
+        timeout: Some(timeout_of(st, &s, headers)),
         ..SubmitExtras::default()
     };
     let mut sub = session_submission(
