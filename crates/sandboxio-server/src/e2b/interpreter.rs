@@ -392,7 +392,7 @@ async fn execute_inner(
         tier: s.spec.tier,
     }));
     let busy = s.begin();
-    let mut run = st.backend.start(sub, Some(s.cancel.clone()), true);
+    let mut run = st.backend.start(sub, Some(s.run_token()?), true);
     let native = s.processes.add(
         "run_code",
         vec![crate::contexts::lang_name(c.language).into()],

@@ -3,8 +3,9 @@
 //! so costs and records carry them; `envVars` every command's environment), list, get,
 //! kill, set the timeout, connect. Authenticated by `X-API-Key` = a sandboxio API key.
 //! Options sandboxio cannot honour (internet access, network rules, MCP, volumes, auto
-//! pause) are refused with `SBX_E2503`, and pause/resume, metrics, logs, snapshots and forks
-//! answer 501 with `SBX_E2504`: never a success that did nothing.
+//! pause) are refused with `SBX_E2503`; pause and resume are the server's own (`connect`
+//! resumes); metrics, logs, snapshots and forks answer 501 with `SBX_E2504`: never a
+//! success that did nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -206,7 +207,7 @@ fn detail_json(e: &Entry, s: &Session) -> Value {
         "cpuCount": (l.cpu_quota_millis.div_ceil(1000)).max(1),
         "memoryMB": mib(l.memory),
         "diskSizeMB": mib(l.output_size),
-        "state": "running",
+        "state": s.state(),
         "envdVersion": ENVD_VERSION,
         "metadata": e.metadata,
     })
@@ -380,14 +381,18 @@ pub async fn list(
         e2b.registry
             .prune(|e| st.sessions.get(&e.tenant, &e.sandbox_id).is_some());
         let want = metadata_filter(&q);
-        let paused_only = q
+        let states: Vec<&str> = q
             .state
             .as_deref()
-            .is_some_and(|s| !s.split(',').any(|x| x == "running"));
+            .map(|s| s.split(',').map(str::trim).collect())
+            .unwrap_or_else(|| vec!["running", "paused"]);
         let _ = (&q.order, &q.started_after, &q.next_token);
         let mut out = Vec::new();
-        if !paused_only {
+        {
             for s in st.sessions.list(caller.tenant()) {
+                if !states.contains(&s.state()) {
+                    continue;
+                }
                 if !caller.may_see_sandbox(&s.id) {
                     continue;
                 }
@@ -511,6 +516,8 @@ pub async fn connect(
         may_act(&st, &caller).await?;
         let (e, s) = find(&st, &e2b, &caller, &id)?;
         let b: TimeoutBody = parse(&body)?;
+        // Connecting to a paused sandbox resumes it, as in E2B.
+        crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
         if let Some(secs) = b.timeout {
             let t = timeout_of(secs, st.opts.max_lifetime)?;
             let want = Utc::now() + chrono::Duration::from_std(t).unwrap_or_default();
@@ -520,6 +527,54 @@ pub async fn connect(
         }
         s.touch();
         Ok::<_, E2bError>((StatusCode::OK, sandbox_json(&e)))
+    };
+    rest(go.await)
+}
+
+/// `POST /sandboxes/{id}/pause`: what runs in it is cancelled (each recorded, its
+/// reservation released), its files stay; 409 when it is already paused.
+pub async fn pause(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        may_act(&st, &caller).await?;
+        let (_, s) = find(&st, &e2b, &caller, &id)?;
+        if crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await? {
+            Ok::<_, E2bError>((StatusCode::NO_CONTENT, Value::Null))
+        } else {
+            Ok((
+                StatusCode::CONFLICT,
+                json!({"code": 409, "message": format!("sandbox {} is already paused", s.id)}),
+            ))
+        }
+    };
+    rest(go.await)
+}
+
+/// `POST /sandboxes/{id}/resume` (E2B's older call; `connect` resumes too).
+pub async fn resume(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    Ctx(ctx): Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let go = async {
+        let caller = api_caller(&st, &headers, ctx).await?;
+        may_act(&st, &caller).await?;
+        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        if !crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await? {
+            return Ok((
+                StatusCode::CONFLICT,
+                json!({"code": 409, "message": format!("sandbox {} is not paused", s.id)}),
+            ));
+        }
+        Ok::<_, E2bError>((StatusCode::CREATED, sandbox_json(&e)))
     };
     rest(go.await)
 }

@@ -439,7 +439,7 @@ async fn start_inner(
         None
     };
     let busy = s.begin();
-    let mut run = st.backend.start(sub, Some(s.cancel.clone()), true);
+    let mut run = st.backend.start(sub, Some(s.run_token()?), true);
     let native = s.processes.add("exec", argv, true, run.token.clone());
     let (ev_tx, _) = broadcast::channel(256);
     let p = Arc::new(E2bProc {

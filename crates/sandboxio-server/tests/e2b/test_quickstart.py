@@ -205,3 +205,24 @@ def test_stdin_and_reconnecting_to_a_command(server):
         assert again.wait().stdout == "later\n"
     finally:
         sbx.kill()
+
+
+def test_pause_keeps_files_and_connect_resumes(server):
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("/home/user/keep.txt", "kept")
+        h = sbx.commands.run("sleep 60", background=True)
+        assert sbx.pause() is True
+        assert Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
+        # What ran was cancelled; nothing starts in a paused sandbox.
+        with pytest.raises(CommandExitException):
+            h.wait()
+        with pytest.raises(SandboxException) as e:
+            sbx.commands.run("echo no")
+        assert "SBX_E1850" in str(e.value)
+        same = Sandbox.connect(sbx.sandbox_id)
+        assert Sandbox.get_info(sbx.sandbox_id).state.value == "running"
+        assert same.files.read("/home/user/keep.txt") == "kept"
+        assert same.commands.run("echo yes").stdout == "yes\n"
+    finally:
+        sbx.kill()
