@@ -23,7 +23,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::auth::{in_sandbox, Ctx, InSandbox, Port};
+use super::auth::InSandbox as E2bCall;
+use super::auth::{in_sandbox, Ctx, Port};
 use super::error::E2bError;
 use super::files::plain_err;
 use super::native;
@@ -33,6 +34,7 @@ use crate::backend::{session_submission, Step, SubmitExtras};
 use crate::body::ApiJson;
 use crate::contexts::call::Call;
 use crate::routes::contexts::{self as native_contexts, CreateContext};
+use crate::routes::guard::{context_not_found, InContext, InSandbox, RunCodeScope};
 use crate::state::AppState;
 
 /// How long `/execute` waits for the chain's first word before it starts streaming.
@@ -90,15 +92,15 @@ async fn sandbox(
     e2b: &E2b,
     h: &HeaderMap,
     ctx: crate::context::RequestCtx,
-) -> Result<InSandbox, E2bError> {
+) -> Result<E2bCall, E2bError> {
     in_sandbox(st, e2b, h, ctx, Port::Interpreter).await
 }
 
-async fn create_context(st: &AppState, r: &InSandbox, lang: Language) -> Result<Value, E2bError> {
+async fn create_context(st: &AppState, r: &E2bCall, lang: Language) -> Result<Value, E2bError> {
+    let scoped = InSandbox::<RunCodeScope>::check(st, r.caller.clone(), r.session.clone()).await?;
     let res = native_contexts::create(
         State(st.clone()),
-        r.caller.clone(),
-        Path(r.session.id.clone()),
+        scoped,
         ApiJson(CreateContext { language: lang }),
     )
     .await;
@@ -152,13 +154,11 @@ pub async fn list(
 ) -> Response {
     let go = async {
         let r = sandbox(&st, &e2b, &headers, ctx).await?;
-        let res = native_contexts::list(
-            State(st.clone()),
-            r.caller.clone(),
-            Path(r.session.id.clone()),
-        )
-        .await
-        .map(IntoResponse::into_response);
+        let scoped =
+            InSandbox::<RunCodeScope>::check(&st, r.caller.clone(), r.session.clone()).await?;
+        let res = native_contexts::list(scoped)
+            .await
+            .map(IntoResponse::into_response);
         let v = native::json(res).await?;
         let list: Vec<Value> = v["contexts"]
             .as_array()
@@ -182,9 +182,11 @@ pub async fn remove(
 ) -> Response {
     let go = async {
         let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        let scoped =
+            InSandbox::<RunCodeScope>::check(&st, r.caller.clone(), r.session.clone()).await?;
         let res = native_contexts::remove(
             State(st.clone()),
-            r.caller.clone(),
+            scoped,
             Path((r.session.id.clone(), cid.clone())),
         )
         .await
@@ -211,10 +213,19 @@ pub async fn restart(
 ) -> Response {
     let go = async {
         let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        r.caller.require(&st, Scope::RunCode).await?;
+        let context = r
+            .session
+            .contexts
+            .get(&cid)
+            .ok_or_else(|| E2bError::Server(context_not_found(&cid)))?;
         let res = native_contexts::restart(
             State(st.clone()),
-            r.caller.clone(),
-            Path((r.session.id.clone(), cid)),
+            InContext {
+                caller: r.caller.clone(),
+                session: r.session.clone(),
+                context,
+            },
         )
         .await;
         native::body(res).await?;
@@ -230,7 +241,7 @@ pub async fn restart(
 /// use, and again if its kernel ended).
 async fn context_for(
     st: &AppState,
-    r: &InSandbox,
+    r: &E2bCall,
     req: &Execute,
 ) -> Result<Arc<crate::contexts::Context>, E2bError> {
     let not_found = |id: &str| {

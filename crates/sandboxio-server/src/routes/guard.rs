@@ -99,6 +99,22 @@ impl<S: NeedsScope> FromRequestParts<AppState> for InSandbox<S> {
     }
 }
 
+impl<S: NeedsScope> InSandbox<S> {
+    /// A caller authenticated some other way (the E2B API) in `session`, checked for `S`.
+    pub async fn check(
+        st: &AppState,
+        caller: Caller,
+        session: Arc<Session>,
+    ) -> Result<InSandbox<S>, ServerError> {
+        caller.require(st, S::SCOPE).await?;
+        Ok(InSandbox {
+            caller,
+            session,
+            _scope: PhantomData,
+        })
+    }
+}
+
 /// The caller (scope `run_code`), its sandbox `{id}` and the code context `{cid}` in it.
 pub struct InContext {
     pub caller: Caller,
