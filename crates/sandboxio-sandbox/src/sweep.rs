@@ -1,9 +1,13 @@
 //! Directories a killed supervisor or helper leaves behind: temporary workspaces
 //! (`sandboxio-<owner>-XXXX`) and namespace staging directories
-//! (`sandboxio-ns-<owner>-<hex>`), where `<owner>` is `<pid>.<start time>` of the process
-//! that created them. A directory is stale once that process is gone (the pid is dead, or
-//! reused by a process with another start time); a live owner's directory is never
-//! touched, whatever its age. Names without an owner (older versions) fall back to age.
+//! (`sandboxio-ns-<owner>-<hex>`), where `<owner>` is `<pid>.<start time>.<pid namespace>`
+//! of the process that created them. A directory is stale once that process is gone (the
+//! pid is dead, or reused by a process with another start time); a live owner's directory
+//! is never touched, whatever its age. A pid means something only in its own pid namespace:
+//! an owner in another one cannot be judged from here, so its directory is left alone (a
+//! sweeper started in a private pid namespace would otherwise see every live owner outside
+//! it as dead and remove their workspaces mid-run). Names without an owner (older versions)
+//! fall back to age; names with `<pid>.<start time>` only are judged in any namespace.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +39,8 @@ pub struct Owner {
     pub pid: u32,
     /// Field 22 of `/proc/<pid>/stat` (clock ticks since boot): tells a reused pid apart.
     pub start: u64,
+    /// The inode of the owner's pid namespace (`/proc/self/ns/pid`), when known.
+    pub ns: Option<u64>,
 }
 
 impl Owner {
@@ -44,17 +50,27 @@ impl Owner {
         Some(Owner {
             pid,
             start: start_time(pid)?,
+            ns: pid_namespace(),
         })
     }
 
     /// The name prefix for a directory of `kind` (`PREFIX` or `STAGING_PREFIX`) owned by
     /// this owner (pure).
     pub fn prefix(&self, kind: &str) -> String {
-        format!("{kind}{}.{}-", self.pid, self.start)
+        match self.ns {
+            Some(ns) => format!("{kind}{}.{}.{ns}-", self.pid, self.start),
+            None => format!("{kind}{}.{}-", self.pid, self.start),
+        }
     }
 
-    /// Whether the owner still runs (same pid, same start time).
+    /// Whether the owner may still run: same pid and start time, or in a pid namespace
+    /// other than this process's (where its pid cannot be looked up from here).
     pub fn alive(&self) -> bool {
+        if let Some(ns) = self.ns {
+            if pid_namespace() != Some(ns) {
+                return true;
+            }
+        }
         start_time(self.pid) == Some(self.start)
     }
 }
@@ -65,6 +81,13 @@ pub fn owned_prefix(kind: &str) -> String {
     Owner::me()
         .map(|o| o.prefix(kind))
         .unwrap_or_else(|| kind.to_string())
+}
+
+/// The inode of this process's pid namespace (`pid:[4026531836]` names it).
+pub fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let s = link.to_str()?;
+    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// The start time of `pid` (field 22 of its stat line), if it runs.
@@ -85,11 +108,17 @@ pub fn parse_owner(name: &str) -> Option<Owner> {
         .strip_prefix(STAGING_PREFIX)
         .or_else(|| name.strip_prefix(PREFIX))?;
     let (owner, _) = rest.split_once('-')?;
-    let (pid, start) = owner.split_once('.')?;
-    Some(Owner {
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
-    })
+    let mut parts = owner.split('.');
+    let pid = parts.next()?.parse().ok()?;
+    let start = parts.next()?.parse().ok()?;
+    let ns = match parts.next() {
+        Some(n) => Some(n.parse().ok()?),
+        None => None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Owner { pid, start, ns })
 }
 
 /// [`sweep`] of every root this configuration's runs use: the temp dir, the default work
@@ -160,14 +189,18 @@ mod tests {
 
     #[test]
     fn owner_round_trips_through_both_kinds_of_names() {
-        let o = Owner {
-            pid: 4242,
-            start: 987654,
-        };
-        for kind in [PREFIX, STAGING_PREFIX] {
-            let name = format!("{}Ab3xYz", o.prefix(kind));
-            assert_eq!(parse_owner(&name), Some(o), "{name}");
+        for ns in [None, Some(4026531836)] {
+            let o = Owner {
+                pid: 4242,
+                start: 987654,
+                ns,
+            };
+            for kind in [PREFIX, STAGING_PREFIX] {
+                let name = format!("{}Ab3xYz", o.prefix(kind));
+                assert_eq!(parse_owner(&name), Some(o), "{name}");
+            }
         }
+        assert_eq!(parse_owner("sandboxio-1.2.3.4-x"), None);
         assert_eq!(parse_owner("sandboxio-AbCdEf"), None);
         assert_eq!(parse_owner("sandboxio-ns-0123456789abcdef"), None);
         assert_eq!(parse_owner("other-1.2-x"), None);
@@ -199,7 +232,15 @@ mod tests {
         let dead = Owner {
             pid: child.id(),
             start: start_time(child.id()).unwrap_or(1),
+            ns: me.ns,
         };
+        // The same dead owner seen from another pid namespace, and written by an older
+        // version without its namespace.
+        let foreign = Owner {
+            ns: Some(me.ns.unwrap() + 1),
+            ..dead
+        };
+        let unnamespaced = Owner { ns: None, ..dead };
         child.wait().unwrap();
         let live_ws = root.path().join(format!("{}live", me.prefix(PREFIX)));
         let live_st = root
@@ -209,6 +250,12 @@ mod tests {
         let dead_st = root
             .path()
             .join(format!("{}dead", dead.prefix(STAGING_PREFIX)));
+        let foreign_ws = root
+            .path()
+            .join(format!("{}foreign", foreign.prefix(PREFIX)));
+        let old_ws = root
+            .path()
+            .join(format!("{}old", unnamespaced.prefix(PREFIX)));
         let legacy_new = root.path().join("sandboxio-legacy");
         let kept = root.path().join(format!("{}kept", dead.prefix(PREFIX)));
         std::fs::create_dir(&kept).unwrap();
@@ -219,17 +266,26 @@ mod tests {
             &live_st,
             &dead_ws,
             &dead_st,
+            &foreign_ws,
+            &old_ws,
             &legacy_new,
             &unrelated,
         ] {
             std::fs::create_dir_all(d.join("output/deep")).unwrap();
         }
         let removed = sweep(&[root.path().to_path_buf()], Duration::from_secs(3600));
-        assert_eq!(removed.len(), 2, "{removed:?}");
-        for d in [&dead_ws, &dead_st] {
+        assert_eq!(removed.len(), 3, "{removed:?}");
+        for d in [&dead_ws, &dead_st, &old_ws] {
             assert!(!d.exists(), "{} left", d.display());
         }
-        for d in [&live_ws, &live_st, &legacy_new, &unrelated, &kept] {
+        for d in [
+            &live_ws,
+            &live_st,
+            &foreign_ws,
+            &legacy_new,
+            &unrelated,
+            &kept,
+        ] {
             assert!(d.exists(), "{} removed", d.display());
         }
         // Legacy names go by age.
