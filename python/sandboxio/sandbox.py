@@ -74,7 +74,10 @@ class Sandbox:
         b = backend if backend is not None else default_backend()
         session = await b.open_session(tier=tier, secrets=list(secrets), agent=agent, labels=dict(labels or {}))
         sbx = cls(b, session, secrets)
-        logger.debug("sandbox opened: %r", sbx)
+        if logger.isEnabledFor(logging.DEBUG):
+            # The text, not the object: a handler that keeps records must not keep the
+            # sandbox (and its native session) alive until the interpreter shuts down.
+            logger.debug("sandbox opened: %s", repr(sbx))
         return sbx
 
     # -- identity -------------------------------------------------------------------
