@@ -20,7 +20,9 @@ if ! unshare -Urm true 2>/dev/null && [ "$(id -u)" != 0 ]; then
   echo "e2b suite: this host allows no user namespaces; running in the process tier"
   tier=process
 fi
-cargo build -q -p sandboxio-cli
+# Built by scripts/test.sh before the suites; rebuilding here would swap the binary
+# under the other suites' running servers (their helper path would read "(deleted)").
+[ -x target/debug/sandboxio ] || cargo build -q -p sandboxio-cli
 mkdir -p target/suites
 SANDBOXIO_BIN="$root/target/debug/sandboxio" SBX_E2B_TIER=$tier \
   "$venv/bin/pytest" -q -p no:cacheprovider --junitxml="$root/target/suites/e2b-junit.xml" \

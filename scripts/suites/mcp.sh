@@ -13,6 +13,8 @@ if [ ! -x "$venv/bin/pytest" ]; then
   echo "mcp suite: skipped: the Python MCP SDK could not be installed in $venv (no PyPI?)"
   exit 0
 fi
-cargo build -q -p sandboxio-cli
+# Built by scripts/test.sh before the suites; rebuilding here would swap the binary
+# under the other suites' running servers (their helper path would read "(deleted)").
+[ -x target/debug/sandboxio ] || cargo build -q -p sandboxio-cli
 SANDBOXIO_BIN="$PWD/target/debug/sandboxio" "$venv/bin/pytest" -q -p no:cacheprovider \
   crates/sandboxio-mcp/tests/python "$@"
