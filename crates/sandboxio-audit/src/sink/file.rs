@@ -436,17 +436,15 @@ impl Drop for FileSink {
 #[async_trait]
 impl AuditSink for FileSink {
     /// One `write(2)` of the line to a file opened with `O_APPEND` (plus `fsync` per the
-    /// policy), under the cross-process trail lock. It blocks (on the lock another process
-    /// holds, on `fsync`), so it runs off the async worker (`off_worker`); it is not
-    /// cancelled by the Auditor's timeout once started.
+    /// policy), done inline: it is not cancelled by the Auditor's timeout once started.
     async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        super::off_worker(|| self.emit_sync(event))
+        self.emit_sync(event)
     }
     fn name(&self) -> &str {
         &self.name
     }
     async fn close(&self) -> Result<(), AuditError> {
-        super::off_worker(|| self.close_sync())
+        self.close_sync()
     }
     fn head(&self) -> Option<SignedHead> {
         FileSink::head(self)

@@ -21,19 +21,6 @@ use crate::error::AuditError;
 use crate::event::AuditEvent;
 use crate::head::SignedHead;
 
-/// Runs a blocking sink call (file lock, `write`, `fsync`) so that it does not stall the
-/// other tasks of the async worker that awaits it: on a multi-threaded tokio runtime the
-/// worker hands its tasks to another thread for the duration (`block_in_place`); elsewhere
-/// (no runtime, or a current-thread runtime, where nothing else could run meanwhile) the
-/// call runs inline.
-pub(crate) fn off_worker<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
 /// A destination for audit events.
 #[async_trait]
 pub trait AuditSink: Send + Sync {
