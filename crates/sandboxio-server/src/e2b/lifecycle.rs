@@ -114,6 +114,17 @@ fn parse<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, E2b
     })
 }
 
+/// The API-key caller of a lifecycle call, allowed to act on sandboxes.
+async fn acting(
+    st: &AppState,
+    h: &HeaderMap,
+    ctx: crate::context::RequestCtx,
+) -> Result<Caller, E2bError> {
+    let caller = api_caller(st, h, ctx).await?;
+    may_act(st, &caller).await?;
+    Ok(caller)
+}
+
 async fn may_act(st: &AppState, caller: &Caller) -> Result<(), E2bError> {
     let any = [Scope::Exec, Scope::RunCode, Scope::Files];
     if any.iter().any(|s| caller.credential.scopes.contains(*s)) {
@@ -441,8 +452,7 @@ pub async fn kill(
     headers: HeaderMap,
 ) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        may_act(&st, &caller).await?;
+        let caller = acting(&st, &headers, ctx).await?;
         let (e, s) = find(&st, &e2b, &caller, &id)?;
         st.sessions
             .remove(caller.tenant(), &s.id, "killed over the E2B API");
@@ -474,8 +484,7 @@ pub async fn set_timeout(
     body: Bytes,
 ) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        may_act(&st, &caller).await?;
+        let caller = acting(&st, &headers, ctx).await?;
         let (_, s) = find(&st, &e2b, &caller, &id)?;
         let b: TimeoutBody = parse(&body)?;
         let t = timeout_of(b.timeout.unwrap_or(0), st.opts.max_lifetime)?;
@@ -512,8 +521,7 @@ pub async fn connect(
     body: Bytes,
 ) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        may_act(&st, &caller).await?;
+        let caller = acting(&st, &headers, ctx).await?;
         let (e, s) = find(&st, &e2b, &caller, &id)?;
         let b: TimeoutBody = parse(&body)?;
         // Connecting to a paused sandbox resumes it, as in E2B.
@@ -541,8 +549,7 @@ pub async fn pause(
     headers: HeaderMap,
 ) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        may_act(&st, &caller).await?;
+        let caller = acting(&st, &headers, ctx).await?;
         let (_, s) = find(&st, &e2b, &caller, &id)?;
         if crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await? {
             Ok::<_, E2bError>((StatusCode::NO_CONTENT, Value::Null))
@@ -565,8 +572,7 @@ pub async fn resume(
     headers: HeaderMap,
 ) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        may_act(&st, &caller).await?;
+        let caller = acting(&st, &headers, ctx).await?;
         let (e, s) = find(&st, &e2b, &caller, &id)?;
         if !crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await? {
             return Ok((
