@@ -106,11 +106,14 @@ sbx() {
   $as "$bin" run --config "$out/$1.toml" --state-dir "$state" --input "$out/in" --json \
     --timeout 60s --env PIP_DISABLE_PIP_VERSION_CHECK=1 -- sh -c "$2" >"$last" 2>"$last.err"
 }
-stdout_has() { jq -r .stdout "$last" | grep -q -- "$1"; }
-stdout_lacks() { ! jq -r .stdout "$last" | grep -q -- "$1"; }
+# No `grep -q` at the end of a pipe: it exits at the first match, the writer then dies of
+# SIGPIPE, and with pipefail a match reads as a failure (seen under load in CI).
+stdout_has() { jq -r .stdout "$last" | grep -- "$1" >/dev/null; }
+stdout_lacks() { ! jq -r .stdout "$last" | grep -- "$1" >/dev/null; }
 denied_host() { jq -e --arg h "$1" '.denied_hosts | index($h) != null' "$last" >/dev/null; }
 dns_never_asked() { ! grep -q "^$1 " "$out/dns.log"; }
-trail_has() { grep '"event":"net_connect"' "$state/audit.jsonl" | grep -q -- "$1"; }
+trail_has() { grep '"event":"net_connect"' "$state/audit.jsonl" | grep -- "$1" >/dev/null; }
+counted_denials() { jq -e '.network_denials >= 2 and .record.network_denials == .network_denials' "$last" >/dev/null; }
 
 run_all() {
   n=0
@@ -134,8 +137,7 @@ run_all() {
   check "an unlisted host gets a 403 with the reason" stdout_has "SBX_E2410"
   check "the caller gets the denied hosts" denied_host "denied.test:80"
   check "a refused tunnel is a denial too" denied_host "denied.test:443"
-  check "network_denials is counted in the result and the record" \
-    jq -e '.network_denials >= 2 and .record.network_denials == .network_denials' "$last" >/dev/null
+  check "network_denials is counted in the result and the record" counted_denials
   check "each refusal is a net_connect record" trail_has '"tenant_id":"default"'
   sbx allowlist 'curl -sS -m 10 http://pdeny.test/'
   check "policy decides each connection (deny rule)" stdout_has "denied at policy"
