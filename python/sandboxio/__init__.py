@@ -18,6 +18,7 @@ from sandboxio.audit import (
     QueueSink,
 )
 from sandboxio.backends.base import Backend
+from sandboxio.backends.e2b import E2BBackend
 from sandboxio.backends.local import LocalBackend
 from sandboxio.backends.server import ServerBackend
 from sandboxio.budget import BudgetGuard, CostCategory
@@ -48,6 +49,7 @@ __all__ = [
     "AuditSinkError",
     "AuditSinkWarning",
     "Backend",
+    "E2BBackend",
     "BackendUnavailable",
     "BudgetGuard",
     "Capability",

@@ -5,7 +5,7 @@ _sbx_py_setup() {
   local root venv stamp want
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   venv="$root/target/venvs/python"
-  want="maturin>=1.5,<2 pytest>=7 mypy>=1.8 opentelemetry-api>=1.20 opentelemetry-sdk>=1.20"
+  want="maturin>=1.5,<2 pytest>=7 mypy>=1.8 opentelemetry-api>=1.20 opentelemetry-sdk>=1.20 e2b==2.63.0"
   stamp="$venv/.sandboxio-setup"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     return 0
