@@ -1,8 +1,9 @@
 //! The file executor: `file_read` (a file, or a directory listing), `file_write` and
 //! `file_delete`, confined to a workspace by the sandbox crate's beneath-resolution.
 //! A `file_write` whose path ends in `/` with no content creates that directory and its
-//! parents (`mkdir -p`). A `file_read` given a [`FileSlot`] opens the file and leaves the
-//! handle there (a front end streams it) instead of reading it whole.
+//! parents (`mkdir -p`; its output's `created` is false when it was there already). A
+//! `file_read` given a [`FileSlot`] opens the file and leaves the handle there (a front
+//! end streams it) instead of reading it whole.
 
 use std::path::Path;
 
@@ -83,8 +84,8 @@ pub(crate) fn execute(
         OperationArgs::FileWrite { path, size, .. }
             if path.ends_with('/') && *size == 0 && content.is_none_or(<[u8]>::is_empty) =>
         {
-            files::mkdir(root, path).map_err(refused)?;
-            serde_json::json!({ "path": path, "created": true, "is_dir": true })
+            let created = files::mkdir(root, path).map_err(refused)?;
+            serde_json::json!({ "path": path, "created": created, "is_dir": true })
         }
         OperationArgs::FileWrite { path, size, .. } => {
             let data = content.unwrap_or_default();

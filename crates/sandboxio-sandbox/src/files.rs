@@ -192,9 +192,11 @@ pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
 }
 
 /// Creates the directories of `dirs` (each level, like `mkdir -p`) beneath `dir`, each
-/// with `mkdirat` on a beneath-resolved parent; an existing directory is fine.
-fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<(), FileError> {
+/// with `mkdirat` on a beneath-resolved parent; an existing directory is fine. True when
+/// the last level was created here (false: it was there already).
+fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<bool, FileError> {
     let mut so_far = PathBuf::new();
+    let mut created = false;
     for c in dirs.components() {
         so_far.push(c);
         let parent_fd = match so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -221,6 +223,7 @@ fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<(), FileError> {
         // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
         // single component; mkdirat does not follow a symlink in the last component.
         let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
+        created = rc == 0;
         if rc != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
@@ -233,11 +236,11 @@ fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<(), FileError> {
     let d = open_beneath(dir, dirs, libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(io(dirs, "open directory"))?;
     drop(d);
-    Ok(())
+    Ok(created)
 }
 
-/// Creates a directory and its parents beneath `root` (`mkdir -p`).
-pub fn mkdir(root: &Path, path: &str) -> Result<(), FileError> {
+/// Creates a directory and its parents beneath `root` (`mkdir -p`); false when it existed.
+pub fn mkdir(root: &Path, path: &str) -> Result<bool, FileError> {
     let rel = check_relative(path)?;
     let dir = root_dir(root)?;
     make_dirs(&dir, &rel, path)
@@ -409,8 +412,9 @@ mod tests {
     fn mkdir_makes_parents_stays_beneath_and_open_read_streams() {
         let root = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
-        mkdir(root.path(), "a/b/c").unwrap();
-        mkdir(root.path(), "a/b/c").unwrap();
+        assert!(mkdir(root.path(), "a/b/c").unwrap());
+        assert!(!mkdir(root.path(), "a/b/c").unwrap());
+        assert!(!mkdir(root.path(), "a/b").unwrap());
         assert!(root.path().join("a/b/c").is_dir());
         std::os::unix::fs::symlink(outside.path(), root.path().join("out")).unwrap();
         assert!(matches!(

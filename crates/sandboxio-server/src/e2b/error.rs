@@ -35,6 +35,8 @@ pub enum E2bError {
     NoSandbox { id: String },
     #[error("E2B-Sandbox-Port `{port}` is not served (envd is 49983, the code interpreter 49999)")]
     BadPort { port: String },
+    #[error("`{path}` exists already")]
+    Exists { path: String },
     #[error("{0}")]
     Server(#[from] ServerError),
     /// What the chain (or a native handler) answered: a denial, an ask, a failure.
@@ -55,6 +57,7 @@ impl ErrorCode for E2bError {
             E2bError::BadTimeout { .. } => "SBX_E2508",
             E2bError::NoSandbox { .. } => "SBX_E2509",
             E2bError::BadPort { .. } => "SBX_E2510",
+            E2bError::Exists { .. } => "SBX_E2512",
             E2bError::Server(e) => e.code(),
             // The problem's code is one of the documented ones; this enum cannot name it
             // statically, so the answer carries it (see `message`).
@@ -76,6 +79,8 @@ impl E2bError {
             | E2bError::BadPort { .. } => StatusCode::BAD_REQUEST,
             E2bError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
             E2bError::NoProcess { .. } => StatusCode::NOT_FOUND,
+            // Connect `already_exists`, which `files.make_dir` reads as "was there".
+            E2bError::Exists { .. } => StatusCode::CONFLICT,
             // What E2B's proxy answers for a sandbox that is gone.
             E2bError::NoSandbox { .. } => StatusCode::BAD_GATEWAY,
             E2bError::Server(e) => e.status(),

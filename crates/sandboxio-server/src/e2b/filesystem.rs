@@ -1,7 +1,9 @@
 //! envd's `filesystem.Filesystem` service over the workspace. Each call is the native file
 //! API's (the same handler, so the same scope check, the same operation through the chain
-//! and the same record); paths are E2B's, under `/home/user` (`paths.rs`). `MakeDir`,
-//! `Move` and the watchers are not implemented: they answer `unimplemented` with the code.
+//! and the same record); paths are E2B's, under `/home/user` (`paths.rs`). `MakeDir` is
+//! the native `mkdir` (a `file_write` of `dir/`; one that existed is Connect
+//! `already_exists`), `Move` is in `rename.rs`. The watchers are not implemented: they
+//! answer `unimplemented` with the code.
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use super::connect;
 use super::error::E2bError;
 use super::native;
 use super::paths::{to_e2b, to_workspace};
+use super::rename;
 use super::E2b;
 use crate::model::{DirQuery, PathQuery};
 use crate::routes::files;
@@ -34,8 +37,16 @@ struct PathRequest {
     depth: Option<u32>,
 }
 
+#[derive(Debug, Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
 /// envd's `EntryInfo` for a native `FileStat` (`path` is workspace-relative).
-fn entry(stat: &Value) -> Value {
+pub(super) fn entry(stat: &Value) -> Value {
     let rel = stat["path"].as_str().unwrap_or(".");
     let is_dir = stat["is_dir"].as_bool().unwrap_or(false);
     let name = if rel == "." {
@@ -75,8 +86,13 @@ async fn call(
     body: &[u8],
 ) -> Result<Value, E2bError> {
     let r = in_sandbox(st, e2b, headers, ctx, Port::Envd).await?;
+    if method == "Move" {
+        let req: MoveRequest = connect::unary_request(body)?;
+        let (from, to) = (to_workspace(&req.source)?, to_workspace(&req.destination)?);
+        return rename::rename(st, &r, &from, &to).await;
+    }
     let req: PathRequest = match method {
-        "Stat" | "ListDir" | "Remove" => connect::unary_request(body)?,
+        "Stat" | "ListDir" | "Remove" | "MakeDir" => connect::unary_request(body)?,
         other => {
             return Err(E2bError::NotImplemented {
                 method: format!(
@@ -119,6 +135,22 @@ async fn call(
                 level = next;
             }
             Ok(json!({"entries": out}))
+        }
+        "MakeDir" => {
+            let res = files::mkdir(
+                State(st.clone()),
+                r.caller.clone(),
+                Path(id),
+                Query(PathQuery { path: rel.clone() }),
+            )
+            .await;
+            let v = native::json(res).await?;
+            if v["output"]["created"].as_bool() == Some(false) {
+                return Err(E2bError::Exists { path: to_e2b(&rel) });
+            }
+            let name = rel.rsplit('/').next().unwrap_or_default();
+            let stat = json!({"path": rel, "name": name, "is_dir": true, "size": 0});
+            Ok(json!({"entry": entry(&stat)}))
         }
         _ => {
             let res = files::remove(

@@ -7,7 +7,7 @@
 //! Nothing here runs anything itself: commands, code and files go through the native
 //! handlers or the same `Backend::start` the native routes use, so every operation passes
 //! the whole chain (policy, budgets, approvals) and leaves its one record. One module per
-//! service: `lifecycle` (REST), `process` and `filesystem` (Connect, `connect`), `files`
+//! service: `lifecycle` (REST), `process` and `filesystem` (Connect, `connect`; `rename`), `files`
 //! (envd HTTP), `interpreter` (port 49999); `auth`, `registry`, `paths`, `error`.
 
 pub mod auth;
@@ -22,6 +22,7 @@ pub mod native;
 pub mod paths;
 pub mod process;
 pub mod registry;
+pub mod rename;
 
 use std::sync::Arc;
 

@@ -41,6 +41,13 @@ network = "none"
 reason = "tests run commands in the configured tier"
 
 [[rule]]
+id = "kept-files-stay"
+effect = "deny"
+kind = "file_delete"
+path = "kept/**"
+reason = "files under kept/ are never deleted"
+
+[[rule]]
 id = "files-in-workspace"
 effect = "allow"
 kind = ["file_read", "file_write", "file_delete"]
