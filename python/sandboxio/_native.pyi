@@ -8,6 +8,9 @@ E_CAPABILITY_NOT_SUPPORTED: str
 E_BACKEND_UNAVAILABLE: str
 E_OPERATION_DENIED: str
 E_PYTHON_CALLBACK_FAILED: str
+E_RUNTIME_STOPPED: str
+
+def shutdown() -> None: ...
 
 class NativeError(Exception): ...
 

@@ -14,7 +14,7 @@ pub fn on_caller_loop(
     py: Python<'_>,
     coro: Bound<'_, PyAny>,
 ) -> PyResult<impl Future<Output = PyResult<Py<PyAny>>> + Send + 'static> {
-    let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
+    let locals = crate::rt::current_locals(py)?;
     pyo3_async_runtimes::into_future_with_locals(&locals, coro)
 }
 
@@ -34,15 +34,16 @@ impl PyApprover {
 impl ApprovalCallback for PyApprover {
     async fn decide(&self, approval: &Approval) -> Option<ApprovalAnswer> {
         let json = serde_json::to_string(approval).ok()?;
-        let fut = Python::attach(|py| {
+        // No answer once the interpreter is exiting: the ask is denied at its timeout.
+        let fut = crate::rt::attach(|py| {
             let coro = self.decider.bind(py).call_method1("decide_json", (json,))?;
             on_caller_loop(py, coro)
-        });
+        })?;
         let answer = match fut {
             Ok(f) => f.await,
             Err(e) => Err(e),
         };
-        Python::attach(|py| match answer {
+        crate::rt::attach(|py| match answer {
             Ok(v) => {
                 let (approve, approver, reason): (bool, String, Option<String>) =
                     v.bind(py).extract().ok()?;
@@ -59,5 +60,6 @@ impl ApprovalCallback for PyApprover {
                 None
             }
         })
+        .flatten()
     }
 }

@@ -111,7 +111,7 @@ impl NativeRuntime {
         }
         opts.embed = embed;
         let rt = Runtime::open(opts).map_err(|e| coded(&e, |s| s.into()))?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             rt.recover(Duration::from_secs(3600))
                 .await
                 .map_err(|e| coded(&e, |s| s.into()))?;
@@ -190,7 +190,7 @@ impl NativeRuntime {
         let action: AdminAction = serde_json::from_str(&action)
             .map_err(|e| invalid(format!("invalid admin action: {e}")))?;
         let rt = self.rt.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let out = rt
                 .gateway()
                 .admin(&tenant, &actor, action)
@@ -230,7 +230,7 @@ impl NativeRuntime {
         }
         op.rationale = rationale;
         let rt = self.rt.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let out = rt
                 .gateway()
                 .submit(Submission::new(op))

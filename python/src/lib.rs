@@ -5,10 +5,13 @@
 //! the redacted outcome as JSON, which the Python package turns into typed values. It wires
 //! no layer by hand. Python audit sinks and approval callbacks are awaited on the caller's
 //! event loop (`sink.rs`, `approver.rs`); OpenTelemetry spans are the Python package's.
+//! Every future runs on the binding's own tokio runtime, stopped at interpreter exit
+//! (`rt.rs`).
 
 mod approver;
 mod backend;
 mod error;
+mod rt;
 mod session;
 mod sink;
 mod stream;
@@ -23,5 +26,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::NativeStream>()?;
     m.add("NativeError", m.py().get_type::<error::NativeError>())?;
     error::add_codes(m)?;
+    // Stop the runtime in order before the interpreter finalises (see `rt.rs`).
+    let shutdown = wrap_pyfunction!(rt::shutdown, m)?;
+    m.add_function(shutdown.clone())?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (shutdown,))?;
     Ok(())
 }

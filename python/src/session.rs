@@ -141,7 +141,7 @@ impl NativeSandbox {
         let sbx = self.sbx.clone();
         let redactor = self.redactor.clone();
         let last = self.last_call_us.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let t = std::time::Instant::now();
             let r = sbx.call(args, exec, content, extra).await;
             last.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -312,7 +312,7 @@ impl NativeSandbox {
         let sbx = self.sbx.clone();
         let secrets = self.secrets.clone();
         let labels = self.labels.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let mut out = Vec::with_capacity(n);
             for _ in 0..n {
                 let extra = CallOptions {

@@ -10,6 +10,9 @@ use sandboxio_gateway::{AuditError, AuditEvent, AuditSink};
 
 use crate::approver::on_caller_loop;
 
+/// Why a Python sink was not called: the interpreter is exiting (see `rt.rs`).
+const EXITING: &str = "the python interpreter is exiting";
+
 pub struct PySink {
     name: String,
     /// A `SinkCall`: `call.emit_json(line) -> coroutine`.
@@ -32,14 +35,17 @@ impl AuditSink for PySink {
             why,
             timed_out: false,
         };
-        let fut = Python::attach(|py| {
+        let fut = crate::rt::attach(|py| {
             let coro = self.call.bind(py).call_method1("emit_json", (line,))?;
             on_caller_loop(py, coro)
         })
+        .ok_or_else(|| fail(EXITING.into()))?
         .map_err(|e| fail(e.to_string()))?;
         match fut.await {
             Ok(_) => Ok(()),
-            Err(e) => Err(fail(Python::attach(|py| describe(py, &e)))),
+            Err(e) => Err(fail(
+                crate::rt::attach(|py| describe(py, &e)).unwrap_or_else(|| EXITING.into()),
+            )),
         }
     }
 

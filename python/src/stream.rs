@@ -60,13 +60,13 @@ impl NativeStream {
         };
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         extra.stream.events = Some(tx);
-        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
+        let locals = crate::rt::current_locals(py)?;
         let sbx = self.sbx.clone();
         let events = self.events.clone();
         let done = self.done.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             *events.lock().await = Some(rx);
-            let task = pyo3_async_runtimes::tokio::scope(locals, async move {
+            let task = crate::rt::scope(locals, async move {
                 sbx.call(args, Some(req), None, extra).await
             });
             *done.lock().await = Some(tokio::spawn(task));
@@ -77,7 +77,7 @@ impl NativeStream {
     /// The next event as JSON, or `None` when the program is gone (awaitable).
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let events = self.events.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let mut guard = events.lock().await;
             let Some(rx) = guard.as_mut() else {
                 return Ok(None);
@@ -93,7 +93,7 @@ impl NativeStream {
     fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let done = self.done.clone();
         let redactor = self.redactor.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let Some(task) = done.lock().await.take() else {
                 return Err(invalid(
                     "the stream was not started, or its outcome was taken",

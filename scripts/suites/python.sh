@@ -26,11 +26,5 @@ mkdir -p target/suites
 cd python
 cache="$root/target/suites/pytest-cache"
 rm -rf "$cache"
-if ! python -m pytest -q -o cache_dir="$cache" --junitxml="$root/target/suites/python-junit.xml" tests; then
-  # A known defect, not fixed yet: a process that used a local sandbox can abort at
-  # interpreter exit (native threads outlive the interpreter). Failed tests run once more,
-  # loudly; a test that fails twice fails the suite. Remove this when the exit is fixed.
-  echo "python suite: RERUNNING the failed tests once (known exit-abort defect; see python/README.md)"
-  python -m pytest -q -o cache_dir="$cache" --lf tests
-fi
+python -m pytest -q -o cache_dir="$cache" --junitxml="$root/target/suites/python-junit.xml" tests
 mypy --strict --cache-dir "$root/target/suites/mypy-cache" sandboxio examples
