@@ -21,7 +21,8 @@ pub use mcp::{
 pub use model::{
     check_approval_timeout, ApprovalsSection, AuditSection, Config, EgressRuleSection, FsyncPolicy,
     LimitsMaxSection, LimitsSection, NetworkModeName, NetworkSection, OnSinkFailure, PolicySection,
-    SandboxSection, StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT,
+    SandboxSection, SecretSection, StateSection, TelemetrySection, DEFAULT_APPROVAL_TIMEOUT,
+    MAX_APPROVAL_TIMEOUT,
 };
 
 pub use server::{QuotaSection, ServerSection, WebhookSection};

@@ -40,6 +40,34 @@ pub struct Config {
     /// Rate limits by action; validated by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limits: Option<toml::Table>,
+    /// Secrets injected at the edge (`[[secrets]]`): the sandbox sees a placeholder, the
+    /// egress proxy puts the value into requests to the bound hosts; validated by the
+    /// gateway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretSection>,
+}
+
+/// One `[[secrets]]`: the variable `name` holds a placeholder inside the sandbox; the
+/// egress proxy replaces it with the value, over TLS, for the bound hosts only. Exactly one
+/// source: `env`, `file` or `stored`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSection {
+    /// The variable the sandbox sees (an environment variable name).
+    pub name: String,
+    /// The supervisor's environment variable holding the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// A file holding the value (one trailing newline is not part of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// The value sealed in the state directory by `sandboxio secrets set NAME`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stored: bool,
+    /// Host globs the value may be sent to (`api.example.com`, `*.example.com`); for a
+    /// stored secret, empty means the hosts it was sealed with.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,6 +339,10 @@ pub struct NetworkSection {
     /// loopback, link-local, CGNAT or metadata addresses (default: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_private: Vec<String>,
+    /// A PEM file of extra CA certificates the egress proxy trusts (besides the system's)
+    /// when it verifies an upstream it injects a secret for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<PathBuf>,
 }
 
 /// One `[[network.rule]]`: every list left empty matches anything except `ports`
@@ -354,6 +386,7 @@ impl Default for NetworkSection {
             rules: Vec::new(),
             resolver: Vec::new(),
             allow_private: Vec::new(),
+            upstream_ca: None,
         }
     }
 }

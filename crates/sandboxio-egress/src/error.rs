@@ -18,6 +18,14 @@ pub enum EgressError {
     InvalidResolver { input: String },
     #[error("invalid `[[network.rule]]` {index}: {why}")]
     InvalidRule { index: usize, why: String },
+    #[error("invalid `[[secrets]]` {index}: {why}")]
+    InvalidSecret { index: usize, why: String },
+    #[error("`[network] upstream_ca` `{path}` is not usable: {why}")]
+    UpstreamCa { path: String, why: String },
+    #[error("the edge TLS setup for secrets failed: {why}")]
+    EdgeSetup { why: String },
+    #[error("secret `{name}` is not available: {why}")]
+    SecretUnavailable { name: String, why: String },
 }
 
 impl ErrorCode for EgressError {
@@ -27,10 +35,17 @@ impl ErrorCode for EgressError {
             EgressError::InvalidCidr { .. } => "SBX_E2402",
             EgressError::InvalidResolver { .. } => "SBX_E2403",
             EgressError::InvalidRule { .. } => "SBX_E2404",
+            EgressError::InvalidSecret { .. } => "SBX_E2405",
+            EgressError::UpstreamCa { .. } => "SBX_E2406",
+            EgressError::EdgeSetup { .. } => "SBX_E2407",
+            EgressError::SecretUnavailable { .. } => "SBX_E2408",
         }
     }
     fn class(&self) -> ErrorClass {
-        ErrorClass::Usage
+        match self {
+            EgressError::EdgeSetup { .. } => ErrorClass::Internal,
+            _ => ErrorClass::Usage,
+        }
     }
 }
 
@@ -53,6 +68,16 @@ pub enum Refusal {
     BadRequest { why: String },
     #[error("`{target}` could not be reached: {why}")]
     Unreachable { target: String, why: String },
+    #[error("the placeholder of secret `{name}` is in a plain HTTP request to `{target}`; a secret is only injected over TLS")]
+    SecretInCleartext { name: String, target: String },
+    #[error("the placeholder of secret `{name}` is in a request to `{target}`, a host it is not bound to")]
+    SecretNotBound { name: String, target: String },
+    #[error("the secret `{name}` cannot be put into the request to `{target}`: {why}")]
+    SecretNotInjectable {
+        name: String,
+        target: String,
+        why: &'static str,
+    },
 }
 
 impl ErrorCode for Refusal {
@@ -64,6 +89,9 @@ impl ErrorCode for Refusal {
             Refusal::ConnectInConnect { .. } => "SBX_E2413",
             Refusal::BadRequest { .. } => "SBX_E2414",
             Refusal::Unreachable { .. } => "SBX_E2415",
+            Refusal::SecretInCleartext { .. } => "SBX_E2416",
+            Refusal::SecretNotBound { .. } => "SBX_E2417",
+            Refusal::SecretNotInjectable { .. } => "SBX_E2418",
         }
     }
     fn class(&self) -> ErrorClass {
@@ -77,12 +105,19 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2402", "invalid address or CIDR block in `[network] allow_private`"),
     ("SBX_E2403", "invalid name server in `[network] resolver`"),
     ("SBX_E2404", "invalid `[[network.rule]]`"),
+    ("SBX_E2405", "invalid `[[secrets]]` entry (name, exactly one source, bound hosts, duplicate)"),
+    ("SBX_E2406", "`[network] upstream_ca` not readable or holding no certificate"),
+    ("SBX_E2407", "the per-sandbox CA or the edge TLS setup failed; the sandbox does not start"),
+    ("SBX_E2408", "a `[[secrets]]` value is not available (variable unset, file unreadable, not stored); the sandbox does not start"),
     ("SBX_E2410", "egress refused: the host, port or request is not allowed by the egress rules"),
     ("SBX_E2411", "egress refused by the SSRF guard: private, loopback, link-local, CGNAT or metadata address"),
     ("SBX_E2412", "egress refused: the name did not resolve"),
     ("SBX_E2413", "egress refused: CONNECT inside a CONNECT tunnel"),
     ("SBX_E2414", "egress refused: a request the proxy cannot serve (not absolute-form, bad authority)"),
     ("SBX_E2415", "egress failed: the allowed upstream could not be reached"),
+    ("SBX_E2416", "egress refused: a secret's placeholder in a plain HTTP request (secrets go over TLS only)"),
+    ("SBX_E2417", "egress refused: a secret's placeholder headed to a host the secret is not bound to"),
+    ("SBX_E2418", "egress refused: a secret's value cannot be put where its placeholder is (the request line would not be valid)"),
     ("SBX_E2420", "invalid secret name (an environment variable name, 1 to 128 characters)"),
     ("SBX_E2421", "invalid secret value (empty, over 16 KiB, or holding control bytes)"),
     ("SBX_E2422", "invalid bound host for a secret (none, `*`, or not a host glob)"),

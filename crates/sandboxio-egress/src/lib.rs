@@ -10,6 +10,7 @@
 pub mod cidr;
 pub mod decide;
 pub mod dns;
+pub mod edge;
 pub mod error;
 pub mod guard;
 pub mod proxy;
@@ -20,6 +21,7 @@ pub mod ssrf;
 pub mod target;
 
 pub use decide::{channel, Ask, ChannelDecider, Decide, GuardOnly, Verdict};
+pub use edge::Edge;
 pub use error::{EgressError, Refusal};
 pub use guard::Guard;
 pub use proxy::{Proxy, Summary};

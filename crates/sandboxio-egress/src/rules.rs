@@ -192,8 +192,9 @@ impl Rule {
         if !self.schemes.is_empty() && !self.schemes.contains(&t.scheme) {
             return false;
         }
-        // Methods and paths are visible on plain HTTP only: a rule naming them never
-        // matches a tunnel (fail closed).
+        // Methods and paths are visible on plain HTTP and inside tunnels the proxy
+        // terminates (secrets at the edge): a rule naming them never matches an opaque
+        // tunnel (fail closed).
         if !self.methods.is_empty() {
             match &t.method {
                 Some(m) if self.methods.contains(m) => {}

@@ -29,8 +29,11 @@ pub struct Target {
     pub port: u16,
     /// Plain HTTP only.
     pub method: Option<String>,
-    /// Plain HTTP only: the path without the query.
+    /// Plain HTTP, or a request inside a tunnel the proxy terminates: the path without
+    /// the query.
     pub path: Option<String>,
+    /// Secrets whose values the proxy puts into this request (names only).
+    pub secrets: Vec<String>,
 }
 
 impl Target {
@@ -41,7 +44,15 @@ impl Target {
             port,
             method: None,
             path: None,
+            secrets: Vec::new(),
         }
+    }
+
+    /// A request inside a tunnel the proxy terminates (TLS): method and path visible.
+    pub fn inside_tunnel(host: &str, port: u16, method: &str, path: &str) -> Target {
+        let mut t = Target::http(host, port, method, path);
+        t.scheme = Scheme::Tunnel;
+        t
     }
 
     pub fn http(host: &str, port: u16, method: &str, path: &str) -> Target {
@@ -51,6 +62,7 @@ impl Target {
             port,
             method: Some(method.to_ascii_uppercase()),
             path: Some(path.to_string()),
+            secrets: Vec::new(),
         }
     }
 
@@ -67,7 +79,10 @@ impl Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.method, &self.path) {
-            (Some(m), Some(p)) => write!(f, "{m} http://{}{p}", self.authority()),
+            (Some(m), Some(p)) => match self.scheme {
+                Scheme::Http => write!(f, "{m} http://{}{p}", self.authority()),
+                Scheme::Tunnel => write!(f, "{m} https://{}{p}", self.authority()),
+            },
             _ => write!(f, "{}", self.authority()),
         }
     }

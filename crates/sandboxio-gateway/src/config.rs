@@ -56,6 +56,10 @@ pub struct GatewayConfig {
     pub protected_paths: Vec<std::path::PathBuf>,
     /// `[network]` compiled: egress rules, SSRF exceptions, the proxy's name servers.
     pub egress: sandboxio_egress::EgressConfig,
+    /// `[[secrets]]` checked (values are loaded by the runtime, see `crate::edge`).
+    pub secrets: Vec<sandboxio_egress::edge::SecretSpec>,
+    /// `[network] upstream_ca`: extra CAs for upstreams a secret is injected for.
+    pub upstream_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for GatewayConfig {
@@ -73,6 +77,8 @@ impl Default for GatewayConfig {
             kill_poll: Duration::from_millis(200),
             protected_paths: Vec::new(),
             egress: sandboxio_egress::EgressConfig::default(),
+            secrets: Vec::new(),
+            upstream_ca: None,
         }
     }
 }

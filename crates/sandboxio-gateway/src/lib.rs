@@ -9,6 +9,7 @@ pub mod chain;
 pub mod config;
 pub mod credential;
 pub mod denial;
+pub mod edge;
 pub mod error;
 pub mod executor;
 pub mod files;

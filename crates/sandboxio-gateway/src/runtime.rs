@@ -160,7 +160,24 @@ impl Runtime {
             .collect();
         let store = open_store(&opts.config, &opts.state_dir)?;
         let policy = load_policy(&opts.config, &opts.policy_files)?;
-        let redaction = Redaction::from_env(opts.env.clone());
+        // `[[secrets]]`: values read once (env: the host environment the front end gave,
+        // else this process's), each redacted everywhere like any known secret.
+        let host_env = opts.env.clone();
+        let lookup = move |k: &str| {
+            host_env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(k).ok())
+        };
+        let edge_secrets = crate::edge::EdgeSecrets::load(
+            &cfg.secrets,
+            cfg.upstream_ca.as_deref(),
+            &lookup,
+            || secret_store(&opts.state_dir, opts.secrets_key.clone()),
+        )?;
+        let redaction =
+            Redaction::from_env(opts.env.clone()).with_secrets(edge_secrets.redaction_secrets());
         let auditor = auditor_with(
             &opts.config,
             &opts.state_dir,
@@ -185,6 +202,7 @@ impl Runtime {
             sandbox,
             opts.approver,
         );
+        gateway = gateway.with_edge_secrets(edge_secrets);
         for (name, tool) in opts.embed.tools {
             gateway = gateway.with_tool(name, tool);
         }
@@ -281,6 +299,8 @@ pub fn gateway_config(
         g.journal_retention = r.0;
     }
     g.egress = sandboxio_egress::EgressConfig::from_section(&c.network)?;
+    g.secrets = sandboxio_egress::edge::SecretSpec::from_sections(&c.secrets)?;
+    g.upstream_ca = c.network.upstream_ca.clone();
     if let Some(b) = &c.budget {
         let text = toml::to_string(b).map_err(|e| BudgetError::InvalidConfig {
             key: "budget".into(),

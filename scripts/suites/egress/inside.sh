@@ -173,16 +173,80 @@ run_all() {
   check "full: the SSRF guard still refuses metadata" stdout_has "SBX_E2411"
 }
 
+# --- secrets at the edge (issue 15, item 4) -------------------------------------------
+# API_TOKEN (from the supervisor's environment) is bound to secure.test; OTHER_TOKEN (from
+# a file) to allowed.test, so a tunnel there is terminated too and API_TOKEN's placeholder
+# headed there can be seen and refused. The upstream is verified against the suite's CA.
+canary_file=$out/other-token
+printf 'other-%s\n' "$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$canary_file"
+chmod 644 "$canary_file"
+cat >"$out/secrets.toml" <<C
+[network]
+mode = "allowlist"
+allow = [$allow, "allowed.test:443"]
+resolver = ["203.0.113.53:53"]
+upstream_ca = "$pki/ca.pem"
+[policy]
+files = ["$out/policy.toml"]
+[[secrets]]
+name = "API_TOKEN"
+env = "SBX_SUITE_TOKEN"
+hosts = ["secure.test"]
+[[secrets]]
+name = "OTHER_TOKEN"
+file = "$canary_file"
+hosts = ["allowed.test"]
+C
+sed -i 's/, "127.0.0.1:8081"//' "$out/secrets.toml"
+chmod a+r "$out/secrets.toml"
+
+# sbx_secret SCRIPT: like sbx, with the secrets configuration and the canary as the value.
+sbx_secret() {
+  last=$out/$who-$((++n)).json
+  $as env SBX_SUITE_TOKEN="$canary" "$bin" run --config "$out/secrets.toml" --state-dir "$state" \
+    --json --timeout 60s -- sh -c "$1" >"$last" 2>"$last.err"
+}
+canary_nowhere() {
+  ! grep -rF -- "$canary" "$state" "$out/$who"-*.json "$out/$who"-*.json.err >/dev/null 2>&1
+}
+trail_injected() {
+  grep '"event":"net_connect"' "$state/audit.jsonl" | grep '"egress.secrets":"API_TOKEN"' >/dev/null
+}
+
+secrets_all() {
+  canary="canary$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')tail"
+  half=${canary:0:18}
+  want=$(printf 'Bearer %s' "$canary" | sha256sum | cut -c1-12)
+  sbx_secret 'echo "var=$API_TOKEN"; curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" https://secure.test/echo-auth'
+  check "secrets: the sandbox sees a placeholder" stdout_has "var=sbx-secret-API_TOKEN-"
+  check "secrets: the bound host got the real value (curl, CA from CURL_CA_BUNDLE)" stdout_has "echo-digest $want"
+  check "secrets: the injection is recorded by name" trail_injected
+  sbx_secret "$py -c 'import os,urllib.request as u; r=u.Request(\"https://secure.test/echo-auth\", headers={\"Authorization\": \"Bearer \"+os.environ[\"API_TOKEN\"]}); print(u.urlopen(r, timeout=10).read().decode())'"
+  check "secrets: python urllib trusts the sandbox CA (SSL_CERT_FILE) and gets it injected" stdout_has "echo-digest $want"
+  sbx_secret 'curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" https://allowed.test/echo-auth; echo; curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" http://allowed.test/; true'
+  check "secrets: a placeholder over HTTPS to a host it is not bound to is refused" stdout_has "SBX_E2417"
+  check "secrets: a placeholder over plain HTTP is refused" stdout_has "SBX_E2416"
+  check "secrets: no value reached the unbound host" stdout_lacks "echo-digest "
+  check "secrets: both refusals are counted" counted_denials
+  check "secrets: and recorded" trail_has "SBX_E2417"
+  sbx_secret "env | grep -c -- '$half'; grep -rl -- '$half' /workspace /tmp 2>/dev/null | wc -l; cat \$SSL_CERT_FILE | grep -c 'BEGIN CERTIFICATE'"
+  check "secrets: the value is in no variable or file inside the sandbox" \
+    jq -e '.stdout | split("\n") | .[0] == "0" and .[1] == "0" and (.[2] | tonumber) >= 2' "$last"
+  check "secrets: the real value is in no file of the state dir, result or log" canary_nowhere
+}
+
 who=root
 as=""
 state=$out/state-root
 run_all
+secrets_all
 if setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Urm true 2>/dev/null; then
   who=uid65534
   as="setpriv --reuid=65534 --regid=65534 --clear-groups"
   state=$out/state-65534
   mkdir -p "$state" && chown 65534:65534 "$state" && chmod 700 "$state"
   run_all
+  secrets_all
 else
   echo "SKIP [uid65534] this host does not allow user namespaces for uid 65534"
 fi

@@ -26,7 +26,7 @@ const HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
-fn strip_hop_headers(h: &mut hyper::HeaderMap) {
+pub(super) fn strip_hop_headers(h: &mut hyper::HeaderMap) {
     // Headers named in `Connection` are hop-by-hop too.
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
@@ -65,6 +65,21 @@ impl Proxy {
         if !valid_host(&target.host) || port == 0 {
             return bad("the request's host is not valid");
         }
+        // A secret never goes over cleartext: a placeholder here is refused and recorded.
+        let (parts, body) = req.into_parts();
+        if let Some(name) = self
+            .edge
+            .as_ref()
+            .and_then(|e| e.placeholder_in_head(&parts))
+        {
+            let refusal = Refusal::SecretInCleartext {
+                name: name.to_string(),
+                target: target.authority(),
+            };
+            let v = self.refuse(&target, refusal).await;
+            return respond::denied(&v);
+        }
+        let req = Request::from_parts(parts, body);
         let addrs = match self.decide(&target).await {
             Verdict::Allow(a) => a,
             deny => return respond::denied(&deny),

@@ -4,6 +4,7 @@
 
 mod forward;
 mod respond;
+mod terminate;
 mod tunnel;
 
 use std::collections::BTreeSet;
@@ -19,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::decide::{Decide, Verdict};
+use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
 pub use respond::Body;
@@ -47,14 +49,22 @@ pub struct Proxy {
     decider: Arc<dyn Decide>,
     summary: Mutex<Summary>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// Secrets at the edge, when the sandbox has any.
+    edge: Option<Arc<Edge>>,
 }
 
 impl Proxy {
     pub fn new(decider: Arc<dyn Decide>) -> Arc<Proxy> {
+        Proxy::with_edge(decider, None)
+    }
+
+    /// A proxy that also injects the secrets of `edge` (see [`crate::edge`]).
+    pub fn with_edge(decider: Arc<dyn Decide>, edge: Option<Arc<Edge>>) -> Arc<Proxy> {
         Arc::new(Proxy {
             decider,
             summary: Mutex::new(Summary::default()),
             slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+            edge,
         })
     }
 

@@ -37,6 +37,17 @@ impl Proxy {
             Verdict::Allow(a) => a,
             deny => return respond::denied(&deny),
         };
+        // A host a secret is bound to: TLS ends here, each request is decided and gets
+        // its secrets (see `terminate`).
+        if let Some(edge) = self.edge.clone().filter(|e| e.terminates(&target.host)) {
+            tokio::spawn(async move {
+                match hyper::upgrade::on(req).await {
+                    Ok(up) => self.terminate(TokioIo::new(up), target, edge).await,
+                    Err(e) => tracing::debug!("egress tunnel upgrade failed: {e}"),
+                }
+            });
+            return Response::new(respond::body(""));
+        }
         let upstream = match connect_any(&addrs).await {
             Ok(s) => s,
             Err(why) => {
@@ -79,6 +90,21 @@ impl Proxy {
                 },
             )
             .await;
+            return;
+        }
+        // Cleartext inside a tunnel to a host no secret is bound to: a placeholder in its
+        // first bytes is refused (the value itself never gets here).
+        if let Some(name) = self
+            .edge
+            .as_ref()
+            .and_then(|e| e.placeholder_in(&first[..n]))
+        {
+            down.abort();
+            let refusal = Refusal::SecretNotBound {
+                name: name.to_string(),
+                target: target.authority(),
+            };
+            self.refuse(&target, refusal).await;
             return;
         }
         if n > 0 && uw.write_all(&first[..n]).await.is_ok() {

@@ -1,2 +1,3 @@
+mod edge;
 mod net;
 mod proxy;

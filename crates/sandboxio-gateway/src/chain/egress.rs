@@ -32,6 +32,8 @@ pub struct EgressCheck {
 pub const LABEL_PARENT: &str = "egress.parent_operation";
 pub const LABEL_SCHEME: &str = "egress.scheme";
 pub const LABEL_METHOD: &str = "egress.method";
+/// The secrets a request inside a terminated tunnel carries (names only, comma-separated).
+pub const LABEL_SECRETS: &str = "egress.secrets";
 
 fn refusal_stop(r: &Refusal) -> Stop {
     Stop::deny(Layer::Sandbox, r.to_string()).code(r.code())
@@ -79,8 +81,24 @@ impl Gateway {
             Resolver::new(&self.cfg.egress.resolver),
             sub.op.principal.tenant.clone(),
         ));
+        // Secrets at the edge (namespace tier only: in the process tier the program shares
+        // the supervisor's uid and could read the sources, so it gets no placeholder).
+        let mut edge_req = None;
+        let edge = if tier == IsolationTier::Namespace && !self.edge_secrets.is_empty() {
+            let edge = self
+                .edge_secrets
+                .edge()
+                .map_err(|e| Stop::deny(Layer::Sandbox, e.to_string()).code(e.code()))?;
+            let mut r = req.clone();
+            self.edge_secrets.prepare(&edge, &mut r);
+            edge_req = Some(r);
+            Some(Arc::new(edge))
+        } else {
+            None
+        };
+        let req = edge_req.as_ref().unwrap_or(req);
         let (decider, mut asks) = sandboxio_egress::channel(256);
-        let proxy = Proxy::new(Arc::new(decider));
+        let proxy = Proxy::with_edge(Arc::new(decider), edge);
         let (listener_tx, listener_rx) = tokio::sync::oneshot::channel();
         io.egress = Some(listener_tx);
         let server = {
@@ -143,6 +161,9 @@ impl Gateway {
             .insert(LABEL_SCHEME.into(), t.scheme.as_str().to_string());
         if let Some(m) = &t.method {
             s.labels.insert(LABEL_METHOD.into(), m.clone());
+        }
+        if !t.secrets.is_empty() {
+            s.labels.insert(LABEL_SECRETS.into(), t.secrets.join(","));
         }
         s.traceparent = sub.traceparent.clone();
         s.secrets = sub.secrets.clone();

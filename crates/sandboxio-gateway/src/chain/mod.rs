@@ -19,7 +19,7 @@ mod resolve;
 mod secrets;
 mod stop;
 
-pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME};
+pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME, LABEL_SECRETS};
 pub use record::{owner_alive, process_owner};
 
 use std::collections::{BTreeMap, HashMap};
@@ -152,6 +152,8 @@ pub struct Gateway {
     running: Mutex<HashMap<String, CancelToken>>,
     retry_budget: Mutex<RetryBudget>,
     latency: Mutex<LatencyTracker>,
+    /// `[[secrets]]` with their values, for sandboxes with network.
+    edge_secrets: Arc<crate::edge::EdgeSecrets>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -190,7 +192,15 @@ impl Gateway {
             running: Mutex::new(HashMap::new()),
             retry_budget,
             latency: Mutex::new(LatencyTracker::new(cfg_latency)),
+            edge_secrets: Arc::new(crate::edge::EdgeSecrets::default()),
         }
+    }
+
+    /// The secrets the egress proxy injects at the edge (their values must also be in
+    /// the redaction this gateway was built with).
+    pub fn with_edge_secrets(mut self, secrets: crate::edge::EdgeSecrets) -> Self {
+        self.edge_secrets = Arc::new(secrets);
+        self
     }
 
     /// Registers a named tool for `tool_call` operations.

@@ -1,0 +1,243 @@
+//! Secrets at the edge against a real TLS upstream on loopback: the proxy terminates TLS
+//! for the bound host with the sandbox's CA, puts the value in place of the placeholder,
+//! verifies the upstream, and refuses a placeholder headed anywhere else.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls_pki_types::ServerName;
+use sandboxio_core::NetworkMode;
+use sandboxio_egress::edge::{upstream_trust, EdgeCa, LoadedSecret};
+use sandboxio_egress::rules::HostGlob;
+use sandboxio_egress::secrets::SecretValue;
+use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::net::name_server;
+
+const LOOP: [u8; 4] = [127, 0, 0, 1];
+const VALUE: &str = "real-value-7f3a";
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+async fn head_of<S: AsyncRead + Unpin>(s: &mut S) -> String {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b).await {
+            Ok(1) => got.push(b[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).to_string()
+}
+
+/// An HTTPS server for `up.test` answering each request with its head as the body. Returns
+/// its address and the PEM of the CA that signed its certificate.
+async fn tls_upstream() -> (SocketAddr, String) {
+    let ca = EdgeCa::new(&[HostGlob::parse("up.test").unwrap()]).unwrap();
+    let (chain, key) = ca.issue("up.test").unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(s).await else {
+                    return;
+                };
+                let body = head_of(&mut s).await.to_ascii_lowercase();
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (addr, ca.pem())
+}
+
+fn secret(name: &str, value: &str, host: &str) -> Arc<LoadedSecret> {
+    Arc::new(LoadedSecret {
+        name: name.into(),
+        value: SecretValue::new(value.as_bytes().to_vec()).unwrap(),
+        hosts: vec![HostGlob::parse(host).unwrap()],
+    })
+}
+
+struct Setup {
+    proxy_addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    edge: Arc<Edge>,
+    up: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+/// A proxy allowing up.test, other.test and plain.test on the upstream's port, with TOKEN
+/// bound to up.test and OTHER bound to other.test. `trust_upstream`: whether the upstream's
+/// CA is given as `upstream_ca`.
+async fn setup(trust_upstream: bool) -> Setup {
+    let (up, up_ca) = tls_upstream().await;
+    let (ns, _) = name_server(&[
+        ("up.test", LOOP),
+        ("other.test", LOOP),
+        ("plain.test", LOOP),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, up_ca).unwrap();
+    let section = sandboxio_config::NetworkSection {
+        allow_private: vec!["127.0.0.1".into()],
+        resolver: vec![ns.to_string()],
+        ..Default::default()
+    };
+    let cfg = EgressConfig::from_section(&section).unwrap();
+    let allow = ["up.test", "other.test", "plain.test"]
+        .iter()
+        .map(|h| format!("{h}:{}", up.port()))
+        .collect();
+    let rules = cfg
+        .rules_for(&NetworkMode::Allowlist { allow })
+        .unwrap()
+        .unwrap();
+    let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
+    let trust = upstream_trust(trust_upstream.then_some(ca_file.as_path())).unwrap();
+    let edge = Arc::new(
+        Edge::new(
+            vec![
+                secret("TOKEN", VALUE, "up.test"),
+                secret("OTHER", "other-value-9c", "other.test"),
+            ],
+            &trust,
+        )
+        .unwrap(),
+    );
+    let proxy = Proxy::with_edge(Arc::new(GuardOnly(Arc::new(guard))), Some(edge.clone()));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_addr = l.local_addr().unwrap();
+    tokio::spawn(proxy.clone().serve(l));
+    Setup {
+        proxy_addr,
+        proxy,
+        edge,
+        up,
+        _dir: dir,
+    }
+}
+
+fn placeholder(edge: &Edge, name: &str) -> String {
+    edge.placeholders()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap()
+        .1
+}
+
+/// CONNECT to `host` through the proxy, TLS trusting only the sandbox's CA, one request
+/// with `authorization`; returns the whole response.
+async fn via_tunnel(s: &Setup, host: &str, authorization: &str) -> String {
+    let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
+    let connect = format!(
+        "CONNECT {host}:{p} HTTP/1.1\r\nhost: {host}:{p}\r\n\r\n",
+        p = s.up.port()
+    );
+    tcp.write_all(connect.as_bytes()).await.unwrap();
+    let head = head_of(&mut tcp).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(s.edge.ca_pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
+        .await
+        .expect("the proxy's leaf verifies against the sandbox's CA");
+    let req = format!(
+        "GET /v1/me HTTP/1.1\r\nhost: {host}\r\nauthorization: {authorization}\r\nconnection: close\r\n\r\n"
+    );
+    tls.write_all(req.as_bytes()).await.unwrap();
+    read_all(&mut tls).await
+}
+
+async fn read_all<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> String {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+use rustls_pki_types::pem::PemObject;
+
+#[tokio::test]
+async fn the_placeholder_becomes_the_value_for_the_bound_host_only() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let got = via_tunnel(&s, "up.test", &format!("Bearer {p}")).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.contains(&format!("authorization: bearer {VALUE}")),
+        "{got}"
+    );
+    assert!(!got.contains("sbx-secret-"), "{got}");
+    assert_eq!(s.proxy.summary().denials, 0);
+}
+
+#[tokio::test]
+async fn a_placeholder_for_another_host_is_refused_over_tls_and_plain_http() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    // other.test is terminated (OTHER is bound to it) but TOKEN is not bound there.
+    let got = via_tunnel(&s, "other.test", &format!("Bearer {p}")).await;
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    assert!(
+        got.contains("SBX_E2417") && got.contains("`TOKEN`"),
+        "{got}"
+    );
+    assert!(!got.contains(VALUE));
+    // Plain HTTP: refused whatever the host, even the bound one.
+    for host in ["plain.test", "up.test"] {
+        let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
+        let req = format!(
+            "GET http://{host}:{port}/ HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {p}\r\nconnection: close\r\n\r\n",
+            port = s.up.port()
+        );
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        let got = read_all(&mut tcp).await;
+        assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+        assert!(got.contains("SBX_E2416"), "{got}");
+    }
+    let sum = s.proxy.summary();
+    assert_eq!(sum.denials, 3);
+    assert!(sum
+        .denied_hosts
+        .contains(&format!("plain.test:{}", s.up.port())));
+}
+
+#[tokio::test]
+async fn an_upstream_that_does_not_verify_gets_nothing() {
+    // Without `upstream_ca` the test upstream's certificate is not trusted: the request
+    // (and the value) never leaves.
+    let s = setup(false).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let got = via_tunnel(&s, "up.test", &format!("Bearer {p}")).await;
+    assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    assert!(got.contains("TLS with the upstream failed"), "{got}");
+}
