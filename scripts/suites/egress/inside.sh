@@ -233,6 +233,11 @@ secrets_all() {
   check "secrets: the value is in no variable or file inside the sandbox" \
     jq -e '.stdout | split("\n") | .[0] == "0" and .[1] == "0" and (.[2] | tonumber) >= 2' "$last"
   check "secrets: the real value is in no file of the state dir, result or log" canary_nowhere
+  last=$out/$who-$((++n)).json
+  $as "$bin" run --config "$out/secrets.toml" --state-dir "$state" --json --timeout 60s \
+    -- sh -c 'echo program-ran' >"$last" 2>"$last.err"
+  check "secrets: a value that cannot be read stops the sandbox before it starts" \
+    jq -e '.record.error_code == "SBX_E2408" and .record.exit_code == null and ((.stdout // "") | contains("program-ran") | not)' "$last"
 }
 
 who=root

@@ -172,7 +172,12 @@ mod tests {
     #[test]
     fn bad_entries_are_refused_with_a_code() {
         let ok = section("TOKEN", Some("TOKEN"), None, false);
-        assert_eq!(SecretSpec::from_sections(&[ok.clone()]).unwrap().len(), 1);
+        assert_eq!(
+            SecretSpec::from_sections(std::slice::from_ref(&ok))
+                .unwrap()
+                .len(),
+            1
+        );
         let cases = [
             (section("1BAD", Some("X"), None, false), "secret name"),
             (section("T", None, None, false), "no source"),
