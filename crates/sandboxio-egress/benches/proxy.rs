@@ -1,5 +1,7 @@
 //! HTTPS through the egress proxy against the same request direct, on loopback, in the
-//! same run (alternating), and 200 concurrent connections through one proxy.
+//! same run (alternating), and 200 concurrent connections through one proxy. A third way,
+//! in the same rotation: through a proxy that injects a secret at the edge (TLS terminated
+//! with the sandbox's CA, the placeholder replaced, TLS again to the verified upstream).
 //!
 //! Each request: TCP connect (+ CONNECT through the proxy), TLS handshake (rustls, the
 //! upstream's certificate verified against a CA made for the run), `GET /`, the whole
@@ -15,7 +17,10 @@ use std::time::{Duration, Instant};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sandboxio_core::NetworkMode;
-use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+use sandboxio_egress::edge::{upstream_trust, LoadedSecret};
+use sandboxio_egress::rules::HostGlob;
+use sandboxio_egress::secrets::SecretValue;
+use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Proxy, Resolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
@@ -73,7 +78,11 @@ fn certs(dir: &std::path::Path) {
             "srv.csr",
         ],
     );
-    std::fs::write(dir.join("ext"), "subjectAltName=DNS:bench.test\n").unwrap();
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=DNS:bench.test,IP:127.0.0.1\n",
+    )
+    .unwrap();
     openssl(
         dir,
         &[
@@ -164,6 +173,33 @@ async fn request(
     up: SocketAddr,
     proxy: Option<SocketAddr>,
 ) -> Result<(), String> {
+    request_as(tls, "bench.test", up, proxy, "").await
+}
+
+/// A trust store holding only `pem`'s certificates.
+fn connector_for(pem: &str) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// One HTTPS request to `name`, with `extra` header lines.
+async fn request_as(
+    tls: &tokio_rustls::TlsConnector,
+    name: &str,
+    up: SocketAddr,
+    proxy: Option<SocketAddr>,
+    extra: &str,
+) -> Result<(), String> {
     let mut s = TcpStream::connect(proxy.unwrap_or(up))
         .await
         .map_err(|e| e.to_string())?;
@@ -185,9 +221,10 @@ async fn request(
             return Err(String::from_utf8_lossy(&head).into_owned());
         }
     }
-    let name = ServerName::try_from("bench.test").unwrap();
-    let mut t = tls.connect(name, s).await.map_err(|e| e.to_string())?;
-    t.write_all(b"GET / HTTP/1.1\r\nhost: bench.test\r\nconnection: close\r\n\r\n")
+    let server = ServerName::try_from(name.to_string()).unwrap();
+    let mut t = tls.connect(server, s).await.map_err(|e| e.to_string())?;
+    let req = format!("GET / HTTP/1.1\r\nhost: {name}\r\n{extra}connection: close\r\n\r\n");
+    t.write_all(req.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -229,20 +266,49 @@ fn main() {
         let p = l.local_addr().unwrap();
         tokio::spawn(proxy.clone().serve(l));
 
+        // The edge: a secret bound to the upstream's address, its CA in the client's trust,
+        // the bench CA as `upstream_ca`.
+        let secret = Arc::new(LoadedSecret {
+            name: "BENCH_TOKEN".into(),
+            value: SecretValue::new(b"bench-secret-value".to_vec()).unwrap(),
+            hosts: vec![HostGlob::parse("127.0.0.1").unwrap()],
+        });
+        let trust = upstream_trust(Some(&dir.path().join("ca.pem"))).unwrap();
+        let edge = Arc::new(Edge::new(vec![secret], &trust).unwrap());
+        let auth = format!("authorization: Bearer {}\r\n", edge.placeholders()[0].1);
+        let edge_tls = connector_for(&edge.ca_pem());
+        let rules = cfg
+            .rules_for(&NetworkMode::Allowlist { allow: vec![up.to_string()] })
+            .unwrap()
+            .unwrap();
+        let guard = Guard::new(rules, Resolver::System, "bench");
+        let edge_proxy = Proxy::with_edge(Arc::new(GuardOnly(Arc::new(guard))), Some(edge));
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let e = l.local_addr().unwrap();
+        tokio::spawn(edge_proxy.clone().serve(l));
+
         for _ in 0..WARMUP {
             request(&tls, up, None).await.unwrap();
             request(&tls, up, Some(p)).await.unwrap();
+            request_as(&edge_tls, "127.0.0.1", up, Some(e), &auth).await.unwrap();
         }
-        let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+        let (mut direct, mut proxied, mut injected) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..ROUNDS {
-            // Alternate which goes first, so neither always runs on a warmer cache.
-            for via in if i % 2 == 0 { [None, Some(p)] } else { [Some(p), None] } {
+            // Rotate which goes first, so none always runs on a warmer cache.
+            let mut order = [0, 1, 2];
+            order.rotate_left(i % 3);
+            for way in order {
                 let t = Instant::now();
-                request(&tls, up, via).await.unwrap();
+                match way {
+                    0 => request(&tls, up, None).await.unwrap(),
+                    1 => request(&tls, up, Some(p)).await.unwrap(),
+                    _ => request_as(&edge_tls, "127.0.0.1", up, Some(e), &auth).await.unwrap(),
+                }
                 let d = t.elapsed();
-                if via.is_some() { proxied.push(d) } else { direct.push(d) }
+                [&mut direct, &mut proxied, &mut injected][way].push(d);
             }
         }
+        let (i50, i99) = (pct(&mut injected, 0.5), pct(&mut injected, 0.99));
         let (d50, d99) = (pct(&mut direct, 0.5), pct(&mut direct, 0.99));
         let (p50, p99) = (pct(&mut proxied, 0.5), pct(&mut proxied, 0.99));
         println!("https request, {ROUNDS} rounds each, alternating, loopback:");
@@ -254,6 +320,14 @@ fn main() {
             us(p50) / us(d50),
             us(p99) - us(d99)
         );
+        println!("  secret injected at the edge p50 {:8.1} us  p99 {:8.1} us", us(i50), us(i99));
+        println!(
+            "  edge overhead p50 {:.1} us ({:.2}x direct, {:.2}x tunnel)",
+            us(i50) - us(d50),
+            us(i50) / us(d50),
+            us(i50) / us(p50)
+        );
+        println!("edge proxy summary: {:?}", edge_proxy.summary());
 
         let t = Instant::now();
         let tasks: Vec<_> = (0..CONCURRENT)

@@ -241,3 +241,28 @@ async fn an_upstream_that_does_not_verify_gets_nothing() {
     assert!(got.starts_with("HTTP/1.1 502"), "{got}");
     assert!(got.contains("TLS with the upstream failed"), "{got}");
 }
+
+#[tokio::test]
+async fn a_placeholder_in_cleartext_inside_an_opaque_tunnel_is_refused() {
+    // plain.test has no secret bound: its tunnel is not terminated, but a placeholder in
+    // the first bytes (HTTP sent in clear through CONNECT) is seen and refused.
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
+    let connect = format!(
+        "CONNECT plain.test:{port} HTTP/1.1\r\nhost: plain.test:{port}\r\n\r\n",
+        port = s.up.port()
+    );
+    tcp.write_all(connect.as_bytes()).await.unwrap();
+    let head = head_of(&mut tcp).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let req = format!("GET / HTTP/1.1\r\nhost: plain.test\r\nauthorization: Bearer {p}\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let rest = read_all(&mut tcp).await;
+    assert!(rest.is_empty(), "the tunnel answered: {rest}");
+    let sum = s.proxy.summary();
+    assert_eq!(sum.denials, 1, "{sum:?}");
+    assert!(sum
+        .denied_hosts
+        .contains(&format!("plain.test:{}", s.up.port())));
+}
