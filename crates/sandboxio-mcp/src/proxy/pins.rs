@@ -6,7 +6,9 @@
 //!
 //! Kept in `mcp-pins.json` in the state directory (0600, written whole and renamed), so
 //! pins survive restarts and the CLI can approve while a proxy runs: a proxy re-reads the
-//! file when it finds a tool changed.
+//! file when it finds a tool changed. Every read-modify-write holds an exclusive lock on
+//! `mcp-pins.json.lock`, so proxies and the CLI sharing a state directory never lose each
+//! other's pins or approvals.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,8 @@ use crate::error::McpError;
 
 /// The file's name in the state directory.
 pub const FILE: &str = "mcp-pins.json";
+/// The lock file beside it.
+pub const LOCK_FILE: &str = "mcp-pins.json.lock";
 /// Largest pins file read.
 const MAX_FILE: u64 = 16 * 1024 * 1024;
 
@@ -101,6 +105,31 @@ fn write(path: &Path, map: &BTreeMap<String, Pin>) -> Result<(), McpError> {
     std::fs::rename(&tmp, path).map_err(|e| pins_error(path, e))
 }
 
+/// Holds the cross-process lock on the pins file until dropped.
+struct FileLock(std::fs::File);
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Takes the lock beside `path` (waits for another holder; a short critical section).
+fn lock(path: &Path) -> Result<FileLock, McpError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let lp = path.with_file_name(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lp)
+        .map_err(|e| pins_error(&lp, e))?;
+    f.lock().map_err(|e| pins_error(&lp, e))?;
+    Ok(FileLock(f))
+}
+
 impl Pins {
     /// Pins kept in `dir/mcp-pins.json`; a damaged file is an error (nothing is trusted).
     pub fn open(dir: &Path) -> Result<Pins, McpError> {
@@ -134,6 +163,17 @@ impl Pins {
         let description = tool.description.as_deref().unwrap_or_default().to_string();
         let Ok(mut map) = self.map.lock() else {
             return Seen::Changed;
+        };
+        // Held until the end, across the read and the save.
+        let _held = match &self.path {
+            Some(p) => match lock(p) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(code = "SBX_E1913", "locking the MCP tool pins failed: {e}");
+                    return Seen::Changed;
+                }
+            },
+            None => None,
         };
         // Another process may have pinned or approved meanwhile.
         if let Some(p) = &self.path {
@@ -205,6 +245,10 @@ impl Pins {
     /// else the pin as it was.
     pub fn approve(&self, name: &str) -> Result<Option<Pin>, McpError> {
         let mut map = self.map.lock().map_err(|_| McpError::Poisoned)?;
+        let _held = match &self.path {
+            Some(p) => Some(lock(p)?),
+            None => None,
+        };
         if let Some(p) = &self.path {
             *map = read(p)?;
         }
@@ -265,6 +309,35 @@ mod tests {
             Seen::Changed
         );
         assert!(other.approve("nope").unwrap().is_none());
+    }
+
+    #[test]
+    fn proxies_sharing_a_state_directory_never_lose_each_others_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let d = dir.path().to_path_buf();
+                std::thread::spawn(move || {
+                    // Each its own Pins, as separate processes would have.
+                    let pins = Pins::open(&d).unwrap();
+                    for i in 0..25 {
+                        let name = format!("up{t}__tool{i}");
+                        assert_eq!(pins.observe(&name, &tool("d")), Seen::New);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let all = Pins::open(dir.path()).unwrap().list();
+        assert_eq!(all.len(), 8 * 25, "pins were lost");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join(LOCK_FILE))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]
