@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use sandboxio_core::mount::Mount;
 use sandboxio_core::{ByteSize, HumanDuration, IsolationTier};
 use serde::{Deserialize, Serialize};
 
@@ -48,10 +49,12 @@ pub struct UpstreamSection {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamTransport {
-    /// A program (argv) started inside a sandbox, with these environment variables.
+    /// A program (argv) started inside a sandbox, with these environment variables and
+    /// host paths bound into its sandbox.
     Stdio {
         command: Vec<String>,
         env: BTreeMap<String, String>,
+        mounts: Vec<Mount>,
     },
     /// A streamable-HTTP endpoint (`http://` or `https://`).
     Http { url: String },
@@ -65,6 +68,9 @@ struct UpstreamRaw {
     command: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     env: BTreeMap<String, String>,
+    /// `HOST:SANDBOX[:ro|rw]`, host paths absolute (read-only unless `rw`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    mounts: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,15 +131,28 @@ impl TryFrom<UpstreamRaw> for UpstreamSection {
                         r.name
                     ));
                 }
+                let mut mounts = Vec::with_capacity(r.mounts.len());
+                for spec in &r.mounts {
+                    if !spec.starts_with('/') {
+                        return Err(format!(
+                            "upstream `{}`: mount `{spec}`: the host path must be absolute",
+                            r.name
+                        ));
+                    }
+                    let m = Mount::parse(spec, std::path::Path::new("/"))
+                        .map_err(|e| format!("upstream `{}`: {e}", r.name))?;
+                    mounts.push(m);
+                }
                 UpstreamTransport::Stdio {
                     command: r.command,
                     env: r.env,
+                    mounts,
                 }
             }
             (true, Some(url)) => {
-                if !r.env.is_empty() {
+                if !r.env.is_empty() || !r.mounts.is_empty() {
                     return Err(format!(
-                        "upstream `{}`: `env` applies to a `command`, not to a `url`",
+                        "upstream `{}`: `env` and `mounts` apply to a `command`, not to a `url`",
                         r.name
                     ));
                 }
@@ -195,14 +214,20 @@ impl TryFrom<UpstreamRaw> for UpstreamSection {
 
 impl From<UpstreamSection> for UpstreamRaw {
     fn from(u: UpstreamSection) -> Self {
-        let (command, env, url) = match u.transport {
-            UpstreamTransport::Stdio { command, env } => (command, env, None),
-            UpstreamTransport::Http { url } => (Vec::new(), BTreeMap::new(), Some(url)),
+        let (command, env, mounts, url) = match u.transport {
+            UpstreamTransport::Stdio {
+                command,
+                env,
+                mounts,
+            } => (command, env, mounts, None),
+            UpstreamTransport::Http { url } => (Vec::new(), BTreeMap::new(), Vec::new(), Some(url)),
         };
+        let mounts = mounts.iter().map(mount_spec).collect();
         UpstreamRaw {
             name: u.name,
             command,
             env,
+            mounts,
             url,
             tier: u.tier,
             call_timeout: u.call_timeout,
@@ -210,6 +235,16 @@ impl From<UpstreamSection> for UpstreamRaw {
             max_message: u.max_message,
         }
     }
+}
+
+/// The `HOST:SANDBOX:MODE` form of a mount.
+fn mount_spec(m: &Mount) -> String {
+    format!(
+        "{}:{}:{}",
+        m.host.display(),
+        m.sandbox.display(),
+        m.mode.as_str()
+    )
 }
 
 fn upstreams<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<UpstreamSection>, D::Error> {
@@ -244,6 +279,7 @@ mod tests {
 name = "files"
 command = ["python3", "server.py"]
 env = { ROOT = "/data" }
+mounts = ["/srv/data:/data", "/srv/out:/out:rw"]
 tier = "namespace"
 call_timeout = "5s"
 
@@ -257,6 +293,12 @@ url = "http://127.0.0.1:8080/mcp"
         assert_eq!(c.mcp.upstream.len(), 2);
         assert_eq!(c.mcp.upstream[0].call_timeout.0.as_secs(), 5);
         assert_eq!(c.mcp.upstream[1].max_message.0, super::DEFAULT_MAX_MESSAGE);
+        let super::UpstreamTransport::Stdio { mounts, .. } = &c.mcp.upstream[0].transport else {
+            panic!("a stdio upstream")
+        };
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[1].mode, sandboxio_core::mount::MountMode::Rw);
+        assert_eq!(super::mount_spec(&mounts[0]), "/srv/data:/data:ro");
     }
 
     #[test]
@@ -277,6 +319,18 @@ url = "http://127.0.0.1:8080/mcp"
             (
                 "name = \"a\"\ncommand = [\"x\"]\ncall_timeout = \"0s\"",
                 "above zero",
+            ),
+            (
+                "name = \"a\"\ncommand = [\"x\"]\nmounts = [\"data:/data\"]",
+                "must be absolute",
+            ),
+            (
+                "name = \"a\"\ncommand = [\"x\"]\nmounts = [\"/d:/data:rx\"]",
+                "`ro` or `rw`",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\nmounts = [\"/d:/d\"]",
+                "`mounts`",
             ),
             (
                 "name = \"a\"\ncommand = [\"x\"]\nbogus = 1",

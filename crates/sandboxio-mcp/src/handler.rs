@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -94,6 +96,10 @@ impl ServerHandler for SandboxioMcp {
     fn get_info(&self) -> ServerConfig {
         let caps = match &self.opts.proxy {
             Some(_) => ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -124,6 +130,77 @@ impl ServerHandler for SandboxioMcp {
             tools.extend(p.tools().await);
         }
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let items = match &self.opts.proxy {
+            Some(p) => p.resources().await,
+            None => Vec::new(),
+        };
+        Ok(ListResourcesResult::with_all_items(items))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let items = match &self.opts.proxy {
+            Some(p) => p.resource_templates().await,
+            None => Vec::new(),
+        };
+        Ok(ListResourceTemplatesResult::with_all_items(items))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let found = self
+            .opts
+            .proxy
+            .as_ref()
+            .and_then(|p| p.find_resource(&request.uri));
+        let Some((up, own)) = found else {
+            // The spec's "resource not found".
+            return Err(ErrorData::resource_not_found(
+                format!("no resource `{}`", request.uri),
+                Some(serde_json::json!({ "code": "SBX_E1916" })),
+            ));
+        };
+        Ok(self.proxy_read(up, own, context).await?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let items = match &self.opts.proxy {
+            Some(p) => p.prompts().await,
+            None => Vec::new(),
+        };
+        Ok(ListPromptsResult::with_all_items(items))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let found = self.opts.proxy.as_ref().and_then(|p| p.find(&request.name));
+        let Some((up, own)) = found else {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt `{}`", request.name),
+                Some(serde_json::json!({ "code": "SBX_E1916" })),
+            ));
+        };
+        Ok(self.proxy_prompt(up, own, request, context).await?.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

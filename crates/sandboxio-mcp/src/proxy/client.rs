@@ -1,7 +1,8 @@
 //! The MCP client sandboxio is to an upstream: it declares no capabilities of its own
 //! (no sampling, roots or elicitation reach the upstream through the proxy), speaks the
-//! 2025-11-25 revision (plain `list_changed` notifications), and turns the upstream's
-//! `notifications/tools/list_changed` into a fresh listing (`Upstream::refresh`).
+//! 2025-11-25 revision (plain `list_changed` notifications), turns the upstream's
+//! `notifications/tools/list_changed` into a fresh listing (`Upstream::refresh`), and
+//! passes its resources' and prompts' `list_changed` on to every downstream session.
 
 use std::sync::Weak;
 
@@ -10,6 +11,7 @@ use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
 
 use super::upstream::Upstream;
+use super::Changed;
 
 #[derive(Clone)]
 pub struct UpstreamClient {
@@ -33,5 +35,17 @@ impl ClientHandler for UpstreamClient {
         tokio::spawn(async move {
             up.refresh().await;
         });
+    }
+
+    async fn on_resource_list_changed(&self, _cx: NotificationContext<RoleClient>) {
+        if let Some(up) = self.upstream.upgrade() {
+            up.tell(Changed::Resources);
+        }
+    }
+
+    async fn on_prompt_list_changed(&self, _cx: NotificationContext<RoleClient>) {
+        if let Some(up) = self.upstream.upgrade() {
+            up.tell(Changed::Prompts);
+        }
     }
 }

@@ -16,7 +16,7 @@ use sandboxio_config::{UpstreamSection, UpstreamTransport};
 use sandboxio_core::{ExecEvent, Limits, Operation, OperationArgs, OutputStream, Principal};
 use sandboxio_gateway::{CancelToken, Gateway, Submission};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Most stderr bytes of an upstream kept for diagnostics (the tail).
 const STDERR_KEPT: usize = 4096;
@@ -29,6 +29,8 @@ pub struct Process {
     pub token: CancelToken,
     /// The end of the upstream's `exec` operation: its status and reason.
     pub ended: Option<oneshot::Receiver<String>>,
+    /// Turns true once that operation has returned (its record written).
+    pub finished: watch::Receiver<bool>,
     pub stdout_bytes: Arc<AtomicU64>,
     pub stderr_tail: Arc<std::sync::Mutex<Vec<u8>>>,
 }
@@ -68,8 +70,12 @@ pub fn launch(
             cfg.max_json_response_size = max;
             Launched::Http(StreamableHttpClientTransport::from_config(cfg))
         }
-        UpstreamTransport::Stdio { command, env } => {
-            let (transport, process) = stdio(gw, base, up, command, env);
+        UpstreamTransport::Stdio {
+            command,
+            env,
+            mounts,
+        } => {
+            let (transport, process) = stdio(gw, base, up, command, env, mounts);
             Launched::Stdio(transport, process)
         }
     }
@@ -81,6 +87,7 @@ fn stdio(
     up: &UpstreamSection,
     command: &[String],
     env: &std::collections::BTreeMap<String, String>,
+    mounts: &[sandboxio_core::Mount],
 ) -> (
     AsyncRwTransport<
         RoleClient,
@@ -92,6 +99,9 @@ fn stdio(
     let mut req = base.clone();
     req.argv = command.to_vec();
     req.env.extend(env.clone());
+    // Host paths the upstream may see (its allowed directories, its own program); policy
+    // sees them (`mount`, `mount_rw`) like any exec's.
+    req.mounts.extend(mounts.iter().cloned());
     req.stdin_stream = true;
     // The upstream speaks for every call while it lives: it may live as long as the
     // ceilings allow, and its output caps are the ceilings (it is restarted before then).
@@ -173,6 +183,7 @@ fn stdio(
         }
     });
     let (ended_tx, ended_rx) = oneshot::channel();
+    let (finished_tx, finished) = watch::channel(false);
     {
         let gw = gw.clone();
         let name = up.name.clone();
@@ -196,6 +207,7 @@ fn stdio(
             };
             tracing::info!(upstream = %name, "MCP upstream process ended: {why}");
             let _ = ended_tx.send(why);
+            let _ = finished_tx.send(true);
         });
     }
     let (read, write) = tokio::io::split(client_end);
@@ -206,6 +218,7 @@ fn stdio(
         Process {
             token,
             ended: Some(ended_rx),
+            finished,
             stdout_bytes,
             stderr_tail,
         },

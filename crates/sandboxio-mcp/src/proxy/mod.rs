@@ -5,16 +5,19 @@
 //!
 //! Layout: `upstream` (one server: connection, restarts, timeouts), `launch` (its
 //! transport: a sandboxed process or streamable HTTP), `client` (the MCP client we are to
-//! it), `pins` (description pins against the rug pull), `forward` (one call through the
-//! chain). This file holds the set of upstreams and the downstream sessions to tell when
+//! it), `pins` (description pins against the rug pull), `forward` (one call, resource
+//! read or prompt through the chain), `offers` and `uri` (resources and prompts,
+//! namespaced). This file holds the set of upstreams and the downstream sessions to tell when
 //! the tool list changes.
 
 mod client;
-mod forward;
+pub mod forward;
 pub mod launch;
+mod offers;
 pub mod pins;
 mod trust;
 pub mod upstream;
+pub mod uri;
 
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +60,12 @@ impl Notifier {
 
     /// Sends `notifications/tools/list_changed` to every downstream session still open.
     fn list_changed(&self) {
+        self.tell(Changed::Tools);
+    }
+
+    /// Sends the `list_changed` notification of `what` to every downstream session still
+    /// open (an upstream said its list changed).
+    pub(crate) fn tell(&self, what: Changed) {
         let peers = match self.peers.lock() {
             Ok(mut p) => {
                 p.retain(|x| !x.is_transport_closed());
@@ -66,10 +75,22 @@ impl Notifier {
         };
         for p in peers {
             tokio::spawn(async move {
-                let _ = p.notify_tool_list_changed().await;
+                let _ = match what {
+                    Changed::Tools => p.notify_tool_list_changed().await,
+                    Changed::Resources => p.notify_resource_list_changed().await,
+                    Changed::Prompts => p.notify_prompt_list_changed().await,
+                };
             });
         }
     }
+}
+
+/// Which list changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Changed {
+    Tools,
+    Resources,
+    Prompts,
 }
 
 /// Every upstream, in configuration order.
@@ -172,6 +193,22 @@ impl Proxy {
             .iter()
             .find(|u| u.name() == up)
             .map(|u| (u.clone(), tool.to_string()))
+    }
+
+    /// Ends every upstream and waits (each at most `within`) until their processes'
+    /// operations have returned and been recorded.
+    pub async fn shutdown(&self, within: std::time::Duration) {
+        let all: Vec<_> = self
+            .upstreams
+            .iter()
+            .map(|u| {
+                let u = u.clone();
+                tokio::spawn(async move { u.shutdown(within).await })
+            })
+            .collect();
+        for a in all {
+            let _ = a.await;
+        }
     }
 
     /// Ends every upstream (their process trees with them).

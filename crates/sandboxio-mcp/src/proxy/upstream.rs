@@ -14,7 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, Prompt, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceTemplate, Tool,
+};
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::{RoleClient, ServiceExt as _};
 use sandboxio_config::UpstreamSection;
@@ -395,6 +399,13 @@ impl Upstream {
         }
     }
 
+    /// Passes a `list_changed` of this upstream on to the downstream sessions.
+    pub(crate) fn tell(&self, what: super::Changed) {
+        if let Some(n) = self.notifier.upgrade() {
+            n.tell(what);
+        }
+    }
+
     /// Calls `tool` (the upstream's own name) with the upstream's timeout; `cancel` ends
     /// the wait (and tells the upstream).
     pub(crate) async fn call(
@@ -406,12 +417,96 @@ impl Upstream {
         let conn = self.connection().await?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
-        let timeout = self.cfg.call_timeout.0;
         let peer = conn.client.peer().clone();
-        let call = peer.call_tool_once(params);
-        let dead = wait_dead(&conn);
+        match self
+            .bounded(&conn, cancel, peer.call_tool_once(params))
+            .await?
+        {
+            CallToolResponse::Complete(r) => Ok(r),
+            _ => Err(not_forwarded()),
+        }
+    }
+
+    /// Reads the upstream's resource `uri` (its own URI), bounded like a call.
+    pub(crate) async fn read_resource(
+        &self,
+        uri: &str,
+        cancel: &CancelToken,
+    ) -> Result<ReadResourceResult, CallError> {
+        let conn = self.connection().await?;
+        let params = ReadResourceRequestParams::new(uri.to_string());
+        let peer = conn.client.peer().clone();
+        match self
+            .bounded(&conn, cancel, peer.read_resource_once(params))
+            .await?
+        {
+            ReadResourceResponse::Complete(r) => Ok(r),
+            _ => Err(not_forwarded()),
+        }
+    }
+
+    /// Gets the upstream's prompt `name` (its own name) with `arguments`, bounded like a call.
+    pub(crate) async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<rmcp::model::JsonObject>,
+        cancel: &CancelToken,
+    ) -> Result<GetPromptResult, CallError> {
+        let conn = self.connection().await?;
+        let mut params = GetPromptRequestParams::new(name.to_string());
+        params.arguments = arguments;
+        let peer = conn.client.peer().clone();
+        match self
+            .bounded(&conn, cancel, peer.get_prompt_once(params))
+            .await?
+        {
+            GetPromptResponse::Complete(r) => Ok(r),
+            _ => Err(not_forwarded()),
+        }
+    }
+
+    /// What the upstream offers besides tools (started if need be), each listing bounded
+    /// by `call_timeout`; an upstream without the capability offers nothing.
+    pub(crate) async fn listing(&self, what: Listing) -> Result<Listed, CallError> {
+        let conn = self.connection().await?;
+        let caps = conn.client.peer_info().map(|i| i.capabilities.clone());
+        let offers = caps.is_some_and(|c| match what {
+            Listing::Resources | Listing::Templates => c.resources.is_some(),
+            Listing::Prompts => c.prompts.is_some(),
+        });
+        if !offers {
+            return Ok(Listed::Nothing);
+        }
+        let peer = conn.client.peer().clone();
+        let never = CancelToken::new();
+        Ok(match what {
+            Listing::Resources => Listed::Resources(
+                self.bounded(&conn, &never, peer.list_all_resources())
+                    .await?,
+            ),
+            Listing::Templates => Listed::Templates(
+                self.bounded(&conn, &never, peer.list_all_resource_templates())
+                    .await?,
+            ),
+            Listing::Prompts => {
+                Listed::Prompts(self.bounded(&conn, &never, peer.list_all_prompts()).await?)
+            }
+        })
+    }
+
+    /// Waits for one request to the upstream: its answer, or `call_timeout`, the caller's
+    /// cancellation, or the connection's end, whichever comes first. An answer resets the
+    /// restart backoff.
+    async fn bounded<T>(
+        &self,
+        conn: &Arc<Conn>,
+        cancel: &CancelToken,
+        request: impl std::future::Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, CallError> {
+        let timeout = self.cfg.call_timeout.0;
+        let dead = wait_dead(conn);
         let got = tokio::select! {
-            r = tokio::time::timeout(timeout, call) => match r {
+            r = tokio::time::timeout(timeout, request) => match r {
                 Ok(r) => r.map_err(service_error),
                 Err(_) => Err(CallError::TimedOut { after: timeout }),
             },
@@ -421,23 +516,31 @@ impl Upstream {
             }
             _ = dead => Err(CallError::Crashed { why: format!("it stopped{}", tail(&conn.stderr_tail())) }),
         };
-        let got = match got {
-            Ok(CallToolResponse::Complete(r)) => Ok(r),
-            Ok(_) => Err(CallError::Failed {
-                why: "the upstream answered with a task or an input request, which the proxy does not forward".into(),
-            }),
+        match got {
+            Ok(v) => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.failures = 0;
+                }
+                Ok(v)
+            }
             Err(CallError::Crashed { why }) => {
                 conn.dead.store(true, Ordering::SeqCst);
                 Err(CallError::Crashed { why })
             }
             Err(e) => Err(e),
-        };
-        if got.is_ok() {
-            if let Ok(mut s) = self.state.lock() {
-                s.failures = 0;
-            }
         }
-        got
+    }
+
+    /// Ends the connection and waits (at most `within`) until its process's operation
+    /// has returned, so its record is written before the caller exits.
+    pub async fn shutdown(&self, within: Duration) {
+        let conn = self.state.lock().ok().and_then(|mut s| s.conn.take());
+        let Some(c) = conn else { return };
+        c.dead.store(true, Ordering::SeqCst);
+        let Some(p) = &c.process else { return };
+        let mut finished = p.finished.clone();
+        p.token.cancel("the MCP proxy stopped");
+        let _ = tokio::time::timeout(within, finished.wait_for(|f| *f)).await;
     }
 
     /// Ends the connection (its process tree with it).
@@ -450,6 +553,28 @@ impl Upstream {
                 }
             }
         }
+    }
+}
+
+/// What `Upstream::listing` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    Resources,
+    Templates,
+    Prompts,
+}
+
+/// A listing's items.
+pub(crate) enum Listed {
+    Nothing,
+    Resources(Vec<Resource>),
+    Templates(Vec<ResourceTemplate>),
+    Prompts(Vec<Prompt>),
+}
+
+fn not_forwarded() -> CallError {
+    CallError::Failed {
+        why: "the upstream answered with a task or an input request, which the proxy does not forward".into(),
     }
 }
 
