@@ -6,13 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-
-use super::AuditSink;
 use crate::chain;
 use crate::checkpoint::{make_checkpoint, AuditKey, CheckpointReason, Merkle, DEFAULT_ORIGIN};
 use crate::error::AuditError;
-use crate::event::AuditEvent;
 use crate::head::{trail_id, SignedHead};
 use crate::reader::trail_files;
 use crate::sink::file_mode::{open_append, tighten_file};
@@ -35,7 +31,7 @@ pub enum FsyncPolicy {
     Never,
 }
 
-/// How to open a [`FileSink`].
+/// How to open a [`FileSink`](super::FileSink).
 #[derive(Debug, Clone)]
 pub struct FileSinkOptions {
     /// The active file; rotated files are `<path>.000001`, `<path>.000002`, …
@@ -92,10 +88,12 @@ struct State {
     poisoned: bool,
 }
 
-/// Appends one hash-chained JSON line per event to a file. See the crate README for the
-/// format, the tamper evidence it gives, and its limits. One writer per trail: two sinks (or
-/// processes) appending to the same path fork the chain, which `verify` reports.
-pub struct FileSink {
+/// The trail file itself: appends one hash-chained JSON line per event, synchronously.
+/// [`FileSink`](super::FileSink) owns one and calls it from its writer thread only
+/// (`file_writer.rs`). See the crate README for the format, the tamper evidence it gives,
+/// and its limits. One writer per trail: two sinks (or processes) appending to the same
+/// path fork the chain, which `verify` reports.
+pub(crate) struct FileTrail {
     opts: FileSinkOptions,
     key: Arc<AuditKey>,
     state: Mutex<State>,
@@ -122,13 +120,13 @@ fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-impl std::fmt::Debug for FileSink {
+impl std::fmt::Debug for FileTrail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "<FileSink {}>", self.opts.path.display())
+        write!(f, "<FileTrail {}>", self.opts.path.display())
     }
 }
 
-impl FileSink {
+impl FileTrail {
     /// Opens (or creates) the trail at `opts.path` and writes an `open` checkpoint.
     ///
     /// An existing trail is continued: the state is recovered from the last checkpoint of
@@ -137,7 +135,7 @@ impl FileSink {
     /// else) is moved to a sibling file `<path>.torn-<time>` and a record saying so is
     /// written; anything wrong before the last line is an error. Every trail file is made
     /// private (0600).
-    pub fn open(opts: FileSinkOptions, key: Arc<AuditKey>) -> Result<FileSink, AuditError> {
+    pub fn open(opts: FileSinkOptions, key: Arc<AuditKey>) -> Result<FileTrail, AuditError> {
         Self::open_with(opts, key, None)
     }
 
@@ -151,7 +149,7 @@ impl FileSink {
         new_key: Arc<AuditKey>,
         old_private: Option<Arc<AuditKey>>,
         old_public: &[ed25519_dalek::VerifyingKey],
-    ) -> Result<FileSink, AuditError> {
+    ) -> Result<FileTrail, AuditError> {
         Self::open_with(opts, new_key, Some((old_private, old_public)))
     }
 
@@ -159,7 +157,7 @@ impl FileSink {
         opts: FileSinkOptions,
         key: Arc<AuditKey>,
         rotate_from: Option<(Option<Arc<AuditKey>>, &[ed25519_dalek::VerifyingKey])>,
-    ) -> Result<FileSink, AuditError> {
+    ) -> Result<FileTrail, AuditError> {
         let path = opts.path.clone();
         let lockfile = open_append(&lock_path(&path))?;
         lockfile
@@ -187,7 +185,7 @@ impl FileSink {
             .max()
             .unwrap_or(0)
             + 1;
-        let sink = FileSink {
+        let sink = FileTrail {
             name: format!("file({})", path.display()),
             trail: trail_id(&path),
             opts,
@@ -220,7 +218,7 @@ impl FileSink {
     }
 
     /// Closes the active file under the old key and starts a new one (see
-    /// [`FileSink::open_rotating_key`]); the caller writes the new file's `open` checkpoint.
+    /// [`FileTrail::open_rotating_key`]); the caller writes the new file's `open` checkpoint.
     fn rotate_key_locked(&self, st: &mut State, old: Option<&AuditKey>) -> Result<(), AuditError> {
         if st.bytes == 0 {
             return Ok(());
@@ -263,6 +261,10 @@ impl FileSink {
             st.merkle.size(),
             &st.prev,
         ))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn path(&self) -> &Path {
@@ -381,8 +383,8 @@ impl FileSink {
         self.write_checkpoint(&mut st, CheckpointReason::Close)
     }
 
-    fn emit_sync(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        let json = event.as_json()?;
+    /// Appends one record (the event's JSON), synced per the policy before it returns.
+    pub fn append(&self, json: &str) -> Result<(), AuditError> {
         let mut st = self.lock()?;
         if st.closed {
             return Err(AuditError::SinkClosed {
@@ -397,7 +399,7 @@ impl FileSink {
             });
         }
         let _held = self.lock_trail(&mut st)?;
-        self.append_event(&mut st, &json)
+        self.append_event(&mut st, json)
     }
 
     /// Appends one record (the trail lock is held), then syncs, checkpoints and rotates as
@@ -422,32 +424,6 @@ impl FileSink {
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for FileSink {
-    fn drop(&mut self) {
-        if let Err(e) = self.close_sync() {
-            tracing::warn!(target: "sandboxio::audit", "closing audit file failed: {e}");
-        }
-    }
-}
-
-#[async_trait]
-impl AuditSink for FileSink {
-    /// One `write(2)` of the line to a file opened with `O_APPEND` (plus `fsync` per the
-    /// policy), done inline: it is not cancelled by the Auditor's timeout once started.
-    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        self.emit_sync(event)
-    }
-    fn name(&self) -> &str {
-        &self.name
-    }
-    async fn close(&self) -> Result<(), AuditError> {
-        self.close_sync()
-    }
-    fn head(&self) -> Option<SignedHead> {
-        FileSink::head(self)
     }
 }
 

@@ -7,13 +7,15 @@ mod file;
 pub mod file_mode;
 pub(crate) mod file_paths;
 pub(crate) mod file_repair;
+mod file_writer;
 mod logging;
 mod queue;
 
 use async_trait::async_trait;
 
-pub use file::{FileSink, FileSinkOptions, FsyncPolicy};
+pub use file::{FileSinkOptions, FsyncPolicy};
 pub use file_repair::REPAIR_EVENT;
+pub use file_writer::FileSink;
 pub use logging::{LoggingSink, AUDIT_TARGET};
 pub use queue::QueueSink;
 

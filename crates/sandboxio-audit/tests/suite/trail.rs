@@ -323,3 +323,60 @@ async fn queue_drain_runs_in_the_hosts_task_until_closed() {
         "closed queue refuses events"
     );
 }
+
+/// Another process holding the trail's lock (a CLI command writing its record while the
+/// server runs) blocks the file sink's write, on the sink's writer thread; the tasks of
+/// the async worker that awaits it keep running. The runtime has a single worker, so a
+/// write done inline on it would stall every task until the lock is released.
+#[test]
+fn a_trail_lock_held_elsewhere_does_not_stall_the_async_workers() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let sink = Arc::new(FileSink::open(opts(&path), Arc::new(AuditKey::generate())).unwrap());
+    let mut lock_name = path.clone().into_os_string();
+    lock_name.push(".lock");
+    let held = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&lock_name)
+        .unwrap();
+    held.lock().unwrap();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
+    let writer = sink.clone();
+    rt.spawn(async move {
+        started_tx.send(()).unwrap();
+        let r = writer.emit(&ev(1)).await;
+        done_tx.send(r.is_ok()).unwrap();
+    });
+    started.recv_timeout(Duration::from_secs(30)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(done.try_recv().is_err(), "the write waits for the lock");
+    let (pong_tx, pong) = mpsc::channel();
+    rt.spawn(async move { pong_tx.send(()).unwrap() });
+    let answered = pong.recv_timeout(Duration::from_secs(10));
+    // Released before asserting, so that a failure cannot leave the worker blocked.
+    held.unlock().unwrap();
+    assert!(
+        answered.is_ok(),
+        "another task ran while the write waited for the lock"
+    );
+    assert!(done.recv_timeout(Duration::from_secs(30)).unwrap());
+    rt.shutdown_timeout(Duration::from_secs(5));
+    assert_eq!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("op-1"))
+            .count(),
+        1
+    );
+}

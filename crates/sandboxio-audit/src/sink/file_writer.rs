@@ -1,0 +1,207 @@
+//! The file sink: the trail ([`FileTrail`]) behind one writer thread.
+//!
+//! Appending a record blocks: on the trail's cross-process lock (another process writing
+//! its record), on `write`, on `fsync`. Done on an async worker it would stall every other
+//! task of that worker (a server's other requests, health checks, approval polls). So one
+//! OS thread per sink owns the trail and does every append and the close; `emit` sends
+//! the record down a channel and awaits the thread's answer, which comes after the write
+//! and its `fsync`: the record is as durable when `emit` returns as when the write was
+//! done inline. The thread runs no Python and no async code, so it has nothing to do with
+//! an embedding interpreter's shutdown; it ends when the sink is closed or dropped.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+
+use super::file::{FileSinkOptions, FileTrail};
+use super::AuditSink;
+use crate::checkpoint::AuditKey;
+use crate::error::AuditError;
+use crate::event::AuditEvent;
+use crate::head::SignedHead;
+
+type Answer = Box<dyn FnOnce(Result<(), AuditError>) + Send>;
+
+enum Job {
+    /// One record's JSON, answered after it is written (and synced per the policy).
+    Append(String, Answer),
+    /// The closing checkpoint; the thread ends after answering.
+    Close(Answer),
+}
+
+/// Appends one hash-chained JSON line per event to a file, from its own writer thread.
+/// See the crate README for the format, the tamper evidence it gives, and its limits.
+/// One writer per trail: two sinks (or processes) appending to the same path fork the
+/// chain, which `verify` reports.
+pub struct FileSink {
+    trail: Arc<FileTrail>,
+    name: String,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<FileSink {}>", self.trail.path().display())
+    }
+}
+
+impl FileSink {
+    /// Opens (or creates) the trail at `opts.path` and writes an `open` checkpoint.
+    ///
+    /// An existing trail is continued: the state is recovered from the last checkpoint of
+    /// the active file and the records after it (which must chain). A torn or garbage last
+    /// line (a write cut by a crash, never acknowledged, or bytes appended by something
+    /// else) is moved to a sibling file `<path>.torn-<time>` and a record saying so is
+    /// written; anything wrong before the last line is an error. Every trail file is made
+    /// private (0600).
+    pub fn open(opts: FileSinkOptions, key: Arc<AuditKey>) -> Result<FileSink, AuditError> {
+        Self::start(FileTrail::open(opts, key)?)
+    }
+
+    /// Starts a new signing key: the active file is closed (with a `rotate` checkpoint when
+    /// the old private key is given) and renamed like a rotated file, and a new active file
+    /// starts with an `open` checkpoint signed by `new_key` that continues the chain. The
+    /// old file's last checkpoint is checked against `old_public` (skipped when empty: the
+    /// chain is still checked). Record the rotation through an `Auditor` on the returned sink.
+    pub fn open_rotating_key(
+        opts: FileSinkOptions,
+        new_key: Arc<AuditKey>,
+        old_private: Option<Arc<AuditKey>>,
+        old_public: &[ed25519_dalek::VerifyingKey],
+    ) -> Result<FileSink, AuditError> {
+        Self::start(FileTrail::open_rotating_key(
+            opts,
+            new_key,
+            old_private,
+            old_public,
+        )?)
+    }
+
+    /// Starts the writer thread of an open trail.
+    fn start(trail: FileTrail) -> Result<FileSink, AuditError> {
+        let trail = Arc::new(trail);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let owned = trail.clone();
+        let thread = std::thread::Builder::new()
+            .name("sandboxio-audit-writer".into())
+            .spawn(move || write_loop(&owned, rx))
+            .map_err(|e| AuditError::io(trail.path(), e))?;
+        Ok(FileSink {
+            name: trail.name().to_string(),
+            trail,
+            jobs: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The signed head of the trail as this sink last saw it: records so far and the last
+    /// record's hash. Keep it outside the trail (the gateway keeps it in its store).
+    pub fn head(&self) -> Option<SignedHead> {
+        self.trail.head()
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.trail.path()
+    }
+
+    /// Records written to the whole trail so far (the next record's `seq`).
+    pub fn tree_size(&self) -> u64 {
+        self.trail.tree_size()
+    }
+
+    fn closed(&self) -> AuditError {
+        AuditError::SinkClosed {
+            sink: self.name.clone(),
+        }
+    }
+
+    /// Hands `job` to the writer thread; `Err` (the sink's closed error) when it is gone.
+    fn send(&self, job: Job) -> Result<(), AuditError> {
+        let jobs = self.jobs.lock().map_err(|_| self.closed())?;
+        match jobs.as_ref() {
+            Some(tx) => tx.send(job).map_err(|_| self.closed()),
+            None => Err(self.closed()),
+        }
+    }
+
+    /// Writes the closing checkpoint and syncs (on the writer thread, waited for here),
+    /// then ends the thread. Later emits fail with `SinkClosed`. Idempotent.
+    pub fn close_sync(&self) -> Result<(), AuditError> {
+        let (tx, rx) = mpsc::channel();
+        let sent = self.send(Job::Close(Box::new(move |r| {
+            let _ = tx.send(r);
+        })));
+        let answer = match sent {
+            Ok(()) => rx.recv().unwrap_or_else(|_| Err(self.closed())),
+            // Already closed: nothing left to do.
+            Err(_) => Ok(()),
+        };
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.take();
+        }
+        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = t.join();
+        }
+        answer
+    }
+}
+
+/// The writer thread: every append and the close, in the order they were sent.
+fn write_loop(trail: &FileTrail, jobs: mpsc::Receiver<Job>) {
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Append(json, answer) => answer(trail.append(&json)),
+            Job::Close(answer) => {
+                answer(trail.close_sync());
+                return;
+            }
+        }
+    }
+    // Every sender is gone without a close (cannot happen while the sink lives: its drop
+    // closes first); close anyway so the trail ends with a checkpoint.
+    let _ = trail.close_sync();
+}
+
+impl Drop for FileSink {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_sync() {
+            tracing::warn!(target: "sandboxio::audit", "closing audit file failed: {e}");
+        }
+    }
+}
+
+#[async_trait]
+impl AuditSink for FileSink {
+    /// One `write(2)` of the line to a file opened with `O_APPEND` (plus `fsync` per the
+    /// policy), done by the writer thread; answered once written. Not cancelled by the
+    /// Auditor's timeout once sent: a dropped `emit` leaves the write to finish.
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        let json = event.as_json()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Job::Append(
+            json,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        ))?;
+        rx.await.unwrap_or_else(|_| Err(self.closed()))
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn close(&self) -> Result<(), AuditError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        match self.send(Job::Close(Box::new(move |r| {
+            let _ = tx.send(r);
+        }))) {
+            Ok(()) => rx.await.unwrap_or_else(|_| Err(self.closed())),
+            Err(_) => Ok(()),
+        }
+    }
+    fn head(&self) -> Option<SignedHead> {
+        FileSink::head(self)
+    }
+}
