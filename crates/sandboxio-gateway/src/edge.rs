@@ -172,6 +172,34 @@ mod tests {
     }
 
     #[test]
+    fn bad_entries_fail_configuration_loading_with_a_code() {
+        for text in [
+            "[[secrets]]\nname = \"T\"\nhosts = [\"a.test\"]\n",
+            "[[secrets]]\nname = \"T\"\nenv = \"T\"\nstored = true\nhosts = [\"a.test\"]\n",
+            "[[secrets]]\nname = \"T\"\nenv = \"T\"\nhosts = [\"*\"]\n",
+            "[[secrets]]\nname = \"T\"\nenv = \"T\"\nhosts = [\"a.test\"]\n[[secrets]]\nname = \"T\"\nenv = \"U\"\nhosts = [\"b.test\"]\n",
+        ] {
+            let c = sandboxio_config::Config::parse(text, "c.toml").unwrap();
+            let e = crate::runtime::gateway_config(&c, None).err().unwrap();
+            assert_eq!(e.code(), "SBX_E2405", "{text}: {e}");
+        }
+        let ok = "[[secrets]]\nname = \"T\"\nfile = \"/run/t\"\nhosts = [\"*.a.test\"]\n";
+        let c = sandboxio_config::Config::parse(ok, "c.toml").unwrap();
+        assert_eq!(
+            crate::runtime::gateway_config(&c, None)
+                .unwrap()
+                .secrets
+                .len(),
+            1
+        );
+        // An unknown key in an entry is refused by the parser.
+        let e =
+            sandboxio_config::Config::parse("[[secrets]]\nname = \"T\"\nvalue = \"x\"\n", "c.toml")
+                .unwrap_err();
+        assert_eq!(e.code(), "SBX_E1102");
+    }
+
+    #[test]
     fn a_missing_value_stops_the_sandbox_not_the_runtime() {
         let e = EdgeSecrets::load(&specs(), None, &|_: &str| None, no_store).unwrap();
         assert!(e.redaction_secrets().is_empty());

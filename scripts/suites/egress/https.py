@@ -3,7 +3,8 @@
 `/echo-auth` answers with the first 12 hex digits of the SHA-256 of the Authorization
 header it received (or `echo-none`), so a test can tell which value reached the upstream
 without the value itself appearing anywhere (and short enough not to look like a token to
-the redaction)."""
+the redaction). `/echo-auth-raw` answers with the header as it came (an API that echoes
+the token it got)."""
 import functools
 import hashlib
 import http.server
@@ -13,6 +14,14 @@ import sys
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
+        if self.path.startswith("/echo-auth-raw"):
+            body = ("you-sent " + self.headers.get("Authorization", "nothing") + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/echo-auth"):
             auth = self.headers.get("Authorization")
             if auth is None:

@@ -232,6 +232,9 @@ secrets_all() {
   sbx_secret "env | grep -c -- '$half'; grep -rl -- '$half' /workspace /tmp 2>/dev/null | wc -l; cat \$SSL_CERT_FILE | grep -c 'BEGIN CERTIFICATE'"
   check "secrets: the value is in no variable or file inside the sandbox" \
     jq -e '.stdout | split("\n") | .[0] == "0" and .[1] == "0" and (.[2] | tonumber) >= 2' "$last"
+  sbx_secret "curl -sS -m 10 -H \"Authorization: Bearer \$API_TOKEN\" https://secure.test/echo-auth-raw >/tmp/echo; grep -c -- '$half' /tmp/echo; grep -c sbx-secret-API_TOKEN- /tmp/echo"
+  check "secrets: an upstream echoing the value hands the sandbox the placeholder" \
+    jq -e '.stdout | split("\n") | .[0] == "0" and .[1] == "1"' "$last"
   check "secrets: the real value is in no file of the state dir, result or log" canary_nowhere
   last=$out/$who-$((++n)).json
   $as "$bin" run --config "$out/secrets.toml" --state-dir "$state" --json --timeout 60s \

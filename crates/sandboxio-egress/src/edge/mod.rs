@@ -131,6 +131,19 @@ impl Edge {
         Ok(c)
     }
 
+    /// `(value, placeholder)` of each secret, for scrubbing what comes back.
+    pub fn pairs(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.secrets
+            .iter()
+            .map(|b| {
+                (
+                    b.secret.value.expose().to_vec(),
+                    b.placeholder.as_bytes().to_vec(),
+                )
+            })
+            .collect()
+    }
+
     /// The name of the first secret whose placeholder is in `bytes`.
     pub fn placeholder_in(&self, bytes: &[u8]) -> Option<&str> {
         self.secrets

@@ -243,4 +243,48 @@ mod tests {
         std::fs::remove_file(&f).unwrap();
         assert_eq!(specs[0].load(&env, None).unwrap_err().code(), "SBX_E2408");
     }
+
+    #[test]
+    fn stored_values_load_with_their_sealed_hosts_which_config_may_only_narrow() {
+        use crate::secrets::KeySource;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SecretStore::new(
+            dir.path().join("secrets.json"),
+            KeySource::value("K", "ab".repeat(32)),
+        );
+        let sealed = vec!["api.example.com".to_string(), "*.example.org".to_string()];
+        store
+            .set(
+                "T",
+                &sealed,
+                &SecretValue::new(b"stored-v".to_vec()).unwrap(),
+            )
+            .unwrap();
+        let mut sec = section("T", None, None, true);
+        sec.hosts.clear();
+        let specs = SecretSpec::from_sections(&[sec.clone()]).unwrap();
+        let s = specs[0].load(&|_: &str| None, Some(&store)).unwrap();
+        assert_eq!(s.value.expose(), b"stored-v");
+        assert_eq!(s.hosts.len(), 2);
+        sec.hosts = vec!["*.example.org".into()];
+        let specs = SecretSpec::from_sections(&[sec.clone()]).unwrap();
+        let s = specs[0].load(&|_: &str| None, Some(&store)).unwrap();
+        assert_eq!(s.hosts, vec![HostGlob::Subdomains("example.org".into())]);
+        sec.hosts = vec!["evil.test".into()];
+        let specs = SecretSpec::from_sections(&[sec]).unwrap();
+        let e = specs[0].load(&|_: &str| None, Some(&store)).unwrap_err();
+        assert_eq!(e.code(), "SBX_E2408");
+        assert!(e.to_string().contains("only narrow"), "{e}");
+        // Not in the store: not available.
+        let mut other = section("NOPE", None, None, true);
+        other.hosts.clear();
+        let specs = SecretSpec::from_sections(&[other]).unwrap();
+        assert_eq!(
+            specs[0]
+                .load(&|_: &str| None, Some(&store))
+                .unwrap_err()
+                .code(),
+            "SBX_E2408"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 mod forward;
 mod respond;
+mod scrub;
 mod terminate;
 mod tunnel;
 

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::forward::strip_hop_headers;
 use super::respond::{self, Body};
+use super::scrub;
 use super::{connect_any, Proxy, HEADER_TIMEOUT, MAX_HEAD};
 use crate::decide::Verdict;
 use crate::edge::Edge;
@@ -121,9 +122,21 @@ impl Proxy {
         }
         match sender.send_request(Request::from_parts(parts, body)).await {
             Ok(resp) => {
+                // What comes back carries placeholders, never values (its length may
+                // change, so it goes back chunked).
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_headers(&mut parts.headers);
-                Response::from_parts(parts, body.boxed())
+                let pairs = edge.pairs();
+                for (_, v) in parts.headers.iter_mut() {
+                    let (out, _) = scrub::scrub(v.as_bytes(), &pairs, true);
+                    if out != v.as_bytes() {
+                        if let Ok(new) = HeaderValue::from_bytes(&out) {
+                            *v = new;
+                        }
+                    }
+                }
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Response::from_parts(parts, scrub::Scrub::new(body, pairs).boxed())
             }
             Err(e) => unreachable(e.to_string()),
         }

@@ -35,9 +35,15 @@ async fn head_of<S: AsyncRead + Unpin>(s: &mut S) -> String {
     String::from_utf8_lossy(&got).to_string()
 }
 
-/// An HTTPS server for `up.test` answering each request with its head as the body. Returns
-/// its address and the PEM of the CA that signed its certificate.
-async fn tls_upstream() -> (SocketAddr, String) {
+/// Request heads an upstream received.
+type Seen = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// An HTTPS server for `up.test` answering each request with its head as the body (and a
+/// header repeating its authorization). Returns its address, the PEM of the CA that signed
+/// its certificate, and the heads it received.
+async fn tls_upstream() -> (SocketAddr, String, Seen) {
+    let seen: Seen = Arc::default();
+    let keep = seen.clone();
     let ca = EdgeCa::new(&[HostGlob::parse("up.test").unwrap()]).unwrap();
     let (chain, key) = ca.issue("up.test").unwrap();
     let cfg = rustls::ServerConfig::builder_with_provider(provider())
@@ -53,13 +59,21 @@ async fn tls_upstream() -> (SocketAddr, String) {
         loop {
             let (s, _) = l.accept().await.unwrap();
             let acceptor = acceptor.clone();
+            let keep = keep.clone();
             tokio::spawn(async move {
                 let Ok(mut s) = acceptor.accept(s).await else {
                     return;
                 };
-                let body = head_of(&mut s).await.to_ascii_lowercase();
+                let head = head_of(&mut s).await;
+                keep.lock().unwrap().push(head.clone());
+                let body = head.to_ascii_lowercase();
+                let auth = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("authorization: "))
+                    .unwrap_or("none")
+                    .to_string();
                 let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = s.write_all(resp.as_bytes()).await;
@@ -67,7 +81,7 @@ async fn tls_upstream() -> (SocketAddr, String) {
             });
         }
     });
-    (addr, ca.pem())
+    (addr, ca.pem(), seen)
 }
 
 fn secret(name: &str, value: &str, host: &str) -> Arc<LoadedSecret> {
@@ -83,6 +97,7 @@ struct Setup {
     proxy: Arc<Proxy>,
     edge: Arc<Edge>,
     up: SocketAddr,
+    seen: Seen,
     _dir: tempfile::TempDir,
 }
 
@@ -90,7 +105,7 @@ struct Setup {
 /// bound to up.test and OTHER bound to other.test. `trust_upstream`: whether the upstream's
 /// CA is given as `upstream_ca`.
 async fn setup(trust_upstream: bool) -> Setup {
-    let (up, up_ca) = tls_upstream().await;
+    let (up, up_ca, seen) = tls_upstream().await;
     let (ns, _) = name_server(&[
         ("up.test", LOOP),
         ("other.test", LOOP),
@@ -135,6 +150,7 @@ async fn setup(trust_upstream: bool) -> Setup {
         proxy,
         edge,
         up,
+        seen,
         _dir: dir,
     }
 }
@@ -192,11 +208,25 @@ async fn the_placeholder_becomes_the_value_for_the_bound_host_only() {
     let p = placeholder(&s.edge, "TOKEN");
     let got = via_tunnel(&s, "up.test", &format!("Bearer {p}")).await;
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    // The upstream got the value, not the placeholder.
+    let heads = s.seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1);
     assert!(
-        got.contains(&format!("authorization: bearer {VALUE}")),
+        heads[0].contains(&format!("authorization: Bearer {VALUE}")),
+        "{heads:?}"
+    );
+    assert!(!heads[0].contains("sbx-secret-"), "{heads:?}");
+    // What it echoed back (header and body) reaches the client with the placeholder again.
+    assert!(
+        !got.contains(VALUE),
+        "the value came back to the sandbox: {got}"
+    );
+    assert!(got.contains(&format!("x-you-sent: Bearer {p}")), "{got}");
+    assert!(
+        got.contains(&format!("authorization: bearer {}", p.to_ascii_lowercase()))
+            || got.contains(&p),
         "{got}"
     );
-    assert!(!got.contains("sbx-secret-"), "{got}");
     assert_eq!(s.proxy.summary().denials, 0);
 }
 
