@@ -42,6 +42,9 @@ pub struct AuditEvent {
     pub bytes_out: u64,
     /// Blocked egress attempts, where the backend reports them.
     pub network_denials: u64,
+    /// `host:port` of each refused egress target (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_hosts: Vec<String>,
 
     pub operation_id: String,
     pub tool_name: String,
@@ -119,6 +122,7 @@ impl AuditEvent {
             bytes_in: rec.bytes_in,
             bytes_out: rec.bytes_out,
             network_denials: rec.network_denials,
+            denied_hosts: rec.denied_hosts.clone(),
             operation_id: rec.operation_id.clone(),
             tool_name: rec.tool_name.clone(),
             agent_id: rec.agent_id.clone(),

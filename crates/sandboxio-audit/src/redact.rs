@@ -313,6 +313,9 @@ impl Redactor {
             for a in rec.argv.iter_mut().flatten() {
                 f(a);
             }
+            for h in rec.denied_hosts.iter_mut() {
+                f(h);
+            }
             for m in rec.mounts.iter_mut().chain(rec.workdir.as_mut()) {
                 f(m);
             }

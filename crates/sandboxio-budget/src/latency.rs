@@ -45,7 +45,9 @@ impl LatencyClass {
     /// The default class of an operation kind.
     pub fn for_kind(k: OperationKind) -> LatencyClass {
         match k {
-            OperationKind::Exec | OperationKind::RunCode => LatencyClass::Execution,
+            OperationKind::Exec | OperationKind::RunCode | OperationKind::Browse => {
+                LatencyClass::Execution
+            }
             OperationKind::ToolCall => LatencyClass::Planning,
             OperationKind::FileRead
             | OperationKind::FileWrite

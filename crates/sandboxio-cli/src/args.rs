@@ -100,6 +100,40 @@ pub struct RunOpts {
     pub approval_timeout: Option<String>,
 }
 
+#[derive(Debug, Args, Clone)]
+pub struct BrowseOpts {
+    /// Write a PNG screenshot of the page to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub screenshot: Option<PathBuf>,
+    /// Isolation tier: only namespace (the default) may browse; any other is refused.
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// Wall-clock timeout, e.g. 30s (default 60s; the page gets two thirds of it).
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Memory limit for the whole browser, e.g. 1GiB (the default).
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Process/thread limit (default 512).
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// Idempotency key: the same key and request return the recorded outcome.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Why the agent wants this (shown to approvers).
+    #[arg(long)]
+    pub rationale: Option<String>,
+    /// Seconds to wait for a person to approve an `ask` (default from config: 300).
+    #[arg(long)]
+    pub approval_timeout: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command in a sandbox, through the gateway.
@@ -122,6 +156,16 @@ pub enum Command {
         lang: String,
         /// File holding the code, or `-` for standard input.
         file: String,
+    },
+    /// Load a web page in a disposable headless Chromium (namespace tier, the web only
+    /// through the egress proxy) and print its text.
+    Browse {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        opts: BrowseOpts,
+        /// The page: an http:// or https:// URL.
+        url: String,
     },
     /// Write a commented default sandboxio.toml.
     Init {

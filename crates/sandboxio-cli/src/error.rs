@@ -52,6 +52,13 @@ pub enum CliError {
     /// `audit verify`: the store named for the signed heads is not there.
     #[error("{why}")]
     HeadStore { why: String },
+    /// `browse --screenshot FILE`: the file could not be written.
+    #[error("cannot write the screenshot to `{path}`")]
+    WriteScreenshot {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -72,6 +79,7 @@ impl ErrorCode for CliError {
             CliError::Json { .. } => "SBX_E1711",
             CliError::CommandLine { .. } => "SBX_E1712",
             CliError::HeadStore { .. } => "SBX_E1713",
+            CliError::WriteScreenshot { .. } => "SBX_E1714",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

@@ -100,6 +100,7 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
     match cmd {
         Command::Run { common, .. }
         | Command::RunCode { common, .. }
+        | Command::Browse { common, .. }
         | Command::Approvals { common, .. }
         | Command::Kill { common, .. }
         | Command::Resume { common }

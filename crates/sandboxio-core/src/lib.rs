@@ -30,8 +30,8 @@ pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};
 pub use mount::{Mount, MountMode};
 pub use operation::{
-    AdminAction, IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind,
-    Principal,
+    check_browse_url, AdminAction, IdempotencyKey, Language, Operation, OperationArgs, OperationId,
+    OperationKind, Principal, BROWSE_URL_MAX,
 };
 pub use record::{CostEntry, OperationRecord, OperationStatus};
 pub use tier::{Capability, IsolationTier};

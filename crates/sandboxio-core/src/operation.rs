@@ -140,12 +140,14 @@ pub enum OperationKind {
     FileDelete,
     NetConnect,
     ToolCall,
+    /// A page loaded by a disposable headless browser inside the namespace tier.
+    Browse,
     /// An operator's action: kill, resume, approve, deny, policy reload, key rotation.
     Admin,
 }
 
 impl OperationKind {
-    pub const ALL: [OperationKind; 8] = [
+    pub const ALL: [OperationKind; 9] = [
         OperationKind::Exec,
         OperationKind::RunCode,
         OperationKind::FileRead,
@@ -153,6 +155,7 @@ impl OperationKind {
         OperationKind::FileDelete,
         OperationKind::NetConnect,
         OperationKind::ToolCall,
+        OperationKind::Browse,
         OperationKind::Admin,
     ];
 
@@ -165,6 +168,7 @@ impl OperationKind {
             OperationKind::FileDelete => "file_delete",
             OperationKind::NetConnect => "net_connect",
             OperationKind::ToolCall => "tool_call",
+            OperationKind::Browse => "browse",
             OperationKind::Admin => "admin",
         }
     }
@@ -228,10 +232,47 @@ pub enum OperationArgs {
         #[serde(default)]
         arguments: serde_json::Value,
     },
+    /// Load `url` (http or https) in a disposable headless browser inside the namespace
+    /// tier, reaching the web only through the egress proxy; answers the page's text and,
+    /// with `screenshot`, a PNG of it.
+    Browse {
+        url: String,
+        #[serde(default)]
+        screenshot: bool,
+    },
     /// An operator's action; authorised by the front end, recorded like everything else.
     Admin {
         action: AdminAction,
     },
+}
+
+/// Longest URL a `browse` takes.
+pub const BROWSE_URL_MAX: usize = 2048;
+
+/// A `browse` URL: `http://` or `https://` followed by a host, at most
+/// [`BROWSE_URL_MAX`] bytes, no whitespace or control characters (so it can never be read as
+/// a browser flag or split into two arguments).
+pub fn check_browse_url(url: &str) -> Result<(), String> {
+    let shown: String = url.chars().take(80).collect();
+    if url.len() > BROWSE_URL_MAX {
+        return Err(format!("the url is longer than {BROWSE_URL_MAX} bytes"));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the url `{}` contains whitespace or a control character",
+            shown.escape_default()
+        ));
+    }
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with(['/', '?', '#', '@', ':']) => Ok(()),
+        Some(_) => Err(format!("the url `{shown}` names no host")),
+        None => Err(format!(
+            "the url `{shown}` is not http:// or https:// (a browse loads web pages only)"
+        )),
+    }
 }
 
 /// What an operator does. Each is an operation with its own record and actor.
@@ -303,6 +344,7 @@ impl OperationArgs {
             OperationArgs::FileDelete { .. } => OperationKind::FileDelete,
             OperationArgs::NetConnect { .. } => OperationKind::NetConnect,
             OperationArgs::ToolCall { .. } => OperationKind::ToolCall,
+            OperationArgs::Browse { .. } => OperationKind::Browse,
             OperationArgs::Admin { .. } => OperationKind::Admin,
         }
     }
@@ -421,6 +463,11 @@ impl Operation {
             OperationArgs::ToolCall { tool, .. } if tool.is_empty() => {
                 return bad("tool name is empty")
             }
+            OperationArgs::Browse { url, .. } => {
+                if let Err(why) = check_browse_url(url) {
+                    return bad(&why);
+                }
+            }
             _ => {}
         }
         if let Some(c) = &self.estimated_cost {
@@ -432,5 +479,74 @@ impl Operation {
             crate::mount::check_request(&req.mounts, req.workdir.as_deref())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn browse(url: &str) -> Operation {
+        Operation::new(
+            Principal::default(),
+            OperationArgs::Browse {
+                url: url.into(),
+                screenshot: true,
+            },
+        )
+    }
+
+    #[test]
+    fn browse_takes_http_and_https_urls() {
+        for ok in [
+            "http://site.test/",
+            "https://a.example:8443/p?q=1#f",
+            "http://10.0.0.1",
+        ] {
+            assert!(browse(ok).validate().is_ok(), "{ok}");
+        }
+        assert_eq!(browse("http://x.test/").kind(), OperationKind::Browse);
+        assert_eq!(
+            "browse".parse::<OperationKind>().unwrap(),
+            OperationKind::Browse
+        );
+    }
+
+    #[test]
+    fn browse_refuses_other_schemes_flags_and_odd_urls() {
+        let long = format!("http://x.test/{}", "a".repeat(BROWSE_URL_MAX));
+        for bad in [
+            "",
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "data:text/html,hi",
+            "--remote-debugging-port=9222",
+            "HTTP://x.test/",
+            "http://",
+            "http:///path",
+            "http://x.test/ --flag",
+            "http://x.test/\nsecond",
+            long.as_str(),
+        ] {
+            let e = browse(bad).validate().unwrap_err();
+            assert_eq!(crate::ErrorCode::code(&e), "SBX_E1005", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn browse_args_round_trip_and_default_to_no_screenshot() {
+        let v: OperationArgs =
+            serde_json::from_str(r#"{"kind":"browse","url":"https://x.test/"}"#).unwrap();
+        assert_eq!(
+            v,
+            OperationArgs::Browse {
+                url: "https://x.test/".into(),
+                screenshot: false
+            }
+        );
+        assert!(serde_json::from_str::<OperationArgs>(
+            r#"{"kind":"browse","url":"https://x.test/","extra":1}"#
+        )
+        .is_err());
     }
 }

@@ -87,6 +87,10 @@ pub struct OperationRecord {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub network_denials: u64,
+    /// `host:port` of each target the egress proxy refused during this operation (once
+    /// each, sorted): an exec's or a browse's unlisted hosts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_hosts: Vec<String>,
     /// Output left unread after the run ended, and why (see `ExecResult.output_incomplete`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_incomplete: Option<String>,
@@ -148,6 +152,7 @@ impl OperationRecord {
             bytes_in: 0,
             bytes_out: 0,
             network_denials: 0,
+            denied_hosts: Vec::new(),
             output_incomplete: None,
             status: OperationStatus::Denied,
             verdict: Verdict::Deny,

@@ -5,6 +5,7 @@
 
 mod anchor;
 pub mod approval;
+pub mod browse;
 pub mod chain;
 pub mod config;
 pub mod credential;

@@ -167,6 +167,25 @@ impl Sandbox {
         self.gw.submit(sub).await
     }
 
+    /// Loads `url` in a disposable headless browser (namespace tier only, the web only
+    /// through the egress proxy, one `net_connect` record per connection). `exec` carries
+    /// the network and limits (`Runtime::exec_request` gives the configured ones); without
+    /// it the network is `none` and the browse is refused. The answer is
+    /// `crate::browse::BrowseAnswer` in the outcome's `tool_output`.
+    pub async fn browse(
+        &self,
+        url: &str,
+        screenshot: bool,
+        exec: Option<ExecRequest>,
+    ) -> Result<Outcome, GatewayError> {
+        let mut sub = self.submission(OperationArgs::Browse {
+            url: url.into(),
+            screenshot,
+        })?;
+        sub.op.exec = exec;
+        self.gw.submit(sub).await
+    }
+
     pub async fn read_file(&self, path: &str) -> Result<Outcome, GatewayError> {
         self.gw
             .submit(self.submission(OperationArgs::FileRead { path: path.into() })?)
@@ -209,8 +228,12 @@ impl Sandbox {
             args,
             OperationArgs::Exec { .. } | OperationArgs::RunCode { .. }
         );
+        let browse = matches!(args, OperationArgs::Browse { .. });
         let mut sub = self.submission(args)?;
-        if runs {
+        if browse {
+            // Network and limits only; the session's directories are not the browser's.
+            sub.op.exec = exec;
+        } else if runs {
             let (input, output) = exec
                 .as_ref()
                 .map(|e| (e.input_dir.clone(), e.output_dir.clone()))

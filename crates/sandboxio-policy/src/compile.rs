@@ -302,7 +302,7 @@ fn compile_rule(
                         k,
                         "kind",
                         format!(
-                            "unknown operation kind `{name}` (expected exec, run_code, file_read, file_write, file_delete, net_connect or tool_call)"
+                            "unknown operation kind `{name}` (expected exec, run_code, file_read, file_write, file_delete, net_connect, tool_call or browse)"
                         ),
                     )
                 })?;

@@ -11,10 +11,10 @@ use crate::path::{normalize, relative_to_root, NormalPath};
 
 /// A set of operation kinds as a bit mask (bit i = `OperationKind::ALL[i]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KindSet(pub u8);
+pub(crate) struct KindSet(pub u16);
 
 impl KindSet {
-    pub const ALL: KindSet = KindSet(0b111_1111);
+    pub const ALL: KindSet = KindSet(0b1111_1111);
     pub const FILES: KindSet = KindSet(0b001_1100);
     pub fn of(k: OperationKind) -> KindSet {
         KindSet(1 << kind_index(k))
@@ -44,7 +44,8 @@ pub(crate) fn kind_index(k: OperationKind) -> usize {
         OperationKind::FileDelete => 4,
         OperationKind::NetConnect => 5,
         OperationKind::ToolCall => 6,
-        OperationKind::Admin => 7,
+        OperationKind::Browse => 7,
+        OperationKind::Admin => 8,
     }
 }
 

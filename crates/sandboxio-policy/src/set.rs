@@ -66,9 +66,9 @@ impl PolicySource {
 pub struct PolicySet {
     rules: Vec<Rule>,
     /// Per kind: rule indices, deny rules first, then ask, then allow; file order within.
-    index: [Vec<u32>; 8],
+    index: [Vec<u32>; 9],
     /// Per kind: all path globs of that kind's rules in one set.
-    path_index: [Option<PathIndex>; 8],
+    path_index: [Option<PathIndex>; 9],
     files: Vec<String>,
     warnings: Vec<PolicyWarning>,
 }
@@ -198,7 +198,7 @@ impl PolicySet {
         for (i, r) in rules.iter_mut().enumerate() {
             r.index = i;
         }
-        let mut index: [Vec<u32>; 8] = Default::default();
+        let mut index: [Vec<u32>; 9] = Default::default();
         for (i, r) in rules.iter().enumerate() {
             for k in r.kinds.kinds() {
                 if let Ok(i) = u32::try_from(i) {
@@ -217,7 +217,7 @@ impl PolicySet {
                 )
             });
         }
-        let path_index: [Option<PathIndex>; 8] =
+        let path_index: [Option<PathIndex>; 9] =
             std::array::from_fn(|k| PathIndex::build(&rules, &index[k]));
         PolicySet {
             rules,
@@ -354,6 +354,10 @@ fn describe(op: &Operation) -> String {
         }
         OperationArgs::NetConnect { host, port } => format!("`{kind}` to `{host}:{port}`"),
         OperationArgs::ToolCall { tool, .. } => format!("`{kind}` of tool `{tool}`"),
+        OperationArgs::Browse { url, .. } => {
+            let shown: String = url.chars().take(120).collect();
+            format!("`{kind}` of `{shown}`")
+        }
         OperationArgs::Admin { action } => format!("`{kind}` action `{}`", action.name()),
     }
 }

@@ -2,6 +2,7 @@
 
 mod anchor;
 mod audit;
+mod browse;
 mod doctor;
 mod keys;
 mod mcp;
@@ -33,6 +34,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             lang,
             file,
         } => run::run(common, opts, run::What::Code { lang, file }).await,
+        Command::Browse { common, opts, url } => browse::browse(common, opts, url).await,
         Command::Init { path } => init(&path),
         Command::Doctor { json } => doctor::doctor(json).await,
         Command::Kill { common, reason } => state::kill(&common, &reason).await,

@@ -95,7 +95,12 @@ impl Gateway {
         let b = &self.cfg.budget;
         let rc = &b.rate_card;
         let (floor, why) = match (&op.args, &op.exec) {
-            (OperationArgs::Exec { .. } | OperationArgs::RunCode { .. }, Some(req)) => {
+            (
+                OperationArgs::Exec { .. }
+                | OperationArgs::RunCode { .. }
+                | OperationArgs::Browse { .. },
+                Some(req),
+            ) => {
                 let u = Self::bound_usage(req);
                 let cost = rc.cost(&u).unwrap_or(b.default_estimate);
                 (

@@ -22,13 +22,33 @@ impl Gateway {
         let op = &sub.op;
         ctx.ran = true;
         match &op.args {
-            OperationArgs::Exec { .. } | OperationArgs::RunCode { .. } => {
+            OperationArgs::Exec { .. }
+            | OperationArgs::RunCode { .. }
+            | OperationArgs::Browse { .. } => {
                 // The request as resolved (defaults, ceilings, derived argv): exactly what
                 // was decided, fingerprinted and approved.
-                let req = op
+                let mut req = op
                     .exec
                     .clone()
                     .unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
+                // A browse's screenshot lands in a private scratch directory, removed when
+                // this returns (the browser's profile and cache die with the sandbox's /tmp).
+                let scratch = match &op.args {
+                    OperationArgs::Browse { .. } => {
+                        let s = crate::browse::answer::Scratch::new().map_err(|e| {
+                            let mut s = Stop::deny(
+                                Layer::Sandbox,
+                                format!("cannot create the browse's scratch directory: {e}"),
+                            )
+                            .code(crate::browse::BROWSE_SCRATCH);
+                            s.status = OperationStatus::Error;
+                            s
+                        })?;
+                        req.output_dir = Some(s.output_dir());
+                        Some(s)
+                    }
+                    _ => None,
+                };
                 rec.bytes_in = req.stdin.as_ref().map(|s| s.len() as u64).unwrap_or(0)
                     + req.files.values().map(|f| f.len() as u64).sum::<u64>();
                 let tier = op.tier.unwrap_or(self.cfg.default_tier);
@@ -83,9 +103,27 @@ impl Gateway {
                     r.remove(id);
                 }
                 match res {
-                    Ok(r) => {
+                    Ok(mut r) => {
+                        if let (Some(s), OperationArgs::Browse { url, .. }) = (&scratch, &op.args) {
+                            let answer = crate::browse::answer::build(
+                                url,
+                                &r,
+                                &s.output_dir(),
+                                req.limits.output_size.bytes(),
+                            );
+                            structured = serde_json::to_value(answer).ok();
+                            // The scratch directory is removed on return: point at nothing.
+                            r.output_dir = None;
+                        }
                         fill_from_result(rec, &r, tier);
                         outcome_reason(rec, &r, &req.limits);
+                        if scratch.is_some() {
+                            if let Some(why) = crate::browse::no_cgroup_failure(&r) {
+                                rec.status = OperationStatus::Error;
+                                rec.error_code = Some(crate::browse::BROWSE_NO_CGROUP.into());
+                                rec.reason = why;
+                            }
+                        }
                         // The program ran; its files could not be copied out. The result
                         // (output, exit) is kept and the record carries the copy's code.
                         if let Some(e) = &r.copy_out_error {

@@ -67,6 +67,15 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
         OperationArgs::ToolCall { arguments, .. } => {
             rec.arguments = Some(recorded_arguments(arguments))
         }
+        // The target a connection opened by a sandbox's egress proxy asked for.
+        OperationArgs::NetConnect { host, port } => {
+            rec.arguments = Some(serde_json::json!({ "host": host, "port": port }))
+        }
+        OperationArgs::Browse { url, screenshot } => {
+            rec.arguments = Some(recorded_arguments(
+                &serde_json::json!({ "url": url, "screenshot": screenshot }),
+            ))
+        }
         OperationArgs::Admin { action } => {
             rec.reason = format!("admin action `{}`", action.name());
         }
@@ -106,6 +115,7 @@ pub(crate) fn fill_from_result(rec: &mut OperationRecord, r: &ExecResult, tier: 
     }
     rec.bytes_out = r.stdout_bytes + r.stderr_bytes;
     rec.network_denials = r.network_denials;
+    rec.denied_hosts = r.denied_hosts.clone();
     rec.output_incomplete = r.output_incomplete.clone();
     rec.enforcement = Some(r.enforcement.clone());
     rec.status = if let Some(why) = &r.cancelled {

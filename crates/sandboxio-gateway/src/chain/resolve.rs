@@ -61,6 +61,7 @@ pub(crate) fn resolve(
                 })?;
             op.exec = Some(req);
         }
+        OperationKind::Browse => resolve_browse(cfg, op)?,
         _ => {
             if op.exec.is_some() {
                 return Err(Stop::deny(
@@ -84,5 +85,38 @@ pub(crate) fn resolve(
         *size = bytes.len() as u64;
         *content_sha256 = Some(sha256_hex(bytes));
     }
+    Ok(())
+}
+
+/// A browse becomes the sandbox request of a disposable headless browser (`crate::browse`):
+/// namespace tier only, the caller's network (never `none`) and limits, browse defaults
+/// where those are unset, then `[limits]` and `[limits.max]` like every request.
+fn resolve_browse(cfg: &GatewayConfig, op: &mut Operation) -> Result<(), Stop> {
+    use crate::browse::plan;
+    let refuse = |(code, why): (&'static str, String)| Stop::deny(Layer::Admit, why).code(code);
+    let OperationArgs::Browse { url, screenshot } = &op.args else {
+        return Ok(());
+    };
+    let tier = *op.tier.get_or_insert(cfg.default_tier);
+    plan::check_tier(tier).map_err(refuse)?;
+    let asked = op
+        .exec
+        .take()
+        .unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
+    plan::check_caller_request(&asked).map_err(refuse)?;
+    plan::check_network(&asked.network).map_err(refuse)?;
+    let limits = plan::browse_limits(&asked.limits)
+        .resolve(&cfg.limits_default, &cfg.limits_max)
+        .map_err(|e| {
+            Stop::deny(Layer::Admit, format!("limit refused: {e}")).code(LIMIT_ABOVE_CEILING)
+        })?;
+    let chromium = plan::find_chromium(|p| p.is_file()).map_err(refuse)?;
+    op.exec = Some(plan::request(
+        chromium,
+        url,
+        *screenshot,
+        asked.network,
+        limits,
+    ));
     Ok(())
 }
