@@ -97,6 +97,9 @@ fn resolve_browse(cfg: &GatewayConfig, op: &mut Operation) -> Result<(), Stop> {
     let OperationArgs::Browse { url, screenshot } = &op.args else {
         return Ok(());
     };
+    sandboxio_core::check_browse_url(url).map_err(|why| {
+        Stop::deny(Layer::Admit, format!("invalid operation: {why}")).code("SBX_E1005")
+    })?;
     let tier = *op.tier.get_or_insert(cfg.default_tier);
     plan::check_tier(tier).map_err(refuse)?;
     let asked = op

@@ -1,3 +1,4 @@
+mod browse;
 mod chain;
 mod concurrency;
 mod front_end;
