@@ -34,13 +34,19 @@ python3 "$here/site.py" 203.0.113.10 80 "$www" "$out/site.log" "$release" 2>"$ou
 pids+=($!)
 python3 "$here/site.py" 203.0.113.30 80 "$out/unlisted" "$out/unlisted.log" "$release" 2>"$out/unlisted.err" &
 pids+=($!)
+# A server on the suite's loopback. A browser that bypassed the proxy for loopback would
+# reach only the sandbox's own loopback: a denial naming it shows the request went through
+# the proxy, and this server's log that it never arrived.
+python3 "$here/site.py" 127.0.0.1 8081 "$www" "$out/loop.log" "$release" 2>"$out/loop.err" &
+pids+=($!)
 python3 "$here/../egress/dns.py" 203.0.113.53 53 "site.test=203.0.113.10,unlisted.test=203.0.113.30" "$out/dns.log" >"$out/dns.err" 2>&1 &
 pids+=($!)
-for hp in 203.0.113.10/80 203.0.113.30/80; do
+for hp in 203.0.113.10/80 203.0.113.30/80 127.0.0.1/8081; do
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/${hp%/*}/${hp#*/}") 2>/dev/null && break; sleep 0.1; done
 done
 : >"$out/site.log"
 : >"$out/unlisted.log"
+: >"$out/loop.log"
 
 # --- configuration --------------------------------------------------------------------
 cat >"$out/policy.toml" <<'P'
@@ -104,6 +110,7 @@ denied_host() { jq -e --arg h "$1" '(.denied_hosts | index($h) != null) and (.re
 counted() { jq -e '.network_denials >= 1 and .record.network_denials == .network_denials' "$last" >/dev/null; }
 png_ok() { python3 "$here/pngcheck.py" "$1" | grep -Fx "png 1280x800" >/dev/null; }
 never_reached() { ! grep -F -- "$1" "$out/unlisted.log" >/dev/null; }
+loop_never_reached() { ! grep GET "$out/loop.log" >/dev/null; }
 never_asked() { ! grep "^$1 " "$out/dns.log" >/dev/null; }
 # The net_connect records the browse caused, from the trail (labelled with its operation).
 connects() {
@@ -191,6 +198,10 @@ run_all() {
   check "navigating to an unlisted host shows the proxy's refusal" text_has "SBX_E2410"
   check "and names the host" denied_host "unlisted.test:80"
   check "and the host never saw it" never_reached "GET"
+
+  browse allowlist http://127.0.0.1:8081/
+  check "loopback goes through the proxy too, which refuses it" denied_host "127.0.0.1:8081"
+  check "and the suite's loopback server never saw it" loop_never_reached
 
   refusals_and_leftovers
 }
