@@ -55,7 +55,7 @@ fn grule() -> impl Strategy<Value = GRule> {
     (
         effect(),
         any::<bool>(),
-        proptest::collection::vec(0usize..7, 1..3),
+        proptest::collection::vec(0usize..8, 1..3),
         proptest::option::of(0usize..TOOLS.len()),
         proptest::option::of(0usize..TENANTS.len()),
         proptest::option::of(0usize..AGENTS.len()),
@@ -150,7 +150,7 @@ struct GOp {
 
 fn gop() -> impl Strategy<Value = GOp> {
     (
-        0usize..7,
+        0usize..8,
         0usize..TOOLS.len(),
         0usize..TENANTS.len(),
         proptest::option::of(0usize..AGENTS.len()),
@@ -191,6 +191,10 @@ fn build(g: &GOp) -> Operation {
         OperationKind::ToolCall => OperationArgs::ToolCall {
             tool: TOOLS[g.tool].into(),
             arguments: serde_json::Value::Null,
+        },
+        OperationKind::Browse => OperationArgs::Browse {
+            url: "https://h.example/".into(),
+            screenshot: false,
         },
         OperationKind::Admin => OperationArgs::Admin {
             action: sandboxio_core::AdminAction::Resume,
