@@ -99,7 +99,9 @@ browse() {
   last=$out/$who-$((++n)).json
   local cfg=$1 url=$2
   shift 2
-  $as env TMPDIR="$tmp" "$bin" browse --config "$out/$cfg.toml" --state-dir "$state" --json "$@" "$url" >"$last" 2>"$last.err"
+  # A generous timeout: the suites run in parallel on a loaded machine.
+  $as env TMPDIR="$tmp" "$bin" browse --config "$out/$cfg.toml" --state-dir "$state" --json \
+    --timeout 120s "$@" "$url" >"$last" 2>"$last.err"
   echo $? >"$last.rc"
 }
 # No `grep -q` at the end of a pipe: with pipefail, the writer's SIGPIPE reads as a failure.
@@ -148,7 +150,7 @@ refusals_and_leftovers() {
 run_all() {
   n=0
   marker=$out/marker-$who && touch "$marker"
-  browse allowlist http://site.test/ --screenshot "$out/$who-shot.png"
+  browse allowlist http://site.test/ --screenshot "$shots/page.png"
   if [ "$who" != root ] && jq -e '.record.error_code == "SBX_E1565"' "$last" >/dev/null; then
     # Without a memory cgroup for this user the sandbox bounds memory with an address-space
     # rlimit, under which Chromium cannot start: the browse must say so, cleanly.
@@ -163,7 +165,7 @@ run_all() {
   check "the text is the page as rendered (its script ran)" text_has "written by script"
   check "entities are decoded and markup dropped" text_has "Plain text & an entity."
   check "the title is returned" answer_is '.title == "Browse test site"'
-  check "the screenshot is a valid 1280x800 PNG" png_ok "$out/$who-shot.png"
+  check "the screenshot is a valid 1280x800 PNG" png_ok "$shots/page.png"
   check "the answer names the screenshot file and its digest" answer_is '.screenshot.file != null and (.screenshot.sha256 | length) == 64'
   check "the embedded resource's unlisted host is denied" denied_host "unlisted.test:80"
   check "network_denials is counted in the answer and the record" counted
@@ -180,7 +182,7 @@ run_all() {
   # looks; it releases the page once it has seen the browser (or gives up).
   local seen=$out/seen-$who
   (
-    for _ in $(seq 600); do
+    for _ in $(seq 900); do
       if [ -n "$(browsers)" ]; then echo yes >"$seen"; break; fi
       sleep 0.1
     done
@@ -220,13 +222,16 @@ who=root
 as=""
 state=$out/state-root
 tmp=$out/tmp-root && mkdir -p "$tmp"
+shots=$out/shots-root && mkdir -p "$shots"
 run_all
 if setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Urm true 2>/dev/null; then
   who=uid65534
   as="setpriv --reuid=65534 --regid=65534 --clear-groups"
   state=$out/state-65534
   tmp=$out/tmp-65534
-  mkdir -p "$state" "$tmp" && chown 65534:65534 "$state" "$tmp" && chmod 700 "$state" "$tmp"
+  shots=$out/shots-65534
+  mkdir -p "$state" "$tmp" "$shots" && chown 65534:65534 "$state" "$tmp" "$shots"
+  chmod 700 "$state" "$tmp"
   run_all
 else
   echo "SKIP [uid65534] this host does not allow user namespaces for uid 65534"
