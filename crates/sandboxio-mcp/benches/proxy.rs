@@ -5,7 +5,10 @@
 //! to sandboxio's MCP server (in process, over a pipe) whose `[[mcp.upstream]]` runs the
 //! same program in the process tier, each call a `tool_call` through the whole chain
 //! (policy, SQLite admission and finish, one record to a file trail). The upstream's
-//! sandbox start-up is measured on its own (the first listing).
+//! sandbox start-up is measured on its own (the first listing). Cases: the state
+//! directory (SQLite store and trail) on the disk with the trail's default fsync, on the
+//! disk without the trail's fsync, and on tmpfs (`/dev/shm`, where fsync costs nothing:
+//! the proxy's and the chain's own work without the disk's).
 //!
 //! Run (release): `cargo build --release -p sandboxio-sandbox --bin sandboxio-helper &&
 //! cargo build --release -p sandboxio-mcp --example mcp_upstream &&
@@ -51,10 +54,17 @@ fn proxied(text: &str) -> CallToolRequestParams {
 struct Case {
     name: &'static str,
     fsync: &'static str,
+    /// The state directory on tmpfs (`/dev/shm`) rather than the disk.
+    tmpfs: bool,
 }
 
 async fn run(case: &Case, upstream: &std::path::Path) -> (Vec<Duration>, Vec<Duration>, Duration) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = if case.tmpfs {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir_in(std::env::var("SBX_BENCH_DISK").unwrap_or_else(|_| "/var/tmp".into()))
+            .unwrap()
+    };
     std::fs::write(
         dir.path().join("policy.toml"),
         r#"
@@ -158,12 +168,19 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     for case in [
         Case {
-            name: "trail fsync never",
-            fsync: "never",
+            name: "state on disk, trail fsync always (default)",
+            fsync: "always",
+            tmpfs: false,
         },
         Case {
-            name: "trail fsync always (default)",
+            name: "state on disk, trail fsync never",
+            fsync: "never",
+            tmpfs: false,
+        },
+        Case {
+            name: "state on tmpfs (no disk)",
             fsync: "always",
+            tmpfs: true,
         },
     ] {
         let (mut d, mut p, start) = run(&case, &upstream).await;
