@@ -163,7 +163,10 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     ];
     // The E2B-compatible API on the same listener, when configured (docs/E2B.md).
     if loaded.config.e2b.enabled {
-        extra.push(sandboxio_server::e2b::routes(loaded.config.e2b.clone()));
+        extra.push(sandboxio_server::e2b::routes(
+            loaded.config.e2b.clone(),
+            Some(loaded.state_dir.join("e2b")),
+        ));
     }
     let router = app::router(state.clone(), extra);
     let listener = Listener::bind(&state.opts).await?;

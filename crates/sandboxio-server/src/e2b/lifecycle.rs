@@ -321,12 +321,12 @@ async fn create_inner(
         lifetime,
     };
     let s = st.sessions.create(caller.tenant(), spec)?;
-    let entry = Arc::new(Entry::new(
-        s.id.clone(),
-        caller.tenant().to_string(),
-        caller.credential.id.clone(),
-        b.template_id.clone(),
-        metadata,
+    let entry = Arc::new(e2b.registry.entry(
+        &s.id,
+        caller.tenant(),
+        &caller.credential.id,
+        &b.template_id,
+        &metadata,
     ));
     e2b.registry.insert(entry.clone());
     record(

@@ -8,7 +8,8 @@
 //! handlers or the same `Backend::start` the native routes use, so every operation passes
 //! the whole chain (policy, budgets, approvals) and leaves its one record. One module per
 //! service: `lifecycle` (REST), `process` and `filesystem` (Connect, `connect`; `rename`), `files`
-//! (envd HTTP), `interpreter` (port 49999); `auth`, `registry`, `paths`, `error`.
+//! (envd HTTP), `interpreter` (port 49999); `auth`, `registry` (`persist`: what outlives
+//! a restart), `paths`, `error`.
 
 pub mod auth;
 pub mod connect;
@@ -20,10 +21,12 @@ pub mod lifecycle;
 pub mod multipart;
 pub mod native;
 pub mod paths;
+pub mod persist;
 pub mod process;
 pub mod registry;
 pub mod rename;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::routing::{delete, get, post};
@@ -43,11 +46,12 @@ pub struct E2b {
     pub registry: registry::Registry,
 }
 
-/// The E2B routes, to pass to `app::router` beside the native API.
-pub fn routes(config: E2bSection) -> OpenApiRouter<AppState> {
+/// The E2B routes, to pass to `app::router` beside the native API. With `dir` (the state
+/// directory's `e2b/`) its sandboxes and their access tokens outlive a restart.
+pub fn routes(config: E2bSection, dir: Option<PathBuf>) -> OpenApiRouter<AppState> {
     let e2b = Arc::new(E2b {
         config,
-        registry: registry::Registry::default(),
+        registry: dir.map(registry::Registry::at).unwrap_or_default(),
     });
     let ni = lifecycle::not_implemented;
     OpenApiRouter::new()

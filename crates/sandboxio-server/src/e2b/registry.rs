@@ -2,13 +2,16 @@
 //! envd calls act as that key), the envd access token, the template and metadata, the E2B
 //! process ids of its commands and the default code context of each language.
 //!
-//! The access token lives in memory with the session (sandboxes do not outlive the server)
-//! and is shown to the tenant's keys only (create and connect answers).
+//! The access token is shown to the tenant's keys only (create and connect answers). With
+//! a directory (`persist.rs`) the facts are written down and the token is derived from the
+//! sandbox id, so both outlive a restart; without one they live in memory.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::persist::{Saved, Store, TokenKey};
 use super::process::E2bProc;
 
 pub struct Entry {
@@ -26,20 +29,14 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(
-        sandbox_id: String,
-        tenant: String,
-        credential_id: String,
-        template: String,
-        metadata: BTreeMap<String, String>,
-    ) -> Entry {
+    fn new(saved: Saved, access_token: String) -> Entry {
         Entry {
-            sandbox_id,
-            tenant,
-            credential_id,
-            template,
-            access_token: format!("sbxe_{}", crate::context::random_hex(32)),
-            metadata,
+            sandbox_id: saved.sandbox_id,
+            tenant: saved.tenant,
+            credential_id: saved.credential_id,
+            template: saved.template,
+            access_token,
+            metadata: saved.metadata,
             procs: Mutex::new(BTreeMap::new()),
             next_pid: AtomicU32::new(1000),
             default_contexts: Mutex::new(BTreeMap::new()),
@@ -98,30 +95,101 @@ impl Entry {
     }
 }
 
-#[derive(Default)]
 pub struct Registry {
     map: RwLock<HashMap<String, Arc<Entry>>>,
+    key: TokenKey,
+    store: Option<Store>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            map: RwLock::default(),
+            key: TokenKey::ephemeral(),
+            store: None,
+        }
+    }
 }
 
 impl Registry {
+    /// A registry that writes its sandboxes down in `dir`; in memory (with a warning) when
+    /// the directory cannot be used.
+    pub fn at(dir: PathBuf) -> Registry {
+        match Store::open(dir) {
+            Ok((store, key)) => Registry {
+                map: RwLock::default(),
+                key,
+                store: Some(store),
+            },
+            Err(e) => {
+                tracing::warn!("the E2B API keeps its sandboxes in memory only: {e}");
+                Registry::default()
+            }
+        }
+    }
+
+    /// A new sandbox's entry (not registered yet).
+    pub fn entry(
+        &self,
+        sandbox_id: &str,
+        tenant: &str,
+        credential_id: &str,
+        template: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Entry {
+        let saved = Saved::new(sandbox_id, tenant, credential_id, template, metadata);
+        Entry::new(saved, self.key.token(sandbox_id))
+    }
+
     pub fn insert(&self, e: Arc<Entry>) {
+        if let Some(s) = &self.store {
+            s.save(&Saved::new(
+                &e.sandbox_id,
+                &e.tenant,
+                &e.credential_id,
+                &e.template,
+                &e.metadata,
+            ));
+        }
         if let Ok(mut m) = self.map.write() {
             m.insert(e.sandbox_id.clone(), e);
         }
     }
 
+    /// The entry of sandbox `id`, read back from the directory after a restart.
     pub fn get(&self, id: &str) -> Option<Arc<Entry>> {
-        self.map.read().ok()?.get(id).cloned()
+        if let Some(e) = self.map.read().ok()?.get(id) {
+            return Some(e.clone());
+        }
+        let saved = self.store.as_ref()?.load(id)?;
+        let e = Arc::new(Entry::new(saved, self.key.token(id)));
+        Some(
+            self.map
+                .write()
+                .ok()?
+                .entry(id.to_string())
+                .or_insert(e)
+                .clone(),
+        )
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Entry>> {
+        if let Some(s) = &self.store {
+            s.remove(id);
+        }
         self.map.write().ok()?.remove(id)
     }
 
     /// Forgets the entries whose sandbox is gone (deleted, reaped, closed over the native API).
     pub fn prune(&self, alive: impl Fn(&Entry) -> bool) {
         if let Ok(mut m) = self.map.write() {
-            m.retain(|_, e| alive(e));
+            m.retain(|id, e| {
+                let keep = alive(e);
+                if let (false, Some(s)) = (keep, &self.store) {
+                    s.remove(id);
+                }
+                keep
+            });
         }
     }
 }
@@ -132,13 +200,7 @@ mod tests {
 
     #[test]
     fn the_access_token_matches_only_itself() {
-        let e = Entry::new(
-            "s".into(),
-            "t".into(),
-            "k".into(),
-            "base".into(),
-            BTreeMap::new(),
-        );
+        let e = Registry::default().entry("s", "t", "k", "base", &BTreeMap::new());
         let tok = e.access_token.clone();
         assert!(e.token_matches(&tok));
         assert!(!e.token_matches(""));
@@ -147,5 +209,32 @@ mod tests {
         let last = wrong.len() - 1;
         wrong[last] = if wrong[last] == b'0' { b'1' } else { b'0' };
         assert!(!e.token_matches(&String::from_utf8_lossy(&wrong)));
+    }
+
+    #[test]
+    fn a_registry_at_a_directory_restores_entries_and_tokens() {
+        #![allow(clippy::unwrap_used)]
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("e2b");
+        let a = Registry::at(dir.clone());
+        let e = Arc::new(a.entry("ab12", "acme", "k1", "base", &BTreeMap::new()));
+        a.insert(e.clone());
+        // A restarted server: a new registry over the same directory.
+        let b = Registry::at(dir.clone());
+        let r = b.get("ab12").unwrap();
+        assert_eq!(
+            (r.tenant.as_str(), r.credential_id.as_str()),
+            ("acme", "k1")
+        );
+        assert!(r.token_matches(&e.access_token));
+        assert!(b.get("cd34").is_none());
+        b.remove("ab12");
+        assert!(Registry::at(dir).get("ab12").is_none());
+        // Without a directory nothing is restored, and tokens differ.
+        let m = Registry::default();
+        assert!(m.get("ab12").is_none());
+        assert!(!m
+            .entry("ab12", "acme", "k1", "base", &BTreeMap::new())
+            .token_matches(&e.access_token));
     }
 }

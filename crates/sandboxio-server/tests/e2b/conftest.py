@@ -96,8 +96,8 @@ class Server:
     def key(self, tenant: str, scopes: str = "exec,run_code,files,read") -> str:
         return self.cli("keys", "create", "--tenant", tenant, "--scopes", scopes).strip()
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", *self.common],
+    def start(self, listen: str = "127.0.0.1:0") -> None:
+        self.proc = subprocess.Popen([BIN, "serve", "--listen", listen, *self.common],
                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      text=True)
         line = self.proc.stdout.readline()

@@ -1,0 +1,242 @@
+//! What the E2B API knows about a sandbox, written down so that a restarted server (which
+//! restores its sandboxes, `crate::manifest`) still answers the SDKs that hold them: one
+//! JSON file per sandbox (`<dir>/<id>.json`, 0600 in a 0700 directory: its tenant, the key
+//! that created it, its template and metadata), removed with the sandbox. No access token
+//! is written: a token is derived from the sandbox id with the key in `<dir>/access.key`
+//! (HMAC-SHA256, made once, 0600), so the same token is valid after a restart.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+const VERSION: u32 = 1;
+const KEY_FILE: &str = "access.key";
+
+/// The key access tokens are derived from.
+pub struct TokenKey([u8; 32]);
+
+impl TokenKey {
+    /// A key for this process only (tokens do not survive a restart).
+    pub fn ephemeral() -> TokenKey {
+        let mut k = [0u8; 32];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut k[..]);
+        TokenKey(k)
+    }
+
+    /// The access token of sandbox `id`.
+    pub fn token(&self, id: &str) -> String {
+        match Hmac::<Sha256>::new_from_slice(&self.0) {
+            Ok(mut m) => {
+                m.update(b"sandboxio e2b envd access token\0");
+                m.update(id.as_bytes());
+                format!("sbxe_{}", hex::encode(m.finalize().into_bytes()))
+            }
+            // HMAC takes a key of any length; a token no one can present otherwise.
+            Err(_) => format!("sbxe_{}", crate::context::random_hex(32)),
+        }
+    }
+}
+
+/// One sandbox's E2B facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Saved {
+    pub version: u32,
+    pub sandbox_id: String,
+    pub tenant: String,
+    pub credential_id: String,
+    pub template: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Saved {
+    pub fn new(
+        sandbox_id: &str,
+        tenant: &str,
+        credential_id: &str,
+        template: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Saved {
+        Saved {
+            version: VERSION,
+            sandbox_id: sandbox_id.to_string(),
+            tenant: tenant.to_string(),
+            credential_id: credential_id.to_string(),
+            template: template.to_string(),
+            metadata: metadata.clone(),
+        }
+    }
+}
+
+/// The directory of saved sandboxes.
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// Sandbox ids are ours (hex); a header naming anything else names no file.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Makes `dir` (0700), tightening a looser mode left by someone else.
+fn private_dir(dir: &PathBuf) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+fn write_new(path: &PathBuf, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+impl Store {
+    /// Opens (making it if needed) the directory and its token key.
+    pub fn open(dir: PathBuf) -> std::io::Result<(Store, TokenKey)> {
+        private_dir(&dir)?;
+        let key_path = dir.join(KEY_FILE);
+        let key = match std::fs::read(&key_path) {
+            Ok(k) => {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))?;
+                k
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let k = TokenKey::ephemeral();
+                write_new(&key_path, &k.0)?;
+                k.0.to_vec()
+            }
+            Err(e) => return Err(e),
+        };
+        let key: [u8; 32] = key
+            .try_into()
+            .map_err(|_| std::io::Error::other(format!("{} is not 32 bytes", KEY_FILE)))?;
+        Ok((Store { dir }, TokenKey(key)))
+    }
+
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Writes a sandbox's facts; a failure is logged (the sandbox works until a restart).
+    pub fn save(&self, s: &Saved) {
+        if !valid_id(&s.sandbox_id) {
+            return;
+        }
+        let go = || -> std::io::Result<()> {
+            let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
+            let tmp = self.dir.join(format!(
+                ".{}.{}.tmp",
+                s.sandbox_id,
+                crate::context::random_hex(4)
+            ));
+            let written = write_new(&tmp, &text)
+                .and_then(|_| std::fs::rename(&tmp, self.path(&s.sandbox_id)));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            written
+        };
+        if let Err(e) = go() {
+            tracing::warn!(sandbox = %s.sandbox_id, "writing a sandbox's E2B facts failed: {e}");
+        }
+    }
+
+    /// A sandbox's facts, if written down (and readable).
+    pub fn load(&self, id: &str) -> Option<Saved> {
+        if !valid_id(id) {
+            return None;
+        }
+        let bytes = std::fs::read(self.path(id)).ok()?;
+        match serde_json::from_slice::<Saved>(&bytes) {
+            Ok(s) if s.sandbox_id == id && s.version == VERSION => Some(s),
+            _ => {
+                tracing::warn!(sandbox = %id, "a sandbox's E2B facts are unreadable; ignored");
+                None
+            }
+        }
+    }
+
+    pub fn remove(&self, id: &str) {
+        if !valid_id(id) {
+            return;
+        }
+        if let Err(e) = std::fs::remove_file(self.path(id)) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(sandbox = %id, "removing a sandbox's E2B facts failed: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn mode(p: PathBuf) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn facts_and_tokens_outlive_the_store_that_wrote_them() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("e2b");
+        let (store, key) = Store::open(dir.clone()).unwrap();
+        let meta = BTreeMap::from([("job".to_string(), "x".to_string())]);
+        let saved = Saved::new("ab12", "acme", "cred1", "base", &meta);
+        store.save(&saved);
+        let token = key.token("ab12");
+        assert!(
+            token.starts_with("sbxe_") && token.len() == 5 + 64,
+            "{token}"
+        );
+        assert_ne!(token, key.token("ab13"));
+        assert_eq!(mode(dir.clone()), 0o700);
+        assert_eq!(mode(dir.join("access.key")), 0o600);
+        assert_eq!(mode(dir.join("ab12.json")), 0o600);
+        let text = std::fs::read_to_string(dir.join("ab12.json")).unwrap();
+        assert!(!text.contains(&token[5..]), "no token on disk");
+        // Another process with the same directory: the same facts, the same token (and
+        // modes loosened in between are tightened again).
+        use std::os::unix::fs::PermissionsExt;
+        let loose = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(dir.join("access.key"), loose.clone()).unwrap();
+        std::fs::set_permissions(&dir, loose).unwrap();
+        let (again, key2) = Store::open(dir.clone()).unwrap();
+        assert_eq!(mode(dir.clone()), 0o700);
+        assert_eq!(mode(dir.join("access.key")), 0o600);
+        assert_eq!(again.load("ab12"), Some(saved));
+        assert_eq!(key2.token("ab12"), token);
+        // Another directory's key gives other tokens.
+        let (_, other) = Store::open(d.path().join("other")).unwrap();
+        assert_ne!(other.token("ab12"), token);
+        again.remove("ab12");
+        assert_eq!(again.load("ab12"), None);
+    }
+
+    #[test]
+    fn ids_that_are_not_ours_name_no_file() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(d.path().join("e2b")).unwrap();
+        std::fs::write(d.path().join("x.json"), b"{}").unwrap();
+        for id in ["../x", "", "a/b", "access.key", &"a".repeat(65)] {
+            assert_eq!(store.load(id), None, "{id}");
+            store.remove(id);
+        }
+        assert!(d.path().join("x.json").exists());
+    }
+}

@@ -1,0 +1,43 @@
+"""A server restart: the server restores its sandboxes, and the E2B access tokens stay
+valid (derived from the sandbox id with a key in the state directory), so an SDK program
+holding a sandbox, or one connecting to it by id, carries on. A wrong token is still
+refused, and a killed sandbox leaves nothing behind."""
+
+import httpx
+from e2b import Sandbox, SandboxQuery
+
+from conftest import Server
+
+
+def test_tokens_and_sandboxes_survive_a_restart(tmp_path, monkeypatch):
+    s = Server(tmp_path)
+    key = s.key("acme")
+    s.start()
+    try:
+        addr = s.url.split("//", 1)[1]
+        for k in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+            monkeypatch.setenv(k, s.url)
+        monkeypatch.setenv("E2B_API_KEY", key)
+        sbx = Sandbox.create(metadata={"job": "restart"})
+        sbx.files.write("/home/user/keep.txt", "still here")
+        s.stop()
+        s.start(listen=addr)
+        # The same SDK object: its token still opens envd.
+        assert sbx.files.read("/home/user/keep.txt") == "still here"
+        assert sbx.commands.run("cat $SANDBOX_INPUT/keep.txt").stdout == "still here"
+        # Another program connects by id, and lists it by its metadata.
+        again = Sandbox.connect(sbx.sandbox_id)
+        assert again.commands.run("echo ok").stdout == "ok\n"
+        found = Sandbox.list(query=SandboxQuery(metadata={"job": "restart"})).next_items()
+        assert [x.sandbox_id for x in found] == [sbx.sandbox_id]
+        r = httpx.get(f"{s.url}/files", params={"path": "/home/user/keep.txt"},
+                      headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983",
+                               "X-Access-Token": "sbxe_" + "0" * 64})
+        assert r.status_code == 401 and "SBX_E2501" in r.json()["message"]
+        assert sbx.kill() is True
+        assert sorted(p.name for p in (s.state / "e2b").iterdir()) == ["access.key"]
+        s.stop()
+        s.start(listen=addr)
+        assert sbx.is_running() is False
+    finally:
+        s.stop()
