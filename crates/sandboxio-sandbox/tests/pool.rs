@@ -66,6 +66,21 @@ fn helper_children() -> Vec<i32> {
     out
 }
 
+/// After the pool is dropped: its refiller ends by itself, and then no helper of the pool
+/// is left (the last reference destroys what was waiting, killed and reaped). Under load
+/// the refiller may be mid-fill when the pool goes, so it is awaited, not raced.
+async fn gone_with_its_refiller(refill: tokio::task::JoinHandle<()>) {
+    tokio::time::timeout(Duration::from_secs(60), refill)
+        .await
+        .expect("the refiller did not end after the pool was dropped")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !helper_children().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(helper_children().is_empty(), "{:?}", helper_children());
+}
+
 fn empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).unwrap().next().is_none()
 }
@@ -147,7 +162,7 @@ async fn pooled_run_with_cgroup_gets_the_requests_limits() {
         1,
     )
     .unwrap();
-    tokio::spawn(refiller);
+    let refill = tokio::spawn(refiller);
     wait_ready(&pool, 1).await;
     let mut req = ExecRequest::new([
         "sh",
@@ -166,11 +181,7 @@ async fn pooled_run_with_cgroup_gets_the_requests_limits() {
         .any(|l| l.starts_with("memory=64MiB (cgroup")));
     assert_no_cgroup_left(&res.sandbox_id);
     drop(pool);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !helper_children().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(helper_children().is_empty());
+    gone_with_its_refiller(refill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +195,7 @@ async fn pooled_timeout_kills_a_setsid_grandchild() {
         1,
     )
     .unwrap();
-    tokio::spawn(refiller);
+    let refill = tokio::spawn(refiller);
     wait_ready(&pool, 1).await;
     let mut req = ExecRequest::new([
         "sh",
@@ -210,10 +221,7 @@ async fn pooled_timeout_kills_a_setsid_grandchild() {
         "grandchild survived"
     );
     drop(pool);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !helper_children().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    gone_with_its_refiller(refill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,6 +173,11 @@ async fn in_the_namespace_tier_the_drain_waits_up_to_the_runs_deadline() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // `echo` is the shell's own: once it has a child (`sleep`), "first" is in the pipe, so
+    // the line written from outside comes after it.
+    while !has_child(pid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut holder = std::fs::OpenOptions::new()
         .write(true)
         .open(format!("/proc/{pid}/fd/1"))
@@ -184,6 +189,23 @@ async fn in_the_namespace_tier_the_drain_waits_up_to_the_runs_deadline() {
     assert_eq!(r.stdout_lossy(), "first\nfrom-outside\nsecond\n");
     let why = r.output_incomplete.expect("the cut must be reported");
     assert!(why.contains("at the run's deadline"), "{why}");
+}
+
+/// Whether some process has `pid` as its parent.
+fn has_child(pid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                // The fields after the command name (in parentheses): state, then ppid.
+                let rest = s.get(s.rfind(')')? + 1..)?.to_string();
+                rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+            })
+            == Some(pid)
+    })
 }
 
 /// The host pid of a process whose command line has `arg` as its last argument.
