@@ -253,12 +253,17 @@ const RESOLV_NONE: &str = "# no network in this sandbox\n";
 const RESOLV_EGRESS: &str =
     "# no DNS in this sandbox: the egress proxy resolves names (HTTP_PROXY, HTTPS_PROXY)\n";
 
+/// Where the namespace tier writes the preload that sends Node's `fetch` through the proxy.
+pub const NODE_EGRESS_PATH: &str = "/etc/sandboxio/node-egress.js";
+const NODE_EGRESS: &str = include_str!("node_egress.js");
+
 /// The loopback port of the egress listener inside a sandbox with network.
 pub const EGRESS_PORT: u16 = 3128;
 
 /// What programs need to find the egress proxy: the usual proxy variables (both cases:
 /// curl reads only lowercase `http_proxy`), npm's and Node's (`fetch` honours the
-/// variables only with `NODE_USE_ENV_PROXY`), and loopback kept direct.
+/// variables only with `NODE_USE_ENV_PROXY`, from Node 24; the namespace tier adds a
+/// preload for older Node, see [`NODE_EGRESS_PATH`]), and loopback kept direct.
 pub fn egress_env(port: u16) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{port}");
     let mut v = Vec::new();
@@ -380,6 +385,10 @@ pub fn plan(
         },
     ));
     m.push(file("/etc/nsswitch.conf", NSSWITCH));
+    if egress_port.is_some() {
+        m.push(dir("/etc/sandboxio", 0o755));
+        m.push(file(NODE_EGRESS_PATH, NODE_EGRESS));
+    }
     m.push(MountOp::File {
         path: p("/etc/ld.so.cache"),
         source: FileSource::CopyOf(p("/etc/ld.so.cache")),
@@ -590,6 +599,16 @@ pub fn plan(
         } else {
             env.insert(k, v);
         }
+    }
+    // Node's `fetch` reads no proxy variable before Node 24: a preload puts it through
+    // the proxy (the caller's own NODE_OPTIONS are kept after it).
+    if egress_port.is_some() {
+        let preload = format!("--require {NODE_EGRESS_PATH}");
+        let options = match env.get("NODE_OPTIONS") {
+            Some(theirs) if !theirs.is_empty() => format!("{preload} {theirs}"),
+            _ => preload,
+        };
+        env.insert("NODE_OPTIONS".to_string(), options);
     }
 
     let id_map = format!("0 {DEFAULT_HOST_ID} 1\n");
@@ -865,6 +884,35 @@ mod tests {
             mode: MountMode::Rw,
         }];
         assert!(plan(&req, &host(), &BTreeMap::new()).is_err());
+    }
+
+    #[test]
+    fn with_network_node_gets_the_fetch_preload_and_keeps_its_own_options() {
+        let mut req = ExecRequest::new(["node"]);
+        req.env
+            .insert("NODE_OPTIONS".into(), "--max-old-space-size=64".into());
+        let none = plan(&req, &host(), &req.env).unwrap();
+        assert_eq!(
+            none.env.get("NODE_OPTIONS").map(String::as_str),
+            Some("--max-old-space-size=64")
+        );
+        assert!(!none.mounts.iter().any(|m| matches!(m,
+            MountOp::File { path, .. } if path == Path::new(NODE_EGRESS_PATH))));
+        req.network = NetworkMode::Full;
+        let full = plan(&req, &host(), &req.env).unwrap();
+        assert_eq!(
+            full.env.get("NODE_OPTIONS").map(String::as_str),
+            Some("--require /etc/sandboxio/node-egress.js --max-old-space-size=64")
+        );
+        assert!(full.mounts.iter().any(|m| matches!(m,
+            MountOp::File { path, source: FileSource::Inline(text), .. }
+                if path == Path::new(NODE_EGRESS_PATH) && text.contains("undici.globalDispatcher"))));
+        req.env.remove("NODE_OPTIONS");
+        let bare = plan(&req, &host(), &req.env).unwrap();
+        assert_eq!(
+            bare.env.get("NODE_OPTIONS").map(String::as_str),
+            Some("--require /etc/sandboxio/node-egress.js")
+        );
     }
 
     #[test]
