@@ -129,7 +129,14 @@ browse_recorded() {
 # Browser processes in this suite's pid namespace (every sandbox's is nested in it).
 browsers() { ps -eo pid=,args= | awk -v c="$chromium" '$2 == c { print $1 }'; }
 no_browser_left() { [ -z "$(browsers)" ]; }
-profiles_on_host() { find "$tmp" /tmp /var/tmp /dev/shm "$out" -xdev -name 'Local State' -newer "$marker" 2>/dev/null; }
+# In the shared temporary directories only a sandbox's own (`sandboxio-*`) counts: other
+# suites run a browser of their own in parallel (the dashboard's), with its own profile.
+profiles_on_host() {
+  {
+    find "$tmp" "$out" -xdev -name 'Local State' -newer "$marker"
+    find /tmp /var/tmp /dev/shm -xdev -path '*sandboxio*' -name 'Local State' -newer "$marker"
+  } 2>/dev/null
+}
 no_profile_left() { [ -z "$(profiles_on_host)" ]; }
 tmp_empty() { [ -z "$(ls -A "$tmp")" ]; }
 
