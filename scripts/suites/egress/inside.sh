@@ -124,6 +124,12 @@ run_all() {
   check "curl over HTTPS (CONNECT) to an allowed host, certificate verified" stdout_has "hello from the test internet"
   sbx allowlist "$py \$SANDBOX_INPUT/probe.py urllib"
   check "python urllib over HTTP and HTTPS" stdout_has "urllib ok"
+  if $py -c 'import requests' 2>/dev/null; then
+    sbx allowlist "REQUESTS_CA_BUNDLE=\$SANDBOX_INPUT/ca.pem $py -c \"import requests; a = requests.get('http://allowed.test/', timeout=20); b = requests.get('https://secure.test/', timeout=20); print('requests', a.status_code, b.status_code, 'hello from the test internet' in b.text)\""
+    check "python requests over HTTP and HTTPS" stdout_has "requests 200 200 True"
+  else
+    echo "SKIP [$who] python requests: not installed for $py (scripts/setup.d/egress.sh installs python3-requests)"
+  fi
   sbx allowlist 'node -e "console.log(\"node starts\")" 2>&1'
   if ! command -v node >/dev/null; then
     echo "SKIP [$who] node fetch: node is not installed on this host"
