@@ -4,6 +4,7 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use chrono::Utc;
 use sandboxio_core::Verdict;
 use sandboxio_gateway::credential::{self, Credential, CredentialKind, Scope};
@@ -20,8 +21,9 @@ pub struct Caller {
     pub ctx: RequestCtx,
 }
 
-fn bearer(parts: &Parts) -> Option<&str> {
-    let v = parts.headers.get(axum::http::header::AUTHORIZATION)?;
+/// The token of an `Authorization: Bearer` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(axum::http::header::AUTHORIZATION)?;
     let v = v.to_str().ok()?.trim();
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -39,7 +41,7 @@ impl FromRequestParts<AppState> for Caller {
             .get::<RequestCtx>()
             .cloned()
             .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
-        let token = bearer(parts).ok_or(ServerError::Unauthenticated)?;
+        let token = bearer(&parts.headers).ok_or(ServerError::Unauthenticated)?;
         let c = authenticate(state, token).await?;
         let caller = Caller { credential: c, ctx };
         // For extractors that follow (a body's size limit is the caller's tenant's).
@@ -52,25 +54,32 @@ impl FromRequestParts<AppState> for Caller {
 /// live too).
 pub async fn authenticate(state: &AppState, token: &str) -> Result<Credential, ServerError> {
     let (kind, id, secret) = credential::parse_token(token).ok_or(ServerError::BadCredential)?;
+    let c = live_credential(state, id).await?;
+    if !credential::secret_matches(&c, kind, secret) {
+        return Err(ServerError::BadCredential);
+    }
+    Ok(c)
+}
+
+async fn load_credential(state: &AppState, id: String) -> Result<Option<Credential>, ServerError> {
     let store = state.backend.store().clone();
-    let id = id.to_string();
-    let found = tokio::task::spawn_blocking(move || store.credential(&id))
+    tokio::task::spawn_blocking(move || store.credential(&id))
         .await
         .map_err(|_| ServerError::Internal {
             action: "checking a credential",
-        })??;
-    let c = found.ok_or(ServerError::BadCredential)?;
-    if !credential::secret_matches(&c, kind, secret) || !c.is_live(Utc::now()) {
-        return Err(ServerError::BadCredential);
-    }
-    // A capability token lives no longer than the key it was minted from.
+        })?
+        .map_err(ServerError::from)
+}
+
+/// Credential `id` if it is live, and so is the key a capability token was minted from (a
+/// token lives no longer than its key).
+pub async fn live_credential(state: &AppState, id: &str) -> Result<Credential, ServerError> {
+    let c = load_credential(state, id.to_string())
+        .await?
+        .filter(|c| c.is_live(Utc::now()))
+        .ok_or(ServerError::BadCredential)?;
     if let Some(parent) = c.parent.clone() {
-        let store = state.backend.store().clone();
-        let p = tokio::task::spawn_blocking(move || store.credential(&parent))
-            .await
-            .map_err(|_| ServerError::Internal {
-                action: "checking a credential",
-            })??;
+        let p = load_credential(state, parent).await?;
         if !p.is_some_and(|p| p.is_live(Utc::now())) {
             return Err(ServerError::BadCredential);
         }

@@ -6,17 +6,17 @@
 //! must still be live.
 
 use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
-use chrono::Utc;
 
 use super::error::E2bError;
 use super::registry::Entry;
 use super::E2b;
-use crate::auth::{authenticate, Caller};
+use crate::auth::{authenticate, bearer, live_credential, Caller};
 use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::sessions::Session;
@@ -33,17 +33,19 @@ pub const INTERPRETER_PORT: &str = "49999";
 /// The request's trace context (stamped by the app's layer).
 pub struct Ctx(pub RequestCtx);
 
+fn ctx_of(parts: &Parts) -> RequestCtx {
+    parts
+        .extensions
+        .get::<RequestCtx>()
+        .cloned()
+        .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers))
+}
+
 impl FromRequestParts<AppState> for Ctx {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Infallible> {
-        Ok(Ctx(parts
-            .extensions
-            .get::<RequestCtx>()
-            .cloned()
-            .unwrap_or_else(|| {
-                RequestCtx::from_headers(&parts.headers)
-            })))
+        Ok(Ctx(ctx_of(parts)))
     }
 }
 
@@ -57,12 +59,7 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// The caller of a lifecycle request: `X-API-Key` (or a bearer token).
 pub async fn api_caller(st: &AppState, h: &HeaderMap, ctx: RequestCtx) -> Result<Caller, E2bError> {
     let token = header(h, API_KEY)
-        .or_else(|| {
-            header(h, "authorization")
-                .and_then(|v| v.split_once(' '))
-                .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
-                .map(|(_, t)| t.trim())
-        })
+        .or_else(|| bearer(h))
         .ok_or(ServerError::Unauthenticated)?;
     let credential = authenticate(st, token).await?;
     Ok(Caller { credential, ctx })
@@ -82,8 +79,46 @@ pub struct InSandbox {
     pub entry: Arc<Entry>,
 }
 
+/// The in-sandbox service a handler serves, as a type.
+pub trait Service: Send + Sync {
+    const PORT: Port;
+}
+
+/// envd (files, processes, filesystem RPCs).
+pub struct Envd;
+impl Service for Envd {
+    const PORT: Port = Port::Envd;
+}
+
+/// The code interpreter.
+pub struct Interpreter;
+impl Service for Interpreter {
+    const PORT: Port = Port::Interpreter;
+}
+
+/// The prologue every envd and interpreter handler shares, as an extractor: the call
+/// authenticated into its sandbox on `S`'s port. The outcome is kept, not rejected, because
+/// each handler answers an error in its own protocol's form (plain JSON, Connect unary,
+/// Connect stream).
+pub struct Sbx<S>(pub Result<InSandbox, E2bError>, pub PhantomData<S>);
+
+impl<S: Service> FromRequestParts<AppState> for Sbx<S> {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Infallible> {
+        let ctx = ctx_of(parts);
+        let outcome = match parts.extensions.get::<Arc<E2b>>() {
+            Some(e2b) => in_sandbox(st, e2b, &parts.headers, ctx, S::PORT).await,
+            None => Err(E2bError::Server(ServerError::Internal {
+                action: "finding the E2B state",
+            })),
+        };
+        Ok(Sbx(outcome, PhantomData))
+    }
+}
+
 /// Authenticates a call into sandbox `E2b-Sandbox-Id` on `port`.
-pub async fn in_sandbox(
+async fn in_sandbox(
     st: &AppState,
     e2b: &E2b,
     h: &HeaderMap,
@@ -126,33 +161,4 @@ pub async fn in_sandbox(
         session,
         entry,
     })
-}
-
-/// The credential `id` if it (and the key it was minted from) is still live.
-async fn live_credential(
-    st: &AppState,
-    id: &str,
-) -> Result<sandboxio_gateway::credential::Credential, ServerError> {
-    let load = |id: String| {
-        let store = st.backend.store().clone();
-        async move {
-            tokio::task::spawn_blocking(move || store.credential(&id))
-                .await
-                .map_err(|_| ServerError::Internal {
-                    action: "checking a credential",
-                })?
-                .map_err(ServerError::from)
-        }
-    };
-    let c = load(id.to_string())
-        .await?
-        .filter(|c| c.is_live(Utc::now()))
-        .ok_or(ServerError::BadCredential)?;
-    if let Some(parent) = c.parent.clone() {
-        let p = load(parent).await?;
-        if !p.is_some_and(|p| p.is_live(Utc::now())) {
-            return Err(ServerError::BadCredential);
-        }
-    }
-    Ok(c)
 }

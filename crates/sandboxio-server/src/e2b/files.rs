@@ -3,22 +3,19 @@
 //! through the chain with its record. Errors are a status with `{"code", "message"}`, as
 //! envd answers them.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{in_sandbox, Ctx, Port};
+use super::auth::{Envd, Sbx};
 use super::error::E2bError;
 use super::multipart;
 use super::native;
 use super::paths::{to_e2b, to_workspace};
-use super::E2b;
 use crate::model::PathQuery;
 use crate::routes::files;
 use crate::state::AppState;
@@ -54,13 +51,8 @@ fn path_of(q: &FileQuery) -> Result<String, E2bError> {
 }
 
 /// `GET /health`: 204 while the sandbox runs; 502 "not found" once it is gone.
-pub async fn health(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
-) -> Response {
-    match in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await {
+pub async fn health(Sbx(r, _): Sbx<Envd>) -> Response {
+    match r {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => plain_err(&e),
     }
@@ -69,13 +61,11 @@ pub async fn health(
 /// `GET /files?path=`: the file's bytes.
 pub async fn download(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
+    Sbx(r, _): Sbx<Envd>,
     Query(q): Query<FileQuery>,
 ) -> Response {
     let go = async {
-        let r = in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await?;
+        let r = r?;
         check_user(&q)?;
         let rel = path_of(&q)?;
         let res = files::download(
@@ -136,14 +126,13 @@ async fn write_one(
 /// there is one part).
 pub async fn upload(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
     Query(q): Query<FileQuery>,
     body: Body,
 ) -> Response {
     let go = async {
-        let r = in_sandbox(&st, &e2b, &headers, ctx, Port::Envd).await?;
+        let r = r?;
         check_user(&q)?;
         if headers.get(header::CONTENT_ENCODING).is_some() {
             return Err(E2bError::Unsupported {

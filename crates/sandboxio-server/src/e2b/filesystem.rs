@@ -5,23 +5,18 @@
 //! `already_exists`), `Move` is in `rename.rs`. The watchers are not implemented: they
 //! answer `unimplemented` with the code.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{in_sandbox, Ctx, InSandbox, Port};
+use super::auth::{Envd, InSandbox, Sbx};
 use super::connect;
 use super::error::E2bError;
 use super::native;
 use super::paths::{to_e2b, to_workspace};
 use super::rename;
-use super::E2b;
 use crate::model::{DirQuery, PathQuery};
 use crate::routes::files;
 use crate::state::AppState;
@@ -79,13 +74,11 @@ async fn list_once(st: &AppState, r: &InSandbox, rel: &str) -> Result<Vec<Value>
 
 async fn call(
     st: &AppState,
-    e2b: &E2b,
-    ctx: crate::context::RequestCtx,
+    r: Result<InSandbox, E2bError>,
     method: &str,
-    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Value, E2bError> {
-    let r = in_sandbox(st, e2b, headers, ctx, Port::Envd).await?;
+    let r = r?;
     if method == "Move" {
         let req: MoveRequest = connect::unary_request(body)?;
         let (from, to) = (to_workspace(&req.source)?, to_workspace(&req.destination)?);
@@ -169,13 +162,11 @@ async fn call(
 /// The unary methods of `filesystem.Filesystem`.
 pub async fn unary(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Envd>,
     Path(method): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match call(&st, &e2b, ctx, &method, &headers, &body).await {
+    match call(&st, r, &method, &body).await {
         Ok(v) => connect::unary_ok(&v),
         Err(e) => connect::unary_err(&e),
     }

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use chrono::Utc;
 use sandboxio_core::{ExecEvent, Language, OperationArgs, OutputStream};
 use sandboxio_gateway::credential::Scope;
@@ -24,11 +24,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::auth::InSandbox as E2bCall;
-use super::auth::{in_sandbox, Ctx, Port};
+use super::auth::{Interpreter, Sbx};
+use super::connect::unary_request;
 use super::error::E2bError;
 use super::files::plain_err;
 use super::native;
-use super::E2b;
 use crate::answer;
 use crate::backend::{session_submission, Step, SubmitExtras};
 use crate::body::ApiJson;
@@ -87,15 +87,6 @@ fn context_json(v: &Value) -> Value {
     })
 }
 
-async fn sandbox(
-    st: &AppState,
-    e2b: &E2b,
-    h: &HeaderMap,
-    ctx: crate::context::RequestCtx,
-) -> Result<E2bCall, E2bError> {
-    in_sandbox(st, e2b, h, ctx, Port::Interpreter).await
-}
-
 async fn create_context(st: &AppState, r: &E2bCall, lang: Language) -> Result<Value, E2bError> {
     let scoped = InSandbox::<RunCodeScope>::check(st, r.caller.clone(), r.session.clone()).await?;
     let res = native_contexts::create(
@@ -107,28 +98,15 @@ async fn create_context(st: &AppState, r: &E2bCall, lang: Language) -> Result<Va
     native::json(res).await
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, E2bError> {
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        &b"{}"[..]
-    } else {
-        body
-    };
-    serde_json::from_slice(body).map_err(|e| E2bError::BadRequest {
-        why: format!("the body is not valid: {e}"),
-    })
-}
-
 /// `POST /contexts`.
 pub async fn create(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
+    Sbx(r, _): Sbx<Interpreter>,
     body: Bytes,
 ) -> Response {
     let go = async {
-        let r = sandbox(&st, &e2b, &headers, ctx).await?;
-        let req: NewContext = parse(&body)?;
+        let r = r?;
+        let req: NewContext = unary_request(&body)?;
         if let Some(cwd) = req.cwd.as_deref().filter(|c| !c.is_empty()) {
             return Err(E2bError::Unsupported {
                 what: format!("cwd {}", cwd.chars().take(64).collect::<String>()),
@@ -146,14 +124,9 @@ pub async fn create(
 }
 
 /// `GET /contexts`.
-pub async fn list(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
-) -> Response {
+pub async fn list(State(st): State<AppState>, Sbx(r, _): Sbx<Interpreter>) -> Response {
     let go = async {
-        let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        let r = r?;
         let scoped =
             InSandbox::<RunCodeScope>::check(&st, r.caller.clone(), r.session.clone()).await?;
         let res = native_contexts::list(scoped)
@@ -175,13 +148,11 @@ pub async fn list(
 /// `DELETE /contexts/{id}`.
 pub async fn remove(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Interpreter>,
     Path(cid): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
     let go = async {
-        let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        let r = r?;
         let scoped =
             InSandbox::<RunCodeScope>::check(&st, r.caller.clone(), r.session.clone()).await?;
         let res = native_contexts::remove(
@@ -206,13 +177,11 @@ pub async fn remove(
 /// `POST /contexts/{id}/restart`.
 pub async fn restart(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Interpreter>,
     Path(cid): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
     let go = async {
-        let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        let r = r?;
         r.caller.require(&st, Scope::RunCode).await?;
         let context = r
             .session
@@ -354,12 +323,10 @@ fn stopped_line(e: &E2bError) -> Vec<Bytes> {
 /// `POST /execute`.
 pub async fn execute(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
+    Sbx(r, _): Sbx<Interpreter>,
     body: Bytes,
 ) -> Response {
-    match execute_inner(&st, &e2b, ctx, &headers, &body).await {
+    match execute_inner(&st, r, &body).await {
         Ok(res) => res,
         // An ask is not a success: the SDK would read its body as output.
         Err(e @ E2bError::Stopped(_)) if e.status() == StatusCode::ACCEPTED => {
@@ -371,13 +338,11 @@ pub async fn execute(
 
 async fn execute_inner(
     st: &AppState,
-    e2b: &E2b,
-    ctx: crate::context::RequestCtx,
-    headers: &HeaderMap,
+    r: Result<E2bCall, E2bError>,
     body: &[u8],
 ) -> Result<Response, E2bError> {
-    let r = sandbox(st, e2b, headers, ctx).await?;
-    let req: Execute = parse(body)?;
+    let r = r?;
+    let req: Execute = unary_request(body)?;
     r.caller.require(st, Scope::RunCode).await?;
     if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
         return Err(E2bError::Unsupported {

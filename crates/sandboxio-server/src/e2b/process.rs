@@ -13,7 +13,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
 use sandboxio_core::{ExecEvent, ExitStatus, OperationArgs, OutputStream};
 use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::Outcome;
@@ -21,10 +20,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::auth::{in_sandbox, Ctx, InSandbox, Port};
+use super::auth::{Envd, InSandbox, Sbx};
 use super::connect::{self, decode_bytes, encode_bytes};
 use super::error::E2bError;
-use super::E2b;
 use crate::answer;
 use crate::backend::{session_submission, Run, Step, SubmitExtras};
 use crate::processes::{ProcState, Process};
@@ -362,24 +360,14 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>) -> Response {
     res
 }
 
-async fn sandbox(
-    st: &AppState,
-    e2b: &E2b,
-    h: &HeaderMap,
-    ctx: crate::context::RequestCtx,
-) -> Result<InSandbox, E2bError> {
-    in_sandbox(st, e2b, h, ctx, Port::Envd).await
-}
-
 /// `process.Process/Start` (server streaming).
 pub async fn start(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match start_inner(&st, &e2b, ctx, &headers, &body).await {
+    match start_inner(&st, r, &headers, &body).await {
         Ok(res) => res,
         Err(e) => connect::stream_err(&e),
     }
@@ -387,12 +375,11 @@ pub async fn start(
 
 async fn start_inner(
     st: &AppState,
-    e2b: &E2b,
-    ctx: crate::context::RequestCtx,
+    r: Result<InSandbox, E2bError>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, E2bError> {
-    let r = sandbox(st, e2b, headers, ctx).await?;
+    let r = r?;
     let req: StartRequest = connect::stream_request(body)?;
     r.caller.require(st, Scope::Exec).await?;
     if req.pty.as_ref().is_some_and(|v| !v.is_null()) {
@@ -507,15 +494,9 @@ fn find(r: &InSandbox, sel: &Selector) -> Result<Arc<E2bProc>, E2bError> {
 }
 
 /// `process.Process/Connect` (server streaming): follow a running command.
-pub async fn connect_to(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub async fn connect_to(State(st): State<AppState>, Sbx(r, _): Sbx<Envd>, body: Bytes) -> Response {
     let go = async {
-        let r = sandbox(&st, &e2b, &headers, ctx).await?;
+        let r = r?;
         let req: WithProcess = connect::stream_request(&body)?;
         r.caller.require(&st, Scope::Exec).await?;
         let p = find(&r, &req.process)?;
@@ -531,13 +512,11 @@ pub async fn connect_to(
 /// `StreamInput` are not implemented.
 pub async fn unary(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
+    Sbx(r, _): Sbx<Envd>,
     axum::extract::Path(method): axum::extract::Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match unary_inner(&st, &e2b, ctx, &method, &headers, &body).await {
+    match unary_inner(&st, r, &method, &body).await {
         Ok(v) => connect::unary_ok(&v),
         Err(e) => connect::unary_err(&e),
     }
@@ -545,13 +524,11 @@ pub async fn unary(
 
 async fn unary_inner(
     st: &AppState,
-    e2b: &E2b,
-    ctx: crate::context::RequestCtx,
+    r: Result<InSandbox, E2bError>,
     method: &str,
-    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Value, E2bError> {
-    let r = sandbox(st, e2b, headers, ctx).await?;
+    let r = r?;
     r.caller.require(st, Scope::Exec).await?;
     match method {
         "List" => {
