@@ -8,11 +8,14 @@
 //! success that did nothing.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -258,6 +261,71 @@ fn find(
     Ok((e, s))
 }
 
+/// What a lifecycle call on sandbox `{id}` needs from its caller, as a type.
+pub trait Access: Send + Sync {
+    /// Whether the call changes the sandbox (which needs a scope that acts on sandboxes).
+    const ACTS: bool;
+}
+
+/// A call that only reads the sandbox.
+pub struct Reads;
+impl Access for Reads {
+    const ACTS: bool = false;
+}
+
+/// A call that changes the sandbox.
+pub struct Acts;
+impl Access for Acts {
+    const ACTS: bool = true;
+}
+
+/// The sandbox of a lifecycle call and who calls.
+pub struct Target {
+    pub caller: Caller,
+    pub entry: Arc<Entry>,
+    pub session: Arc<Session>,
+}
+
+/// The prologue of the lifecycle calls on `/sandboxes/{id}`, as an extractor: the API-key
+/// caller (allowed to act when `A` acts), then the caller's sandbox `{id}`. The outcome is
+/// kept for the handler, which answers an error in E2B's REST form.
+pub struct OnSandbox<A>(pub Result<Target, E2bError>, pub PhantomData<A>);
+
+impl<A: Access> FromRequestParts<AppState> for OnSandbox<A> {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Infallible> {
+        let Ctx(ctx) = Ctx::from_request_parts(parts, st).await?;
+        let id = Path::<String>::from_request_parts(parts, st)
+            .await
+            .map(|Path(id)| id)
+            .map_err(|_| E2bError::BadRequest {
+                why: "the path names no sandbox".into(),
+            });
+        let outcome = async {
+            let id = id?;
+            let e2b = parts
+                .extensions
+                .get::<Arc<E2b>>()
+                .ok_or(ServerError::Internal {
+                    action: "finding the E2B state",
+                })?;
+            let caller = if A::ACTS {
+                acting(st, &parts.headers, ctx).await?
+            } else {
+                api_caller(st, &parts.headers, ctx).await?
+            };
+            let (entry, session) = find(st, e2b, &caller, &id)?;
+            Ok(Target {
+                caller,
+                entry,
+                session,
+            })
+        };
+        Ok(OnSandbox(outcome.await, PhantomData))
+    }
+}
+
 /// `POST /v2/sandboxes` (and the older `POST /sandboxes`).
 pub async fn create(
     State(st): State<AppState>,
@@ -428,17 +496,10 @@ pub async fn list(
 }
 
 /// `GET /sandboxes/{id}`.
-pub async fn get_one(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn get_one(OnSandbox(t, _): OnSandbox<Reads>) -> Response {
     let go = async {
-        let caller = api_caller(&st, &headers, ctx).await?;
-        let (e, s) = find(&st, &e2b, &caller, &id)?;
-        Ok::<_, E2bError>((StatusCode::OK, detail_json(&e, &s)))
+        let t = t?;
+        Ok::<_, E2bError>((StatusCode::OK, detail_json(&t.entry, &t.session)))
     };
     rest(go.await)
 }
@@ -447,13 +508,14 @@ pub async fn get_one(
 pub async fn kill(
     State(st): State<AppState>,
     Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    OnSandbox(t, _): OnSandbox<Acts>,
 ) -> Response {
     let go = async {
-        let caller = acting(&st, &headers, ctx).await?;
-        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        let Target {
+            caller,
+            entry: e,
+            session: s,
+        } = t?;
         st.sessions
             .remove(caller.tenant(), &s.id, "killed over the E2B API");
         e2b.registry.remove(&e.sandbox_id);
@@ -477,15 +539,13 @@ pub async fn kill(
 /// `POST /sandboxes/{id}/timeout`: the sandbox now ends `timeout` seconds from now.
 pub async fn set_timeout(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    OnSandbox(t, _): OnSandbox<Acts>,
     body: Bytes,
 ) -> Response {
     let go = async {
-        let caller = acting(&st, &headers, ctx).await?;
-        let (_, s) = find(&st, &e2b, &caller, &id)?;
+        let Target {
+            caller, session: s, ..
+        } = t?;
         let b: TimeoutBody = parse(&body)?;
         let t = timeout_of(b.timeout.unwrap_or(0), st.opts.max_lifetime)?;
         let end = s.set_end(
@@ -514,15 +574,15 @@ pub async fn set_timeout(
 /// with its access token; a longer `timeout` extends it.
 pub async fn connect(
     State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    OnSandbox(t, _): OnSandbox<Acts>,
     body: Bytes,
 ) -> Response {
     let go = async {
-        let caller = acting(&st, &headers, ctx).await?;
-        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        let Target {
+            caller,
+            entry: e,
+            session: s,
+        } = t?;
         let b: TimeoutBody = parse(&body)?;
         // Connecting to a paused sandbox resumes it, as in E2B.
         crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
@@ -541,16 +601,11 @@ pub async fn connect(
 
 /// `POST /sandboxes/{id}/pause`: what runs in it is cancelled (each recorded, its
 /// reservation released), its files stay; 409 when it is already paused.
-pub async fn pause(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn pause(State(st): State<AppState>, OnSandbox(t, _): OnSandbox<Acts>) -> Response {
     let go = async {
-        let caller = acting(&st, &headers, ctx).await?;
-        let (_, s) = find(&st, &e2b, &caller, &id)?;
+        let Target {
+            caller, session: s, ..
+        } = t?;
         if crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await? {
             Ok::<_, E2bError>((StatusCode::NO_CONTENT, Value::Null))
         } else {
@@ -564,16 +619,13 @@ pub async fn pause(
 }
 
 /// `POST /sandboxes/{id}/resume` (E2B's older call; `connect` resumes too).
-pub async fn resume(
-    State(st): State<AppState>,
-    Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn resume(State(st): State<AppState>, OnSandbox(t, _): OnSandbox<Acts>) -> Response {
     let go = async {
-        let caller = acting(&st, &headers, ctx).await?;
-        let (e, s) = find(&st, &e2b, &caller, &id)?;
+        let Target {
+            caller,
+            entry: e,
+            session: s,
+        } = t?;
         if !crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await? {
             return Ok((
                 StatusCode::CONFLICT,
