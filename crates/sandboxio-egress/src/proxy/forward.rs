@@ -7,11 +7,9 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderName};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 
 use super::respond::{self, Body};
-use super::{connect_any, Proxy};
-use crate::decide::Verdict;
+use super::{http1_client, upstream_unreachable, Proxy};
 use crate::error::Refusal;
 use crate::target::{valid_host, Target};
 
@@ -80,28 +78,14 @@ impl Proxy {
             return respond::denied(&v);
         }
         let req = Request::from_parts(parts, body);
-        let addrs = match self.decide(&target).await {
-            Verdict::Allow(a) => a,
-            deny => return respond::denied(&deny),
-        };
-        let unreachable = |why: String| {
-            respond::unreachable(&Refusal::Unreachable {
-                target: target.authority(),
-                why,
-            })
-        };
-        let stream = match connect_any(&addrs).await {
+        let stream = match self.open(&target).await {
             Ok(s) => s,
-            Err(why) => return unreachable(why),
+            Err(answer) => return answer,
         };
-        let (mut sender, conn) =
-            match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-                Ok(x) => x,
-                Err(e) => return unreachable(e.to_string()),
-            };
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut sender = match http1_client(stream).await {
+            Ok(s) => s,
+            Err(why) => return upstream_unreachable(&target, why),
+        };
         let host_header = auth.as_str().to_string();
         let (mut parts, body) = req.into_parts();
         parts.uri = match uri.path_and_query() {
@@ -121,7 +105,7 @@ impl Proxy {
                 strip_hop_headers(&mut parts.headers);
                 Response::from_parts(parts, body.boxed())
             }
-            Err(e) => unreachable(e.to_string()),
+            Err(e) => upstream_unreachable(&target, e.to_string()),
         }
     }
 }

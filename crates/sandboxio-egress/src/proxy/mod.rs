@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -142,6 +143,18 @@ impl Proxy {
         }
     }
 
+    /// Decides `target`, then connects to an address the decision checked: the stream, or
+    /// the answer a refusal or an unreachable upstream gets.
+    async fn open(&self, target: &Target) -> Result<TcpStream, Response<Body>> {
+        let addrs = match self.decide(target).await {
+            Verdict::Allow(a) => a,
+            deny => return Err(respond::denied(&deny)),
+        };
+        connect_any(&addrs)
+            .await
+            .map_err(|why| upstream_unreachable(target, why))
+    }
+
     /// A refusal by the proxy itself, counted and told to the decider (to be recorded).
     async fn refuse(&self, target: &Target, refusal: Refusal) -> Verdict {
         use sandboxio_core::ErrorCode;
@@ -154,6 +167,31 @@ impl Proxy {
         self.decider.refused(target.clone(), refusal).await;
         v
     }
+}
+
+/// The answer when `target` was allowed but could not be reached.
+fn upstream_unreachable(target: &Target, why: String) -> Response<Body> {
+    respond::unreachable(&Refusal::Unreachable {
+        target: target.authority(),
+        why,
+    })
+}
+
+/// An HTTP/1 client connection to the upstream over `io`, driven by a task of its own.
+async fn http1_client<S, B>(io: S) -> Result<SendRequest<B>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 /// Connects to the first checked address that answers.

@@ -17,8 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::forward::strip_hop_headers;
 use super::respond::{self, Body};
 use super::scrub;
-use super::{connect_any, Proxy, HEADER_TIMEOUT, MAX_HEAD};
-use crate::decide::Verdict;
+use super::{http1_client, upstream_unreachable, Proxy, HEADER_TIMEOUT, MAX_HEAD};
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
@@ -77,22 +76,12 @@ impl Proxy {
             Ok(names) => target.secrets = names,
             Err(refusal) => return respond::denied(&self.refuse(&target, refusal).await),
         }
-        let addrs = match self.decide(&target).await {
-            Verdict::Allow(a) => a,
-            deny => return respond::denied(&deny),
-        };
-        let unreachable = |why: String| {
-            respond::unreachable(&Refusal::Unreachable {
-                target: target.authority(),
-                why,
-            })
-        };
-        let stream = match connect_any(&addrs).await {
+        let stream = match self.open(&target).await {
             Ok(s) => s,
-            Err(why) => return unreachable(why),
+            Err(answer) => return answer,
         };
         let Ok(name) = ServerName::try_from(target.host.clone()) else {
-            return unreachable("not a name TLS can verify".into());
+            return upstream_unreachable(&target, "not a name TLS can verify".into());
         };
         // The upstream's certificate is verified (system roots and `upstream_ca`).
         let tls = match tokio_rustls::TlsConnector::from(edge.upstream())
@@ -100,16 +89,14 @@ impl Proxy {
             .await
         {
             Ok(t) => t,
-            Err(e) => return unreachable(format!("TLS with the upstream failed: {e}")),
+            Err(e) => {
+                return upstream_unreachable(&target, format!("TLS with the upstream failed: {e}"))
+            }
         };
-        let (mut sender, conn) =
-            match hyper::client::conn::http1::handshake(TokioIo::new(tls)).await {
-                Ok(x) => x,
-                Err(e) => return unreachable(e.to_string()),
-            };
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut sender = match http1_client(tls).await {
+            Ok(s) => s,
+            Err(why) => return upstream_unreachable(&target, why),
+        };
         strip_hop_headers(&mut parts.headers);
         // The request goes to the host the tunnel was opened for, whatever `Host` said.
         let authority = if tunnel.port == 443 {
@@ -138,7 +125,7 @@ impl Proxy {
                 parts.headers.remove(header::CONTENT_LENGTH);
                 Response::from_parts(parts, scrub::Scrub::new(body, pairs).boxed())
             }
-            Err(e) => unreachable(e.to_string()),
+            Err(e) => upstream_unreachable(&target, e.to_string()),
         }
     }
 }

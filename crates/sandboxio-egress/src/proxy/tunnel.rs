@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::respond::{self, Body};
-use super::{connect_any, Proxy};
+use super::{connect_any, upstream_unreachable, Proxy};
 use crate::decide::Verdict;
 use crate::error::Refusal;
 use crate::target::{valid_host, Target};
@@ -50,12 +50,7 @@ impl Proxy {
         }
         let upstream = match connect_any(&addrs).await {
             Ok(s) => s,
-            Err(why) => {
-                return respond::unreachable(&Refusal::Unreachable {
-                    target: target.authority(),
-                    why,
-                })
-            }
+            Err(why) => return upstream_unreachable(&target, why),
         };
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
