@@ -6,16 +6,12 @@ out=$1
 bin=$2
 here=$(cd "$(dirname "$0")" && pwd)
 chromium=/usr/lib/chromium/chromium
-pass=0
 last=/dev/null
-fail=0
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
-trap cleanup EXIT
+# shellcheck source=../lib/testnet.sh
+source "$here/../lib/testnet.sh"
 
 # --- the test internet ----------------------------------------------------------------
-ip link set lo up
-for a in 203.0.113.10 203.0.113.30 203.0.113.53; do ip addr add "$a/32" dev lo; done
+testnet_up 203.0.113.10 203.0.113.30 203.0.113.53
 www=$out/www && mkdir -p "$www" "$out/unlisted"
 cat >"$www/index.html" <<'H'
 <!doctype html>
@@ -41,9 +37,7 @@ python3 "$here/site.py" 127.0.0.1 8081 "$www" "$out/loop.log" "$release" 2>"$out
 pids+=($!)
 python3 "$here/../egress/dns.py" 203.0.113.53 53 "site.test=203.0.113.10,unlisted.test=203.0.113.30" "$out/dns.log" >"$out/dns.err" 2>&1 &
 pids+=($!)
-for hp in 203.0.113.10/80 203.0.113.30/80 127.0.0.1/8081; do
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/${hp%/*}/${hp#*/}") 2>/dev/null && break; sleep 0.1; done
-done
+wait_listening 203.0.113.10/80 203.0.113.30/80 127.0.0.1/8081
 : >"$out/site.log"
 : >"$out/unlisted.log"
 : >"$out/loop.log"
@@ -80,17 +74,18 @@ done
 sed -i '/^allow = /d; /^resolver = /d' "$out/none.toml"
 chmod -R a+rX "$out"
 
-check() {
-  local name=$1
-  shift
-  if "$@"; then
-    echo "PASS [$who] $name"
-    pass=$((pass + 1))
-  else
-    echo "FAIL [$who] $name"
-    echo "  answer: $(jq -c 'del(.record.enforcement)' "$last" 2>/dev/null | head -c 1500)"
-    echo "  stderr: $(head -c 600 "$last.err")"
-    fail=$((fail + 1))
+explain() {
+  echo "  answer: $(jq -c 'del(.record.enforcement)' "$last" 2>/dev/null | head -c 1500)"
+  echo "  stderr: $(head -c 600 "$last.err")"
+}
+# Each user's own TMPDIR and screenshot directory.
+prepare_user() {
+  tmp=$out/tmp-$who
+  shots=$out/shots-$who
+  mkdir -p "$tmp" "$shots"
+  if [ "$who" != root ]; then
+    chown 65534:65534 "$tmp" "$shots"
+    chmod 700 "$tmp"
   fi
 }
 
@@ -225,23 +220,5 @@ who=control
 check "the profile check finds a profile left on the host" [ -n "$(profiles_on_host)" ]
 rm -rf "$out/control"
 
-who=root
-as=""
-state=$out/state-root
-tmp=$out/tmp-root && mkdir -p "$tmp"
-shots=$out/shots-root && mkdir -p "$shots"
-run_all
-if setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Urm true 2>/dev/null; then
-  who=uid65534
-  as="setpriv --reuid=65534 --regid=65534 --clear-groups"
-  state=$out/state-65534
-  tmp=$out/tmp-65534
-  shots=$out/shots-65534
-  mkdir -p "$state" "$tmp" "$shots" && chown 65534:65534 "$state" "$tmp" "$shots"
-  chmod 700 "$state" "$tmp"
-  run_all
-else
-  echo "SKIP [uid65534] this host does not allow user namespaces for uid 65534"
-fi
-echo "browse suite: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+as_each_user run_all
+summary browse

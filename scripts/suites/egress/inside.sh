@@ -5,15 +5,11 @@ set -uo pipefail
 out=$1
 bin=$2
 here=$(cd "$(dirname "$0")" && pwd)
-pass=0
-fail=0
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
-trap cleanup EXIT
+# shellcheck source=../lib/testnet.sh
+source "$here/../lib/testnet.sh"
 
 # --- the test internet --------------------------------------------------------------
-ip link set lo up
-for a in 203.0.113.10 203.0.113.20 203.0.113.53; do ip addr add "$a/32" dev lo; done
+testnet_up 203.0.113.10 203.0.113.20 203.0.113.53
 www=$out/www && mkdir -p "$www" && echo "hello from the test internet" >"$www/index.html"
 # a CA and a certificate for secure.test (the sandbox trusts the CA through --input)
 pki=$out/pki && mkdir -p "$pki"
@@ -39,9 +35,7 @@ names="$names,pdeny.test=203.0.113.10,relay.test=203.0.113.10,index.test=203.0.1
 names="$names,meta.test=169.254.169.254,loop.test=127.0.0.1"
 python3 "$here/dns.py" 203.0.113.53 53 "$names" "$out/dns.log" >"$out/dns.err" 2>&1 &
 pids+=($!)
-for hp in 203.0.113.10/80 203.0.113.10/443 203.0.113.20/80 127.0.0.1/8081; do
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/${hp%/*}/${hp#*/}") 2>/dev/null && break; sleep 0.1; done
-done
+wait_listening 203.0.113.10/80 203.0.113.10/443 203.0.113.20/80 127.0.0.1/8081
 
 # --- configuration --------------------------------------------------------------------
 cat >"$out/policy.toml" <<'P'
@@ -86,19 +80,11 @@ sed -i 's/, "127.0.0.1:8081"//' "$out/allowlist.toml" "$out/full.toml"
 mkdir -p "$out/in" && cp "$pki/ca.pem" "$out/in/ca.pem" && cp "$here/probe.py" "$out/in/"
 chmod -R a+rX "$out"
 
-check() {
-  local name=$1
-  shift
-  if "$@"; then
-    echo "PASS [$who] $name"
-    pass=$((pass + 1))
-  else
-    echo "FAIL [$who] $name"
-    echo "  stdout: $(jq -r .stdout "$last" 2>/dev/null | head -c 600)"
-    echo "  stderr: $(jq -r .stderr "$last" 2>/dev/null | head -c 600) $(head -c 400 "$last.err")"
-    fail=$((fail + 1))
-  fi
+explain() {
+  echo "  stdout: $(jq -r .stdout "$last" 2>/dev/null | head -c 600)"
+  echo "  stderr: $(jq -r .stderr "$last" 2>/dev/null | head -c 600) $(head -c 400 "$last.err")"
 }
+prepare_user() { :; }
 
 # sbx MODE SCRIPT: runs SCRIPT under sh in a sandbox with network MODE, as $who.
 sbx() {
@@ -258,20 +244,5 @@ secrets_all() {
     jq -e '.record.error_code == "SBX_E2408" and .record.exit_code == null and ((.stdout // "") | contains("program-ran") | not)' "$last"
 }
 
-who=root
-as=""
-state=$out/state-root
-run_all
-secrets_all
-if setpriv --reuid=65534 --regid=65534 --clear-groups unshare -Urm true 2>/dev/null; then
-  who=uid65534
-  as="setpriv --reuid=65534 --regid=65534 --clear-groups"
-  state=$out/state-65534
-  mkdir -p "$state" && chown 65534:65534 "$state" && chmod 700 "$state"
-  run_all
-  secrets_all
-else
-  echo "SKIP [uid65534] this host does not allow user namespaces for uid 65534"
-fi
-echo "egress suite: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+as_each_user run_all secrets_all
+summary egress
