@@ -80,7 +80,7 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
     sub.cancel = Some(cancel.clone());
     let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
     sub.approval_pending = Some(pending);
-    let signals = tokio::spawn(cancel_on_signals(cancel));
+    let signals = tokio::spawn(super::run::cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;
     signals.abort();
     waiting.abort();
@@ -174,19 +174,4 @@ fn print(
         errln!("{line}");
     }
     Ok(())
-}
-
-/// Ctrl-C and SIGTERM cancel the browse; the browser's whole process tree is killed.
-async fn cancel_on_signals(cancel: CancelToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => cancel.cancel("received SIGTERM"),
-        _ = int.recv() => cancel.cancel("received SIGINT"),
-    }
 }

@@ -249,7 +249,7 @@ fn approval_timeout(s: &str) -> Result<std::time::Duration, CliError> {
 }
 
 /// Ctrl-C and SIGTERM cancel the operation; the sandbox's process tree is killed.
-async fn cancel_on_signals(cancel: CancelToken) {
+pub(crate) async fn cancel_on_signals(cancel: CancelToken) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
