@@ -41,6 +41,8 @@ pub enum ServerError {
     Paused { id: String },
     #[error("sandbox `{id}` was lost when the server restarted: {reason}")]
     Lost { id: String, reason: String },
+    #[error("the E2B API's state in `{path}` cannot be used: {why}; restore it from a backup, or move it aside to start afresh (every E2B sandbox's access token then changes)")]
+    E2bState { path: String, why: String },
     #[error("internal error while {action}")]
     Internal { action: &'static str },
     #[error("cannot listen on `{addr}`")]
@@ -84,6 +86,7 @@ impl ErrorCode for ServerError {
             ServerError::Internal { .. } => "SBX_E1812",
             ServerError::Listen { .. } => "SBX_E1813",
             ServerError::Tls { .. } => "SBX_E1814",
+            ServerError::E2bState { .. } => "SBX_E2513",
             ServerError::NoRoute { .. } => "SBX_E1815",
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
             ServerError::Paused { .. } => "SBX_E1850",
@@ -115,6 +118,7 @@ impl ErrorCode for ServerError {
             | ServerError::Lost { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
+            | ServerError::E2bState { .. }
             | ServerError::NoRoute { .. }
             | ServerError::MethodNotAllowed { .. } => ErrorClass::Usage,
             ServerError::Gateway(e) => e.class(),
@@ -160,6 +164,7 @@ impl ServerError {
             | ServerError::Webhook { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
+            | ServerError::E2bState { .. }
             | ServerError::Gateway(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

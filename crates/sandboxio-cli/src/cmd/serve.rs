@@ -166,7 +166,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         extra.push(sandboxio_server::e2b::routes(
             loaded.config.e2b.clone(),
             Some(loaded.state_dir.join("e2b")),
-        ));
+        )?);
     }
     let router = app::router(state.clone(), extra);
     let listener = Listener::bind(&state.opts).await?;

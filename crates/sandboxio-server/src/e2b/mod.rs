@@ -47,14 +47,24 @@ pub struct E2b {
 }
 
 /// The E2B routes, to pass to `app::router` beside the native API. With `dir` (the state
-/// directory's `e2b/`) its sandboxes and their access tokens outlive a restart.
-pub fn routes(config: E2bSection, dir: Option<PathBuf>) -> OpenApiRouter<AppState> {
-    let e2b = Arc::new(E2b {
-        config,
-        registry: dir.map(registry::Registry::at).unwrap_or_default(),
-    });
+/// directory's `e2b/`) its sandboxes and their access tokens outlive a restart; a `dir`
+/// that cannot be used (unreadable, or a damaged token key) is `SBX_E2513`.
+pub fn routes(
+    config: E2bSection,
+    dir: Option<PathBuf>,
+) -> Result<OpenApiRouter<AppState>, crate::error::ServerError> {
+    let registry = match dir {
+        Some(d) => {
+            registry::Registry::at(d.clone()).map_err(|e| crate::error::ServerError::E2bState {
+                path: d.display().to_string(),
+                why: e.to_string(),
+            })?
+        }
+        None => registry::Registry::default(),
+    };
+    let e2b = Arc::new(E2b { config, registry });
     let ni = lifecycle::not_implemented;
-    OpenApiRouter::new()
+    Ok(OpenApiRouter::new()
         // Lifecycle (REST, `X-API-Key`).
         .route(
             "/v2/sandboxes",
@@ -97,5 +107,28 @@ pub fn routes(config: E2bSection, dir: Option<PathBuf>) -> OpenApiRouter<AppStat
         )
         .route("/contexts/{id}", delete(interpreter::remove))
         .route("/contexts/{id}/restart", post(interpreter::restart))
-        .layer(Extension(e2b))
+        .layer(Extension(e2b)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use sandboxio_core::ErrorCode;
+
+    #[test]
+    fn a_state_dir_that_cannot_be_used_stops_the_routes_with_a_code() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("e2b");
+        assert!(super::routes(Default::default(), Some(dir.clone())).is_ok());
+        std::fs::write(dir.join("access.key"), b"damaged").unwrap();
+        let err = super::routes(Default::default(), Some(dir.clone()))
+            .err()
+            .expect("a damaged token key must stop the E2B API");
+        assert_eq!(err.code(), "SBX_E2513");
+        assert!(
+            err.to_string().contains(&dir.display().to_string()),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(dir.join("access.key")).unwrap(), b"damaged");
+    }
 }

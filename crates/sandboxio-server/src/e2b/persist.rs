@@ -99,7 +99,13 @@ fn write_new(path: &PathBuf, bytes: &[u8]) -> std::io::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)?;
-    f.write_all(bytes)
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Makes a rename or removal in `dir` durable.
+fn sync_dir(dir: &PathBuf) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 impl Store {
@@ -116,6 +122,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let k = TokenKey::ephemeral();
                 write_new(&key_path, &k.0)?;
+                sync_dir(&dir)?;
                 k.0.to_vec()
             }
             Err(e) => return Err(e),
@@ -143,7 +150,8 @@ impl Store {
                 crate::context::random_hex(4)
             ));
             let written = write_new(&tmp, &text)
-                .and_then(|_| std::fs::rename(&tmp, self.path(&s.sandbox_id)));
+                .and_then(|_| std::fs::rename(&tmp, self.path(&s.sandbox_id)))
+                .and_then(|_| sync_dir(&self.dir));
             if written.is_err() {
                 let _ = std::fs::remove_file(&tmp);
             }
@@ -238,5 +246,29 @@ mod tests {
             store.remove(id);
         }
         assert!(d.path().join("x.json").exists());
+    }
+
+    #[test]
+    fn a_damaged_token_key_is_refused_and_left_as_it_was() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("e2b");
+        let (store, _) = Store::open(dir.clone()).unwrap();
+        store.save(&Saved::new(
+            "ab12",
+            "acme",
+            "k1",
+            "base",
+            &Default::default(),
+        ));
+        for damaged in [&b""[..], &b"short"[..], &[7u8; 33][..]] {
+            std::fs::write(dir.join(KEY_FILE), damaged).unwrap();
+            let err = Store::open(dir.clone())
+                .err()
+                .expect("a damaged key must be refused");
+            assert!(err.to_string().contains("not 32 bytes"), "{err}");
+            // Nothing was rewritten: the key and the facts are as they were.
+            assert_eq!(std::fs::read(dir.join(KEY_FILE)).unwrap(), damaged);
+            assert!(dir.join("ab12.json").exists());
+        }
     }
 }

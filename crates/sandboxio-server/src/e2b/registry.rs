@@ -112,20 +112,16 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// A registry that writes its sandboxes down in `dir`; in memory (with a warning) when
-    /// the directory cannot be used.
-    pub fn at(dir: PathBuf) -> Registry {
-        match Store::open(dir) {
-            Ok((store, key)) => Registry {
-                map: RwLock::default(),
-                key,
-                store: Some(store),
-            },
-            Err(e) => {
-                tracing::warn!("the E2B API keeps its sandboxes in memory only: {e}");
-                Registry::default()
-            }
-        }
+    /// A registry that writes its sandboxes down in `dir`. A directory or token key that
+    /// cannot be used is an error, never a silent fresh start: the sandboxes written down
+    /// there would lose their access tokens.
+    pub fn at(dir: PathBuf) -> std::io::Result<Registry> {
+        let (store, key) = Store::open(dir)?;
+        Ok(Registry {
+            map: RwLock::default(),
+            key,
+            store: Some(store),
+        })
     }
 
     /// A new sandbox's entry (not registered yet).
@@ -216,11 +212,11 @@ mod tests {
         #![allow(clippy::unwrap_used)]
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("e2b");
-        let a = Registry::at(dir.clone());
+        let a = Registry::at(dir.clone()).unwrap();
         let e = Arc::new(a.entry("ab12", "acme", "k1", "base", &BTreeMap::new()));
         a.insert(e.clone());
         // A restarted server: a new registry over the same directory.
-        let b = Registry::at(dir.clone());
+        let b = Registry::at(dir.clone()).unwrap();
         let r = b.get("ab12").unwrap();
         assert_eq!(
             (r.tenant.as_str(), r.credential_id.as_str()),
@@ -229,7 +225,7 @@ mod tests {
         assert!(r.token_matches(&e.access_token));
         assert!(b.get("cd34").is_none());
         b.remove("ab12");
-        assert!(Registry::at(dir).get("ab12").is_none());
+        assert!(Registry::at(dir).unwrap().get("ab12").is_none());
         // Without a directory nothing is restored, and tokens differ.
         let m = Registry::default();
         assert!(m.get("ab12").is_none());
