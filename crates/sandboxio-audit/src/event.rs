@@ -165,5 +165,6 @@ pub fn meter_of(rec: &OperationRecord) -> Meter {
     Meter {
         duration_ms: rec.duration_ms,
         backend: rec.backend.clone(),
+        pool: None,
     }
 }

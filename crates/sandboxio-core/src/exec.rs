@@ -475,6 +475,10 @@ pub struct Enforcement {
 pub struct Meter {
     pub duration_ms: u64,
     pub backend: String,
+    /// How a warm pool served the run: `hit` (a pre-started sandbox) or `miss(<reason>)`
+    /// (started cold, e.g. `miss(network)`). Absent when no pool was involved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// The whole outcome of one run.

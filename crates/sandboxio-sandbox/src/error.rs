@@ -279,6 +279,10 @@ pub const CODES: &[(&str, &str)] = &[
         "the request's mounts or working directory cannot be used by this tier",
     ),
     (
+        "SBX_E1473",
+        "the request does not fit the pre-built namespaces of a pooled sandbox",
+    ),
+    (
         "SBX_E1479",
         "could not open the sandbox's egress listener (loopback, socket, bind, hand-over)",
     ),

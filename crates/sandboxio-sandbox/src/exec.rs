@@ -137,6 +137,8 @@ pub(crate) struct Prepared {
     /// Gaps found while preparing (e.g. cgroup creation failed under `Auto`).
     pub(crate) gaps: Vec<String>,
     pub(crate) helper: HelperProc,
+    /// Namespace tier: the helper pre-builds its namespaces (`ns::prebuild`).
+    pub(crate) prebuilt: bool,
 }
 
 /// The shared body of [`run`] and of a warm-pool exec.
@@ -519,7 +521,7 @@ async fn drive(
         tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(l)) => match serde_json::from_str::<HelperMsg>(&l) {
-                    Ok(HelperMsg::Payload { .. }) => {}
+                    Ok(HelperMsg::Payload { .. } | HelperMsg::Prebuilt) => {}
                     Ok(HelperMsg::SetupError { code, message }) => setup_error = Some((code, message)),
                     Ok(HelperMsg::Final(r)) => final_report = Some(*r),
                     Err(e) => {
@@ -651,6 +653,7 @@ async fn drive(
         meter: Some(Meter {
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
             backend: tier.as_str().into(),
+            pool: None,
         }),
         network_denials: 0,
         denied_hosts: Vec::new(),
@@ -810,6 +813,117 @@ pub(crate) struct HelperProc {
     stderr_r: Option<OwnedFd>,
 }
 
+impl HelperProc {
+    /// Warm pool, namespace tier: the base plan for a helper spawned with `prebuild`,
+    /// framed by its length (the request's plan follows at exec, up to end of file).
+    pub(crate) fn send_base_plan(&self, plan: &plan::SandboxPlan) -> Result<(), SandboxError> {
+        let json =
+            serde_json::to_vec(plan).map_err(|source| SandboxError::PlanEncode { source })?;
+        if json.len() > MAX_PLAN_BYTES {
+            return Err(SandboxError::PlanTooLarge {
+                size: json.len(),
+                max: MAX_PLAN_BYTES,
+            });
+        }
+        let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&json);
+        let Some(w) = &self.plan_w else {
+            return Err(SandboxError::HelperProtocol {
+                why: "the plan pipe is gone".into(),
+            });
+        };
+        let mut f =
+            std::fs::File::from(w.try_clone().map_err(|source| SandboxError::HelperIo {
+                what: "plan pipe",
+                source,
+            })?);
+        std::io::Write::write_all(&mut f, &bytes).map_err(|source| SandboxError::HelperIo {
+            what: "plan pipe",
+            source,
+        })
+    }
+
+    /// Waits (asynchronously, at most `limit`) for the helper's `prebuilt` line: its base is
+    /// built. Anything else (a setup error, end of file) is an error and the helper is of
+    /// no use. Reads nothing past that one line (the helper writes nothing more before it
+    /// gets its plan).
+    pub(crate) async fn await_prebuilt(&self, limit: Duration) -> Result<(), SandboxError> {
+        struct Raw(RawFd);
+        impl AsRawFd for Raw {
+            fn as_raw_fd(&self) -> RawFd {
+                self.0
+            }
+        }
+        let raw = self.rep_r.as_raw_fd();
+        // SAFETY: fcntl on an fd we own, integer arguments only.
+        unsafe {
+            let fl = libc::fcntl(raw, libc::F_GETFL);
+            if fl >= 0 {
+                libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            }
+        }
+        let io = |source| SandboxError::HelperIo {
+            what: "report pipe",
+            source,
+        };
+        // SAFETY: `raw` is `self.rep_r`, which `&self` keeps open (and unreused) for the
+        // whole life of `afd`, dropped before this function returns.
+        let afd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                Raw(raw),
+                tokio::io::Interest::READABLE,
+            )
+        }
+        .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let mut line = Vec::new();
+        let read = async {
+            loop {
+                let mut g = afd.readable().await.map_err(io)?;
+                let mut buf = [0u8; 512];
+                // SAFETY: reading into a local buffer of the length passed.
+                let n = unsafe { libc::read(raw, buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::WouldBlock {
+                        g.clear_ready();
+                        continue;
+                    }
+                    return Err(io(e));
+                }
+                let n = n as usize;
+                if n == 0 {
+                    break;
+                }
+                line.extend_from_slice(&buf[..n]);
+                if line.ends_with(b"\n") {
+                    break;
+                }
+            }
+            Ok::<(), SandboxError>(())
+        };
+        match tokio::time::timeout(limit, read).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(SandboxError::HelperProtocol {
+                    why: "the pooled helper did not pre-build its namespaces in time".into(),
+                })
+            }
+        }
+        drop(afd);
+        match serde_json::from_slice::<HelperMsg>(line.trim_ascii_end()) {
+            Ok(HelperMsg::Prebuilt) => Ok(()),
+            Ok(HelperMsg::SetupError { code, message }) => Err(SandboxError::InHelper {
+                code: SandboxError::known_code(&code),
+                message,
+            }),
+            _ => Err(SandboxError::HelperProtocol {
+                why: "the pooled helper ended before its namespaces were built".into(),
+            }),
+        }
+    }
+}
+
 /// What the helper's (and so the payload's) fds 0, 1 and 2 are.
 pub(crate) enum HelperStdio {
     /// Pipes; with `stdin` a pipe for stdin too (written or closed by the supervisor),
@@ -851,6 +965,17 @@ pub(crate) fn spawn_helper(
     path: &Path,
     stdio: HelperStdio,
     egress: Option<&OwnedFd>,
+) -> Result<HelperProc, SandboxError> {
+    spawn_helper_as(path, stdio, egress, false)
+}
+
+/// [`spawn_helper`]; with `prebuild` the helper first reads a base plan and pre-builds its
+/// namespaces (warm pool, [`HelperProc::send_base_plan`]).
+pub(crate) fn spawn_helper_as(
+    path: &Path,
+    stdio: HelperStdio,
+    egress: Option<&OwnedFd>,
+    prebuild: bool,
 ) -> Result<HelperProc, SandboxError> {
     // Parent ends stay close-on-exec; child ends are moved to fds >= HIGH_FD so that the
     // dup2 actions onto 0..=5 can never overwrite a source not yet duplicated.
@@ -901,11 +1026,12 @@ pub(crate) fn spawn_helper(
         fds.egress = Some(HELPER_EGRESS_FD);
     }
     drop((plan_r, rep_w, ctl_r));
-    let pid =
-        posix_spawn_fds(path, &child_fds, fds).map_err(|source| SandboxError::HelperSpawn {
+    let pid = posix_spawn_fds(path, &child_fds, fds, prebuild).map_err(|source| {
+        SandboxError::HelperSpawn {
             path: path.to_path_buf(),
             source,
-        })?;
+        }
+    })?;
     drop(child_fds);
     Ok(HelperProc {
         pid,
@@ -928,6 +1054,7 @@ fn posix_spawn_fds(
     path: &Path,
     fds: &[(OwnedFd, RawFd)],
     numbers: HelperFds,
+    prebuild: bool,
 ) -> std::io::Result<i32> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -935,10 +1062,16 @@ fn posix_spawn_fds(
     let prog = CString::new(path.as_os_str().as_bytes()).map_err(bad)?;
     let arg1 = CString::new(HELPER_ARG).map_err(bad)?;
     let arg2 = CString::new(numbers.to_arg()).map_err(bad)?;
-    let argv: [*mut libc::c_char; 4] = [
+    let arg3 = CString::new(crate::helper::PREBUILD_ARG).map_err(bad)?;
+    let argv: [*mut libc::c_char; 5] = [
         prog.as_ptr().cast_mut(),
         arg1.as_ptr().cast_mut(),
         arg2.as_ptr().cast_mut(),
+        if prebuild {
+            arg3.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        },
         std::ptr::null_mut(),
     ];
     let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];

@@ -27,6 +27,10 @@ use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
 /// The first argument that turns a binary into the helper.
 pub const HELPER_ARG: &str = "__sandboxio-helper";
 
+/// `argv[3]` of a pooled namespace helper: it reads the pool's base plan first (framed by
+/// its length) and pre-builds its namespaces before the request's plan arrives.
+pub const PREBUILD_ARG: &str = "prebuild";
+
 /// Whether this process was started as the helper (`argv[1] == HELPER_ARG`).
 pub fn is_helper_invocation() -> bool {
     std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(HELPER_ARG))
@@ -121,21 +125,42 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
         "PR_SET_PDEATHSIG",
     )?;
 
-    let plan = read_plan(fds.plan)?;
+    // SAFETY: the plan fd was checked open above; the helper owns it from here on.
+    let mut plan_in = unsafe { File::from_raw_fd(fds.plan) };
+    let prebuild = std::env::args().nth(3).as_deref() == Some(PREBUILD_ARG);
+    let warm = if prebuild {
+        let base = read_framed_plan(&mut plan_in)?;
+        session_and_subreaper()?;
+        let into = clone_into_fd(&base);
+        let w = crate::ns::prebuild(&base, into.as_ref().map(AsRawFd::as_raw_fd), |pid, c| {
+            attach_cgroups(&base, pid, c)
+        })?;
+        drop(into);
+        rep.send(&HelperMsg::Prebuilt);
+        Some(w)
+    } else {
+        None
+    };
 
-    // SAFETY: setsid has no arguments; it fails only if we already lead a process group.
-    if unsafe { libc::setsid() } < 0 {
-        let e = last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
-            return Err(SandboxError::Setsid { source: e });
-        }
+    let plan = read_plan(plan_in)?;
+    if warm.is_none() {
+        session_and_subreaper()?;
     }
-    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")?;
     let signals = Signals::block()?;
 
-    let (pid, ns_child) = match plan.tier {
-        IsolationTier::Process => (spawn_process(&plan, &signals)?, None),
-        IsolationTier::Namespace => {
+    let (pid, ns_child) = match (plan.tier, warm) {
+        (IsolationTier::Namespace, Some(w)) => {
+            let child = w.exec(&plan, crate::ns::rlimits_from(&plan.rlimits))?;
+            (child.pid(), Some(child))
+        }
+        (tier, Some(_)) => {
+            return Err(SandboxError::UnsupportedTier {
+                tier,
+                why: "a pre-built helper serves only the namespace tier",
+            })
+        }
+        (IsolationTier::Process, None) => (spawn_process(&plan, &signals)?, None),
+        (IsolationTier::Namespace, None) => {
             let into = clone_into_fd(&plan);
             let child = crate::ns::spawn_plan(
                 &plan,
@@ -146,9 +171,11 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             drop(into);
             (child.pid(), Some(child))
         }
-        IsolationTier::Landlock => (crate::fallback::spawn(&plan, &signals.old_mask)?, None),
+        (IsolationTier::Landlock, None) => {
+            (crate::fallback::spawn(&plan, &signals.old_mask)?, None)
+        }
         // Never run a payload with less isolation than asked for.
-        tier => {
+        (tier, None) => {
             return Err(SandboxError::UnsupportedTier {
                 tier,
                 why: "the helper has no backend for this tier",
@@ -210,9 +237,39 @@ fn clone_into_fd(plan: &SandboxPlan) -> Option<OwnedFd> {
     cgroup::open_dir(dir).ok()
 }
 
-fn read_plan(fd: i32) -> Result<SandboxPlan, SandboxError> {
-    // SAFETY: the plan fd was checked open in `run`; the helper owns it and closes it here.
-    let f = unsafe { File::from_raw_fd(fd) };
+/// `setsid` (a session and process group of its own) and `PR_SET_CHILD_SUBREAPER`.
+fn session_and_subreaper() -> Result<(), SandboxError> {
+    // SAFETY: setsid has no arguments; it fails only if we already lead a process group.
+    if unsafe { libc::setsid() } < 0 {
+        let e = last_os_error();
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(SandboxError::Setsid { source: e });
+        }
+    }
+    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
+}
+
+/// The pool's base plan: its length (4 bytes, little endian), then that much JSON.
+fn read_framed_plan(f: &mut File) -> Result<SandboxPlan, SandboxError> {
+    let io = |source| SandboxError::HelperIo {
+        what: "reading the base plan",
+        source,
+    };
+    let mut len = [0u8; 4];
+    f.read_exact(&mut len).map_err(io)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PLAN_BYTES {
+        return Err(SandboxError::PlanTooLarge {
+            size: len,
+            max: MAX_PLAN_BYTES,
+        });
+    }
+    let mut buf = vec![0u8; len];
+    f.read_exact(&mut buf).map_err(io)?;
+    serde_json::from_slice(&buf).map_err(|e| SandboxError::PlanDecode { why: e.to_string() })
+}
+
+fn read_plan(f: File) -> Result<SandboxPlan, SandboxError> {
     let mut buf = Vec::new();
     f.take(MAX_PLAN_BYTES as u64 + 1)
         .read_to_end(&mut buf)

@@ -26,11 +26,20 @@
 //! cgroup, so `cgroup.kill` (or the freezer) still takes the whole payload tree and nothing
 //! else; the cgroups are removed after the helper has exited, as for a cold run.
 //!
-//! Namespace tier: the pool pre-starts the helper, workspace and cgroup; namespaces and
-//! mounts are still set up at exec (inside `ns::spawn_plan`), because their plan depends on
-//! the request (inputs, output, network, env).
+//! Namespace tier: the namespaces are pre-built too. At fill time the helper gets the
+//! pool's base plan (a template request: no network, no input, no mounts) and builds it
+//! (`ns::prebuild`): its own user namespace when not root, its private mount namespace and
+//! staging tmpfs, the init in its user, pid, mount, net, ipc, uts and cgroup namespaces and
+//! cgroups, the read-only system view, `/proc`, `/dev`, `/tmp`, the staged workspace and
+//! output, pivot_root; the init then waits. A sandbox enters the pool only once the helper
+//! said its base is built. At exec only what depends on the request is left
+//! (`ns::prebuilt`): tmpfs sizes and exec flags, the workspace files, argv, env, cwd,
+//! rlimits, Landlock and seccomp (applied last in the payload, as cold), the exec. A
+//! request of another shape (terminal, network, an input directory, the caller's mounts:
+//! binds of host paths cannot be added after pivot_root) starts cold; the result's
+//! `meter.pool` says `hit` or `miss(<reason>)`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -42,12 +51,35 @@ use tokio::sync::Notify;
 use crate::cgroup::{self, CgroupPlan};
 use crate::config::{CgroupUsage, SandboxConfig};
 use crate::error::SandboxError;
-use crate::exec::{self, spawn_helper, CancelToken, Prepared, Workspace};
+use crate::exec::{self, CancelToken, Prepared, Workspace};
 use crate::plan;
 
 /// Wait after a failed pre-start before trying again (the exec path falls back to a cold
 /// start meanwhile, which reports the real error).
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// The longest a pooled helper may take to pre-build its namespaces (loaded host).
+const PREBUILD_LIMIT: Duration = Duration::from_secs(30);
+
+/// The longest `destroy` waits for a pre-built helper to clean up after itself (it unmounts
+/// its staging tmpfs and removes its directory) before killing it.
+const DESTROY_GRACE: Duration = Duration::from_secs(2);
+
+/// The request the pool's namespace base is planned from: no network, no input directory,
+/// no mounts, default limits. Requests differing only in request-time parts fit it.
+fn template() -> ExecRequest {
+    let mut r = ExecRequest::new(["/bin/true"]);
+    r.limits = r.limits.or_builtin_defaults();
+    r
+}
+
+/// Host paths for shape comparisons only (`ns::prebuilt::shape` blanks them).
+fn shape_host() -> crate::ns::NsHostPaths {
+    crate::ns::NsHostPaths {
+        workspace: "/nonexistent/workspace".into(),
+        output: "/nonexistent/output".into(),
+    }
+}
 
 /// A pool of pre-started, single-use sandboxes for one tier and one [`SandboxConfig`].
 pub struct WarmPool {
@@ -65,6 +97,8 @@ struct Shared {
     cfg: SandboxConfig,
     tier: IsolationTier,
     size: usize,
+    /// Namespace tier: the plan of [`template`], to compare each request's shape with.
+    base: Option<crate::ns::NamespacePlan>,
     ready: Mutex<VecDeque<Prepared>>,
 }
 
@@ -90,10 +124,19 @@ impl WarmPool {
         exec::check_tier(tier)?;
         // Fail early on a missing helper rather than in the background.
         cfg.resolve_helper()?;
+        let base = match tier {
+            IsolationTier::Namespace => Some(crate::ns::plan(
+                &template(),
+                &shape_host(),
+                &BTreeMap::new(),
+            )?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             cfg,
             tier,
             size,
+            base,
             ready: Mutex::new(VecDeque::with_capacity(size)),
         });
         let wake = Arc::new(Wake {
@@ -122,25 +165,52 @@ impl WarmPool {
         req: &ExecRequest,
         cancel: Option<CancelToken>,
     ) -> Result<ExecResult, SandboxError> {
-        // A pooled helper's stdio is pipes: a terminal request starts cold. A request with
-        // network needs the egress proxy, which only the gateway runs (SBX_E1450).
-        let prepared = if req.tty || req.network != sandboxio_core::NetworkMode::None {
-            None
-        } else {
-            self.take()
+        let miss = self.miss(req);
+        let prepared = if miss.is_none() { self.take() } else { None };
+        let outcome = match (&prepared, miss) {
+            (Some(_), _) => "hit".to_string(),
+            (None, Some(why)) => format!("miss({why})"),
+            (None, None) => "miss(empty)".to_string(),
         };
-        let used_pool = prepared.is_some();
         let (tier, cfg) = (self.shared.tier, &self.shared.cfg);
         let mut io = crate::stream::StreamIo::default();
         let first = exec::run_prepared(req, tier, cfg, cancel.clone(), prepared, &mut io).await;
-        let res = crate::fallback::after_refusal(first, req, tier, cfg, cancel, io).await;
+        let mut res = crate::fallback::after_refusal(first, req, tier, cfg, cancel, io).await;
         // Refill after the exec, not during it: starting a helper (exec of a large binary,
         // page faults) would compete for the CPU with the run it replaces.
         self.wake.notify.notify_one();
-        if !used_pool {
-            tracing::debug!("warm pool empty; the sandbox was started cold");
+        tracing::debug!(pool = %outcome, "warm pool exec");
+        if let Ok(r) = &mut res {
+            if let Some(m) = &mut r.meter {
+                m.pool = Some(outcome);
+            }
         }
         res
+    }
+
+    /// Why `req` cannot use a pooled sandbox (`None`: it can). A pooled helper's stdio is
+    /// pipes (a terminal starts cold); network needs the egress proxy, which only the
+    /// gateway runs (`SBX_E1450`); a pre-built namespace base serves only requests of its
+    /// own shape (`ns::prebuilt`).
+    fn miss(&self, req: &ExecRequest) -> Option<&'static str> {
+        if req.tty {
+            return Some("tty");
+        }
+        if req.network != sandboxio_core::NetworkMode::None {
+            return Some("network");
+        }
+        let base = self.shared.base.as_ref()?;
+        if req.input_dir.is_some() {
+            return Some("input");
+        }
+        if !req.mounts.is_empty() {
+            return Some("mounts");
+        }
+        match crate::ns::plan(req, &shape_host(), &BTreeMap::new()) {
+            // The cold run reports what is wrong with the request.
+            Err(_) => Some("invalid request"),
+            Ok(real) => crate::ns::prebuilt::mismatch(base, &real),
+        }
     }
 
     /// Take one live pooled sandbox (the refiller is woken when the exec ends).
@@ -206,7 +276,17 @@ async fn refill(pool: Weak<Shared>, wake: Arc<Wake>) {
             if !need {
                 break;
             }
-            match prepare(&shared.cfg, shared.tier) {
+            let made = match prepare(&shared.cfg, shared.tier) {
+                Ok(p) if p.prebuilt => match p.helper.await_prebuilt(PREBUILD_LIMIT).await {
+                    Ok(()) => Ok(p),
+                    Err(e) => {
+                        destroy(p, false);
+                        Err(e)
+                    }
+                },
+                other => other,
+            };
+            match made {
                 Ok(p) => match shared.ready.lock() {
                     Ok(mut q) => q.push_back(p),
                     Err(_) => destroy(p, false),
@@ -232,7 +312,7 @@ async fn refill(pool: Weak<Shared>, wake: Arc<Wake>) {
 /// Pre-start one sandbox: workspace, cgroup directories (no limits yet), helper waiting
 /// for its plan and already in the cgroups its payload will inherit.
 fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, SandboxError> {
-    let _ = tier;
+    let prebuilt = tier == IsolationTier::Namespace;
     let sandbox_id = plan::new_sandbox_id();
     let helper_path = cfg.resolve_helper()?;
     let workspace = Workspace::create_empty(&cfg.resolve_work_root(), true, true)?;
@@ -260,7 +340,8 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
     }
     // stdin is always a pipe here (the request is not known yet); without stdin data the
     // exec closes it, so the payload reads EOF at once.
-    let helper = match spawn_helper(&helper_path, exec::HelperStdio::Pipes { stdin: true }, None) {
+    let stdio = exec::HelperStdio::Pipes { stdin: true };
+    let helper = match exec::spawn_helper_as(&helper_path, stdio, None, prebuilt) {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = &cg {
@@ -281,31 +362,85 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
         joined,
         gaps,
         helper,
+        prebuilt,
     };
     if let Err(e) = cgroup::join(&prepared.joined, prepared.helper.pid) {
         destroy(prepared, false);
         return Err(e);
     }
+    if prebuilt {
+        // After the join: the init the helper clones now inherits those cgroups.
+        if let Err(e) = base_plan(&prepared).and_then(|p| prepared.helper.send_base_plan(&p)) {
+            destroy(prepared, false);
+            return Err(e);
+        }
+    }
     Ok(prepared)
 }
 
-/// Destroy an unused pooled sandbox: kill and reap its helper (unless already reaped),
-/// remove its cgroup directories and its workspace.
+/// The plan a pooled namespace helper pre-builds: [`template`] in this sandbox's
+/// workspace and cgroups.
+fn base_plan(p: &Prepared) -> Result<plan::SandboxPlan, SandboxError> {
+    let req = template();
+    let host_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let mut sp = plan::build(
+        &p.sandbox_id,
+        &req,
+        IsolationTier::Namespace,
+        host_env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        p.workspace.paths.clone(),
+        p.cgroup.clone(),
+    )?;
+    sp.cgroup_joined = p.joined.clone();
+    let host = crate::ns::NsHostPaths {
+        workspace: sp.paths.workspace.clone(),
+        output: sp.paths.output_dir.clone(),
+    };
+    sp.namespace = Some(crate::ns::plan(&req, &host, &sp.env)?);
+    Ok(sp)
+}
+
+/// Destroy an unused pooled sandbox: end and reap its helper (unless already reaped),
+/// remove its cgroup directories and its workspace. A pre-built helper is first let go by
+/// closing its pipes (it sees the end of its plan, kills its init and unmounts its
+/// staging); one that does not exit within [`DESTROY_GRACE`] is killed.
 fn destroy(p: Prepared, already_reaped: bool) {
-    let pid = p.helper.pid;
+    let Prepared {
+        helper,
+        cgroup: cg,
+        workspace,
+        prebuilt,
+        ..
+    } = p;
+    let pid = helper.pid;
+    drop(helper);
     if !already_reaped && pid > 0 {
-        // SAFETY: kill(2)/waitpid(2) on our own child, which is blocked reading its plan
-        // (it has not called setsid or forked yet, so it has no descendants).
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
+        let mut gone = false;
+        if prebuilt {
+            let deadline = std::time::Instant::now() + DESTROY_GRACE;
+            while !gone && std::time::Instant::now() < deadline {
+                gone = exec::reaped(pid);
+                if !gone {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+        if !gone {
+            // SAFETY: kill(2)/waitpid(2) on our own child, which is blocked reading its
+            // plan (a pre-built one's init dies with it: PR_SET_PDEATHSIG).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
         }
     }
-    if let Some(c) = &p.cgroup {
+    if let Some(c) = &cg {
         if let Err(e) = cgroup::remove(c) {
             tracing::warn!(error = %e, "could not remove a pooled sandbox cgroup");
         }
     }
-    drop(p);
+    drop(workspace);
 }

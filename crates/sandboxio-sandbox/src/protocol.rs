@@ -4,7 +4,10 @@
 //! (only numbers, never the plan itself, are in argv).
 //!
 //! - plan fd (helper reads): the JSON [`crate::plan::SandboxPlan`], at most
-//!   [`crate::plan::MAX_PLAN_BYTES`], then EOF.
+//!   [`crate::plan::MAX_PLAN_BYTES`], then EOF. A pooled namespace helper (`argv[3]` =
+//!   [`crate::helper::PREBUILD_ARG`]) first reads the pool's base plan framed by its
+//!   length (4 bytes, little endian), builds it, reports [`HelperMsg::Prebuilt`], then
+//!   reads the request's plan as above.
 //! - report fd (helper writes): one JSON [`HelperMsg`] per line.
 //! - control fd (helper reads): a byte [`CANCEL_BYTE`] cancels the run; EOF means the
 //!   supervisor is gone, which also kills the whole tree.
@@ -59,6 +62,9 @@ pub enum HelperMsg {
     SetupError { code: String, message: String },
     /// The payload was started with this pid.
     Payload { pid: i32 },
+    /// A pooled namespace helper built its base (see `ns::prebuilt`) and waits for the
+    /// request's plan.
+    Prebuilt,
     /// The payload and all its descendants are gone.
     Final(Box<FinalReport>),
 }

@@ -385,3 +385,254 @@ async fn pooled_namespace_memory_bomb_is_oom_killed() {
     assert!(!res.stdout_lossy().contains("survived"));
     assert_no_cgroup_left(&res.sandbox_id);
 }
+
+/// What a program can see of its confinement: processes, the init, ids, capabilities,
+/// seccomp, no_new_privs, Landlock (`/proc` is read-only to it), the read-only system, the
+/// noexec writable places, and the whole mount table with options.
+const CONFINEMENT_PROBE: &str = "\
+echo procs:$(ls -d /proc/[0-9]* | wc -l); \
+echo init:$(cat /proc/1/comm); \
+echo ids:$(id -u):$(id -g); hostname; \
+grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; \
+(echo probe > /proc/self/comm) 2>/dev/null && echo comm-written || echo comm-denied; \
+(touch /usr/bin/sbx-probe) 2>/dev/null && echo usr-written || echo usr-read-only; \
+(touch /etc/sbx-probe) 2>/dev/null && echo etc-written || echo etc-read-only; \
+(cat /proc/kcore | head -c1 | wc -c | sed 's/^/kcore:/'); \
+cp /bin/true /tmp/t && { /tmp/t 2>/dev/null && echo tmp-exec || echo tmp-noexec; }; \
+awk '{print $2, $3, $4}' /proc/self/mounts";
+
+async fn namespace_usable(cfg: &SandboxConfig) -> bool {
+    let probe = sandboxio_sandbox::run(
+        &ExecRequest::new(["/bin/true"]),
+        IsolationTier::Namespace,
+        cfg,
+        None,
+    )
+    .await;
+    let ok = probe.as_ref().is_ok_and(|r| r.exit.success());
+    if !ok {
+        eprintln!("SKIP: namespace tier not usable here: {probe:?}");
+    }
+    ok
+}
+
+fn pool_outcome(res: &sandboxio_core::ExecResult) -> Option<&str> {
+    res.meter.as_ref().and_then(|m| m.pool.as_deref())
+}
+
+/// The pooled namespace sandbox (pre-built base, request applied at exec) and a cold one
+/// show the program exactly the same confinement, for the default request and for one
+/// whose request-time parts differ from the pool's template (tmpfs sizes, exec allowed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_namespace_is_as_confined_as_cold() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let cgroups = if sandboxio_sandbox::ids::is_host_root() && cgroups_usable() {
+        CgroupUsage::Required
+    } else {
+        CgroupUsage::Auto
+    };
+    let cfg = cfg(cgroups, root.path());
+    if !namespace_usable(&cfg).await {
+        return;
+    }
+    let (pool, refiller) = WarmPool::new(cfg.clone(), IsolationTier::Namespace, 1).unwrap();
+    tokio::spawn(refiller);
+    let default = ExecRequest::new(["sh", "-c", CONFINEMENT_PROBE]);
+    let mut changed = default.clone();
+    changed.limits.tmp_size = ByteSize::mib(5);
+    changed.limits.output_size = ByteSize::mib(3);
+    changed.allow_exec_in_writable = true;
+    for req in [&default, &changed] {
+        let cold = sandboxio_sandbox::run(req, IsolationTier::Namespace, &cfg, None)
+            .await
+            .unwrap();
+        wait_ready(&pool, 1).await;
+        let warm = pool.exec(req, None).await.unwrap();
+        assert_eq!(pool_outcome(&warm), Some("hit"), "{warm:?}");
+        assert_eq!(pool_outcome(&cold), None);
+        assert_eq!(warm.exit, ExitStatus::Code(0), "{}", warm.stderr_lossy());
+        assert_eq!(
+            warm.stdout_lossy(),
+            cold.stdout_lossy(),
+            "pooled and cold sandboxes differ"
+        );
+        assert_eq!(warm.enforcement.namespaces, cold.enforcement.namespaces);
+        assert_eq!(warm.enforcement.landlock_abi, cold.enforcement.landlock_abi);
+        assert!(warm.enforcement.seccomp && warm.enforcement.no_new_privs);
+        assert_eq!(warm.enforcement.limits, cold.enforcement.limits);
+        let out = warm.stdout_lossy();
+        for line in [
+            "init:sandboxio-helpe",
+            "ids:0:0",
+            "sandbox",
+            "NoNewPrivs:\t1",
+            "Seccomp:\t2",
+            "CapEff:\t0000000000000000",
+            "CapPrm:\t0000000000000000",
+            "CapBnd:\t0000000000000000",
+            "CapAmb:\t0000000000000000",
+            "usr-read-only",
+            "etc-read-only",
+            "kcore:0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no `{line}` in:\n{out}");
+        }
+        // Few processes: the init, the shell and the probe's own; none of the host's.
+        let procs: usize = out
+            .lines()
+            .find_map(|l| l.strip_prefix("procs:"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(procs < 8, "{out}");
+        if sandboxio_sandbox::ns::landlock::abi_version().is_some() {
+            assert!(out.lines().any(|l| l == "comm-denied"), "{out}");
+        }
+        let exec_line = if req.allow_exec_in_writable {
+            "tmp-exec"
+        } else {
+            "tmp-noexec"
+        };
+        assert!(out.lines().any(|l| l == exec_line), "{out}");
+        let tmp = out.lines().find(|l| l.starts_with("/tmp tmpfs")).unwrap();
+        let kib = req.limits.or_builtin_defaults().tmp_size.bytes() / 1024;
+        assert!(tmp.contains(&format!("size={kib}k")), "{tmp}");
+        assert_eq!(tmp.contains("noexec"), !req.allow_exec_in_writable, "{tmp}");
+        assert_no_cgroup_left(&warm.sandbox_id);
+    }
+    drop(pool);
+}
+
+/// Each pooled namespace sandbox serves one request: files, processes and a changed
+/// hostname of the first are not there for the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_namespace_sandboxes_are_never_shared() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(CgroupUsage::Auto, root.path());
+    if !namespace_usable(&cfg).await {
+        return;
+    }
+    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 2).unwrap();
+    tokio::spawn(refiller);
+    wait_ready(&pool, 2).await;
+    let first = pool
+        .exec(
+            &ExecRequest::new([
+                "sh",
+                "-c",
+                "for d in /tmp /dev/shm /workspace /output; do echo x > $d/mark; done; \
+                 (setsid sleep 9873 &); echo left",
+            ]),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(pool_outcome(&first), Some("hit"));
+    assert!(first.stdout_lossy().contains("left"), "{first:?}");
+    let second = pool
+        .exec(
+            &ExecRequest::new([
+                "sh",
+                "-c",
+                "ls -A /tmp /dev/shm /workspace /output; \
+                 n=98; n=${n}73; \
+                 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c \"sleep $n\" \
+                 | sed 's/^/sleepers:/'",
+            ]),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(pool_outcome(&second), Some("hit"));
+    assert_ne!(first.sandbox_id, second.sandbox_id);
+    let out = second.stdout_lossy();
+    assert!(!out.contains("mark"), "{out}");
+    assert!(out.lines().any(|l| l == "sleepers:0"), "{out}");
+    // And on the host: the first sandbox's daemon died with its pid namespace.
+    let sleepers = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x009873\x00")
+        })
+        .count();
+    assert_eq!(sleepers, 0);
+    drop(pool);
+}
+
+/// Requests the pre-built base cannot serve start cold, and the result says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_misses_name_their_reason() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(CgroupUsage::Auto, root.path());
+    if !namespace_usable(&cfg).await {
+        return;
+    }
+    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 1).unwrap();
+    tokio::spawn(refiller);
+    wait_ready(&pool, 1).await;
+    let input = tempfile::tempdir().unwrap();
+    std::fs::write(input.path().join("in.txt"), "from the host\n").unwrap();
+    let mut req = ExecRequest::new(["cat", "/input/in.txt"]);
+    req.input_dir = Some(input.path().to_path_buf());
+    let res = pool.exec(&req, None).await.unwrap();
+    assert_eq!(pool_outcome(&res), Some("miss(input)"));
+    assert_eq!(res.stdout_lossy(), "from the host\n");
+    // The pooled sandbox was not used up by the miss.
+    assert_eq!(pool.ready(), 1);
+    let mut req = ExecRequest::new(["cat", "/data/in.txt"]);
+    req.mounts = vec![sandboxio_core::Mount {
+        host: input.path().to_path_buf(),
+        sandbox: PathBuf::from("/data"),
+        mode: sandboxio_core::MountMode::Ro,
+    }];
+    let res = pool.exec(&req, None).await.unwrap();
+    assert_eq!(pool_outcome(&res), Some("miss(mounts)"));
+    assert_eq!(res.stdout_lossy(), "from the host\n");
+    let res = pool.exec(&ExecRequest::new(["true"]), None).await.unwrap();
+    assert_eq!(pool_outcome(&res), Some("hit"));
+    drop(pool);
+}
+
+/// The confinement test again as uid 65534 (the helper then builds its own user namespace
+/// first), by re-running this test binary under `setpriv`, where the host allows it.
+#[test]
+fn pooled_namespace_is_as_confined_as_cold_as_uid_65534() {
+    if !sandboxio_sandbox::ids::is_host_root() {
+        eprintln!("SKIP: not root, cannot switch to uid 65534");
+        return;
+    }
+    let userns = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["unshare", "-Urm", "true"])
+        .status();
+    if !userns.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: setpriv missing, or user namespaces not allowed for uid 65534");
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "pooled_namespace_is_as_confined_as_cold",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+    assert!(!text.contains("SKIP"), "the child skipped: {text}");
+}

@@ -128,11 +128,11 @@ fn cstr(p: &Path) -> Result<CString, NsError> {
 }
 
 /// Size-capped tmpfs directories in the helper's private mount namespace.
-struct Staging {
+pub(super) struct Staging {
     base: PathBuf,
     root: PathBuf,
-    workspace: PathBuf,
-    output: PathBuf,
+    pub(super) workspace: PathBuf,
+    pub(super) output: PathBuf,
     mounted: Vec<PathBuf>,
 }
 
@@ -190,6 +190,33 @@ impl Staging {
                 super::plan::TMPFS_INODES
             ),
         )
+    }
+
+    /// A new size for the staged tmpfs at `dir` (one of ours); the inode cap stays.
+    pub(super) fn resize(&self, dir: &Path, size: u64) -> Result<(), NsError> {
+        let target = cstr(dir)?;
+        let data = CString::new(format!(
+            "size={size},nr_inodes={}",
+            super::plan::TMPFS_INODES
+        ))
+        .map_err(|_| NsError::NulByte)?;
+        // SAFETY: all pointers are valid NUL-terminated strings living across the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(NsError::StagingMount {
+                path: dir.to_path_buf(),
+                source: io_err(),
+            });
+        }
+        Ok(())
     }
 
     fn mount(&mut self, dir: &Path, data: &str) -> Result<(), NsError> {
@@ -585,12 +612,25 @@ fn copy_sparse(
     w.set_len(size).map_err(err)
 }
 
-/// Everything the child needs, prepared in the helper before clone.
-struct ChildCtx {
+/// What the init needs to build the sandbox, prepared in the helper before clone.
+pub(super) struct BaseCtx {
     root: CString,
     /// (op, target under the new root, source fd path for binds, contents for files)
     steps: Vec<Step>,
     hostname: CString,
+    root_size: u64,
+    /// The helper is not root (its own user namespace denies setgroups to the sandbox's).
+    unprivileged: bool,
+    /// Set `vm.memfd_noexec = 2` for the sandbox's pid namespace (see `start`).
+    memfd_noexec: bool,
+    /// Pre-built (warm pool): the plan the base was built from (mapped); the init waits for
+    /// its request after pivot_root and builds the payload's part from it.
+    base_plan: Option<NamespacePlan>,
+}
+
+/// What the payload needs: built in the helper (cold) or in the waiting init once the
+/// request is known (pre-built).
+pub(super) struct PayloadCtx {
     cwd: CString,
     rlimits: Rlimits,
     landlock: Option<landlock::Prepared>,
@@ -599,13 +639,43 @@ struct ChildCtx {
     argv: Vec<CString>,
     envp: Vec<CString>,
     program: String,
-    root_size: u64,
-    /// The helper is not root (its own user namespace denies setgroups to the sandbox's).
-    unprivileged: bool,
-    /// Set `vm.memfd_noexec = 2` for the sandbox's pid namespace (see `spawn_with`).
-    memfd_noexec: bool,
     /// Stdio is a pseudo-terminal, to become the payload's controlling terminal.
     tty: bool,
+}
+
+/// The payload's part of `plan` (pure but for allocation): seccomp filter (with the memfd
+/// rule where the sysctl cannot be used), Landlock rules, argv, env, exec candidates.
+pub(super) fn payload_ctx(
+    plan: &NamespacePlan,
+    rlimits: Rlimits,
+    memfd_sysctl: bool,
+) -> Result<PayloadCtx, NsError> {
+    let filter = if memfd_sysctl {
+        seccomp::compile(&plan.seccomp)?
+    } else {
+        let mut rules = plan.seccomp.clone();
+        rules.push(seccomp::memfd_rule());
+        seccomp::compile(&rules)?
+    };
+    Ok(PayloadCtx {
+        cwd: cstr(&plan.cwd)?,
+        rlimits,
+        landlock: landlock::prepare(&plan.landlock, plan.landlock_deny_tcp),
+        filter,
+        candidates: candidates(plan)?,
+        argv: plan
+            .argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()).map_err(|_| NsError::NulByte))
+            .collect::<Result<_, _>>()?,
+        envp: plan
+            .env
+            .iter()
+            .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| NsError::NulByte))
+            .collect::<Result<_, _>>()?,
+        program: plan.argv.first().cloned().unwrap_or_default(),
+        tty: plan.tty,
+    })
 }
 
 enum Step {
@@ -797,19 +867,77 @@ where
     E: From<NsError>,
     F: FnOnce(libc::pid_t, bool) -> Result<(), E>,
 {
-    let filter = seccomp::compile(&plan.seccomp)?;
-    let landlock = landlock::prepare(&plan.landlock, plan.landlock_deny_tcp);
-    let argv: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| NsError::NulByte))
-        .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = plan
-        .env
-        .iter()
-        .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| NsError::NulByte))
-        .collect::<Result<_, _>>()?;
-    let candidates = candidates(plan)?;
+    let started = start(plan, Some(rlimits), into_cgroup, egress, attach)?;
+    Ok(started.into_child(None))
+}
+
+/// A started namespace init, from the helper's side (cold: already released into its
+/// payload; pre-built: waiting for its request).
+pub(super) struct Started {
+    pub(super) pid: libc::pid_t,
+    pub(super) report: OwnedFd,
+    pub(super) staging: Staging,
+    /// The plan as applied (mapped to the invoking user when not root).
+    pub(super) plan: NamespacePlan,
+    pub(super) unprivileged: Option<u32>,
+    pub(super) memfd_sysctl: bool,
+    /// Pre-built only: where the request goes (write end), and the init's "base built"
+    /// byte (read end; EOF without it: the setup failed, see the report).
+    pub(super) request: Option<OwnedFd>,
+    pub(super) ready: Option<OwnedFd>,
+}
+
+impl Started {
+    /// The helper's handle of the running sandbox; `real` is the request's plan when it
+    /// differs from the one the init was started with (pre-built).
+    pub(super) fn into_child(self, real: Option<&NamespacePlan>) -> NsChild {
+        let plan = real.unwrap_or(&self.plan);
+        NsChild {
+            pid: self.pid,
+            network: match plan.egress_port {
+                Some(port) => format!(
+                    "own network namespace, loopback only; egress through the proxy listening at 127.0.0.1:{port}"
+                ),
+                None => "none".to_string(),
+            },
+            report: self.report,
+            staging: self.staging,
+            output_host: plan.output_host.clone(),
+            output_cap: plan.output_size,
+            namespaces: plan.namespaces.clone(),
+            limits: {
+                let mut l = plan.enforcement_limits();
+                l.push(if self.memfd_sysctl {
+                    "memfd: never executable (vm.memfd_noexec=2 in the sandbox's pid namespace)"
+                        .to_string()
+                } else {
+                    "memfd: memfd_create refused by seccomp (kernel without vm.memfd_noexec)"
+                        .to_string()
+                });
+                l
+            },
+            unprivileged: self.unprivileged,
+        }
+    }
+}
+
+/// Both ways to start the init: with `rlimits` (cold) the payload's part is prepared here
+/// and the init runs it as soon as its setup is done; without (pre-built, warm pool) the
+/// init builds the base, says so on the `ready` pipe and waits for its request.
+pub(super) fn start<E, F>(
+    plan: &NamespacePlan,
+    rlimits: Option<Rlimits>,
+    into_cgroup: Option<RawFd>,
+    egress: Option<RawFd>,
+    attach: F,
+) -> Result<Started, E>
+where
+    E: From<NsError>,
+    F: FnOnce(libc::pid_t, bool) -> Result<(), E>,
+{
+    // Fail on a bad plan before any namespace exists.
+    seccomp::compile(&plan.seccomp)?;
+    candidates(plan)?;
 
     // SAFETY: geteuid/getegid have no preconditions and cannot fail.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -826,47 +954,32 @@ where
     // where the kernel has it and the helper is root of the host (procfs lets only global
     // root write it; the init does, before it changes its ids), else by seccomp.
     let memfd_sysctl = !unprivileged && seccomp::kernel_has_memfd_noexec();
-    let filter = if memfd_sysctl {
-        filter
-    } else {
-        let mut rules = plan.seccomp.clone();
-        rules.push(seccomp::memfd_rule());
-        seccomp::compile(&rules)?
+    let payload = match rlimits {
+        Some(r) => Some(payload_ctx(plan, r, memfd_sysctl)?),
+        None => None,
     };
     private_mount_namespace()?;
     let staging = Staging::create(plan)?;
-    // The host workspace is written by the supervisor; the staging tmpfs caps the copy.
-    let mut budget = CopyBudget::new(None, None);
-    let wrap = |path, source| NsError::CopyWorkspace { path, source };
-    if plan.workspace_host.is_dir() {
-        copy_tree(
-            &plan.workspace_host,
-            &staging.workspace,
-            Some((plan.host_uid, plan.host_gid)),
-            &wrap,
-            &mut budget,
-        )?;
+    if payload.is_some() {
+        copy_workspace(plan, &staging)?;
     }
-    let ctx = ChildCtx {
+    let base = BaseCtx {
         root: cstr(&staging.root)?,
         steps: prepare_steps(plan, &staging)?,
         hostname: CString::new(plan.hostname.as_bytes()).map_err(|_| NsError::NulByte)?,
-        cwd: cstr(&plan.cwd)?,
-        rlimits,
-        landlock,
-        filter,
-        candidates,
-        argv,
-        envp,
-        program: plan.argv.first().cloned().unwrap_or_default(),
         root_size: plan.root_size,
         unprivileged,
         memfd_noexec: memfd_sysctl,
-        tty: plan.tty,
+        base_plan: payload.is_none().then(|| plan.clone()),
     };
 
     let (release_r, release_w) = pipe()?;
     let (report_r, report_w) = pipe()?;
+    let waits = if payload.is_none() {
+        Some((pipe()?, pipe()?))
+    } else {
+        None
+    };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
@@ -910,22 +1023,35 @@ where
     if pid == 0 {
         drop(release_w);
         drop(report_r);
-        init_main(&ctx, release_r.as_raw_fd(), report_w.as_raw_fd());
+        let fds = match &waits {
+            Some(((req_r, _), (_, ready_w))) => InitFds {
+                release: release_r.as_raw_fd(),
+                report: report_w.as_raw_fd(),
+                request: Some(req_r.as_raw_fd()),
+                ready: Some(ready_w.as_raw_fd()),
+            },
+            None => InitFds {
+                release: release_r.as_raw_fd(),
+                report: report_w.as_raw_fd(),
+                request: None,
+                ready: None,
+            },
+        };
+        init_main(&base, payload.as_ref(), fds);
     }
     let pid = libc::pid_t::try_from(pid).unwrap_or(-1);
     drop(release_r);
     drop(report_w);
-    let kill = |pid: libc::pid_t| {
-        // SAFETY: signalling and reaping our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            let mut st = 0;
-            libc::waitpid(pid, &mut st, 0);
+    let (request, ready) = match waits {
+        Some(((req_r, req_w), (ready_r, ready_w))) => {
+            drop((req_r, ready_w));
+            (Some(req_w), Some(ready_r))
         }
+        None => (None, None),
     };
     for (file, text) in [("uid_map", &plan.uid_map), ("gid_map", &plan.gid_map)] {
         if let Err(source) = std::fs::write(format!("/proc/{pid}/{file}"), text.as_bytes()) {
-            kill(pid);
+            kill_and_reap(pid);
             return Err(NsError::IdMap { pid, file, source }.into());
         }
     }
@@ -933,49 +1059,60 @@ where
     // port first, and connections wait in its backlog until the proxy accepts.
     if let (Some(port), Some(to)) = (plan.egress_port, egress) {
         if let Err(e) = super::egress::open_listener(pid, port, to) {
-            kill(pid);
+            kill_and_reap(pid);
             return Err(e.into());
         }
     }
     if let Err(e) = attach(pid, cloned_into) {
-        kill(pid);
+        kill_and_reap(pid);
         return Err(e);
     }
     let mut w = std::fs::File::from(release_w);
     if let Err(source) = w.write_all(b"g") {
-        kill(pid);
+        kill_and_reap(pid);
         return Err(NsError::Release { source }.into());
     }
     drop(w);
-    Ok(NsChild {
+    Ok(Started {
         pid,
-        network: match plan.egress_port {
-            Some(port) => format!(
-                "own network namespace, loopback only; egress through the proxy listening at 127.0.0.1:{port}"
-            ),
-            None => "none".to_string(),
-        },
         report: report_r,
         staging,
-        output_host: plan.output_host.clone(),
-        output_cap: plan.output_size,
-        namespaces: plan.namespaces.clone(),
-        limits: {
-            let mut l = plan.enforcement_limits();
-            l.push(if memfd_sysctl {
-                "memfd: never executable (vm.memfd_noexec=2 in the sandbox's pid namespace)"
-                    .to_string()
-            } else {
-                "memfd: memfd_create refused by seccomp (kernel without vm.memfd_noexec)"
-                    .to_string()
-            });
-            l
-        },
+        plan: plan.clone(),
         unprivileged: unprivileged.then_some(euid),
+        memfd_sysctl,
+        request,
+        ready,
     })
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
+/// Copies the host workspace into the staged workspace tmpfs (which caps it), owned by the
+/// sandbox's root as the host sees it.
+pub(super) fn copy_workspace(plan: &NamespacePlan, staging: &Staging) -> Result<(), NsError> {
+    let mut budget = CopyBudget::new(None, None);
+    let wrap = |path, source| NsError::CopyWorkspace { path, source };
+    if plan.workspace_host.is_dir() {
+        copy_tree(
+            &plan.workspace_host,
+            &staging.workspace,
+            Some((plan.host_uid, plan.host_gid)),
+            &wrap,
+            &mut budget,
+        )?;
+    }
+    Ok(())
+}
+
+/// SIGKILL and reap our own child (the init): its pid namespace dies with it.
+pub(super) fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: signalling and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, 0);
+    }
+}
+
+pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -1486,8 +1623,27 @@ fn drop_capabilities() -> StepResult {
     crate::caps::zero_sets().map_err(|e| (Stage::CapSet, e))
 }
 
-/// The init: pid 1 of the new pid namespace. Never returns.
-fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
+/// The init's pipes (its own copies; the helper holds the other ends).
+struct InitFds {
+    release: RawFd,
+    report: RawFd,
+    /// Pre-built only: the request arrives here (JSON [`super::prebuilt::Go`], then EOF).
+    request: Option<RawFd>,
+    /// Pre-built only: one byte once the base is built.
+    ready: Option<RawFd>,
+}
+
+/// The init: pid 1 of the new pid namespace. Never returns. Cold (`payload` given): builds
+/// the sandbox and forks the payload. Pre-built (`payload` is `None`): builds the base,
+/// says so on `fds.ready`, waits for the request on `fds.request`, applies its request-time
+/// part and forks the payload built from it.
+fn init_main(ctx: &BaseCtx, payload: Option<&PayloadCtx>, fds: InitFds) -> ! {
+    let InitFds {
+        release,
+        report,
+        request,
+        ready,
+    } = fds;
     let fail_at = |(stage, e): (Stage, i32), target: &CStr| -> ! { fail(report, stage, target, e) };
     if prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {
         fail_at((Stage::SetParentDeathSignal, errno()), c"");
@@ -1545,15 +1701,26 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
     if let Err(e) = enter_root(ctx) {
         fail_at(e, &ctx.root);
     }
-    // Only stdio and the report pipe survive in the init (the bind-source fds go too).
-    // SAFETY: close_range on integer bounds; fds 0..=2 and `report` are kept.
-    unsafe {
-        let r = u32::try_from(report).unwrap_or(3);
-        if r > 3 {
-            libc::close_range(3, r - 1, 0);
+    // Only stdio and the report pipe survive in the init (the bind-source fds go too),
+    // plus, pre-built, the request and ready pipes.
+    close_all_but(&[Some(report), request, ready]);
+    let built;
+    let payload = match (payload, &ctx.base_plan, request, ready) {
+        (Some(p), _, _, _) => p,
+        (None, Some(base), Some(request), Some(ready)) => {
+            // SAFETY: one byte from a local buffer to our ready pipe, which we then close.
+            unsafe {
+                libc::write(ready, b"r".as_ptr().cast(), 1);
+                libc::close(ready);
+            }
+            built = match wait_for_request(base, request, ctx.memfd_noexec) {
+                Ok(p) => p,
+                Err((stage, e, target)) => fail(report, stage, &target, e),
+            };
+            &built
         }
-        libc::close_range(r + 1, u32::MAX, 0);
-    }
+        _ => fail_at((Stage::ReadRequest, libc::EINVAL), c"request"),
+    };
     // SAFETY: the init is single-threaded; the child runs `payload_main`, which ends in
     // execve or _exit.
     let child = unsafe { libc::fork() };
@@ -1561,7 +1728,7 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
         fail_at((Stage::Fork, errno()), c"payload");
     }
     if child == 0 {
-        payload_main(ctx, report);
+        payload_main(payload, report);
     }
     // The init does not need stdio or capabilities any more.
     // SAFETY: closing our own stdio; the payload keeps its copies.
@@ -1598,7 +1765,7 @@ fn init_main(ctx: &ChildCtx, release: RawFd, report: RawFd) -> ! {
     }
 }
 
-fn init_setup(ctx: &ChildCtx) -> StepResult {
+fn init_setup(ctx: &BaseCtx) -> StepResult {
     // SAFETY: id syscalls with integer arguments; the maps are written, so 0 is mapped.
     unsafe {
         check(libc::setresgid(0, 0, 0), Stage::SetResGid)?;
@@ -1627,7 +1794,102 @@ fn init_setup(ctx: &ChildCtx) -> StepResult {
     )
 }
 
-fn enter_root(ctx: &ChildCtx) -> StepResult {
+/// Closes every fd above 2 except those in `keep`.
+fn close_all_but(keep: &[Option<RawFd>]) {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .flatten()
+        .filter_map(|fd| u32::try_from(*fd).ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    keep.sort_unstable();
+    let mut from = 3u32;
+    for k in keep {
+        if k > from {
+            // SAFETY: close_range on integer bounds below a kept fd.
+            unsafe { libc::close_range(from, k - 1, 0) };
+        }
+        from = k.saturating_add(1);
+    }
+    // SAFETY: close_range on integer bounds above every kept fd.
+    unsafe { libc::close_range(from, u32::MAX, 0) };
+}
+
+/// Pre-built: blocks until the helper sends the request, then applies its request-time
+/// part (remounts of `/tmp`, `/dev/shm`, `/workspace`, `/output`) and prepares the payload.
+fn wait_for_request(
+    base: &NamespacePlan,
+    request: RawFd,
+    memfd_sysctl: bool,
+) -> Result<PayloadCtx, (Stage, i32, CString)> {
+    let target = |t: &str| CString::new(t).unwrap_or_default();
+    // SAFETY: the fd is our copy of the request pipe's read end, owned from here on.
+    let f = unsafe { std::fs::File::from_raw_fd(request) };
+    let mut buf = Vec::new();
+    f.take(crate::plan::MAX_PLAN_BYTES as u64)
+        .read_to_end(&mut buf)
+        .map_err(|e| {
+            (
+                Stage::ReadRequest,
+                e.raw_os_error().unwrap_or(libc::EIO),
+                target("request"),
+            )
+        })?;
+    let go: super::prebuilt::Go = serde_json::from_slice(&buf)
+        .map_err(|_| (Stage::ReadRequest, libc::EINVAL, target("request")))?;
+    if super::prebuilt::mismatch(base, &go.plan).is_some() {
+        return Err((Stage::ReadRequest, libc::EINVAL, target("request shape")));
+    }
+    for r in super::prebuilt::request_time(base, &go.plan).remounts {
+        remount(&r).map_err(|(stage, e)| (stage, e, remount_target(&r)))?;
+    }
+    payload_ctx(&go.plan, go.rlimits, memfd_sysctl)
+        .map_err(|_| (Stage::ReadRequest, libc::EINVAL, target("request payload")))
+}
+
+fn remount_target(r: &super::prebuilt::Remount) -> CString {
+    let (super::prebuilt::Remount::Tmpfs { path, .. }
+    | super::prebuilt::Remount::Bind { path, .. }) = r;
+    cstr(path).unwrap_or_default()
+}
+
+/// One request-time remount, inside the new root (the init still holds its capabilities).
+fn remount(r: &super::prebuilt::Remount) -> StepResult {
+    match r {
+        super::prebuilt::Remount::Tmpfs {
+            path, size, flags, ..
+        } => {
+            let path = cstr(path).map_err(|_| (Stage::Mount, libc::EINVAL))?;
+            let data = CString::new(format!(
+                "size={size},nr_inodes={}",
+                super::plan::TMPFS_INODES
+            ))
+            .map_err(|_| (Stage::Mount, libc::EINVAL))?;
+            mount(
+                Some(c"tmpfs"),
+                &path,
+                Some(c"tmpfs"),
+                libc::MS_REMOUNT | ms_flags(*flags),
+                Some(&data),
+            )
+        }
+        super::prebuilt::Remount::Bind { path, flags } => {
+            let path = cstr(path).map_err(|_| (Stage::Mount, libc::EINVAL))?;
+            // Keep what is locked (nosuid, nodev, atime from the staging mount); noexec and
+            // read-only are ours to set or clear on this bind.
+            let keep = locked_flags(&path)? & !(libc::MS_NOEXEC | libc::MS_RDONLY);
+            mount(
+                None,
+                &path,
+                None,
+                libc::MS_BIND | libc::MS_REMOUNT | ms_flags(*flags) | keep,
+                None,
+            )
+        }
+    }
+}
+
+fn enter_root(ctx: &BaseCtx) -> StepResult {
     // SAFETY: valid C strings; the pivot_root(".", ".") idiom stacks the old root on top
     // of the new one, and the detach below removes it.
     unsafe {
@@ -1653,7 +1915,7 @@ fn enter_root(ctx: &ChildCtx) -> StepResult {
 }
 
 /// The payload, forked by the init. Never returns.
-fn payload_main(ctx: &ChildCtx, report: RawFd) -> ! {
+fn payload_main(ctx: &PayloadCtx, report: RawFd) -> ! {
     let fail_at = |(stage, e): (Stage, i32)| -> ! { fail(report, stage, c"payload", e) };
     // SAFETY: resetting the signal state inherited from the helper (blocked mask, Rust's
     // ignored SIGPIPE) with valid, local sigset values.

@@ -24,6 +24,8 @@ pub enum NsError {
     EmptyArgv,
     #[error("the mounts or the working directory cannot be used: {why}")]
     InvalidMounts { why: String },
+    #[error("the request does not fit the pre-built namespaces of the pooled sandbox: {why}")]
+    PrebuiltMismatch { why: &'static str },
     #[error("a command argument or environment entry contains a NUL byte")]
     NulByte,
     #[error("could not enter a private mount namespace for the helper")]
@@ -173,6 +175,7 @@ impl ErrorCode for NsError {
             NsError::HostRestricted { restriction, .. } => restriction.code(),
             NsError::HelperUserNamespace { .. } => "SBX_E1471",
             NsError::InvalidMounts { .. } => "SBX_E1472",
+            NsError::PrebuiltMismatch { .. } => "SBX_E1473",
         }
     }
 
@@ -206,6 +209,7 @@ mod tests {
             },
             NsError::EmptyArgv,
             NsError::InvalidMounts { why: "x".into() },
+            NsError::PrebuiltMismatch { why: "x" },
             NsError::NulByte,
             NsError::HelperMountNamespace {
                 source: io::Error::other("x"),

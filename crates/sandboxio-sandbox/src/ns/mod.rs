@@ -12,9 +12,11 @@ pub(crate) mod egress;
 pub mod error;
 pub mod landlock;
 mod plan;
+pub mod prebuilt;
 pub mod report;
 pub mod restriction;
 pub mod seccomp;
+mod warm;
 
 pub(crate) use apply::copy_output;
 pub use apply::{
@@ -27,3 +29,4 @@ pub use plan::{
     DEFAULT_HOST_ID, EGRESS_PORT, INSIDE_INPUT, INSIDE_OUTPUT, INSIDE_TMP, INSIDE_WORKSPACE,
     NAMESPACES,
 };
+pub use warm::{prebuild, Prebuilt};

@@ -43,6 +43,8 @@ pub enum Stage {
     CapSet,
     CloseFds,
     Seccomp,
+    /// Pre-built (warm pool): reading or applying the request the waiting init was sent.
+    ReadRequest,
 }
 
 impl fmt::Display for Stage {
