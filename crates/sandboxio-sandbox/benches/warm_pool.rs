@@ -1,9 +1,12 @@
 //! Warm pool vs cold start vs plain fork+exec, in the same run.
 //!
-//! `cargo bench -p sandboxio-sandbox --bench warm_pool` (SBX_BENCH_ITERS, default 200).
+//! `cargo bench -p sandboxio-sandbox --bench warm_pool` (SBX_BENCH_ITERS, default 200), or
+//! `scripts/bench-warm-pool.sh` for the same binary as root and as uid 65534.
 //! Each iteration times one exec of `/bin/true` per runner, runners interleaved. Before a
 //! warm-pool exec the pool is refilled (not timed): the figure is "a pooled sandbox is
-//! ready", i.e. the steady state when execs arrive slower than the refill rate.
+//! ready", i.e. the steady state when execs arrive slower than the refill rate. Every
+//! timed warm exec must be a pool hit (`meter.pool`), or the bench stops. A namespace
+//! pool pre-builds its namespaces (see `ns::prebuilt`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -67,7 +70,11 @@ fn main() {
             },
         ));
     }
-    println!("iterations per case: {iters}; cgroups usable: {cg_ok}; namespace tier: {ns_ok}\n");
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    println!(
+        "uid {uid}; iterations per case: {iters}; cgroups usable: {cg_ok}; namespace tier: {ns_ok}\n"
+    );
     println!("| program | runner | p50 ms | p90 ms | p99 ms | p50 vs plain |");
     println!("|---|---|---:|---:|---:|---:|");
     let mut plain = Vec::with_capacity(iters * setups.len());
@@ -108,6 +115,8 @@ fn main() {
             let r = rt.block_on(pool.exec(&req, None)).unwrap();
             warm.push(t.elapsed());
             assert!(r.exit.success());
+            let outcome = r.meter.as_ref().and_then(|m| m.pool.as_deref());
+            assert_eq!(outcome, Some("hit"), "a timed warm exec was not a pool hit");
         }
         drop(pool);
         rows.push((format!("{name}, cold"), cold));

@@ -16,6 +16,7 @@ pub mod prebuilt;
 pub mod report;
 pub mod restriction;
 pub mod seccomp;
+pub mod syscalls;
 mod warm;
 
 pub(crate) use apply::copy_output;

@@ -19,7 +19,7 @@ use super::error::NsError;
 pub struct SeccompRule {
     /// Syscall name, for humans and reports.
     pub syscall: String,
-    /// x86_64 syscall number.
+    /// The syscall's number on the architecture the rules were made for.
     pub nr: u32,
     pub action: RuleAction,
     /// Why the rule exists (reviewed text).
@@ -57,261 +57,157 @@ pub enum ArgTest {
     NotIn(Vec<u32>),
 }
 
-/// Syscalls denied outright. One row per syscall: (name, number, errno, why).
-/// Reviewed data: adding or removing a row is a security change.
-pub const DENY_TABLE: &[(&str, i64, i32, &str)] = &[
+/// One syscall denied outright: its name (numbered per architecture by
+/// [`super::syscalls::Arch::nr`]), the errno the payload gets, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deny {
+    pub name: &'static str,
+    pub errno: i32,
+    pub why: &'static str,
+}
+
+impl Deny {
+    const fn new(name: &'static str, errno: i32, why: &'static str) -> Deny {
+        Deny { name, errno, why }
+    }
+}
+
+/// Syscalls denied outright, one row per syscall, the same on every architecture (a call
+/// an architecture does not have is simply not in its filter). Reviewed data: adding or
+/// removing a row is a security change.
+pub const DENY_TABLE: &[Deny] = &[
     // --- looking into or controlling other processes
-    (
+    Deny::new(
         "ptrace",
-        libc::SYS_ptrace,
         libc::EPERM,
         "debugging other processes reads and rewrites their memory",
     ),
-    (
+    Deny::new(
         "process_vm_readv",
-        libc::SYS_process_vm_readv,
         libc::EPERM,
         "reads another process's memory",
     ),
-    (
+    Deny::new(
         "process_vm_writev",
-        libc::SYS_process_vm_writev,
         libc::EPERM,
         "writes another process's memory",
     ),
-    (
+    Deny::new(
         "pidfd_getfd",
-        libc::SYS_pidfd_getfd,
         libc::EPERM,
         "steals file descriptors from another process",
     ),
     // --- the mount family: the filesystem view is fixed before the payload starts
-    (
-        "mount",
-        libc::SYS_mount,
-        libc::EPERM,
-        "changes the filesystem view",
-    ),
-    (
+    Deny::new("mount", libc::EPERM, "changes the filesystem view"),
+    Deny::new(
         "umount2",
-        libc::SYS_umount2,
         libc::EPERM,
         "could uncover what the sandbox mounts hide",
     ),
-    ("fsopen", libc::SYS_fsopen, libc::EPERM, "new mount API"),
-    ("fsconfig", libc::SYS_fsconfig, libc::EPERM, "new mount API"),
-    ("fsmount", libc::SYS_fsmount, libc::EPERM, "new mount API"),
-    (
+    Deny::new("fsopen", libc::EPERM, "new mount API"),
+    Deny::new("fsconfig", libc::EPERM, "new mount API"),
+    Deny::new("fsmount", libc::EPERM, "new mount API"),
+    Deny::new(
         "fspick",
-        libc::SYS_fspick,
         libc::EPERM,
         "new mount API: reconfigures an existing mount",
     ),
-    (
-        "move_mount",
-        libc::SYS_move_mount,
-        libc::EPERM,
-        "new mount API",
-    ),
-    (
+    Deny::new("move_mount", libc::EPERM, "new mount API"),
+    Deny::new(
         "open_tree",
-        libc::SYS_open_tree,
         libc::EPERM,
         "new mount API: clones mount trees",
     ),
-    (
+    Deny::new(
         "mount_setattr",
-        libc::SYS_mount_setattr,
         libc::EPERM,
         "changes mount flags such as read-only",
     ),
-    (
-        "pivot_root",
-        libc::SYS_pivot_root,
-        libc::EPERM,
-        "changes the root filesystem",
-    ),
-    (
-        "chroot",
-        libc::SYS_chroot,
-        libc::EPERM,
-        "changes the root directory",
-    ),
-    (
+    Deny::new("pivot_root", libc::EPERM, "changes the root filesystem"),
+    Deny::new("chroot", libc::EPERM, "changes the root directory"),
+    Deny::new(
         "open_by_handle_at",
-        libc::SYS_open_by_handle_at,
         libc::EPERM,
         "opens files by handle, bypassing path checks (the `shocker` escape)",
     ),
     // --- namespaces: no new ones, no joining others
-    (
+    Deny::new(
         "unshare",
-        libc::SYS_unshare,
         libc::EPERM,
         "creates namespaces; nested user namespaces widen the kernel attack surface",
     ),
-    (
-        "setns",
-        libc::SYS_setns,
-        libc::EPERM,
-        "joins other namespaces",
-    ),
+    Deny::new("setns", libc::EPERM, "joins other namespaces"),
     // --- large kernel attack surfaces the payload does not need
-    ("bpf", libc::SYS_bpf, libc::EPERM, "eBPF programs and maps"),
-    (
+    Deny::new("bpf", libc::EPERM, "eBPF programs and maps"),
+    Deny::new(
         "perf_event_open",
-        libc::SYS_perf_event_open,
         libc::EPERM,
         "performance counters: side channels and a history of kernel bugs",
     ),
-    (
+    Deny::new(
         "userfaultfd",
-        libc::SYS_userfaultfd,
         libc::EPERM,
         "lets an exploit pause the kernel at a chosen page fault",
     ),
-    (
+    Deny::new(
         "io_uring_setup",
-        libc::SYS_io_uring_setup,
         libc::EPERM,
         "io_uring bypasses per-syscall filtering",
     ),
-    (
+    Deny::new(
         "io_uring_enter",
-        libc::SYS_io_uring_enter,
         libc::EPERM,
         "io_uring bypasses per-syscall filtering",
     ),
-    (
+    Deny::new(
         "io_uring_register",
-        libc::SYS_io_uring_register,
         libc::EPERM,
         "io_uring bypasses per-syscall filtering",
     ),
-    (
-        "add_key",
-        libc::SYS_add_key,
-        libc::EPERM,
-        "kernel keyrings are not namespaced",
-    ),
-    (
+    Deny::new("add_key", libc::EPERM, "kernel keyrings are not namespaced"),
+    Deny::new(
         "request_key",
-        libc::SYS_request_key,
         libc::EPERM,
         "kernel keyrings are not namespaced",
     ),
-    (
-        "keyctl",
-        libc::SYS_keyctl,
-        libc::EPERM,
-        "kernel keyrings are not namespaced",
-    ),
-    (
+    Deny::new("keyctl", libc::EPERM, "kernel keyrings are not namespaced"),
+    Deny::new(
         "fanotify_init",
-        libc::SYS_fanotify_init,
         libc::EPERM,
         "filesystem-wide event monitoring",
     ),
     // --- the kernel and the machine itself
-    (
-        "kexec_load",
-        libc::SYS_kexec_load,
-        libc::EPERM,
-        "loads a new kernel",
-    ),
-    (
-        "kexec_file_load",
-        libc::SYS_kexec_file_load,
-        libc::EPERM,
-        "loads a new kernel",
-    ),
-    (
-        "init_module",
-        libc::SYS_init_module,
-        libc::EPERM,
-        "loads a kernel module",
-    ),
-    (
-        "finit_module",
-        libc::SYS_finit_module,
-        libc::EPERM,
-        "loads a kernel module",
-    ),
-    (
-        "delete_module",
-        libc::SYS_delete_module,
-        libc::EPERM,
-        "unloads a kernel module",
-    ),
-    (
-        "reboot",
-        libc::SYS_reboot,
-        libc::EPERM,
-        "reboots the machine",
-    ),
-    (
+    Deny::new("kexec_load", libc::EPERM, "loads a new kernel"),
+    Deny::new("kexec_file_load", libc::EPERM, "loads a new kernel"),
+    Deny::new("init_module", libc::EPERM, "loads a kernel module"),
+    Deny::new("finit_module", libc::EPERM, "loads a kernel module"),
+    Deny::new("delete_module", libc::EPERM, "unloads a kernel module"),
+    Deny::new("reboot", libc::EPERM, "reboots the machine"),
+    Deny::new(
         "syslog",
-        libc::SYS_syslog,
         libc::EPERM,
         "reads the kernel log (addresses, other tenants' messages)",
     ),
-    (
-        "acct",
-        libc::SYS_acct,
-        libc::EPERM,
-        "process accounting is host-wide",
-    ),
-    ("swapon", libc::SYS_swapon, libc::EPERM, "host-wide swap"),
-    ("swapoff", libc::SYS_swapoff, libc::EPERM, "host-wide swap"),
-    (
-        "quotactl",
-        libc::SYS_quotactl,
-        libc::EPERM,
-        "filesystem quotas are host-wide",
-    ),
-    (
+    Deny::new("acct", libc::EPERM, "process accounting is host-wide"),
+    Deny::new("swapon", libc::EPERM, "host-wide swap"),
+    Deny::new("swapoff", libc::EPERM, "host-wide swap"),
+    Deny::new("quotactl", libc::EPERM, "filesystem quotas are host-wide"),
+    Deny::new(
         "quotactl_fd",
-        libc::SYS_quotactl_fd,
         libc::EPERM,
         "filesystem quotas are host-wide",
     ),
-    ("iopl", libc::SYS_iopl, libc::EPERM, "raw I/O port access"),
-    (
-        "ioperm",
-        libc::SYS_ioperm,
-        libc::EPERM,
-        "raw I/O port access",
-    ),
+    Deny::new("iopl", libc::EPERM, "raw I/O port access"),
+    Deny::new("ioperm", libc::EPERM, "raw I/O port access"),
     // --- the clock is host-wide (no time namespace is used)
-    (
-        "settimeofday",
-        libc::SYS_settimeofday,
-        libc::EPERM,
-        "sets the host clock",
-    ),
-    (
-        "clock_settime",
-        libc::SYS_clock_settime,
-        libc::EPERM,
-        "sets the host clock",
-    ),
-    (
-        "clock_adjtime",
-        libc::SYS_clock_adjtime,
-        libc::EPERM,
-        "adjusts the host clock",
-    ),
-    (
-        "adjtimex",
-        libc::SYS_adjtimex,
-        libc::EPERM,
-        "adjusts the host clock",
-    ),
+    Deny::new("settimeofday", libc::EPERM, "sets the host clock"),
+    Deny::new("clock_settime", libc::EPERM, "sets the host clock"),
+    Deny::new("clock_adjtime", libc::EPERM, "adjusts the host clock"),
+    Deny::new("adjtimex", libc::EPERM, "adjusts the host clock"),
     // --- clone3 passes flags in memory, where seccomp cannot look: ENOSYS makes libc
     //     fall back to clone, whose flags are checked below
-    (
+    Deny::new(
         "clone3",
-        libc::SYS_clone3,
         libc::ENOSYS,
         "flags live in memory seccomp cannot inspect; libc falls back to clone",
     ),
@@ -341,13 +237,14 @@ pub enum SocketPolicy {
     Inet,
 }
 
-fn rule(syscall: &str, nr: i64, action: RuleAction, why: &str) -> SeccompRule {
-    SeccompRule {
+/// The rule for `syscall` on `arch`; `None` when `arch` has no such call.
+fn rule(arch: Arch, syscall: &str, action: RuleAction, why: &str) -> Option<SeccompRule> {
+    Some(SeccompRule {
         syscall: syscall.to_string(),
-        nr: u32::try_from(nr).unwrap_or(u32::MAX),
+        nr: arch.nr(syscall)?,
         action,
         why: why.to_string(),
-    }
+    })
 }
 
 /// `memfd_create`'s flag that makes the file non-executable for good (Linux 6.3+).
@@ -359,19 +256,26 @@ pub const MFD_NOEXEC_SEAL: u32 = 0x0008;
 /// `memfd_create` must ask for `MFD_NOEXEC_SEAL`, or fails with ENOSYS (libraries take their
 /// fallbacks). A kernel without the seal refuses the flag (EINVAL): no memfd at all there.
 pub fn memfd_rule() -> SeccompRule {
-    rule(
-        "memfd_create",
-        libc::SYS_memfd_create,
-        RuleAction::Checks(vec![ArgCheck {
-            arg: 1,
-            test: ArgTest::MaskedEq {
-                mask: MFD_NOEXEC_SEAL,
-                value: 0,
-            },
-            errno: libc::ENOSYS,
-        }]),
-        "an executable memory file runs code that never touched a noexec mount",
-    )
+    memfd_rule_for(Arch::host())
+}
+
+/// [`memfd_rule`] for `arch` (`memfd_create` exists on every architecture with a table).
+pub fn memfd_rule_for(arch: Arch) -> SeccompRule {
+    let action = RuleAction::Checks(vec![ArgCheck {
+        arg: 1,
+        test: ArgTest::MaskedEq {
+            mask: MFD_NOEXEC_SEAL,
+            value: 0,
+        },
+        errno: libc::ENOSYS,
+    }]);
+    let why = "an executable memory file runs code that never touched a noexec mount";
+    SeccompRule {
+        syscall: "memfd_create".to_string(),
+        nr: arch.nr("memfd_create").unwrap_or(u32::MAX),
+        action,
+        why: why.to_string(),
+    }
 }
 
 /// Whether this kernel has `vm.memfd_noexec` and `MFD_NOEXEC_SEAL` (Linux 6.3+).
@@ -384,7 +288,7 @@ pub fn kernel_has_memfd_noexec() -> bool {
 pub const MEMFD_NOEXEC_SYSCTL: &str = "/proc/sys/vm/memfd_noexec";
 
 /// Rules that look at arguments.
-fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
+fn conditional_rules(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
     let families: Vec<u32> = match sockets {
         SocketPolicy::UnixOnly => vec![libc::AF_UNIX as u32],
         SocketPolicy::Inet => vec![
@@ -421,8 +325,8 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
     ];
     vec![
         rule(
+            arch,
             "clone",
-            libc::SYS_clone,
             RuleAction::Checks(vec![ArgCheck {
                 arg: 0,
                 test: ArgTest::AnyBitOf(CLONE_NAMESPACE_FLAGS),
@@ -431,8 +335,8 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
             "threads and processes yes, new namespaces no",
         ),
         rule(
+            arch,
             "ioctl",
-            libc::SYS_ioctl,
             RuleAction::Checks(vec![
                 ArgCheck {
                     arg: 1,
@@ -454,8 +358,8 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
             "TIOCSTI and TIOCLINUX inject input into a terminal shared with the host",
         ),
         rule(
+            arch,
             "personality",
-            libc::SYS_personality,
             RuleAction::Checks(vec![ArgCheck {
                 arg: 0,
                 // 0 = PER_LINUX (the default), 0xffffffff = query only.
@@ -465,23 +369,23 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
             "other personas disable ASLR or change the syscall ABI",
         ),
         rule(
+            arch,
             "socket",
-            libc::SYS_socket,
             RuleAction::Checks(socket_checks.clone()),
             "socket families and types follow the network mode",
         ),
         rule(
+            arch,
             "socketpair",
-            libc::SYS_socketpair,
             RuleAction::Checks(socket_checks),
             "same as socket",
         ),
     ]
     .into_iter()
-    .chain(SET_ID_BIT_CALLS.iter().map(|(name, nr, arg)| {
+    .chain(SET_ID_BIT_CALLS.iter().map(|(name, arg)| {
         rule(
+            arch,
             name,
-            *nr,
             RuleAction::Checks(vec![ArgCheck {
                 arg: *arg,
                 test: ArgTest::AnyBitOf(SET_ID_BITS),
@@ -492,38 +396,46 @@ fn conditional_rules(sockets: SocketPolicy) -> Vec<SeccompRule> {
         )
     }))
     .chain(std::iter::once(rule(
+        arch,
         "openat2",
-        libc::SYS_openat2,
         RuleAction::Errno(libc::ENOSYS),
         "its mode sits in a struct a filter cannot read (setuid bits); libraries fall back \
          to openat",
     )))
+    .flatten()
     .collect()
 }
 
 /// `S_ISUID | S_ISGID`.
 const SET_ID_BITS: u32 = 0o6000;
 
-/// Calls that set a file's mode, with the index of their mode argument.
-const SET_ID_BIT_CALLS: &[(&str, i64, u8)] = &[
-    ("chmod", libc::SYS_chmod, 1),
-    ("fchmod", libc::SYS_fchmod, 1),
-    ("fchmodat", libc::SYS_fchmodat, 2),
-    ("fchmodat2", libc::SYS_fchmodat2, 2),
-    ("open", libc::SYS_open, 2),
-    ("openat", libc::SYS_openat, 3),
-    ("creat", libc::SYS_creat, 1),
-    ("mknod", libc::SYS_mknod, 1),
-    ("mknodat", libc::SYS_mknodat, 2),
+/// Calls that set a file's mode, with the index of their mode argument (the same on
+/// every architecture that has the call).
+const SET_ID_BIT_CALLS: &[(&str, u8)] = &[
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+    ("open", 2),
+    ("openat", 3),
+    ("creat", 1),
+    ("mknod", 1),
+    ("mknodat", 2),
 ];
 
-/// The full rule set for a network mode (pure).
+/// The full rule set for a network mode on the host's architecture (pure).
 pub fn rules_for(sockets: SocketPolicy) -> Vec<SeccompRule> {
+    rules_for_arch(Arch::host(), sockets)
+}
+
+/// The full rule set for a network mode on `arch` (pure): every row of [`DENY_TABLE`] and
+/// every conditional rule whose syscall `arch` has.
+pub fn rules_for_arch(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
     let mut rules: Vec<SeccompRule> = DENY_TABLE
         .iter()
-        .map(|(name, nr, errno, why)| rule(name, *nr, RuleAction::Errno(*errno), why))
+        .filter_map(|d| rule(arch, d.name, RuleAction::Errno(d.errno), d.why))
         .collect();
-    rules.extend(conditional_rules(sockets));
+    rules.extend(conditional_rules(arch, sockets));
     rules
 }
 
@@ -551,8 +463,7 @@ const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
 const OFF_ARGS: u32 = 16;
 
-/// `AUDIT_ARCH_X86_64`.
-pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+pub use super::syscalls::{Arch, AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64};
 /// Syscall numbers at or above this are the x32 ABI, which shares the x86_64 arch value.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
@@ -620,20 +531,28 @@ fn compile_checks(checks: &[ArgCheck]) -> Result<Vec<SockFilter>, NsError> {
     Ok(out)
 }
 
-/// Compiles a rule set into a BPF program (pure).
-///
-/// Layout: architecture check (kill the process on anything but x86_64), x32 check
-/// (ENOSYS), then one block per rule, then allow.
+/// Compiles a rule set of the host's architecture into a BPF program (pure).
 pub fn compile(rules: &[SeccompRule]) -> Result<Vec<SockFilter>, NsError> {
+    compile_for(Arch::host(), rules)
+}
+
+/// Compiles a rule set made for `arch` into a BPF program (pure).
+///
+/// Layout: architecture check (kill the process on any other `seccomp_data.arch`: a
+/// 32-bit compat call would be numbered differently), on x86_64 the x32 check (ENOSYS),
+/// then one block per rule, then allow.
+pub fn compile_for(arch: Arch, rules: &[SeccompRule]) -> Result<Vec<SockFilter>, NsError> {
     let mut seen = std::collections::BTreeSet::new();
     let mut prog = vec![
         stmt(BPF_LD_W_ABS, OFF_ARCH),
-        jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0)?,
+        jump(BPF_JEQ_K, arch.audit_arch(), 1, 0)?,
         stmt(BPF_RET_K, RET_KILL_PROCESS),
         stmt(BPF_LD_W_ABS, OFF_NR),
-        jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1)?,
-        stmt(BPF_RET_K, ret_errno(libc::ENOSYS)),
     ];
+    if arch == Arch::X86_64 {
+        prog.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1)?);
+        prog.push(stmt(BPF_RET_K, ret_errno(libc::ENOSYS)));
+    }
     for r in rules {
         if !seen.insert(r.nr) {
             return Err(NsError::SeccompCompile {
@@ -698,11 +617,19 @@ mod tests {
 
     #[test]
     fn every_listed_syscall_has_a_reason_and_a_unique_number() {
-        let mut nrs = std::collections::BTreeSet::new();
-        for (name, nr, errno, why) in DENY_TABLE {
-            assert!(!why.is_empty(), "{name} has no reason");
-            assert!(*errno == libc::EPERM || *errno == libc::ENOSYS, "{name}");
-            assert!(nrs.insert(*nr), "{name} listed twice");
+        for arch in Arch::ALL {
+            let mut nrs = std::collections::BTreeSet::new();
+            for d in DENY_TABLE {
+                assert!(!d.why.is_empty(), "{} has no reason", d.name);
+                assert!(
+                    d.errno == libc::EPERM || d.errno == libc::ENOSYS,
+                    "{}",
+                    d.name
+                );
+                if let Some(nr) = arch.nr(d.name) {
+                    assert!(nrs.insert(nr), "{} listed twice", d.name);
+                }
+            }
         }
     }
 
@@ -780,7 +707,7 @@ mod tests {
     fn program_starts_with_the_architecture_check() {
         let prog = compile(&rules_for(SocketPolicy::UnixOnly)).unwrap();
         assert_eq!(prog[0], stmt(BPF_LD_W_ABS, OFF_ARCH));
-        assert_eq!(prog[1].k, AUDIT_ARCH_X86_64);
+        assert_eq!(prog[1].k, Arch::host().audit_arch());
         assert_eq!(prog[2], stmt(BPF_RET_K, RET_KILL_PROCESS));
         assert_eq!(prog.last().copied(), Some(stmt(BPF_RET_K, RET_ALLOW)));
     }
@@ -944,6 +871,7 @@ mod tests {
             libc::EPERM
         );
         // x32 syscalls are refused
+        #[cfg(target_arch = "x86_64")]
         assert_eq!(
             probe(Some(&prog), 0x4000_0000 | libc::SYS_getpid, [0; 6]),
             libc::ENOSYS
@@ -981,6 +909,104 @@ mod tests {
                 sock(libc::AF_PACKET, libc::SOCK_DGRAM)
             ),
             libc::EAFNOSUPPORT
+        );
+    }
+
+    /// The calls aarch64 does not have (its libc uses the `*at` forms), so its filter
+    /// cannot and need not name them.
+    const NOT_ON_AARCH64: [&str; 6] = ["chmod", "creat", "iopl", "ioperm", "mknod", "open"];
+
+    #[test]
+    fn no_syscall_denied_on_one_architecture_is_allowed_on_the_other() {
+        for sockets in [SocketPolicy::UnixOnly, SocketPolicy::Inet] {
+            let x = rules_for_arch(Arch::X86_64, sockets);
+            let a = rules_for_arch(Arch::Aarch64, sockets);
+            let find = |rules: &[SeccompRule], name: &str| {
+                rules.iter().find(|r| r.syscall == name).cloned()
+            };
+            for r in &x {
+                match find(&a, &r.syscall) {
+                    Some(other) => assert_eq!(other.action, r.action, "{}", r.syscall),
+                    None => assert!(
+                        NOT_ON_AARCH64.contains(&r.syscall.as_str())
+                            && Arch::Aarch64.nr(&r.syscall).is_none(),
+                        "`{}` is denied on x86_64 but allowed on aarch64",
+                        r.syscall
+                    ),
+                }
+            }
+            for r in &a {
+                let other = find(&x, &r.syscall);
+                assert!(
+                    other.is_some_and(|o| o.action == r.action),
+                    "`{}` is denied on aarch64 but not the same way on x86_64",
+                    r.syscall
+                );
+            }
+            assert_eq!(x.len(), a.len() + NOT_ON_AARCH64.len());
+        }
+    }
+
+    #[test]
+    fn each_rule_set_carries_its_architectures_numbers() {
+        for arch in Arch::ALL {
+            let rules = rules_for_arch(arch, SocketPolicy::UnixOnly);
+            for r in &rules {
+                assert_eq!(
+                    Some(r.nr),
+                    arch.nr(&r.syscall),
+                    "{} {}",
+                    arch.name(),
+                    r.syscall
+                );
+            }
+            let memfd = memfd_rule_for(arch);
+            assert_eq!(Some(memfd.nr), arch.nr("memfd_create"));
+        }
+        let nr = |arch: Arch, name: &str| {
+            rules_for_arch(arch, SocketPolicy::UnixOnly)
+                .into_iter()
+                .find(|r| r.syscall == name)
+                .map(|r| r.nr)
+        };
+        assert_eq!(nr(Arch::X86_64, "mount"), Some(165));
+        assert_eq!(nr(Arch::Aarch64, "mount"), Some(40));
+        assert_eq!(nr(Arch::X86_64, "clone"), Some(56));
+        assert_eq!(nr(Arch::Aarch64, "clone"), Some(220));
+        assert_eq!(nr(Arch::Aarch64, "fchmodat2"), Some(452));
+    }
+
+    #[test]
+    fn each_architecture_compiles_with_its_own_arch_check() {
+        for arch in Arch::ALL {
+            let mut rules = rules_for_arch(arch, SocketPolicy::UnixOnly);
+            rules.push(memfd_rule_for(arch));
+            let prog = compile_for(arch, &rules).unwrap();
+            assert_eq!(prog[1].k, arch.audit_arch());
+            assert_eq!(prog[2], stmt(BPF_RET_K, RET_KILL_PROCESS));
+            let x32 = prog
+                .iter()
+                .any(|i| i.code == BPF_JGE_K && i.k == X32_SYSCALL_BIT);
+            assert_eq!(x32, arch == Arch::X86_64, "{}", arch.name());
+            // `mount` is refused with EPERM under the architecture's own number.
+            let mount = arch.nr("mount").unwrap();
+            let at = prog
+                .iter()
+                .position(|i| i.code == BPF_JEQ_K && i.k == mount && i.jf == 1)
+                .unwrap();
+            assert_eq!(prog[at + 1], stmt(BPF_RET_K, ret_errno(libc::EPERM)));
+        }
+        assert_ne!(
+            compile_for(
+                Arch::X86_64,
+                &rules_for_arch(Arch::X86_64, SocketPolicy::Inet)
+            )
+            .unwrap(),
+            compile_for(
+                Arch::Aarch64,
+                &rules_for_arch(Arch::Aarch64, SocketPolicy::Inet)
+            )
+            .unwrap()
         );
     }
 
