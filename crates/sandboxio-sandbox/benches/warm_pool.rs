@@ -61,7 +61,11 @@ fn main() {
     }
     if ns_ok {
         setups.push((
-            "namespace + cgroups".into(),
+            if cg_ok {
+                "namespace + cgroups".into()
+            } else {
+                "namespace".into()
+            },
             IsolationTier::Namespace,
             if cg_ok {
                 CgroupUsage::Required
