@@ -386,11 +386,12 @@ async fn pooled_namespace_memory_bomb_is_oom_killed() {
     assert_no_cgroup_left(&res.sandbox_id);
 }
 
-/// What a program can see of its confinement: processes, the init, ids, capabilities,
+/// What a program can see of its confinement (every line deterministic: the process list
+/// is taken by a plain `ls`, with no pipeline running beside it): processes, the init, ids, capabilities,
 /// seccomp, no_new_privs, Landlock (`/proc` is read-only to it), the read-only system, the
 /// noexec writable places, and the whole mount table with options.
 const CONFINEMENT_PROBE: &str = "\
-echo procs:$(ls -d /proc/[0-9]* | wc -l); \
+ls -d /proc/[0-9]* > /tmp/procs; echo procs:$(wc -l < /tmp/procs); \
 echo init:$(cat /proc/1/comm); \
 echo ids:$(id -u):$(id -g); hostname; \
 grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; \
@@ -531,6 +532,7 @@ async fn pooled_namespace_sandboxes_are_never_shared() {
         .unwrap();
     assert_eq!(pool_outcome(&first), Some("hit"));
     assert!(first.stdout_lossy().contains("left"), "{first:?}");
+    // `[s]leep`: the pattern must not match grep's own command line.
     let second = pool
         .exec(
             &ExecRequest::new([
@@ -538,7 +540,7 @@ async fn pooled_namespace_sandboxes_are_never_shared() {
                 "-c",
                 "ls -A /tmp /dev/shm /workspace /output; \
                  n=98; n=${n}73; \
-                 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c \"sleep $n\" \
+                 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c \"[s]leep $n\" \
                  | sed 's/^/sleepers:/'",
             ]),
             None,

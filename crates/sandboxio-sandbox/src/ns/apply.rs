@@ -30,6 +30,7 @@ use super::landlock;
 use super::plan::{FileSource, MountFlags, MountOp, NamespacePlan, Staged};
 use super::report::{Report, Stage};
 use super::restriction::{self, HostFacts, Step as RestrictedStep};
+use super::root_ops::{RootOps, Sys};
 use super::seccomp::{self, SockFilter};
 use crate::error::SandboxError;
 
@@ -678,7 +679,7 @@ pub(super) fn payload_ctx(
     })
 }
 
-enum Step {
+pub(super) enum Step {
     Dir {
         path: CString,
         mode: u32,
@@ -744,7 +745,16 @@ fn under_root(root: &Path, inside: &Path) -> PathBuf {
 }
 
 fn prepare_steps(plan: &NamespacePlan, staging: &Staging) -> Result<Vec<Step>, NsError> {
-    let root = &staging.root;
+    steps_under(plan, &staging.root, &staging.workspace, &staging.output)
+}
+
+/// The plan's mounts as steps under `root`, staged binds from `workspace` and `output`.
+pub(super) fn steps_under(
+    plan: &NamespacePlan,
+    root: &Path,
+    workspace: &Path,
+    output: &Path,
+) -> Result<Vec<Step>, NsError> {
     let mut steps = Vec::new();
     for op in &plan.mounts {
         let step = match op {
@@ -794,8 +804,8 @@ fn prepare_steps(plan: &NamespacePlan, staging: &Staging) -> Result<Vec<Step>, N
             },
             MountOp::StagedBind { which, path, flags } => Step::Bind {
                 host: cstr(match which {
-                    Staged::Workspace => &staging.workspace,
-                    Staged::Output => &staging.output,
+                    Staged::Workspace => workspace,
+                    Staged::Output => output,
                 })?,
                 path: cstr(&under_root(root, path))?,
                 flags: ms_flags(*flags),
@@ -1311,13 +1321,10 @@ fn mount(
 
 /// Flags of the mount at `path` that a remount inside a user namespace must keep
 /// (they are locked when inherited from a more privileged namespace).
-fn locked_flags(path: &CStr) -> Result<libc::c_ulong, (Stage, i32)> {
-    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `path` is a valid C string; `s` is writable memory of the right size.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), s.as_mut_ptr()) };
-    check(rc, Stage::StatMountSource)?;
-    // SAFETY: statvfs succeeded and filled `s`.
-    let f = unsafe { s.assume_init() }.f_flag;
+fn locked_flags(ops: &mut impl RootOps, path: &CStr) -> Result<libc::c_ulong, (Stage, i32)> {
+    let f = ops
+        .statvfs_flags(path)
+        .map_err(|e| (Stage::StatMountSource, e))?;
     let mut m = 0;
     for (st, ms) in [
         (libc::ST_RDONLY, libc::MS_RDONLY),
@@ -1335,65 +1342,51 @@ fn locked_flags(path: &CStr) -> Result<libc::c_ulong, (Stage, i32)> {
     Ok(m)
 }
 
-fn exists(path: &CStr) -> bool {
-    // SAFETY: `path` is a valid C string; F_OK only checks existence.
-    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+/// `mount` through `ops`, failures as `Stage::Mount`.
+fn mount_with(
+    ops: &mut impl RootOps,
+    src: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> StepResult {
+    ops.mount(src, target, fstype, flags, data)
+        .map_err(|e| (Stage::Mount, e))
 }
 
-fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage, i32)> {
+pub(super) fn run_step(
+    ops: &mut impl RootOps,
+    step: &Step,
+    source: Option<&(CString, bool)>,
+) -> Result<(), (Stage, i32)> {
     match step {
         Step::Dir { path, mode } => {
-            // SAFETY: valid C string.
-            let rc = unsafe { libc::mkdir(path.as_ptr(), *mode) };
-            if rc < 0 && errno() != libc::EEXIST {
-                return Err((Stage::Mkdir, errno()));
+            match ops.mkdir(path, *mode) {
+                Ok(()) | Err(libc::EEXIST) => {}
+                Err(e) => return Err((Stage::Mkdir, e)),
             }
             // mkdir applies the umask; set the exact mode (e.g. 1777 for /tmp).
-            // SAFETY: valid C string.
-            check(unsafe { libc::chmod(path.as_ptr(), *mode) }, Stage::Mkdir)
+            ops.chmod(path, *mode).map_err(|e| (Stage::Mkdir, e))
         }
         Step::Symlink { path, target } => {
-            // SAFETY: valid C strings.
-            check(
-                unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) },
-                Stage::Symlink,
-            )
+            ops.symlink(target, path).map_err(|e| (Stage::Symlink, e))
         }
         Step::File {
             path,
             contents,
             mode,
-        } => {
-            // SAFETY: valid C string; creating a new file on our own tmpfs.
-            let fd = unsafe {
-                libc::open(
-                    path.as_ptr(),
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                    *mode,
-                )
-            };
-            check(fd, Stage::WriteFile)?;
-            let mut off = 0;
-            while off < contents.len() {
-                // SAFETY: writing the in-bounds tail of `contents`.
-                let n = unsafe {
-                    libc::write(fd, contents[off..].as_ptr().cast(), contents.len() - off)
-                };
-                if n <= 0 {
-                    let e = errno();
-                    // SAFETY: closing the fd opened above.
-                    unsafe { libc::close(fd) };
-                    return Err((Stage::WriteFile, e));
-                }
-                off += usize::try_from(n).unwrap_or(0);
-            }
-            // SAFETY: closing the fd opened above.
-            unsafe { libc::close(fd) };
-            Ok(())
-        }
-        Step::Tmpfs { path, data, flags } => {
-            mount(Some(c"tmpfs"), path, Some(c"tmpfs"), *flags, Some(data))
-        }
+        } => ops
+            .write_file(path, contents, *mode, true)
+            .map_err(|e| (Stage::WriteFile, e)),
+        Step::Tmpfs { path, data, flags } => mount_with(
+            ops,
+            Some(c"tmpfs"),
+            path,
+            Some(c"tmpfs"),
+            *flags,
+            Some(data),
+        ),
         Step::Bind {
             path,
             flags,
@@ -1404,28 +1397,26 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
             let Some((source, is_dir)) = source else {
                 return Ok(());
             };
-            if *is_dir && *confined && !exists(path) {
+            if *is_dir && *confined && !ops.exists(path) {
                 // A caller's directory mount at a new place: its mount point.
-                // SAFETY: valid C string; a directory on our own tmpfs.
-                check(unsafe { libc::mkdir(path.as_ptr(), 0o755) }, Stage::Mkdir)?;
+                ops.mkdir(path, 0o755).map_err(|e| (Stage::Mkdir, e))?;
             }
-            if !is_dir && !exists(path) {
+            if !is_dir && !ops.exists(path) {
                 // A file needs a file as its mount point.
-                // SAFETY: valid C string; creating an empty file on our tmpfs.
-                let fd = unsafe {
-                    libc::open(
-                        path.as_ptr(),
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
-                        0o644,
-                    )
-                };
-                check(fd, Stage::WriteFile)?;
-                // SAFETY: closing the fd just opened.
-                unsafe { libc::close(fd) };
+                ops.write_file(path, &[], 0o644, false)
+                    .map_err(|e| (Stage::WriteFile, e))?;
             }
-            mount(Some(source), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-            let keep = locked_flags(path)?;
-            mount(
+            mount_with(
+                ops,
+                Some(source),
+                path,
+                None,
+                libc::MS_BIND | libc::MS_REC,
+                None,
+            )?;
+            let keep = locked_flags(ops, path)?;
+            mount_with(
+                ops,
                 None,
                 path,
                 None,
@@ -1435,11 +1426,12 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
             if *confined {
                 // The remount above changed the top mount only; a host mount below it
                 // (a bind of `/` brings `/proc`, `/sys`, ...) gets the same flags.
-                set_attr_recursive(path, *flags)?;
+                set_attr_recursive(ops, path, *flags)?;
             }
             Ok(())
         }
-        Step::Proc { path } => mount(
+        Step::Proc { path } => mount_with(
+            ops,
             Some(c"proc"),
             path,
             Some(c"proc"),
@@ -1447,7 +1439,8 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
             None,
         )
         .map_err(|(_, e)| (Stage::MountProc, e)),
-        Step::Devpts { path } => mount(
+        Step::Devpts { path } => mount_with(
+            ops,
             Some(c"devpts"),
             path,
             Some(c"devpts"),
@@ -1455,18 +1448,26 @@ fn run_step(step: &Step, source: Option<&(CString, bool)>) -> Result<(), (Stage,
             Some(c"newinstance,ptmxmode=0666,mode=0620"),
         ),
         Step::MaskWithNull { null, path } => {
-            if !exists(path) {
+            if !ops.exists(path) {
                 return Ok(());
             }
-            mount(Some(null), path, None, libc::MS_BIND, None)
+            mount_with(ops, Some(null), path, None, libc::MS_BIND, None)
         }
         Step::ReadOnly { path } => {
-            if !exists(path) {
+            if !ops.exists(path) {
                 return Ok(());
             }
-            mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-            let keep = locked_flags(path)?;
-            mount(
+            mount_with(
+                ops,
+                Some(path),
+                path,
+                None,
+                libc::MS_BIND | libc::MS_REC,
+                None,
+            )?;
+            let keep = locked_flags(ops, path)?;
+            mount_with(
+                ops,
                 None,
                 path,
                 None,
@@ -1501,18 +1502,9 @@ const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
-/// `struct mount_attr` (linux/mount.h, MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// Sets the read-only/nosuid/nodev/noexec bits of `flags` on the mount at `path` and every
 /// mount below it (`AT_RECURSIVE`), so no submount keeps less than was asked.
-fn set_attr_recursive(path: &CStr, flags: libc::c_ulong) -> StepResult {
+fn set_attr_recursive(ops: &mut impl RootOps, path: &CStr, flags: libc::c_ulong) -> StepResult {
     let mut set = 0;
     for (ms, attr) in [
         (libc::MS_RDONLY, MOUNT_ATTR_RDONLY),
@@ -1524,25 +1516,8 @@ fn set_attr_recursive(path: &CStr, flags: libc::c_ulong) -> StepResult {
             set |= attr;
         }
     }
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: `path` is a valid C string; `attr` is a live, correctly laid out struct whose
-    // size is passed with it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check_l(rc, Stage::Mount)
+    ops.mount_setattr_recursive(path, set)
+        .map_err(|e| (Stage::Mount, e))
 }
 
 /// Opens a bind source as O_PATH (kept open until the init closes its stray fds) and
@@ -1694,7 +1669,7 @@ fn init_main(ctx: &BaseCtx, payload: Option<&PayloadCtx>, fds: InitFds) -> ! {
         fail_at(e, c"setup");
     }
     for (step, source) in ctx.steps.iter().zip(&sources) {
-        if let Err(e) = run_step(step, source.as_ref()) {
+        if let Err(e) = run_step(&mut Sys, step, source.as_ref()) {
             fail_at(e, step_target(step));
         }
     }
@@ -1841,7 +1816,7 @@ fn wait_for_request(
         return Err((Stage::ReadRequest, libc::EINVAL, target("request shape")));
     }
     for r in super::prebuilt::request_time(base, &go.plan).remounts {
-        remount(&r).map_err(|(stage, e)| (stage, e, remount_target(&r)))?;
+        remount(&mut Sys, &r).map_err(|(stage, e)| (stage, e, remount_target(&r)))?;
     }
     payload_ctx(&go.plan, go.rlimits, memfd_sysctl)
         .map_err(|_| (Stage::ReadRequest, libc::EINVAL, target("request payload")))
@@ -1854,7 +1829,7 @@ fn remount_target(r: &super::prebuilt::Remount) -> CString {
 }
 
 /// One request-time remount, inside the new root (the init still holds its capabilities).
-fn remount(r: &super::prebuilt::Remount) -> StepResult {
+pub(super) fn remount(ops: &mut impl RootOps, r: &super::prebuilt::Remount) -> StepResult {
     match r {
         super::prebuilt::Remount::Tmpfs {
             path, size, flags, ..
@@ -1865,7 +1840,8 @@ fn remount(r: &super::prebuilt::Remount) -> StepResult {
                 super::plan::TMPFS_INODES
             ))
             .map_err(|_| (Stage::Mount, libc::EINVAL))?;
-            mount(
+            mount_with(
+                ops,
                 Some(c"tmpfs"),
                 &path,
                 Some(c"tmpfs"),
@@ -1877,8 +1853,9 @@ fn remount(r: &super::prebuilt::Remount) -> StepResult {
             let path = cstr(path).map_err(|_| (Stage::Mount, libc::EINVAL))?;
             // Keep what is locked (nosuid, nodev, atime from the staging mount); noexec and
             // read-only are ours to set or clear on this bind.
-            let keep = locked_flags(&path)? & !(libc::MS_NOEXEC | libc::MS_RDONLY);
-            mount(
+            let keep = locked_flags(ops, &path)? & !(libc::MS_NOEXEC | libc::MS_RDONLY);
+            mount_with(
+                ops,
                 None,
                 &path,
                 None,

@@ -15,6 +15,7 @@ mod plan;
 pub mod prebuilt;
 pub mod report;
 pub mod restriction;
+mod root_ops;
 pub mod seccomp;
 pub mod syscalls;
 mod warm;
