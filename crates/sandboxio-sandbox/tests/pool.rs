@@ -638,3 +638,53 @@ fn pooled_namespace_is_as_confined_as_cold_as_uid_65534() {
     assert!(text.contains("1 passed"), "{text}");
     assert!(!text.contains("SKIP"), "the child skipped: {text}");
 }
+
+/// Staging directories (`sandboxio-ns-<pid>.…`) of the given helper pids under the work
+/// roots the helper uses.
+fn staging_of(pids: &[i32]) -> Vec<PathBuf> {
+    let roots = [
+        std::env::temp_dir(),
+        sandboxio_sandbox::config::default_work_root(),
+    ];
+    let mut out = Vec::new();
+    for root in roots {
+        for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if pids.iter().any(|pid| {
+                name.starts_with(&format!(
+                    "{}{pid}.",
+                    sandboxio_sandbox::sweep::STAGING_PREFIX
+                ))
+            }) {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Dropping a namespace pool lets its waiting helpers go: each kills its pre-built init,
+/// unmounts and removes its staging directory, and exits; nothing of them is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_namespace_pool_leaves_no_init_or_staging_behind() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(CgroupUsage::Auto, root.path());
+    if !namespace_usable(&cfg).await {
+        return;
+    }
+    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 2).unwrap();
+    let refill = tokio::spawn(refiller);
+    wait_ready(&pool, 2).await;
+    let helpers = helper_children();
+    assert_eq!(helpers.len(), 2, "{helpers:?}");
+    // Built: each waiting helper has its init (a child) and its staging directory.
+    assert_eq!(staging_of(&helpers).len(), 2, "{:?}", staging_of(&helpers));
+    drop(pool);
+    gone_with_its_refiller(refill).await;
+    assert!(
+        staging_of(&helpers).is_empty(),
+        "{:?}",
+        staging_of(&helpers)
+    );
+}
