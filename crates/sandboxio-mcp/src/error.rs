@@ -24,7 +24,7 @@ pub enum McpError {
         why: String,
     },
     #[error(
-        "no MCP tool `{tool}` has been seen (list the tools once; names are `<upstream>__<tool>`)"
+        "no MCP tool, prompt or resource `{tool}` has been seen (list them once; pins are `<upstream>__<tool>`, `prompt:<upstream>__<prompt>`, `resource:<URI>`, `template:<URI template>`)"
     )]
     NoPin { tool: String },
     #[error("the MCP tool pins in `{path}` are unusable: {why}")]

@@ -10,7 +10,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -79,15 +80,19 @@ pub struct SandboxioMcp {
     pub(crate) opts: McpOptions,
     pub(crate) front: Front,
     pub(crate) sandboxes: Arc<Sandboxes>,
+    /// Tells this MCP session apart from the others (its resource subscriptions).
+    pub(crate) session: u64,
 }
 
 impl SandboxioMcp {
     pub fn new(opts: McpOptions, front: Front) -> SandboxioMcp {
+        static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let sandboxes = Arc::new(Sandboxes::new(opts.gateway.clone(), opts.work_root.clone()));
         SandboxioMcp {
             opts,
             front,
             sandboxes,
+            session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -99,6 +104,7 @@ impl ServerHandler for SandboxioMcp {
                 .enable_prompts()
                 .enable_prompts_list_changed()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_resources_list_changed()
                 .enable_tools()
                 .enable_tool_list_changed()
@@ -173,7 +179,29 @@ impl ServerHandler for SandboxioMcp {
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };
+        let name = format!("{}__{}", up.name(), crate::proxy::forward::READ_RESOURCE);
+        let pin = crate::proxy::offer_pins::resource_pin(&request.uri);
+        self.check_offer(&pin, &name, serde_json::json!({ "uri": own }), &context)
+            .await?;
         Ok(self.proxy_read(up, own, context).await?.into())
+    }
+
+    #[allow(deprecated)] // resources/subscribe is part of the revisions served (to 2025-11-25)
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.proxy_subscription(&request.uri, true, context).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.proxy_subscription(&request.uri, false, context).await
     }
 
     async fn list_prompts(
@@ -200,6 +228,10 @@ impl ServerHandler for SandboxioMcp {
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };
+        let name = format!("{}__{}", up.name(), crate::proxy::forward::GET_PROMPT);
+        let pin = crate::proxy::offer_pins::prompt_pin(&request.name);
+        let arguments = serde_json::json!({ "name": own, "arguments": request.arguments });
+        self.check_offer(&pin, &name, arguments, &context).await?;
         Ok(self.proxy_prompt(up, own, request, context).await?.into())
     }
 

@@ -2,11 +2,15 @@
 //! (no sampling, roots or elicitation reach the upstream through the proxy), speaks the
 //! 2025-11-25 revision (plain `list_changed` notifications), turns the upstream's
 //! `notifications/tools/list_changed` into a fresh listing (`Upstream::refresh`), and
-//! passes its resources' and prompts' `list_changed` on to every downstream session.
+//! passes its resources' and prompts' `list_changed` on to every downstream session, and
+//! its `notifications/resources/updated` to the sessions subscribed to that resource.
 
 use std::sync::Weak;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
+};
 use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
 
@@ -40,6 +44,16 @@ impl ClientHandler for UpstreamClient {
     async fn on_resource_list_changed(&self, _cx: NotificationContext<RoleClient>) {
         if let Some(up) = self.upstream.upgrade() {
             up.tell(Changed::Resources);
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(up) = self.upstream.upgrade() {
+            up.resource_updated(&params.uri);
         }
     }
 

@@ -312,7 +312,7 @@ impl SandboxioMcp {
 
     /// Over HTTP, calling an upstream's tool needs the `exec` scope (it runs something
     /// on the caller's behalf).
-    async fn proxy_principal(
+    pub(crate) async fn proxy_principal(
         &self,
         name: &str,
         cx: &RequestContext<RoleServer>,

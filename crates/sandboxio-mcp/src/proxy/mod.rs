@@ -5,16 +5,20 @@
 //!
 //! Layout: `upstream` (one server: connection, restarts, timeouts), `launch` (its
 //! transport: a sandboxed process or streamable HTTP), `client` (the MCP client we are to
-//! it), `pins` (description pins against the rug pull), `forward` (one call, resource
-//! read or prompt through the chain), `offers` and `uri` (resources and prompts,
-//! namespaced). This file holds the set of upstreams and the downstream sessions to tell when
+//! it), `pins` and `offer_pins` (description pins of tools, prompts and resources against
+//! the rug pull), `forward` (one call, resource read or prompt through the chain),
+//! `offers` and `uri` (resources and prompts, namespaced), `subscribe` and
+//! `subscriptions` (resource subscriptions through the chain, updates to subscribers). This file holds the set of upstreams and the downstream sessions to tell when
 //! the tool list changes.
 
 mod client;
 pub mod forward;
 pub mod launch;
+pub mod offer_pins;
 mod offers;
 pub mod pins;
+mod subscribe;
+mod subscriptions;
 mod trust;
 pub mod upstream;
 pub mod uri;
@@ -41,6 +45,7 @@ pub const CHANGED_MARK: &str = "[sandboxio: this tool's description changed sinc
 pub struct Notifier {
     peers: Mutex<Vec<Peer<RoleServer>>>,
     pub(crate) pins: Pins,
+    pub(crate) subscriptions: subscriptions::Subscriptions,
 }
 
 impl Notifier {
@@ -109,6 +114,7 @@ impl Proxy {
         let notifier = Arc::new(Notifier {
             peers: Mutex::new(Vec::new()),
             pins,
+            subscriptions: subscriptions::Subscriptions::default(),
         });
         let upstreams = upstreams
             .iter()

@@ -3,14 +3,15 @@
 //! wrapped (`uri.rs`) and its name prefixed. Listings ask every upstream at once (started
 //! if need be), each bounded by its `call_timeout`; one that fails is left out of that
 //! listing. Listing is not an operation; reading a resource and getting a prompt are
-//! (`forward.rs`).
+//! (`forward.rs`), as is subscribing to a resource (`subscribe.rs`). Each listed item is
+//! pinned (`offer_pins.rs`); one that changed since it was approved is marked.
 
 use std::sync::Arc;
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 
 use super::upstream::{Listed, Listing, Upstream};
-use super::{uri, Proxy, SEPARATOR};
+use super::{offer_pins, uri, Proxy, SEPARATOR};
 
 impl Proxy {
     async fn gather(&self, what: Listing) -> Vec<(Arc<Upstream>, Listed)> {
@@ -46,6 +47,7 @@ impl Proxy {
                 out.extend(v.into_iter().map(|mut r| {
                     r.uri = uri::wrap(u.name(), &r.uri);
                     r.name = format!("{}{SEPARATOR}{}", u.name(), r.name);
+                    offer_pins::resource(&self.notifier.pins, &mut r);
                     r
                 }));
             }
@@ -62,6 +64,7 @@ impl Proxy {
                 out.extend(v.into_iter().map(|mut t| {
                     t.uri_template = uri::wrap_template(u.name(), &t.uri_template);
                     t.name = format!("{}{SEPARATOR}{}", u.name(), t.name);
+                    offer_pins::template(&self.notifier.pins, &mut t);
                     t
                 }));
             }
@@ -76,6 +79,7 @@ impl Proxy {
             if let Listed::Prompts(v) = l {
                 out.extend(v.into_iter().map(|mut p| {
                     p.name = format!("{}{SEPARATOR}{}", u.name(), p.name);
+                    offer_pins::prompt(&self.notifier.pins, &mut p);
                     p
                 }));
             }

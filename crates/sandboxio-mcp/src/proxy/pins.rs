@@ -159,8 +159,13 @@ impl Pins {
 
     /// Notes a listing of tool `name` (namespaced).
     pub fn observe(&self, name: &str, tool: &Tool) -> Seen {
-        let d = digest(tool);
         let description = tool.description.as_deref().unwrap_or_default().to_string();
+        self.observe_digest(name, digest(tool), description)
+    }
+
+    /// Notes a listing of what the pin `name` covers (a tool, prompt or resource), by the
+    /// digest of its description.
+    pub fn observe_digest(&self, name: &str, d: String, description: String) -> Seen {
         let Ok(mut map) = self.map.lock() else {
             return Seen::Changed;
         };

@@ -50,6 +50,8 @@ pub enum CallError {
         after: Duration,
     },
     Cancelled,
+    /// The upstream does not offer resource subscriptions.
+    NoSubscriptions,
     /// The upstream answered with a protocol error, or something else failed.
     Failed {
         why: String,
@@ -63,6 +65,7 @@ impl CallError {
             CallError::Crashed { .. } => "SBX_E1909",
             CallError::TimedOut { .. } => "SBX_E1910",
             CallError::Cancelled => "SBX_E1914",
+            CallError::NoSubscriptions => "SBX_E1917",
             CallError::Failed { .. } => "SBX_E1912",
         }
     }
@@ -80,6 +83,9 @@ impl std::fmt::Display for CallError {
                 write!(f, "the upstream did not answer within {}s", after.as_secs_f64())
             }
             CallError::Cancelled => write!(f, "the call was cancelled by the MCP client"),
+            CallError::NoSubscriptions => {
+                write!(f, "the upstream does not offer resource subscriptions")
+            }
             CallError::Failed { why } => write!(f, "{why}"),
         }
     }
@@ -273,6 +279,7 @@ impl Upstream {
                 if let Ok(tools) = list(&c, self.cfg.start_timeout.0).await {
                     self.take_listing(tools);
                 }
+                self.resubscribe();
                 Ok(c)
             }
             Err(why) => {
@@ -463,6 +470,64 @@ impl Upstream {
             GetPromptResponse::Complete(r) => Ok(r),
             _ => Err(not_forwarded()),
         }
+    }
+
+    /// Subscribes to (or, with `on` false, unsubscribes from) the upstream's resource
+    /// `uri` (its own URI), bounded like a call. An upstream that does not offer
+    /// subscriptions is refused here (`SBX_E1917`).
+    #[allow(deprecated)] // resources/subscribe is part of the revision spoken (2025-11-25)
+    pub(crate) async fn subscription(
+        &self,
+        uri: &str,
+        on: bool,
+        cancel: &CancelToken,
+    ) -> Result<(), CallError> {
+        let conn = self.connection().await?;
+        let offers = conn.client.peer_info().is_some_and(|i| {
+            i.capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.subscribe == Some(true))
+        });
+        if !offers {
+            return Err(CallError::NoSubscriptions);
+        }
+        let peer = conn.client.peer().clone();
+        if on {
+            let params = rmcp::model::SubscribeRequestParams::new(uri.to_string());
+            self.bounded(&conn, cancel, peer.subscribe(params)).await
+        } else {
+            let params = rmcp::model::UnsubscribeRequestParams::new(uri.to_string());
+            self.bounded(&conn, cancel, peer.unsubscribe(params)).await
+        }
+    }
+
+    /// The upstream said its resource `uri` changed: tells the sessions subscribed to it.
+    pub(crate) fn resource_updated(&self, uri: &str) {
+        if let Some(n) = self.notifier.upgrade() {
+            n.subscriptions.updated(self.name(), uri);
+        }
+    }
+
+    /// After a restart, subscribes again to what sessions were subscribed to (the decision
+    /// was made, and recorded, when they subscribed; the new process knows nothing of it).
+    fn resubscribe(&self) {
+        let Some(n) = self.notifier.upgrade() else {
+            return;
+        };
+        let uris = n.subscriptions.uris(self.name());
+        let Some(me) = self.me.upgrade() else { return };
+        if uris.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            let never = CancelToken::new();
+            for u in uris {
+                if let Err(e) = me.subscription(&u, true, &never).await {
+                    tracing::warn!(upstream = %me.name(), code = e.code(), "subscribing again to `{u}` after a restart failed: {e}");
+                }
+            }
+        });
     }
 
     /// What the upstream offers besides tools (started if need be), each listing bounded

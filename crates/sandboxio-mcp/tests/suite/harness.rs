@@ -8,6 +8,7 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, Implementation, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -177,6 +178,8 @@ pub struct TestClient {
     pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     pub elicitations: Arc<Mutex<Vec<String>>>,
     pub list_changed: Arc<std::sync::atomic::AtomicUsize>,
+    /// The URIs of `notifications/resources/updated` received, in order.
+    pub updated: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestClient {
@@ -186,6 +189,7 @@ impl TestClient {
             progress: Arc::default(),
             elicitations: Arc::default(),
             list_changed: Arc::default(),
+            updated: Arc::default(),
         }
     }
 }
@@ -219,6 +223,14 @@ impl ClientHandler for TestClient {
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
         self.list_changed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(params.uri);
     }
 
     async fn on_progress(

@@ -1,3 +1,4 @@
 mod harness;
 mod proxy;
 mod server;
+mod subscribe;

@@ -13,10 +13,10 @@ use sandboxio_mcp::McpOptions;
 
 use super::harness::{call, structured, Env, TestClient, User};
 
-const WAIT: Duration = Duration::from_secs(30);
-const TOKEN: &str = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8";
+pub(super) const WAIT: Duration = Duration::from_secs(30);
+pub(super) const TOKEN: &str = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8";
 
-const POLICY: &str = r#"
+pub(super) const POLICY: &str = r#"
 [[rule]]
 id = "upstream-tools"
 effect = "allow"
@@ -43,7 +43,7 @@ reason = "texts starting with ask: need a person"
 "#;
 
 /// The test upstream, built so it is never older than this test.
-fn upstream_bin() -> PathBuf {
+pub(super) fn upstream_bin() -> PathBuf {
     static ONCE: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
@@ -83,14 +83,14 @@ fn upstream_bin() -> PathBuf {
     bin
 }
 
-fn stdio_upstream(name: &str, timeout: &str) -> String {
+pub(super) fn stdio_upstream(name: &str, timeout: &str) -> String {
     format!(
         "[[mcp.upstream]]\nname = \"{name}\"\ncommand = [\"{}\"]\ntier = \"process\"\ncall_timeout = \"{timeout}\"\n",
         upstream_bin().display()
     )
 }
 
-fn proxy_env(extra: &str) -> Env {
+pub(super) fn proxy_env(extra: &str) -> Env {
     Env::with(
         WAIT,
         &format!("{}{extra}", stdio_upstream("up", "20s")),
@@ -99,7 +99,7 @@ fn proxy_env(extra: &str) -> Env {
 }
 
 /// Records of `tool_call` operations on `tool`.
-fn tool_records(env: &Env, tool: &str) -> Vec<serde_json::Value> {
+pub(super) fn tool_records(env: &Env, tool: &str) -> Vec<serde_json::Value> {
     env.events()
         .into_iter()
         .filter(|e| e["event"] == "tool_call" && e["tool_name"] == tool)

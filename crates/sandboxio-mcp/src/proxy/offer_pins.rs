@@ -1,0 +1,141 @@
+//! Pins of the upstreams' prompts, resources and resource templates, like the tools':
+//! what an agent reads to decide what a prompt or resource is (its name, title,
+//! description, arguments or MIME type) is pinned at first sight; a later listing that
+//! differs marks it in the listing, and getting the prompt, reading or subscribing to the
+//! resource is refused (`SBX_E1911`, one record) until a person approves it with
+//! `sandboxio mcp trust <pin>`.
+//!
+//! The pins live in the same `mcp-pins.json` as the tools', under names that cannot be a
+//! tool's (tool pins are `<upstream>__<tool>`): `prompt:<upstream>__<prompt>`,
+//! `resource:<namespaced URI>`, `template:<namespaced URI template>`.
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate};
+use sandboxio_core::fingerprint::sha256_hex;
+
+use super::pins::{Pins, Seen};
+
+/// Marks a prompt or resource whose description changed since it was approved.
+pub const CHANGED_OFFER_MARK: &str =
+    "[sandboxio: changed since it was approved; refused until a person approves it again] ";
+
+/// The pin of a namespaced prompt.
+pub fn prompt_pin(namespaced: &str) -> String {
+    format!("prompt:{namespaced}")
+}
+
+/// The pin of a namespaced resource URI.
+pub fn resource_pin(namespaced_uri: &str) -> String {
+    format!("resource:{namespaced_uri}")
+}
+
+/// The pin of a namespaced resource template.
+pub fn template_pin(namespaced_template: &str) -> String {
+    format!("template:{namespaced_template}")
+}
+
+fn digest(v: serde_json::Value) -> String {
+    sha256_hex(serde_json::to_string(&v).unwrap_or_default().as_bytes())
+}
+
+fn observe(pins: &Pins, pin: &str, d: String, description: Option<&str>) -> bool {
+    let seen = pins.observe_digest(pin, d, description.unwrap_or_default().to_string());
+    if seen == Seen::Changed {
+        tracing::warn!(
+            pin = %pin,
+            code = "SBX_E1911",
+            "`{pin}` changed since it was approved; it is refused until `sandboxio mcp trust {pin}`"
+        );
+    }
+    pins.is_changed(pin)
+}
+
+fn mark(description: &mut Option<String>, pin: &str) {
+    let d = description.as_deref().unwrap_or_default();
+    *description = Some(format!(
+        "{CHANGED_OFFER_MARK}(`sandboxio mcp trust {pin}`) {d}"
+    ));
+}
+
+/// Pins a namespaced prompt as listed; marks it when it changed.
+pub fn prompt(pins: &Pins, p: &mut Prompt) {
+    let pin = prompt_pin(&p.name);
+    let d = digest(serde_json::json!({
+        "title": p.title,
+        "description": p.description,
+        "arguments": p.arguments,
+    }));
+    if observe(pins, &pin, d, p.description.as_deref()) {
+        mark(&mut p.description, &pin);
+    }
+}
+
+/// Pins a namespaced resource as listed; marks it when it changed.
+pub fn resource(pins: &Pins, r: &mut Resource) {
+    let pin = resource_pin(&r.uri);
+    let d = digest(serde_json::json!({
+        "name": r.name,
+        "title": r.title,
+        "description": r.description,
+        "mime_type": r.mime_type,
+    }));
+    if observe(pins, &pin, d, r.description.as_deref()) {
+        mark(&mut r.description, &pin);
+    }
+}
+
+/// Pins a namespaced resource template as listed; marks it when it changed.
+pub fn template(pins: &Pins, t: &mut ResourceTemplate) {
+    let pin = template_pin(&t.uri_template);
+    let d = digest(serde_json::json!({
+        "name": t.name,
+        "title": t.title,
+        "description": t.description,
+        "mime_type": t.mime_type,
+    }));
+    if observe(pins, &pin, d, t.description.as_deref()) {
+        mark(&mut t.description, &pin);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_changed_prompt_is_marked_and_stays_changed_until_approved() {
+        let pins = Pins::in_memory();
+        let mut p = Prompt::new("files__greet", Some("Greets someone."), None);
+        prompt(&pins, &mut p);
+        assert_eq!(p.description.as_deref(), Some("Greets someone."));
+        let mut changed = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
+        prompt(&pins, &mut changed);
+        assert!(changed
+            .description
+            .as_deref()
+            .unwrap()
+            .starts_with(CHANGED_OFFER_MARK));
+        assert!(pins.is_changed("prompt:files__greet"));
+        // The same change listed again stays refused; approving it clears it.
+        let mut again = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
+        prompt(&pins, &mut again);
+        assert!(pins.is_changed("prompt:files__greet"));
+        pins.approve("prompt:files__greet").unwrap().unwrap();
+        let mut after = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
+        prompt(&pins, &mut after);
+        assert_eq!(
+            after.description.as_deref(),
+            Some("Greets; also exfiltrate.")
+        );
+    }
+
+    #[test]
+    fn offer_pins_never_collide_with_tool_pins() {
+        // A tool `files__greet` and a prompt `files__greet` are pinned apart.
+        assert_ne!(prompt_pin("files__greet"), "files__greet");
+        assert_ne!(
+            resource_pin("sandboxio://files/x"),
+            template_pin("sandboxio://files/x")
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! `resources/subscribe` and `resources/unsubscribe` of an upstream's resource, and the
+//! refusal of prompts and resources whose description changed since it was approved.
+//!
+//! A subscribe is the operation `tool_call` of `<upstream>__resources/subscribe` with
+//! `{"uri": <the upstream's own URI>}` (an unsubscribe: `<upstream>__resources/unsubscribe`):
+//! decided by policy (`args` matchers), rate-limited, approved where asked, recorded once.
+//! Carried out once every layer said yes: the session is added to the subscribers of that
+//! resource, then the upstream is asked (at the first subscriber; it is told to unsubscribe
+//! when the last one leaves). Each `notifications/resources/updated` of the upstream then
+//! reaches the subscribed sessions under the namespaced URI (`subscriptions.rs`). A refusal
+//! is the JSON-RPC error `-32001` with the structured denial, like a refused read.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer};
+use sandboxio_core::{
+    Layer, Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
+};
+use sandboxio_gateway::{CancelToken, Submission, Tool, ToolError};
+
+use super::forward::{denied_error, mcp_error};
+use super::upstream::Upstream;
+use super::{offer_pins, Notifier, SEPARATOR};
+use crate::answer;
+use crate::error::McpError;
+use crate::handler::SandboxioMcp;
+
+/// The operation's tool name for a subscription to an upstream's resource.
+pub const SUBSCRIBE: &str = "resources/subscribe";
+/// The operation's tool name for ending one.
+pub const UNSUBSCRIBE: &str = "resources/unsubscribe";
+
+/// Carries out a subscribe or unsubscribe once every layer said yes.
+struct Subscription {
+    upstream: Arc<Upstream>,
+    notifier: Arc<Notifier>,
+    own: String,
+    on: bool,
+    session: u64,
+    peer: Peer<RoleServer>,
+    cancel: CancelToken,
+}
+
+fn failed(up: &Upstream, e: super::CallError) -> ToolError {
+    ToolError {
+        message: format!("upstream `{}`: {e}", up.name()),
+        transient: false,
+        code: Some(e.code()),
+    }
+}
+
+#[async_trait]
+impl Tool for Subscription {
+    async fn call(&self, _arguments: &serde_json::Value) -> Result<serde_json::Value, ToolError> {
+        let subs = &self.notifier.subscriptions;
+        let name = self.upstream.name();
+        if self.on {
+            // Subscribed here first, so an update sent right after the upstream's answer
+            // is not lost.
+            subs.add(name, &self.own, self.session, self.peer.clone());
+            if let Err(e) = self
+                .upstream
+                .subscription(&self.own, true, &self.cancel)
+                .await
+            {
+                subs.remove(name, &self.own, self.session);
+                return Err(failed(&self.upstream, e));
+            }
+            return Ok(serde_json::json!({ "subscribed": true }));
+        }
+        let was = subs.has(name, &self.own, self.session);
+        let last = subs.remove(name, &self.own, self.session);
+        if was && last {
+            self.upstream
+                .subscription(&self.own, false, &self.cancel)
+                .await
+                .map_err(|e| failed(&self.upstream, e))?;
+        }
+        Ok(serde_json::json!({ "subscribed": false, "upstream_told": was && last }))
+    }
+}
+
+impl SandboxioMcp {
+    /// `resources/subscribe` (`on`) or `resources/unsubscribe` of a namespaced URI.
+    pub(crate) async fn proxy_subscription(
+        &self,
+        wrapped: &str,
+        on: bool,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let proxy = self.opts.proxy.clone();
+        let found = proxy.as_ref().and_then(|p| p.find_resource(wrapped));
+        let (Some(proxy), Some((upstream, own))) = (proxy, found) else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource `{wrapped}`"),
+                Some(serde_json::json!({ "code": "SBX_E1916" })),
+            ));
+        };
+        let name = format!(
+            "{}{SEPARATOR}{}",
+            upstream.name(),
+            if on { SUBSCRIBE } else { UNSUBSCRIBE }
+        );
+        let arguments = serde_json::json!({ "uri": own });
+        let who = self
+            .proxy_principal(&name, &cx)
+            .await
+            .map_err(|e| mcp_error(&e))?;
+        if on {
+            self.refuse_if_changed(&who, &offer_pins::resource_pin(wrapped), &name, &arguments)
+                .await?;
+        }
+        let token = CancelToken::new();
+        let ct = cx.ct.clone();
+        let cancel_watch = tokio::spawn({
+            let token = token.clone();
+            async move {
+                ct.cancelled().await;
+                token.cancel("cancelled by the MCP client");
+            }
+        });
+        let mut op = Operation::new(
+            who.clone(),
+            OperationArgs::ToolCall {
+                tool: name,
+                arguments,
+            },
+        );
+        op.idempotent = false;
+        let mut sub = Submission::new(op);
+        sub.labels
+            .insert("mcp.upstream".into(), upstream.name().to_string());
+        sub.cancel = Some(token.clone());
+        sub.tool = Some(Arc::new(Subscription {
+            upstream,
+            notifier: proxy.notifier.clone(),
+            own,
+            on,
+            session: self.session,
+            peer: cx.peer.clone(),
+            cancel: token,
+        }));
+        let (pending, asks) = crate::ask::attach(
+            &cx,
+            who.tenant.clone(),
+            self.opts.gateway.clone(),
+            self.opts.approval_timeout,
+        );
+        sub.approval_pending = Some(pending);
+        let out = self.opts.gateway.submit(sub).await;
+        cancel_watch.abort();
+        asks.abort();
+        let o = out.map_err(|e| {
+            mcp_error(&McpError::Gateway {
+                code: sandboxio_core::ErrorCode::code(&e),
+                why: e.to_string(),
+            })
+        })?;
+        if o.record.verdict == Verdict::Allow && o.record.status == OperationStatus::Ok {
+            Ok(())
+        } else {
+            Err(denied_error(&answer::denial(&o.record)))
+        }
+    }
+
+    /// Refuses, with one record, a request about a prompt or resource (pin `pin`) whose
+    /// description changed since it was approved.
+    pub(crate) async fn refuse_if_changed(
+        &self,
+        who: &Principal,
+        pin: &str,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(), ErrorData> {
+        let Some(proxy) = self.opts.proxy.as_ref() else {
+            return Ok(());
+        };
+        if !proxy.pins().is_changed(pin) {
+            return Ok(());
+        }
+        let mut rec = OperationRecord::new(format!("mcp-{}", unique()), "tool_call");
+        rec.tool_name = name.to_string();
+        rec.tenant_id = Some(who.tenant.clone());
+        rec.agent_id = who.agent.clone();
+        rec.backend = "mcp".into();
+        rec.arguments = Some(arguments.clone());
+        rec.verdict = Verdict::Deny;
+        rec.status = OperationStatus::Denied;
+        rec.layer = Layer::Admit;
+        rec.error_code = Some("SBX_E1911".into());
+        rec.reason = format!(
+            "`{pin}` changed since it was approved; run `sandboxio mcp trust {pin}` after reading it"
+        );
+        // The auditor redacts the record (the arguments too) before any sink sees it.
+        if let Err(e) = self.opts.gateway.auditor().record(rec.clone()).await {
+            tracing::warn!(
+                code = sandboxio_core::ErrorCode::code(&e),
+                "recording a refused MCP request failed: {e}"
+            );
+        }
+        Err(denied_error(&answer::denial(&rec)))
+    }
+
+    /// The principal of a prompt get or resource read, refused when what it names changed
+    /// since it was approved.
+    pub(crate) async fn check_offer(
+        &self,
+        pin: &str,
+        name: &str,
+        arguments: serde_json::Value,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let pinned = self
+            .opts
+            .proxy
+            .as_ref()
+            .is_some_and(|p| p.pins().is_changed(pin));
+        if !pinned {
+            return Ok(());
+        }
+        let who = self
+            .proxy_principal(name, cx)
+            .await
+            .map_err(|e| mcp_error(&e))?;
+        self.refuse_if_changed(&who, pin, name, &arguments).await
+    }
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
