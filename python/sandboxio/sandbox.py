@@ -10,6 +10,7 @@ record) and leaves exactly one record, rendered to the audit sinks and to an
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from sandboxio import _native, _outcome, _redaction, otel
 from sandboxio._log import set_debug
-from sandboxio.backends.base import Backend, Session
+from sandboxio.backends.base import Backend, Session, StreamHandle
 from sandboxio.capability import Capability
 from sandboxio.errors import InvalidArgument, SandboxClosed, SandboxioError, from_native
 from sandboxio.events import AuditEvent
@@ -228,6 +229,8 @@ class Sandbox:
         capture = self._backend.audit.capture_code
         with otel.operation_span("exec" if argv else "run_code", self._backend.name) as span:
             opts = self._options(span, env=dict(env or {}), timeout_ms=_seconds_ms(timeout))
+            h: StreamHandle | None = None
+            ended = False
             try:
                 h = self._s.stream(language if argv is None else None, code, argv, opts)
                 await h.start()
@@ -236,11 +239,17 @@ class Sandbox:
                     if raw is None:
                         break
                     yield _stream_event(json.loads(raw))
+                ended = True
                 out = _outcome.parse(await h.outcome(), capture_code=capture)
             except _native.NativeError as e:
                 err = from_native(e)
                 otel.finish(span, None, capture_code=capture, error=err.code)
                 raise err from None
+            finally:
+                if not ended and h is not None:
+                    # Closed early (``break``, ``aclose()``) or the task was cancelled: the
+                    # program must not outlive the iterator.
+                    await h.cancel()
             try:
                 _outcome.check(out)
             except SandboxioError as e:
@@ -257,8 +266,6 @@ class Sandbox:
         if "entries" in v:
             raise InvalidArgument(_redaction.redact(f"`{path}` is a directory; use list_files"))
         if "content_base64" in v:
-            import base64
-
             return base64.b64decode(v["content_base64"])
         return str(v.get("content", "")).encode()
 
@@ -310,16 +317,15 @@ class Sandbox:
 
 
 def _stream_event(d: Mapping[str, Any]) -> StreamEvent:
-    if "exit" in d or d.get("kind") == "exit" or "Exit" in d:
-        body = d.get("Exit", d)
-        ex = body.get("exit", {})
+    """One event of the wire form both backends send (`ExecEvent`): ``{"type": "stdout" |
+    "stderr", "data", "encoding"?, "elapsed_us"}`` or ``{"type": "exit", "exit": {"code" |
+    "signal"}, "elapsed_us"}``."""
+    kind = d.get("type")
+    if kind == "exit":
+        ex = d.get("exit")
         code = ex.get("code") if isinstance(ex, dict) else None
         sig = ex.get("signal") if isinstance(ex, dict) else None
-        return StreamEvent("exit", b"", int(body.get("elapsed_us", 0)), code, sig)
-    body = d.get("Output", d)
-    import base64
-
-    raw = body.get("data", "")
-    data = base64.b64decode(raw) if body.get("data_encoding") == "base64" or body.get("encoding") == "base64" else str(raw).encode() if isinstance(raw, str) else bytes(raw)
-    kind = "stderr" if str(body.get("stream", "stdout")).lower() == "stderr" else "stdout"
-    return StreamEvent(kind, data, int(body.get("elapsed_us", 0)))  # type: ignore[arg-type]
+        return StreamEvent("exit", b"", int(d.get("elapsed_us", 0)), code, sig)
+    raw = d.get("data", "")
+    data = base64.b64decode(raw) if d.get("encoding") == "base64" else str(raw).encode()
+    return StreamEvent("stderr" if kind == "stderr" else "stdout", data, int(d.get("elapsed_us", 0)))

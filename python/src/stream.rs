@@ -1,13 +1,14 @@
 //! `NativeStream`: an exec or run_code whose output arrives while it runs. The operation
 //! runs in its own task (scoped with the caller's event loop, so Python sinks and approval
 //! callbacks still run there); `next()` yields each redacted event as JSON, then `None`;
-//! `outcome()` answers the one outcome.
+//! `outcome()` answers the one outcome; `cancel()` (the iterator closed early, or its task
+//! cancelled) kills the program's whole tree and waits for the operation's record.
 
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use sandboxio_core::{ExecEvent, ExecRequest, OperationArgs};
-use sandboxio_gateway::{CallOptions, GatewayError, Outcome, Redactor, Sandbox};
+use sandboxio_gateway::{CallOptions, CancelToken, GatewayError, Outcome, Redactor, Sandbox};
 use tokio::sync::{mpsc, Mutex};
 
 use crate::error::invalid;
@@ -26,6 +27,7 @@ pub struct NativeStream {
     pending: std::sync::Mutex<Pending>,
     events: Arc<Mutex<Option<mpsc::Receiver<ExecEvent>>>>,
     done: Arc<Mutex<Running>>,
+    cancel: CancelToken,
 }
 
 impl NativeStream {
@@ -42,6 +44,7 @@ impl NativeStream {
             pending: std::sync::Mutex::new(Some((args, req, extra))),
             events: Arc::new(Mutex::new(None)),
             done: Arc::new(Mutex::new(None)),
+            cancel: CancelToken::new(),
         }
     }
 }
@@ -60,6 +63,7 @@ impl NativeStream {
         };
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         extra.stream.events = Some(tx);
+        extra.cancel = Some(self.cancel.clone());
         let locals = crate::rt::current_locals(py)?;
         let sbx = self.sbx.clone();
         let events = self.events.clone();
@@ -103,6 +107,22 @@ impl NativeStream {
                 .await
                 .map_err(|e| invalid(format!("the streaming operation's task failed: {e}")))?;
             NativeSandbox::answer(&redactor, r)
+        })
+    }
+
+    /// Kills the program if it still runs and waits until its operation has returned (its
+    /// record says cancelled). Idempotent (awaitable).
+    fn cancel<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.cancel.cancel("the stream was closed by its reader");
+        let done = self.done.clone();
+        let events = self.events.clone();
+        crate::rt::future_into_py(py, async move {
+            // Nobody reads any more: a full channel must not hold the program up.
+            *events.lock().await = None;
+            if let Some(task) = done.lock().await.take() {
+                let _ = task.await;
+            }
+            Ok(())
         })
     }
 }

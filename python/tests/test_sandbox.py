@@ -182,3 +182,31 @@ def test_every_operation_leaves_one_record_in_the_trail(backend: LocalBackend, s
     trail = [json.loads(line) for line in (state_dir / "audit.jsonl").read_text().splitlines() if line.strip()]
     for op in ids:
         assert sum(1 for e in trail if e.get("operation_id") == op) == 1, op
+
+
+def test_stream_events_keep_their_stream_and_bytes_and_closing_early_kills_the_program(backend: LocalBackend) -> None:
+    import contextlib
+    import os
+    import time
+
+    from test_server import PIECES, _gone, _running
+
+    marker = str(800000 + os.getpid() % 90000)
+
+    async def main() -> tuple[list[tuple[str, bytes]], list[int]]:
+        async with await Sandbox.create(backend) as sbx:
+            evs = [(ev.kind, ev.data) async for ev in sbx.stream(PIECES)]
+            seen: list[int] = []
+            async with contextlib.aclosing(sbx.stream(cmd=f"sleep {marker} & echo started; wait")) as events:
+                async for ev in events:
+                    assert ev.text == "started\n"
+                    seen = _running(marker)
+                    break
+            t = time.monotonic()
+            assert _gone(marker), f"`sleep {marker}` outlived its stream ({time.monotonic() - t:.1f}s)"
+            return evs, seen
+
+    evs, seen = run(main())
+    assert [k for k, _ in evs] == ["stdout", "stderr", "stdout", "exit"], evs
+    assert evs[1][1] == b"two\n" and evs[2][1] == b"\xff\x00\xfe"
+    assert seen, "the sleeping grandchild was never seen running"

@@ -3,6 +3,8 @@ Sandbox API, results, denials and trace propagation as in-process."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import run
-from sandboxio import CapabilityNotSupported, OperationDenied, Sandbox, ServerBackend
+from sandboxio import Capability, OperationDenied, Sandbox, ServerBackend, StreamEvent
 
 
 def _cli() -> str | None:
@@ -89,9 +91,8 @@ def test_the_server_backend_runs_the_same_api(server: tuple[str, str], otel_expo
                 with pytest.raises(OperationDenied) as denied:
                     await sbx.read_file("../../etc/passwd")
                 assert denied.value.code.startswith("SBX_E")
-                with pytest.raises(CapabilityNotSupported):
-                    async for _ in sbx.stream("print(1)"):
-                        pass
+                evs = [(ev.kind, ev.text) async for ev in sbx.stream("print(1)")]
+                assert evs[0] == ("stdout", "1\n") and evs[-1][0] == "exit"
                 assert repr(sbx).startswith("<Sandbox server:")
 
     run(main())
@@ -106,3 +107,112 @@ def test_a_bad_key_is_a_coded_error(server: tuple[str, str]) -> None:
     with pytest.raises(SandboxioError) as e:
         run(Sandbox.create(ServerBackend(url, api_key="sbxk_nope_nope")))
     assert e.value.code.startswith("SBX_E")
+
+
+# A program whose output comes in pieces, on both streams, some of it not UTF-8.
+PIECES = (
+    "import os, sys, time\n"
+    "print('one', flush=True)\n"
+    "time.sleep(0.4)\n"
+    "print('two', file=sys.stderr, flush=True)\n"
+    "time.sleep(0.4)\n"
+    "os.write(1, bytes([0xff, 0x00, 0xfe]))\n"
+    "time.sleep(0.4)\n"
+    "sys.exit(4)\n"
+)
+
+
+def test_the_server_backend_streams_ordered_binary_safe_events_then_the_exit(server: tuple[str, str]) -> None:
+    url, key = server
+
+    async def main() -> list[StreamEvent]:
+        async with await Sandbox.create(ServerBackend(url, api_key=key)) as sbx:
+            assert Capability.STREAM in sbx.capabilities
+            return [ev async for ev in sbx.stream(PIECES)]
+
+    evs = run(main())
+    kinds = [e.kind for e in evs]
+    # Each piece is its own event (the program slept between them), in the order written.
+    assert kinds == ["stdout", "stderr", "stdout", "exit"], kinds
+    assert evs[0].data == b"one\n" and evs[1].data == b"two\n"
+    assert evs[2].data == b"\xff\x00\xfe"
+    assert evs[3].exit_code == 4
+    assert [e.elapsed_us for e in evs] == sorted(e.elapsed_us for e in evs)
+
+
+def _running(marker: str) -> list[int]:
+    """Host pids whose command line holds `marker` (the sandbox's pid namespace is
+    visible from the host's)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+def _gone(marker: str, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _running(marker):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _records(tmp_path: Path, event: str) -> list[dict[str, Any]]:
+    trail = tmp_path / "server-state" / "audit.jsonl"
+    return [r for r in map(json.loads, trail.read_text().splitlines()) if r.get("event") == event]
+
+
+@pytest.mark.parametrize("how", ["aclose", "task_cancel"])
+def test_closing_a_server_stream_ends_the_command_on_the_server(server: tuple[str, str], tmp_path: Path, how: str) -> None:
+    url, key = server
+    # A unique argument names the sleeping grandchild on the host.
+    marker = str(900000 + os.getpid() % 90000 + (1 if how == "aclose" else 2))
+    cmd = f"sleep {marker} & echo started; wait"
+    seen: list[int] = []
+
+    async def main() -> None:
+        async with await Sandbox.create(ServerBackend(url, api_key=key)) as sbx:
+            if how == "aclose":
+                async with contextlib.aclosing(sbx.stream(cmd=cmd)) as events:
+                    async for ev in events:
+                        assert ev.kind == "stdout" and ev.text == "started\n"
+                        seen.extend(_running(marker))
+                        break
+            else:
+                started = asyncio.Event()
+
+                async def reader() -> None:
+                    async for ev in sbx.stream(cmd=cmd):
+                        if ev.kind == "stdout":
+                            seen.extend(_running(marker))
+                            started.set()
+
+                task = asyncio.create_task(reader())
+                await asyncio.wait_for(started.wait(), 120)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            assert _gone(marker), f"`sleep {marker}` still runs after the stream was closed"
+            # The server lists the process no more once its operation has returned.
+            deadline = time.monotonic() + 30
+            while True:
+                status, _, raw = await sbx.backend.call("GET", f"/v1/sandboxes/{sbx.id}/processes")  # type: ignore[attr-defined]
+                assert status == 200
+                running = [p for p in json.loads(raw).get("processes", []) if p.get("state") == "running"]
+                if not running or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert running == [], running
+
+    run(main())
+    assert seen, "the sleeping grandchild was never seen running: the test could not observe it"
+    recs = [r for r in _records(tmp_path, "exec") if marker in " ".join(r.get("argv") or [])]
+    assert len(recs) == 1 and recs[0]["status"] == "cancelled", recs

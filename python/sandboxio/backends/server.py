@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from sandboxio._redaction import redact
 from sandboxio.audit import AuditConfig
+from sandboxio.backends._server_stream import ServerStream
 from sandboxio.backends.base import Backend, Session
 from sandboxio.capability import Capability
 from sandboxio.errors import E_BACKEND_UNAVAILABLE, BackendUnavailable, InvalidArgument, SandboxioError
@@ -55,7 +56,14 @@ class ServerBackend(Backend):
 
     @property
     def capabilities(self) -> Capability:
-        return Capability.EXEC | Capability.RUN_CODE | Capability.FILESYSTEM | Capability.RESOURCE_LIMITS | Capability.COST_REPORTING
+        return (
+            Capability.EXEC
+            | Capability.RUN_CODE
+            | Capability.FILESYSTEM
+            | Capability.STREAM
+            | Capability.RESOURCE_LIMITS
+            | Capability.COST_REPORTING
+        )
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -90,14 +98,22 @@ class ServerBackend(Backend):
 
     async def outcome(self, method: str, path: str, **kw: Any) -> str:
         """An operation's answer as outcome JSON (waiting out an approval), or an error."""
-        status, headers, raw = await self.call(method, path, **kw)
+        status, _, raw = await self.call(method, path, **kw)
+        return await self.settle(status, raw)
+
+    async def settle(self, status: int, raw: bytes) -> str:
+        """The outcome JSON of an answer, after waiting out an approval (202)."""
         while status == 202:
             d = _json(raw)
             wait = d.get("wait") or f"/v1/approvals/{d.get('approval_id')}/outcome?timeout={APPROVAL_POLL_S}"
-            status, headers, raw = await self.call("GET", wait)
+            status, _, raw = await self.call("GET", wait)
             if status == 408 or (status == 202 and not raw):
                 status = 202
-        d = _json(raw)
+        return self.answer(status, _json(raw))
+
+    @staticmethod
+    def answer(status: int, d: dict[str, Any]) -> str:
+        """The outcome JSON of a final answer; a problem without a record raises."""
         if status >= 400 or "record" not in d:
             if isinstance(d.get("record"), dict):
                 return json.dumps({"record": d["record"], "result": None})
@@ -258,10 +274,15 @@ class _ServerSession:
         q = urllib.parse.quote(path)
         return await self._b.outcome("DELETE", self._path(f"/files?path={q}"), traceparent=traceparent)
 
-    def stream(self, language: str | None, code: str | None, argv: Sequence[str] | None, options: str) -> Any:
-        from sandboxio.errors import CapabilityNotSupported
-
-        raise CapabilityNotSupported("the server backend does not stream output yet (the server's API has no streamed exec)")
+    def stream(self, language: str | None, code: str | None, argv: Sequence[str] | None, options: str) -> ServerStream:
+        body, tp = self._run_body(options)
+        if argv is not None:
+            body["argv"] = list(argv)
+            path = self._path("/exec")
+        else:
+            body.update(language=language, code=code)
+            path = self._path("/run_code")
+        return ServerStream(self._b, path, self._path(""), body, tp)
 
     async def aclose(self) -> None:
         if not self._closed:
