@@ -9,8 +9,11 @@ E_BACKEND_UNAVAILABLE: str
 E_OPERATION_DENIED: str
 E_PYTHON_CALLBACK_FAILED: str
 E_RUNTIME_STOPPED: str
+E_TASK_PANICKED: str
+BUILD_PROFILE: str
 
 def shutdown() -> None: ...
+def _bench_generic_handoff(on: bool) -> None: ...
 
 class NativeError(Exception): ...
 

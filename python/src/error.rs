@@ -24,6 +24,9 @@ pub const PYTHON_CALLBACK_FAILED: &str = "SBX_E2106";
 /// A call after the native runtime was stopped at interpreter exit (or that could not
 /// start it).
 pub const RUNTIME_STOPPED: &str = "SBX_E2120";
+/// The binding's task for an operation panicked (a bug; the operation's own record, if
+/// it got that far, says what happened to it).
+pub const TASK_PANICKED: &str = "SBX_E2121";
 
 /// The codes, for the Python package (`sandboxio.errors` reads them from here).
 pub fn add_codes(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,6 +37,7 @@ pub fn add_codes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("E_OPERATION_DENIED", OPERATION_DENIED)?;
     m.add("E_PYTHON_CALLBACK_FAILED", PYTHON_CALLBACK_FAILED)?;
     m.add("E_RUNTIME_STOPPED", RUNTIME_STOPPED)?;
+    m.add("E_TASK_PANICKED", TASK_PANICKED)?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 mod approver;
 mod backend;
 mod error;
+mod handoff;
 mod rt;
 mod session;
 mod sink;
@@ -26,7 +27,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::NativeStream>()?;
     m.add("NativeError", m.py().get_type::<error::NativeError>())?;
     error::add_codes(m)?;
+    // What the benchmark reports: a dev build's overhead is not the package's.
+    m.add(
+        "BUILD_PROFILE",
+        if cfg!(debug_assertions) {
+            "dev"
+        } else {
+            "release"
+        },
+    )?;
     // Stop the runtime in order before the interpreter finalises (see `rt.rs`).
+    m.add_function(wrap_pyfunction!(rt::_bench_generic_handoff, m)?)?;
     let shutdown = wrap_pyfunction!(rt::shutdown, m)?;
     m.add_function(shutdown.clone())?;
     m.py()

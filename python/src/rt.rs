@@ -112,7 +112,7 @@ where
 }
 
 /// `loop`-aware awaitable of a Rust future, run on this runtime (the binding's one way to
-/// hand a future to Python). After the exit hook it refuses with `SBX_E2120`.
+/// hand a future to Python; `handoff.rs`). After the exit hook it refuses with `SBX_E2120`.
 pub fn future_into_py<F, T>(py: Python<'_>, fut: F) -> PyResult<Bound<'_, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
@@ -121,8 +121,23 @@ where
     if stopped() {
         return Err(stopped_error());
     }
-    handle()?;
-    generic::future_into_py::<Native, F, T>(py, fut)
+    let rt = handle()?;
+    if GENERIC_HANDOFF.load(Ordering::Relaxed) {
+        return generic::future_into_py::<Native, F, T>(py, fut);
+    }
+    let locals = current_locals(py)?;
+    crate::handoff::spawn(py, &rt, locals, fut)
+}
+
+/// For the benchmark only: hand futures over through pyo3-async-runtimes' generic path
+/// (two tasks and a blocking-pool thread per call) instead of `handoff.rs`, so both can
+/// be compared in one process (`python/bench/handoff.py`).
+static GENERIC_HANDOFF: AtomicBool = AtomicBool::new(false);
+
+/// `sandboxio._native._bench_generic_handoff(on)`: see [`GENERIC_HANDOFF`].
+#[pyfunction]
+pub fn _bench_generic_handoff(on: bool) {
+    GENERIC_HANDOFF.store(on, Ordering::Relaxed);
 }
 
 /// The task locals (event loop and context) of the Python call in progress.

@@ -16,7 +16,7 @@ from sandboxio import _native, _redaction
 from sandboxio._log import set_debug
 from sandboxio._sinkcall import SinkCall
 from sandboxio.approval import ApprovalCallback, Decider
-from sandboxio.audit import AuditConfig, audit_timeout
+from sandboxio.audit import AuditConfig, NoopSink, audit_timeout
 from sandboxio.backends.base import Backend, Session
 from sandboxio.capability import Capability
 from sandboxio.errors import InvalidArgument, SandboxioError, from_native
@@ -122,7 +122,14 @@ class LocalBackend(Backend):
         async with lock:
             if self._rt is None:
                 timeout = audit_timeout()
-                calls = [SinkCall(s, self.audit.on_sink_failure, timeout) for s in self.audit.sinks]
+                # A `NoopSink` discards every event: awaiting it would cost each operation
+                # two round trips between the runtime's threads and the event loop (its
+                # intent and its record) for nothing. A subclass may do something: kept.
+                calls = [
+                    SinkCall(s, self.audit.on_sink_failure, timeout)
+                    for s in self.audit.sinks
+                    if type(s) is not NoopSink
+                ]
                 try:
                     self._rt = await _native.NativeRuntime.open(
                         self.state_dir,
