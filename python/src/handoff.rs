@@ -49,12 +49,7 @@ struct Complete;
 
 #[pymethods]
 impl Complete {
-    fn __call__(
-        &self,
-        fut: &Bound<'_, PyAny>,
-        ok: bool,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn __call__(&self, fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
         if fut.call_method0("done")?.is_truthy()? {
             return Ok(());
         }
@@ -78,10 +73,9 @@ where
         Ok(v) => (true, v),
         Err(e) => (false, e.into_value(py).into_any()),
     };
-    event_loop.bind(py).call_method1(
-        "call_soon_threadsafe",
-        (Complete, fut.bind(py), ok, value),
-    )?;
+    event_loop
+        .bind(py)
+        .call_method1("call_soon_threadsafe", (Complete, fut.bind(py), ok, value))?;
     Ok(())
 }
 
