@@ -246,3 +246,16 @@ def test_sinks_belong_to_their_backend_not_to_the_process(tmp_path: Path) -> Non
 
     run(main())
     assert len(one.events) == 1 and len(two.events) == 2
+
+
+def test_record_times_read_the_same_on_every_python() -> None:
+    """The gateway writes RFC 3339 with nanoseconds and `Z`; Python 3.11+ reads it
+    directly, 3.10 through the rewrite: both give the same aware time, cut to
+    microseconds, offsets kept."""
+    from sandboxio.events import _ts, _ts_compat
+
+    for text in ("2026-12-01T13:00:00.123456789Z", "2026-12-01T13:00:00Z", "2026-12-01T13:00:00.1+02:00"):
+        fast, compat = _ts(text), _ts_compat(text)
+        assert fast == compat and fast.utcoffset() == compat.utcoffset(), text
+        assert fast.tzinfo is not None
+    assert _ts("2026-12-01T13:00:00.123456789Z").microsecond == 123456
