@@ -30,7 +30,7 @@ pub struct Limits {
     /// Wall-clock timeout; the whole process tree is killed when it passes.
     #[serde(with = "duration_ms")]
     pub timeout: Duration,
-    /// Memory (cgroup limit where available, else address-space rlimit).
+    /// Memory (cgroup limit where available, else a per-process data rlimit).
     pub memory: ByteSize,
     /// CPU seconds (RLIMIT_CPU), per process.
     pub cpu_seconds: u64,

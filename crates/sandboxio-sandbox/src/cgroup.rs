@@ -131,7 +131,7 @@ pub struct CgroupPlan {
 }
 
 impl CgroupPlan {
-    /// Whether a memory limit is part of this plan (then no RLIMIT_AS is needed).
+    /// Whether a memory limit is part of this plan (then no RLIMIT_DATA is needed).
     pub fn limits_memory(&self) -> bool {
         self.limits.iter().any(|w| {
             let name = w.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -430,7 +430,7 @@ fn plan_v1(layout: &CgroupLayout, id: &str, limits: &Limits) -> CgroupPlan {
             .push("meter: peak memory from memory.max_usage_in_bytes".into());
     } else if mem > 0 {
         p.gaps
-            .push("memory: no v1 memory controller; falls back to RLIMIT_AS".into());
+            .push("memory: no v1 memory controller; falls back to RLIMIT_DATA".into());
     }
     if let Some(d) = leaf("pids", &mut p) {
         if limits.pids > 0 {
@@ -545,7 +545,7 @@ fn plan_v2(mount: &Path, controllers: &[String], id: &str, limits: &Limits) -> C
         p.oom_events = Some(dir.join("memory.events"));
     } else if mem > 0 {
         p.gaps
-            .push("memory: no cgroup memory controller; falls back to RLIMIT_AS".into());
+            .push("memory: no cgroup memory controller; falls back to RLIMIT_DATA".into());
     }
     if has("pids") {
         if limits.pids > 0 {

@@ -330,8 +330,9 @@ async fn drive(
         }
         if req.limits.memory.bytes() > 0 {
             gaps.push(
-                "memory: per-process RLIMIT_AS only (no memory cgroup); a tree of processes \
-                 can use more in total, and the kernel cannot OOM-kill at the limit"
+                "memory: per-process RLIMIT_DATA only (no memory cgroup): private writable \
+                 memory is capped per process, but a tree of processes can use more in total, \
+                 shared memory is not counted, and the kernel cannot OOM-kill at the limit"
                     .into(),
             );
         }

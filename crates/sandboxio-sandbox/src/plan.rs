@@ -27,8 +27,11 @@ pub const ENV_INPUT: &str = "SANDBOX_INPUT";
 #[serde(deny_unknown_fields)]
 pub struct RlimitPlan {
     pub cpu_seconds: Option<u64>,
-    /// RLIMIT_AS: only when no memory cgroup limits memory (it breaks big-VM runtimes).
-    pub address_space: Option<u64>,
+    /// RLIMIT_DATA: only when no memory cgroup limits memory. It bounds each process's
+    /// private writable memory (heap, anonymous mappings) and not its address space, so
+    /// runtimes that reserve large ranges up front (V8, Chromium, the JVM) still start;
+    /// RLIMIT_AS would kill them at start whatever the limit.
+    pub data: Option<u64>,
     pub file_size: Option<u64>,
     pub open_files: Option<u64>,
     /// RLIMIT_CORE, always 0: no core dumps of sandboxed programs.
@@ -266,7 +269,7 @@ where
     let memory_in_cgroup = cgroup.as_ref().is_some_and(CgroupPlan::limits_memory);
     let rlimits = RlimitPlan {
         cpu_seconds: nz(l.cpu_seconds),
-        address_space: if memory_in_cgroup {
+        data: if memory_in_cgroup {
             None
         } else {
             nz(l.memory.bytes())
@@ -314,9 +317,9 @@ pub fn rlimit_enforcement(plan: &SandboxPlan) -> Vec<String> {
     if let Some(v) = r.cpu_seconds {
         out.push(format!("cpu_seconds={v} (rlimit)"));
     }
-    if let Some(v) = r.address_space {
+    if let Some(v) = r.data {
         out.push(format!(
-            "memory={} (rlimit address space)",
+            "memory={} (rlimit data, per process)",
             sandboxio_core::ByteSize(v)
         ));
     }
@@ -465,12 +468,12 @@ mod tests {
     }
 
     #[test]
-    fn address_space_limit_only_without_memory_cgroup() {
+    fn data_limit_only_without_memory_cgroup() {
         let mut req = ExecRequest::new(["true"]);
         req.limits = sandboxio_core::Limits::default();
         req.limits.memory = ByteSize::mib(64);
         let p = build("id", &req, IsolationTier::Process, [], paths(), None).unwrap();
-        assert_eq!(p.rlimits.address_space, Some(64 << 20));
+        assert_eq!(p.rlimits.data, Some(64 << 20));
         assert_eq!(p.rlimits.core, 0);
         assert_eq!(p.rlimits.open_files, Some(req.limits.open_files));
 
@@ -479,7 +482,7 @@ mod tests {
         let cg = cgroup_plan(&layout, "id", &req, true);
         assert!(cg.is_some());
         let p = build("id", &req, IsolationTier::Process, [], paths(), cg).unwrap();
-        assert_eq!(p.rlimits.address_space, None);
+        assert_eq!(p.rlimits.data, None);
         assert!(cgroup_plan(&layout, "id", &req, false).is_none());
     }
 

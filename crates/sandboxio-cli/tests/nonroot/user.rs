@@ -50,14 +50,20 @@ fn default_tier_runs_python_for_an_unprivileged_user() {
 #[test]
 fn limits_without_a_delegated_cgroup_fall_back_to_rlimits_and_name_every_gap() {
     let Some(user) = as_nobody() else { return };
-    // Allocate 256 MiB against a 64 MiB limit; count processes against a pids limit of 8.
+    // Allocate 256 MiB against a 64 MiB limit, on the heap and as an anonymous mapping;
+    // count processes against a pids limit of 8.
     let script = r#"
-import os
+import mmap
 try:
     b = bytearray(256 << 20)
     print('alloc=OK')
 except MemoryError:
     print('alloc=MemoryError')
+try:
+    m = mmap.mmap(-1, 256 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    print('mmap=OK')
+except (MemoryError, OSError):
+    print('mmap=refused')
 "#;
     let o = output(user.cli(&[
         "run", "--json", "--memory", "64MiB", "--pids", "8", "--", "python3", "-c", script,
@@ -67,15 +73,15 @@ except MemoryError:
     let limits = r["enforcement"]["limits"].to_string();
     let g = gaps(&r).join("\n");
     if r["enforcement"]["cgroup"].is_null() {
-        // No cgroup for this user: memory by RLIMIT_AS, really enforced, and every limit the
-        // cgroup would have given is named as a gap.
+        // No cgroup for this user: memory by RLIMIT_DATA, really enforced, and every limit
+        // the cgroup would have given is named as a gap.
         assert!(
-            limits.contains("memory=64MiB (rlimit address space)"),
+            limits.contains("memory=64MiB (rlimit data, per process)"),
             "{limits}"
         );
         assert_eq!(
-            r["stdout"], "alloc=MemoryError\n",
-            "RLIMIT_AS not enforced: {r}"
+            r["stdout"], "alloc=MemoryError\nmmap=refused\n",
+            "RLIMIT_DATA not enforced: {r}"
         );
         for what in ["memory:", "pids:", "cpu quota:", "kill:"] {
             assert!(g.contains(what), "gap `{what}` not named:\n{g}");
@@ -85,6 +91,30 @@ except MemoryError:
         assert!(limits.contains("pids=8"), "{limits}");
         assert!(limits.contains("memory=64MiB"), "{limits}");
     }
+}
+
+#[test]
+fn a_runtime_that_reserves_address_space_starts_under_the_fallback_memory_limit() {
+    // V8 reserves far more address space than it uses; an address-space rlimit killed
+    // `node` at start for every user without a cgroup. The data rlimit lets it start.
+    let Some(user) = as_nobody() else { return };
+    if !std::path::Path::new("/usr/bin/node").exists() {
+        eprintln!("SKIP: /usr/bin/node is not installed");
+        return;
+    }
+    let o = output(user.cli(&[
+        "run",
+        "--json",
+        "--memory",
+        "256MiB",
+        "--",
+        "/usr/bin/node",
+        "-e",
+        "console.log(1 + 1)",
+    ]));
+    let r = json(&o);
+    assert_eq!(r["stdout"], "2\n", "{r}");
+    assert_eq!(r["exit"]["code"], 0, "{r}");
 }
 
 #[test]

@@ -32,16 +32,16 @@ pub const BROWSE_SCRATCH: &str = "SBX_E1564";
 /// The browser failed in a sandbox without a memory cgroup (see [`no_cgroup_failure`]).
 pub const BROWSE_NO_CGROUP: &str = "SBX_E1565";
 
-/// Why a browse failed, when it ran without a cgroup: the sandbox then bounds memory with
-/// an address-space rlimit, and Chromium reserves far more address space than any such
-/// limit (its allocator and V8's cage), so it dies at start whatever the limit. `None`
-/// when a cgroup was used or the browser exited successfully.
+/// Why a browse failed, when it ran without a cgroup: the sandbox then bounds memory per
+/// process (RLIMIT_DATA), which a browser with many processes meets sooner than a cgroup
+/// limit on the whole tree would. `None` when a cgroup was used or the browser exited
+/// successfully.
 pub fn no_cgroup_failure(r: &sandboxio_core::ExecResult) -> Option<String> {
     if r.enforcement.cgroup.is_some() || r.exit.success() || r.cancelled.is_some() || r.timed_out {
         return None;
     }
     Some(
-        "the browser cannot run in a sandbox without a memory cgroup: the address-space rlimit that replaces it there is far below what Chromium reserves, so it dies at start; give this user a cgroup (`systemd-run --user --scope -p Delegate=yes`, or `[sandbox] cgroup_root`) or browse as root".into(),
+        "the browser failed in a sandbox without a memory cgroup, where memory is bounded per process (RLIMIT_DATA) instead of for the whole browser; raise the memory limit, give this user a cgroup (`systemd-run --user --scope -p Delegate=yes`, or `[sandbox] cgroup_root`), or browse as root".into(),
     )
 }
 

@@ -42,7 +42,7 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
     let mut out: Rlimits = vec![(libc::RLIMIT_CORE, r.core)];
     for (res, v) in [
         (libc::RLIMIT_CPU, r.cpu_seconds),
-        (libc::RLIMIT_AS, r.address_space),
+        (libc::RLIMIT_DATA, r.data),
         (libc::RLIMIT_FSIZE, r.file_size),
         (libc::RLIMIT_NOFILE, r.open_files),
     ] {
