@@ -279,7 +279,7 @@ impl Upstream {
                 if let Ok(tools) = list(&c, self.cfg.start_timeout.0).await {
                     self.take_listing(tools);
                 }
-                self.resubscribe();
+                self.resubscribe().await;
                 Ok(c)
             }
             Err(why) => {
@@ -510,24 +510,18 @@ impl Upstream {
     }
 
     /// After a restart, subscribes again to what sessions were subscribed to (the decision
-    /// was made, and recorded, when they subscribed; the new process knows nothing of it).
-    fn resubscribe(&self) {
+    /// was made, and recorded, when they subscribed; the new process knows nothing of it),
+    /// before the connection is used: an update the next call causes is not lost.
+    async fn resubscribe(&self) {
         let Some(n) = self.notifier.upgrade() else {
             return;
         };
-        let uris = n.subscriptions.uris(self.name());
-        let Some(me) = self.me.upgrade() else { return };
-        if uris.is_empty() {
-            return;
-        }
-        tokio::spawn(async move {
-            let never = CancelToken::new();
-            for u in uris {
-                if let Err(e) = me.subscription(&u, true, &never).await {
-                    tracing::warn!(upstream = %me.name(), code = e.code(), "subscribing again to `{u}` after a restart failed: {e}");
-                }
+        let never = CancelToken::new();
+        for u in n.subscriptions.uris(self.name()) {
+            if let Err(e) = Box::pin(self.subscription(&u, true, &never)).await {
+                tracing::warn!(upstream = %self.name(), code = e.code(), "subscribing again to `{u}` after a restart failed: {e}");
             }
-        });
+        }
     }
 
     /// What the upstream offers besides tools (started if need be), each listing bounded

@@ -232,3 +232,60 @@ async fn a_changed_prompt_or_resource_is_refused_until_trusted_and_the_trust_is_
         .iter()
         .all(|t| t["approver"] == "tester" && t["tool_name"] != ""));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_survives_a_restart_of_the_upstream() {
+    let env = env();
+    let tc = TestClient::new(User::Absent);
+    let updated = tc.updated.clone();
+    let client = env.connect(tc).await;
+    client.list_all_resources().await.unwrap();
+    client
+        .subscribe(SubscribeRequestParams::new(NOTE))
+        .await
+        .unwrap();
+    let pid = |c: &RunningService<RoleClient, TestClient>| {
+        let c = c.peer().clone();
+        async move {
+            let r = c
+                .call_tool(call("up__pid", serde_json::json!({})))
+                .await
+                .ok()?;
+            r.content
+                .first()?
+                .as_text()?
+                .text
+                .trim()
+                .parse::<i32>()
+                .ok()
+        }
+    };
+    let first = pid(&client).await.unwrap();
+    // The upstream's own process (the process tier shares the host's pid namespace).
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Calls fail until the proxy has seen it die; the next one starts it again.
+    let t0 = Instant::now();
+    loop {
+        match pid(&client).await {
+            Some(p) if p != first => break,
+            _ => {
+                assert!(t0.elapsed() < WAIT, "the upstream was not restarted");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    // The new process was subscribed again before it was used: the update reaches us.
+    let told = note(&client, "after the restart").await;
+    assert!(told.contains("1 subscriber(s) told"), "{told}");
+    let t0 = Instant::now();
+    while updated.lock().unwrap().is_empty() {
+        assert!(t0.elapsed() < WAIT, "no update after the restart");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // One subscribe operation in all: the proxy's renewal is not a new decision.
+    assert_eq!(tool_records(&env, "up__resources/subscribe").len(), 1);
+}
