@@ -12,7 +12,7 @@ use crate::error::AuditError;
 use crate::event::{meter_of, AuditEvent};
 use crate::otel::{self, Metrics};
 use crate::redact::Redactor;
-use crate::sink::{AuditSink, NoopSink};
+use crate::sink::{AuditSink, BlockingEmit, NoopSink};
 
 /// Default bound on each sink's `emit` (seed: `SBX_AUDIT_TIMEOUT`, default 5 s).
 pub const DEFAULT_AUDIT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -243,37 +243,90 @@ impl Auditor {
         let mut failures = Vec::new();
         for sink in &self.config.sinks {
             let res = tokio::time::timeout(self.config.timeout, sink.emit(&event)).await;
-            let failure = match res {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(SinkFailure {
-                    sink: sink.name().to_string(),
-                    why: self.redactor.redact_str(&e.to_string()).into_owned(),
-                    timed_out: false,
-                }),
-                Err(_) => Some(SinkFailure {
-                    sink: sink.name().to_string(),
-                    why: format!("timed out after {:?}", self.config.timeout),
-                    timed_out: true,
-                }),
-            };
-            if let Some(f) = failure {
-                self.sink_failures.fetch_add(1, Ordering::Relaxed);
-                if self.config.metrics {
-                    self.metrics.sink_failure(&f.sink, f.timed_out);
-                }
-                tracing::warn!(
-                    target: "sandboxio::audit",
-                    code = "SBX_E1601",
-                    sink = %f.sink,
-                    timed_out = f.timed_out,
-                    operation_id = %rec.operation_id,
-                    mode = ?self.config.on_sink_failure,
-                    "audit sink failed: {}",
-                    f.why
-                );
-                failures.push(f);
-            }
+            let res = res.map_err(|_| ());
+            self.note_failure(sink.as_ref(), res, &rec, &mut failures);
         }
+        self.conclude(rec, event, redactions, failures, parent)
+    }
+
+    /// [`Self::record_with_parent`] on a thread that may block and is not an async worker
+    /// (a runtime's blocking pool): each sink with a blocking path (the file trail) writes
+    /// on this thread, so recording costs no hand-off to a writer thread; the others are
+    /// awaited here through the current runtime (without one, they are reported failed).
+    /// Same redaction, timeout per sink, failure modes, span and metrics.
+    pub fn record_blocking(
+        &self,
+        rec: OperationRecord,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
+        let (rec, redactions) = self.redactor.redact_record_counted(rec);
+        let event = AuditEvent::from_record(&rec, self.config.capture_code);
+        let mut failures = Vec::new();
+        for sink in &self.config.sinks {
+            let res = match sink.emit_blocking(&event, self.config.timeout) {
+                BlockingEmit::Done(r) => Ok(r),
+                BlockingEmit::TimedOut => Err(()),
+                BlockingEmit::Unsupported => match tokio::runtime::Handle::try_current() {
+                    Ok(h) => h
+                        .block_on(tokio::time::timeout(self.config.timeout, sink.emit(&event)))
+                        .map_err(|_| ()),
+                    Err(_) => Ok(Err(AuditError::Render {
+                        why: "no async runtime to run this sink on".into(),
+                    })),
+                },
+            };
+            self.note_failure(sink.as_ref(), res, &rec, &mut failures);
+        }
+        self.conclude(rec, event, redactions, failures, parent)
+    }
+
+    /// Counts, reports and keeps one sink's failure (`Err(())`: timed out).
+    fn note_failure(
+        &self,
+        sink: &dyn AuditSink,
+        res: Result<Result<(), AuditError>, ()>,
+        rec: &OperationRecord,
+        failures: &mut Vec<SinkFailure>,
+    ) {
+        let f = match res {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => SinkFailure {
+                sink: sink.name().to_string(),
+                why: self.redactor.redact_str(&e.to_string()).into_owned(),
+                timed_out: false,
+            },
+            Err(()) => SinkFailure {
+                sink: sink.name().to_string(),
+                why: format!("timed out after {:?}", self.config.timeout),
+                timed_out: true,
+            },
+        };
+        self.sink_failures.fetch_add(1, Ordering::Relaxed);
+        if self.config.metrics {
+            self.metrics.sink_failure(&f.sink, f.timed_out);
+        }
+        tracing::warn!(
+            target: "sandboxio::audit",
+            code = "SBX_E1601",
+            sink = %f.sink,
+            timed_out = f.timed_out,
+            operation_id = %rec.operation_id,
+            mode = ?self.config.on_sink_failure,
+            "audit sink failed: {}",
+            f.why
+        );
+        failures.push(f);
+    }
+
+    /// After every sink: the span, the metrics, and the answer per the failure mode.
+    fn conclude(
+        &self,
+        rec: OperationRecord,
+        event: AuditEvent,
+        redactions: usize,
+        mut failures: Vec<SinkFailure>,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
         if self.config.spans {
             otel::emit_span(&rec, parent, self.config.capture_code);
         }

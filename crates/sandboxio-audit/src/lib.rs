@@ -43,8 +43,8 @@ pub use reader::{
 pub use redact::{Redactor, RedactorBuilder, Secret};
 pub use redact_stream::StreamRedactor;
 pub use sink::{
-    AuditSink, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink, QueueSink,
-    REPAIR_EVENT,
+    AuditSink, BlockingEmit, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink,
+    QueueSink, REPAIR_EVENT,
 };
 pub use tap::{MetricsTap, OperationObservation};
 pub use verify::{verify, verify_keys, BadRecord, Tamper, VerifyReport};

@@ -289,7 +289,40 @@ impl FileTrail {
     fn lock_trail<'a>(&'a self, st: &mut State) -> Result<TrailLock<'a>, AuditError> {
         let lp = lock_path(&self.opts.path);
         self.lockfile.lock().map_err(|e| AuditError::io(&lp, e))?;
-        let held = TrailLock(&self.lockfile);
+        self.caught_up(st, TrailLock(&self.lockfile))
+    }
+
+    /// [`Self::lock_trail`], giving up (`Ok(None)`) when another process holds the lock
+    /// past `deadline`. Polls: the lock is held for one record's write by other writers.
+    fn lock_trail_by<'a>(
+        &'a self,
+        st: &mut State,
+        deadline: Instant,
+    ) -> Result<Option<TrailLock<'a>>, AuditError> {
+        let lp = lock_path(&self.opts.path);
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match self.lockfile.try_lock() {
+                Ok(()) => return self.caught_up(st, TrailLock(&self.lockfile)).map(Some),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(AuditError::io(&lp, e)),
+            }
+        }
+    }
+
+    /// With the cross-process lock `held`: when another process wrote to (or rotated) the
+    /// trail since we last did, reloads the chain state from the file.
+    fn caught_up<'a>(
+        &'a self,
+        st: &mut State,
+        held: TrailLock<'a>,
+    ) -> Result<TrailLock<'a>, AuditError> {
         let ours = st
             .file
             .metadata()
@@ -386,6 +419,24 @@ impl FileTrail {
     /// Appends one record (the event's JSON), synced per the policy before it returns.
     pub fn append(&self, json: &str) -> Result<(), AuditError> {
         let mut st = self.lock()?;
+        self.writable(&st)?;
+        let _held = self.lock_trail(&mut st)?;
+        self.append_event(&mut st, json)
+    }
+
+    /// [`Self::append`], unless another process holds the trail's lock for longer than
+    /// `timeout`: then nothing is written and the answer is `Ok(false)`.
+    pub fn append_within(&self, json: &str, timeout: Duration) -> Result<bool, AuditError> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock()?;
+        self.writable(&st)?;
+        let Some(_held) = self.lock_trail_by(&mut st, deadline)? else {
+            return Ok(false);
+        };
+        self.append_event(&mut st, json).map(|()| true)
+    }
+
+    fn writable(&self, st: &State) -> Result<(), AuditError> {
         if st.closed {
             return Err(AuditError::SinkClosed {
                 sink: self.name.clone(),
@@ -398,8 +449,7 @@ impl FileTrail {
                 timed_out: false,
             });
         }
-        let _held = self.lock_trail(&mut st)?;
-        self.append_event(&mut st, json)
+        Ok(())
     }
 
     /// Appends one record (the trail lock is held), then syncs, checkpoints and rotates as

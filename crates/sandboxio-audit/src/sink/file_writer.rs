@@ -6,7 +6,9 @@
 //! OS thread per sink owns the trail and does every append and the close; `emit` sends
 //! the record down a channel and awaits the thread's answer, which comes after the write
 //! and its `fsync`: the record is as durable when `emit` returns as when the write was
-//! done inline. The thread runs no Python and no async code, so it has nothing to do with
+//! done inline. [`AuditSink::emit_blocking`] writes on the caller's thread instead, for a
+//! caller already off the async workers (the gateway's closing store call), which saves
+//! the hand-off. The thread runs no Python and no async code, so it has nothing to do with
 //! an embedding interpreter's shutdown; it ends when the sink is closed or dropped.
 
 use std::sync::mpsc;
@@ -16,7 +18,7 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 
 use super::file::{FileSinkOptions, FileTrail};
-use super::AuditSink;
+use super::{AuditSink, BlockingEmit};
 use crate::checkpoint::AuditKey;
 use crate::error::AuditError;
 use crate::event::AuditEvent;
@@ -188,6 +190,20 @@ impl AuditSink for FileSink {
             }),
         ))?;
         rx.await.unwrap_or_else(|_| Err(self.closed()))
+    }
+    /// The same write as `emit`, done on the calling thread (no hand-off to the writer
+    /// thread; both take the trail's state lock, so records stay in one chain). A lock held
+    /// by another process past `timeout` leaves the event unwritten.
+    fn emit_blocking(&self, event: &AuditEvent, timeout: std::time::Duration) -> BlockingEmit {
+        let json = match event.as_json() {
+            Ok(j) => j,
+            Err(e) => return BlockingEmit::Done(Err(e)),
+        };
+        match self.trail.append_within(&json, timeout) {
+            Ok(true) => BlockingEmit::Done(Ok(())),
+            Ok(false) => BlockingEmit::TimedOut,
+            Err(e) => BlockingEmit::Done(Err(e)),
+        }
     }
     fn name(&self) -> &str {
         &self.name

@@ -1,6 +1,6 @@
 use async_trait::async_trait;
 
-use super::AuditSink;
+use super::{AuditSink, BlockingEmit};
 use crate::error::AuditError;
 use crate::event::AuditEvent;
 
@@ -24,6 +24,11 @@ impl AuditSink for LoggingSink {
         let line = event.as_json()?;
         tracing::info!(target: AUDIT_TARGET, "{line}");
         Ok(())
+    }
+    fn emit_blocking(&self, event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
+        BlockingEmit::Done(event.as_json().map(|line| {
+            tracing::info!(target: AUDIT_TARGET, "{line}");
+        }))
     }
     fn name(&self) -> &str {
         "logging"

@@ -23,11 +23,30 @@ use crate::error::AuditError;
 use crate::event::AuditEvent;
 use crate::head::SignedHead;
 
+/// What [`AuditSink::emit_blocking`] did.
+#[derive(Debug)]
+pub enum BlockingEmit {
+    /// The sink has no blocking path: the caller awaits [`AuditSink::emit`] instead.
+    Unsupported,
+    /// Written (or refused) on the calling thread.
+    Done(Result<(), AuditError>),
+    /// Not written: the sink could not start its write within the timeout (another
+    /// process held the trail's lock). Nothing of the event reached the sink.
+    TimedOut,
+}
+
 /// A destination for audit events.
 #[async_trait]
 pub trait AuditSink: Send + Sync {
     /// Records one event. Must return promptly.
     async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError>;
+    /// Records one event on the calling thread, which may block and is never an async
+    /// worker ([`Auditor::record_blocking`](crate::Auditor::record_blocking)): a sink that
+    /// writes to a file does it here without handing the event to another thread. A wait
+    /// for someone else (a lock) is bounded by `timeout`. The default has no blocking path.
+    fn emit_blocking(&self, _event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
+        BlockingEmit::Unsupported
+    }
     /// A short name for warnings, metrics and errors.
     fn name(&self) -> &str;
     /// Flushes and closes the sink (the file sink writes its closing checkpoint).
@@ -48,6 +67,9 @@ pub struct NoopSink;
 impl AuditSink for NoopSink {
     async fn emit(&self, _event: &AuditEvent) -> Result<(), AuditError> {
         Ok(())
+    }
+    fn emit_blocking(&self, _event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
+        BlockingEmit::Done(Ok(()))
     }
     fn name(&self) -> &str {
         "noop"

@@ -380,3 +380,91 @@ fn a_trail_lock_held_elsewhere_does_not_stall_the_async_workers() {
         1
     );
 }
+
+/// Records written on the caller's thread (`record_blocking`, the gateway's closing call)
+/// and through the writer thread (`emit`) interleave in one chain: the trail verifies,
+/// with every record once and in the order written.
+#[test]
+fn blocking_and_threaded_writes_keep_one_chain() {
+    use sandboxio_audit::{AuditConfig, Auditor, Redactor};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let sink = Arc::new(
+        FileSink::open(
+            FileSinkOptions::new(&path).fsync(FsyncPolicy::Always),
+            key.clone(),
+        )
+        .unwrap(),
+    );
+    let auditor = Auditor::new(
+        AuditConfig::default().with_sinks(vec![sink.clone() as Arc<dyn AuditSink>]),
+        Arc::new(Redactor::builder().build().unwrap()),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    for i in 0..6u64 {
+        let rec = exec_record(&format!("op-{i}"));
+        if i % 2 == 0 {
+            // On this plain thread, as on the blocking pool: no runtime needed by a file sink.
+            let out = auditor
+                .record_blocking(rec, &opentelemetry::Context::current())
+                .unwrap();
+            assert!(out.failures.is_empty(), "{:?}", out.failures);
+        } else {
+            rt.block_on(auditor.record(rec)).unwrap();
+        }
+    }
+    sink.close_sync().unwrap();
+    let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+    assert!(rep.ok, "{rep:?}");
+    assert_eq!(rep.records, 6);
+    let ids: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            v.get("operation_id")?.as_str().map(str::to_string)
+        })
+        .collect();
+    assert_eq!(ids, (0..6).map(|i| format!("op-{i}")).collect::<Vec<_>>());
+}
+
+/// Another process holding the trail's lock past the timeout: the blocking write gives up
+/// (timed out, nothing written), like the awaited write's timeout; once the lock is free
+/// the next record is written and the trail still verifies.
+#[test]
+fn a_blocking_write_gives_up_at_the_timeout_while_the_lock_is_held_elsewhere() {
+    use sandboxio_audit::BlockingEmit;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let sink = FileSink::open(opts(&path), key.clone()).unwrap();
+    let mut lock_name = path.clone().into_os_string();
+    lock_name.push(".lock");
+    let held = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&lock_name)
+        .unwrap();
+    held.lock().unwrap();
+    let r = sink.emit_blocking(&ev(1), Duration::from_millis(100));
+    held.unlock().unwrap();
+    assert!(matches!(r, BlockingEmit::TimedOut), "{r:?}");
+    let before = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !before.contains("\"op-1\""),
+        "nothing written while timed out"
+    );
+    let r = sink.emit_blocking(&ev(2), Duration::from_millis(100));
+    assert!(matches!(r, BlockingEmit::Done(Ok(()))), "{r:?}");
+    sink.close_sync().unwrap();
+    let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+    assert!(rep.ok, "{rep:?}");
+    assert_eq!(rep.records, 1);
+}
