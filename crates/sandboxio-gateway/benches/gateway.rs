@@ -3,9 +3,14 @@
 //! change durable (SQLite WAL, synchronous=FULL) before the side effect; idempotent replay
 //! against first execution; throughput with 8 concurrent submitters. One case writes a
 //! real file trail (fsync never, so the disk does not hide the chain's own cost), which is
-//! where the trail's signed head is computed and stored.
+//! where the trail's signed head is computed and stored; the last case has every state
+//! change durable: SQLite `synchronous=FULL` and the signed trail fsynced per record (the
+//! configuration's defaults).
 //!
 //! Run: `cargo bench -p sandboxio-gateway --bench gateway`. Prints a markdown table.
+//! `GATEWAY_BENCH_CASE=<text>` runs only the cases whose name contains it (the floor
+//! always runs; `concurrent` names the throughput case), for `perf stat` or `strace -c`
+//! of one case.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,17 +40,23 @@ impl Tool for Noop {
 }
 
 fn gateway(dir: &std::path::Path, sync: SyncMode, budget: bool) -> Gateway {
-    gateway_with(dir, sync, budget, false)
+    gateway_with(dir, sync, budget, None)
 }
 
-fn gateway_with(dir: &std::path::Path, sync: SyncMode, budget: bool, file: bool) -> Gateway {
+fn gateway_with(
+    dir: &std::path::Path,
+    sync: SyncMode,
+    budget: bool,
+    file: Option<FsyncPolicy>,
+) -> Gateway {
     let store = Arc::new(SqliteStore::open(&dir.join("s.db"), sync).expect("store"));
     let redaction = Redaction::from_env(vec![]);
-    let sink: Arc<dyn sandboxio_audit::AuditSink> = if file {
-        let opts = FileSinkOptions::new(dir.join("audit.jsonl")).fsync(FsyncPolicy::Never);
-        Arc::new(FileSink::open(opts, Arc::new(AuditKey::generate())).expect("trail"))
-    } else {
-        Arc::new(NoopSink)
+    let sink: Arc<dyn sandboxio_audit::AuditSink> = match file {
+        Some(fsync) => {
+            let opts = FileSinkOptions::new(dir.join("audit.jsonl")).fsync(fsync);
+            Arc::new(FileSink::open(opts, Arc::new(AuditKey::generate())).expect("trail"))
+        }
+        None => Arc::new(NoopSink),
     };
     let cfg = AuditConfig::default().with_sinks(vec![sink]);
     let auditor = Auditor::new(cfg, redaction.base().expect("redactor"));
@@ -75,6 +86,11 @@ fn op(i: usize, key: Option<&str>) -> Submission {
     );
     o.idempotency_key = key.map(|k| IdempotencyKey::new(k).expect("key"));
     Submission::new(o)
+}
+
+/// Whether `GATEWAY_BENCH_CASE` (unset: every case) selects the case `name`.
+fn selected(name: &str) -> bool {
+    std::env::var("GATEWAY_BENCH_CASE").map_or(true, |c| name.contains(c.as_str()))
 }
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
@@ -124,37 +140,47 @@ async fn main() {
             SyncMode::Full,
             false,
             false,
-            false,
+            None,
         ),
         (
             "budget reserve+settle, synchronous=FULL",
             SyncMode::Full,
             true,
             false,
-            false,
+            None,
         ),
         (
             "budget + idempotency key (first execution), FULL",
             SyncMode::Full,
             true,
             true,
-            false,
+            None,
         ),
         (
             "budget + key, synchronous=NORMAL",
             SyncMode::Normal,
             true,
             true,
-            false,
+            None,
         ),
         (
             "budget + key, NORMAL, file trail (fsync never)",
             SyncMode::Normal,
             true,
             true,
+            Some(FsyncPolicy::Never),
+        ),
+        (
+            "budget + key, FULL, file trail fsync always (every state change durable)",
+            SyncMode::Full,
             true,
+            true,
+            Some(FsyncPolicy::Always),
         ),
     ] {
+        if !selected(name) {
+            continue;
+        }
         let dir = tempfile::tempdir().expect("tmp");
         let gw = gateway_with(dir.path(), sync, budget, file);
         let mut v = measure(&gw, n, |i| keyed.then(|| format!("k{i}"))).await;
@@ -163,7 +189,7 @@ async fn main() {
             pct(&mut v, 0.5),
             pct(&mut v, 0.99)
         );
-        if keyed && sync == SyncMode::Full {
+        if keyed && sync == SyncMode::Full && file.is_none() {
             let mut r = measure(&gw, n, |i| Some(format!("k{i}"))).await;
             let (p50f, p50r) = (pct(&mut v, 0.5), pct(&mut r, 0.5));
             println!(
@@ -176,6 +202,9 @@ async fn main() {
         }
     }
     // Throughput with 8 concurrent submitters.
+    if !selected("8 concurrent submitters") {
+        return;
+    }
     let dir = tempfile::tempdir().expect("tmp");
     let gw = Arc::new(gateway(dir.path(), SyncMode::Full, true));
     let per = 250;

@@ -1,7 +1,7 @@
 //! Budget and rate-limit inputs of the chain: what an operation reserves, what it is
 //! charged, which rate limits apply, and the answer for a known idempotency key.
 
-use sandboxio_budget::{MeasuredUsage, ReserveRequest};
+use sandboxio_budget::{MeasuredUsage, ReserveRequest, ScopeKey, Summary};
 use sandboxio_core::{
     ErrorCode, ExecRequest, ExecResult, Layer, Money, Operation, OperationArgs, OperationRecord,
     OperationStatus, Verdict,
@@ -152,9 +152,10 @@ impl Gateway {
         rc.cost(&usage).unwrap_or(reserved)
     }
 
-    /// Spent and remaining budget of the operation's scopes, as metrics (when any scope has
-    /// a ceiling; a read, no fsync).
-    pub(super) async fn budget_metrics(&self, op: &Operation) {
+    /// The operation's budget scopes whose spend and remaining budget go to the metrics
+    /// after it finishes (read in the closing call, `close.rs`); none when no scope has a
+    /// ceiling.
+    pub(super) fn metric_scopes(&self, op: &Operation) -> Vec<ScopeKey> {
         let b = &self.cfg.budget;
         if b.global.is_none()
             && b.per_tenant.is_none()
@@ -162,20 +163,16 @@ impl Gateway {
             && b.per_session.is_none()
             && b.ceiling.is_empty()
         {
-            return;
+            return Vec::new();
         }
-        let req = reserve_request(op, String::new(), None);
-        let scopes = req.scopes_in(b);
-        let read = self
-            .on_store("reading budget scopes", move |s, cfg| {
-                s.budget_summary(&cfg.budget, &scopes)
-            })
-            .await;
-        if let Ok(summaries) = read {
-            let metrics = self.auditor.metrics();
-            for s in summaries {
-                metrics.budget(&s.scope.to_string(), &s.total, s.remaining.as_ref());
-            }
+        reserve_request(op, String::new(), None).scopes_in(b)
+    }
+
+    /// Spent and remaining budget of the scopes read by the closing call, as metrics.
+    pub(super) fn budget_metrics(&self, summaries: Vec<Summary>) {
+        let metrics = self.auditor.metrics();
+        for s in summaries {
+            metrics.budget(&s.scope.to_string(), &s.total, s.remaining.as_ref());
         }
     }
 

@@ -9,6 +9,7 @@
 
 mod admin;
 mod approve;
+mod close;
 mod cost;
 mod egress;
 mod execute;
@@ -42,9 +43,10 @@ use crate::policy::PolicyEngine;
 use crate::redaction::Redaction;
 use crate::retry::RetryBudget;
 use crate::store::{
-    Admission, Admitted, Claimed, Finish, IdemClaim, IdemEnd, JournalEntry, LedgerLine, Store,
+    Admission, Admitted, Claimed, IdemClaim, IdemEnd, JournalEntry, LedgerLine, Store,
 };
 use crate::tool::Tool;
+use close::{Closing, Finishing};
 use record::{base_record, ms, new_id, redact_json, redact_result};
 
 use stop::RunCtx;
@@ -143,7 +145,8 @@ pub struct Gateway {
     cfg: Arc<GatewayConfig>,
     store: Arc<dyn Store>,
     policy: RwLock<Arc<dyn PolicyEngine>>,
-    auditor: Auditor,
+    /// Shared with the closing call on the blocking pool (`close.rs`).
+    auditor: Arc<Auditor>,
     redaction: Redaction,
     sandbox: SandboxConfig,
     approver: Approver,
@@ -183,7 +186,7 @@ impl Gateway {
             cfg: Arc::new(cfg),
             store,
             policy: RwLock::new(policy),
-            auditor,
+            auditor: Arc::new(auditor),
             redaction,
             sandbox,
             approver,
@@ -391,33 +394,15 @@ impl Gateway {
         };
         // The record goes to the audit sinks before the journal closes: a crash in between
         // leaves an open intent, which recovery records as interrupted (the trail then holds
-        // both), so no operation that ran is ever missing from the trail.
+        // both), so no operation that ran is ever missing from the trail. Record, trail head
+        // and `finish` (settle or release, the key's outcome, the journal's outcome) are one
+        // call off the async workers (`close.rs`): one hand-off, one transaction.
         let parent = sub
             .traceparent
             .as_deref()
             .and_then(sandboxio_audit::parent_from_traceparent)
             .unwrap_or_else(opentelemetry::Context::current);
-        let recorded = self
-            .auditor
-            .record_with_parent(out.record.clone(), &parent)
-            .await;
-        // The trail's signed head after this record, kept in the store (the trail anchored
-        // outside itself): in the closing transaction, or on its own when nothing was admitted.
-        let heads = self.auditor.heads();
-        if !ctx.admitted {
-            let h = heads.clone();
-            let put = self
-                .on_store("storing the trail head", move |s, _| {
-                    s.put_heads(&h, Utc::now())
-                })
-                .await;
-            if let Err(e) = put {
-                tracing::warn!(operation_id = %id, code = e.code(), "storing the trail head failed: {e}");
-            }
-        }
-        // Settle or release, store the key's outcome, close the journal: one transaction, so a
-        // crash either replays this outcome or finds the operation interrupted, never both.
-        if ctx.admitted {
+        let finish = ctx.admitted.then(|| {
             let idem = ctx.idem.clone().map(|(tenant, key)| {
                 let end = if ctx.ran {
                     IdemEnd::Done(serde_json::to_string(&out).unwrap_or_default())
@@ -426,51 +411,77 @@ impl Gateway {
                 };
                 (tenant, key, end)
             });
-            let ledger = LedgerLine {
+            Finishing {
                 operation_id: id.clone(),
-                tenant: sub.op.principal.tenant.clone(),
-                category: sub.op.cost_category,
-                amount: ctx.charge.unwrap_or(Money::ZERO),
-                at: Utc::now(),
-                description: format!("{} {}", sub.op.kind(), sub.op.args.tool_name()),
-                labels: sub.labels.clone(),
-            };
-            let (op_id, charge) = (id.clone(), if ctx.ran { ctx.charge } else { None });
-            let status = out.record.status.as_str();
-            let finished = self
-                .on_store("finishing the operation", move |s, cfg| {
-                    s.finish(&Finish {
-                        operation_id: &op_id,
-                        budget: &cfg.budget,
-                        charge,
-                        ledger: Some(ledger),
-                        idem,
-                        journal_status: status,
-                        heads: &heads,
-                        now: Utc::now(),
-                    })
-                })
-                .await;
-            match finished {
-                Ok(Some(s)) => {
-                    for w in &s.warnings {
-                        self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
-                    }
-                    if !s.overrun.is_zero() {
-                        let why = format!(
-                            "operation {id} cost {}, {} more than its reservation of {}: charged, and its budget scopes are closed until an operator reopens them",
-                            s.measured, s.overrun, s.reserved
-                        );
-                        self.warn_budget(&sub.op, &why, s.charged).await;
-                    }
-                    self.budget_metrics(&sub.op).await;
+                charge: if ctx.ran { ctx.charge } else { None },
+                ledger: LedgerLine {
+                    operation_id: id.clone(),
+                    tenant: sub.op.principal.tenant.clone(),
+                    category: sub.op.cost_category,
+                    amount: ctx.charge.unwrap_or(Money::ZERO),
+                    at: Utc::now(),
+                    description: format!("{} {}", sub.op.kind(), sub.op.args.tool_name()),
+                    labels: sub.labels.clone(),
+                },
+                idem,
+                journal_status: out.record.status.as_str(),
+            }
+        });
+        let closing = Closing {
+            record: out.record.clone(),
+            parent: parent.clone(),
+            finish,
+            scopes: if ctx.admitted {
+                self.metric_scopes(&sub.op)
+            } else {
+                Vec::new()
+            },
+        };
+        let auditor = self.auditor.clone();
+        let closed = self
+            .on_store("closing the operation", move |s, cfg| {
+                Ok(close::close(&auditor, s, cfg, closing))
+            })
+            .await;
+        let closed = match closed {
+            Ok(c) => c,
+            Err(e) => {
+                // The closing call was lost (the runtime is shutting down): the record still
+                // goes out; recovery marks the open intent interrupted.
+                tracing::warn!(operation_id = %id, code = e.code(), "closing the operation off the async workers failed; recovery will mark it interrupted: {e}");
+                let recorded = self
+                    .auditor
+                    .record_with_parent(out.record.clone(), &parent)
+                    .await;
+                recorded.map_err(|_| GatewayError::Unrecorded)?;
+                return Ok(out);
+            }
+        };
+        if let Err(e) = closed.heads_stored {
+            tracing::warn!(operation_id = %id, code = e.code(), "storing the trail head failed: {e}");
+        }
+        match closed.finished {
+            Ok(Some(s)) => {
+                for w in &s.warnings {
+                    self.warn_budget(&sub.op, &w.to_string(), w.spent).await;
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
+                if !s.overrun.is_zero() {
+                    let why = format!(
+                        "operation {id} cost {}, {} more than its reservation of {}: charged, and its budget scopes are closed until an operator reopens them",
+                        s.measured, s.overrun, s.reserved
+                    );
+                    self.warn_budget(&sub.op, &why, s.charged).await;
+                }
+                if let Some(Ok(summaries)) = closed.summaries {
+                    self.budget_metrics(summaries);
                 }
             }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
+            }
         }
+        let recorded = closed.recorded;
         recorded.map_err(|_| GatewayError::Unrecorded)?;
         Ok(out)
     }
@@ -493,15 +504,11 @@ impl Gateway {
         if let OperationArgs::Admin { action } = &op.args {
             return self.admin_action(action, op, rec).await;
         }
-        // kill switch: consulted before every other check (and again, atomically, at admission)
-        match self
-            .on_store("reading the kill switch", |s, _| s.kill_state())
-            .await
-        {
-            Ok(None) => {}
-            Ok(Some(k)) => return Err(Stop::killed(&k)),
-            Err(e) => return Err(Stop::error(Layer::KillSwitch, &e)),
-        }
+        // The kill switch comes before every other layer. For an operation the policy
+        // allows or asks about, it is read inside the admission transaction (first, before
+        // rate limits, atomically with the rest: one store call, not two); the policy is
+        // pure and in memory, so deciding it first changes nothing observable. A denial
+        // reads the kill switch on its own, so that an engaged switch is still the answer.
         // policy
         let engine = match self.policy.read() {
             Ok(p) => p.clone(),
@@ -513,10 +520,19 @@ impl Gateway {
             }
         };
         let decision = engine.decide_in(op, Utc::now(), sub.workspace.as_deref());
-        rec.rules = decision.rules.clone();
-        rec.reason = decision.reason.clone();
         if decision.verdict == Verdict::Deny {
-            return Err(Stop::from_decision(decision));
+            return match self
+                .on_store("reading the kill switch", |s, _| s.kill_state())
+                .await
+            {
+                Ok(None) => {
+                    rec.rules = decision.rules.clone();
+                    rec.reason = decision.reason.clone();
+                    Err(Stop::from_decision(decision))
+                }
+                Ok(Some(k)) => Err(Stop::killed(&k)),
+                Err(e) => Err(Stop::error(Layer::KillSwitch, &e)),
+            };
         }
         let needs_approval = decision.verdict == Verdict::Ask;
         // rate limit, journal intent, budget and (without an approval) the idempotency claim:
@@ -559,6 +575,10 @@ impl Gateway {
                 })
             })
             .await;
+        if !matches!(admitted, Ok(Admitted::KillSwitch(_))) {
+            rec.rules = decision.rules.clone();
+            rec.reason = decision.reason.clone();
+        }
         match admitted {
             Ok(Admitted::Proceed(r)) => {
                 ctx.admitted = true;

@@ -196,10 +196,82 @@ async fn kill_switch_denies_before_policy_and_survives_reopen() {
         Approver::Nobody,
         false,
     );
-    let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
-    assert_eq!(out.record.layer, Layer::KillSwitch);
-    assert!(out.record.reason.contains("runaway"));
+    // Allowed, denied and asked about by the policy: the kill switch answers first
+    // (read in the admission transaction for the first and the last, alone for a denial).
+    for tool in ["ok_tool", "no_tool", "ask_tool"] {
+        let out = f.gw.submit(call(tool, "x")).await.unwrap();
+        assert_eq!(out.record.layer, Layer::KillSwitch, "{tool}");
+        assert_eq!(out.record.verdict, Verdict::Deny, "{tool}");
+        assert!(out.record.reason.contains("runaway"), "{tool}");
+        assert!(
+            out.record.rules.is_empty(),
+            "{tool}: {:?}",
+            out.record.rules
+        );
+    }
     assert_eq!(calls(&f), 0);
+    assert_eq!(f.sink.len(), 3);
+}
+
+/// One hand-off per phase: an allowed operation makes two store calls, the admission
+/// transaction (kill switch, rate limits, journal, reservation, key) and the closing one
+/// (record, `finish`, then the budget read for the metrics on the same thread); a denied one
+/// reads the kill switch, then stores the trail heads. None of them on an async worker:
+/// the runtime here has one worker, and every call runs on another thread.
+#[test]
+fn an_operation_makes_one_store_call_per_phase_off_the_async_worker() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let worker = rt.block_on(async {
+        tokio::spawn(async { std::thread::current().id() })
+            .await
+            .unwrap()
+    });
+    let watched = Arc::new(Watched::new(SqliteStore::open_in_memory().unwrap(), false));
+    let mut cfg = GatewayConfig::default();
+    cfg.budget.global = Some("100".parse().unwrap());
+    let f = fixture_with(
+        cfg,
+        Some(watched.clone() as Arc<dyn Store>),
+        Approver::Nobody,
+        false,
+    );
+    let gw = Arc::new(f.gw);
+    let run = |tool: &'static str| {
+        let gw = gw.clone();
+        rt.block_on(
+            async move { tokio::spawn(async move { gw.submit(call(tool, "x")).await }).await },
+        )
+        .unwrap()
+        .unwrap()
+    };
+    let out = run("ok_tool");
+    assert_eq!(out.record.status, OperationStatus::Ok);
+    let seen = watched.take();
+    let names: Vec<&str> = seen.iter().map(|c| c.0).collect();
+    assert_eq!(names, ["admit", "finish", "budget_summary"]);
+    assert_eq!(
+        seen[1].1, seen[2].1,
+        "finish and the budget read: one closing call"
+    );
+    assert!(
+        seen.iter().all(|c| c.1 != worker),
+        "{seen:?} on the worker {worker:?}"
+    );
+
+    let out = run("no_tool");
+    assert_eq!(out.record.layer, Layer::Policy);
+    let seen = watched.take();
+    let names: Vec<&str> = seen.iter().map(|c| c.0).collect();
+    assert_eq!(names, ["kill_state", "put_heads"]);
+    assert!(
+        seen.iter().all(|c| c.1 != worker),
+        "{seen:?} on the worker {worker:?}"
+    );
+    assert_eq!(f.sink.len(), 2, "one record each");
 }
 
 #[tokio::test]
@@ -260,22 +332,52 @@ async fn budget_denies_with_numbers_and_leaks_nothing() {
     assert_eq!(f.gw.store().live_counts().unwrap().reservations, 0);
 }
 
-/// A store whose admission transaction always fails: the gateway must deny, not run.
-struct BrokenAdmission(SqliteStore);
-impl Store for BrokenAdmission {
+/// A store that notes which of the chain's calls it served and on which thread, and whose
+/// admission transaction can be made to fail (the gateway must then deny, not run).
+struct Watched {
+    inner: SqliteStore,
+    broken_admission: bool,
+    calls: Mutex<Vec<(&'static str, std::thread::ThreadId)>>,
+}
+
+impl Watched {
+    fn new(inner: SqliteStore, broken_admission: bool) -> Self {
+        Watched {
+            inner,
+            broken_admission,
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+    fn note(&self, call: &'static str) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((call, std::thread::current().id()));
+    }
+    fn take(&self) -> Vec<(&'static str, std::thread::ThreadId)> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl Store for Watched {
     fn kill_state(&self) -> store::StoreResult<Option<store::KillState>> {
-        self.0.kill_state()
+        self.note("kill_state");
+        self.inner.kill_state()
     }
     fn set_kill(&self, r: &str, b: &str, n: DateTime<Utc>) -> store::StoreResult<()> {
-        self.0.set_kill(r, b, n)
+        self.inner.set_kill(r, b, n)
     }
     fn clear_kill(&self) -> store::StoreResult<()> {
-        self.0.clear_kill()
+        self.inner.clear_kill()
     }
-    fn admit(&self, _a: &store::Admission<'_>) -> store::StoreResult<store::Admitted> {
-        Err(GatewayError::StoreBusy {
-            action: "admitting an operation",
-        })
+    fn admit(&self, a: &store::Admission<'_>) -> store::StoreResult<store::Admitted> {
+        self.note("admit");
+        if self.broken_admission {
+            return Err(GatewayError::StoreBusy {
+                action: "admitting an operation",
+            });
+        }
+        self.inner.admit(a)
     }
     fn claim(
         &self,
@@ -284,46 +386,48 @@ impl Store for BrokenAdmission {
         o: &str,
         n: DateTime<Utc>,
     ) -> store::StoreResult<Option<store::Claimed>> {
-        self.0.claim(a, i, o, n)
+        self.inner.claim(a, i, o, n)
     }
     fn finish(
         &self,
         f: &store::Finish<'_>,
     ) -> store::StoreResult<Option<sandboxio_budget::Settlement>> {
-        self.0.finish(f)
+        self.note("finish");
+        self.inner.finish(f)
     }
     fn reopen_scope(
         &self,
         s: &sandboxio_budget::ScopeKey,
         now: DateTime<Utc>,
     ) -> store::StoreResult<bool> {
-        self.0.reopen_scope(s, now)
+        self.inner.reopen_scope(s, now)
     }
     fn budget_summary(
         &self,
         c: &sandboxio_budget::BudgetConfig,
         s: &[sandboxio_budget::ScopeKey],
     ) -> store::StoreResult<Vec<sandboxio_budget::Summary>> {
-        self.0.budget_summary(c, s)
+        self.note("budget_summary");
+        self.inner.budget_summary(c, s)
     }
     fn ledger(
         &self,
         a: DateTime<Utc>,
         b: DateTime<Utc>,
     ) -> store::StoreResult<Vec<store::LedgerLine>> {
-        self.0.ledger(a, b)
+        self.inner.ledger(a, b)
     }
     fn create_approval(&self, a: &store::Approval) -> store::StoreResult<()> {
-        self.0.create_approval(a)
+        self.inner.create_approval(a)
     }
     fn get_approval(&self, id: &str) -> store::StoreResult<Option<store::Approval>> {
-        self.0.get_approval(id)
+        self.inner.get_approval(id)
     }
     fn list_approvals(
         &self,
         s: Option<store::ApprovalState>,
     ) -> store::StoreResult<Vec<store::Approval>> {
-        self.0.list_approvals(s)
+        self.inner.list_approvals(s)
     }
     fn decide_approval(
         &self,
@@ -333,32 +437,33 @@ impl Store for BrokenAdmission {
         r: Option<&str>,
         n: DateTime<Utc>,
     ) -> store::StoreResult<store::Approval> {
-        self.0.decide_approval(id, a, b, r, n)
+        self.inner.decide_approval(id, a, b, r, n)
     }
     fn put_heads(&self, h: &[store::SignedHead], n: DateTime<Utc>) -> store::StoreResult<()> {
-        self.0.put_heads(h, n)
+        self.note("put_heads");
+        self.inner.put_heads(h, n)
     }
     fn heads(&self) -> store::StoreResult<Vec<store::SignedHead>> {
-        self.0.heads()
+        self.inner.heads()
     }
     fn record_anchor_break(
         &self,
         b: &store::AnchorBreak,
         h: Option<&store::SignedHead>,
     ) -> store::StoreResult<()> {
-        self.0.record_anchor_break(b, h)
+        self.inner.record_anchor_break(b, h)
     }
     fn anchor_breaks(&self) -> store::StoreResult<Vec<store::AnchorBreak>> {
-        self.0.anchor_breaks()
+        self.inner.anchor_breaks()
     }
     fn prune(&self, n: DateTime<Utc>, r: std::time::Duration) -> store::StoreResult<store::Pruned> {
-        self.0.prune(n, r)
+        self.inner.prune(n, r)
     }
     fn expire_approvals(&self, n: DateTime<Utc>) -> store::StoreResult<u64> {
-        self.0.expire_approvals(n)
+        self.inner.expire_approvals(n)
     }
     fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
-        self.0.expire_approval(id)
+        self.inner.expire_approval(id)
     }
     fn recover(
         &self,
@@ -367,38 +472,38 @@ impl Store for BrokenAdmission {
         a: &dyn Fn(&str) -> bool,
         i: &dyn Fn(&store::JournalEntry) -> String,
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
-        self.0.recover(n, b, a, i)
+        self.inner.recover(n, b, a, i)
     }
     fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
-        self.0.live_counts()
+        self.inner.live_counts()
     }
     fn rate_usage(
         &self,
         p: &str,
         since: DateTime<Utc>,
     ) -> store::StoreResult<Vec<store::RateUsage>> {
-        self.0.rate_usage(p, since)
+        self.inner.rate_usage(p, since)
     }
     fn create_credential(
         &self,
         c: &sandboxio_gateway::credential::Credential,
     ) -> store::StoreResult<()> {
-        self.0.create_credential(c)
+        self.inner.create_credential(c)
     }
     fn credential(
         &self,
         id: &str,
     ) -> store::StoreResult<Option<sandboxio_gateway::credential::Credential>> {
-        self.0.credential(id)
+        self.inner.credential(id)
     }
     fn list_credentials(
         &self,
         t: Option<&str>,
     ) -> store::StoreResult<Vec<sandboxio_gateway::credential::Credential>> {
-        self.0.list_credentials(t)
+        self.inner.list_credentials(t)
     }
     fn revoke_credential(&self, id: &str, n: DateTime<Utc>) -> store::StoreResult<bool> {
-        self.0.revoke_credential(id, n)
+        self.inner.revoke_credential(id, n)
     }
 }
 
@@ -406,7 +511,8 @@ impl Store for BrokenAdmission {
 async fn internal_error_in_a_layer_is_a_deny() {
     let mut cfg = GatewayConfig::default();
     cfg.budget.global = Some("100".parse().unwrap());
-    let store: Arc<dyn Store> = Arc::new(BrokenAdmission(SqliteStore::open_in_memory().unwrap()));
+    let store: Arc<dyn Store> =
+        Arc::new(Watched::new(SqliteStore::open_in_memory().unwrap(), true));
     let f = fixture_with(cfg, Some(store), Approver::Nobody, false);
     let out = f.gw.submit(call("ok_tool", "x")).await.unwrap();
     assert_eq!(out.record.verdict, Verdict::Deny);
