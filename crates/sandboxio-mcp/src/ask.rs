@@ -46,86 +46,150 @@ pub fn prompt(a: &Approval) -> String {
     )
 }
 
-/// The channel the gateway announces the pending approval on, and the task listening to
-/// it (aborted when the call ends).
-pub fn attach(
+/// What answering an ask over MCP needs: the client's peer, the call's cancellation, the
+/// gateway that records the decision.
+pub struct Asker {
+    peer: rmcp::Peer<RoleServer>,
+    ct: tokio_util::sync::CancellationToken,
+    client: String,
+    tenant: String,
+    gw: Arc<Gateway>,
+    timeout: Duration,
+}
+
+/// The asker of the call `cx`.
+pub fn asker(
     cx: &RequestContext<RoleServer>,
     tenant: String,
     gw: Arc<Gateway>,
     timeout: Duration,
-) -> (mpsc::UnboundedSender<Approval>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Approval>();
+) -> Asker {
     let peer = cx.peer.clone();
-    let ct = cx.ct.clone();
     let client = peer
         .peer_info()
         .map(|i| i.client_info.name.clone())
         .unwrap_or_else(|| "unknown".into());
-    let task = tokio::spawn(async move {
-        let Some(a) = rx.recv().await else { return };
-        let elicit = peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form);
-        let decide = |approve: bool, actor: String, reason: Option<String>| {
-            let gw = gw.clone();
-            let tenant = tenant.clone();
-            let approval_id = a.id.clone();
-            async move {
-                // Someone may have answered meanwhile (the CLI, the API): theirs stands.
-                let pending = matches!(
-                    gw.store().get_approval(&approval_id),
-                    Ok(Some(x)) if x.state == sandboxio_gateway::store::ApprovalState::Pending
-                );
-                if !pending {
-                    return;
-                }
-                let action = if approve {
-                    AdminAction::Approve {
-                        approval_id,
-                        reason,
-                    }
-                } else {
-                    AdminAction::Deny {
-                        approval_id,
-                        reason,
-                    }
-                };
-                if let Err(e) = gw.admin(&tenant, &actor, action).await {
-                    tracing::warn!("recording an MCP approval decision failed: {e}");
-                }
-            }
-        };
-        let answer = async {
-            if !elicit {
-                return None;
-            }
-            match peer
-                .elicit_with_timeout::<ApprovalForm>(prompt(&a), Some(timeout))
-                .await
-            {
-                Ok(Some(f)) => Some((f.approve, (!f.reason.is_empty()).then_some(f.reason))),
-                Err(ElicitationError::UserDeclined) => {
-                    Some((false, Some("declined in the MCP client".into())))
-                }
-                // Dismissed, unsupported or failed: a person may still answer elsewhere.
-                Ok(None) | Err(_) => None,
-            }
-        };
-        let actor = format!("mcp client `{client}` (elicitation)");
+    Asker {
+        peer,
+        ct: cx.ct.clone(),
+        client,
+        tenant,
+        gw,
+        timeout,
+    }
+}
+
+/// Runs `call` (a submission that announces its pending approval on the sender paired with
+/// `pending`) while watching, on this task, for the client's cancellation (which cancels
+/// `token`, so the chain stops the operation) and for a pending approval (whose
+/// elicitation then starts in a task of its own, aborted when the call ends). A call that
+/// asks nothing spawns nothing: each spawned task is a possible wake-up of another worker
+/// thread, paid on every call before.
+pub async fn watched<F: std::future::Future>(
+    call: F,
+    mut pending: mpsc::UnboundedReceiver<Approval>,
+    asker: Asker,
+    token: &sandboxio_gateway::CancelToken,
+) -> F::Output {
+    let ct = asker.ct.clone();
+    let mut asker = Some(asker);
+    let mut task = None;
+    let mut cancelled = false;
+    tokio::pin!(call);
+    let out = loop {
         tokio::select! {
-            got = answer => {
-                if let Some((approve, reason)) = got {
-                    decide(approve, actor, reason).await;
-                } else {
-                    // Waits for a person until the gateway's timeout; a cancel still ends it.
-                    ct.cancelled().await;
+            out = &mut call => break out,
+            Some(a) = pending.recv(), if asker.is_some() => {
+                task = asker.take().map(|x| x.start(a));
+            }
+            _ = ct.cancelled(), if !cancelled => {
+                cancelled = true;
+                token.cancel("cancelled by the MCP client");
+            }
+        }
+    };
+    if let Some(t) = task {
+        t.abort();
+    }
+    out
+}
+
+impl Asker {
+    /// Offers the pending approval `a` to the client's user (elicitation) when it can, and
+    /// otherwise leaves it to a person elsewhere; a cancelled call denies it.
+    fn start(self, a: Approval) -> tokio::task::JoinHandle<()> {
+        let Asker {
+            peer,
+            ct,
+            client,
+            tenant,
+            gw,
+            timeout,
+        } = self;
+        tokio::spawn(async move {
+            let elicit = peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form);
+            let decide = |approve: bool, actor: String, reason: Option<String>| {
+                let gw = gw.clone();
+                let tenant = tenant.clone();
+                let approval_id = a.id.clone();
+                async move {
+                    // Someone may have answered meanwhile (the CLI, the API): theirs stands.
+                    let pending = matches!(
+                        gw.store().get_approval(&approval_id),
+                        Ok(Some(x)) if x.state == sandboxio_gateway::store::ApprovalState::Pending
+                    );
+                    if !pending {
+                        return;
+                    }
+                    let action = if approve {
+                        AdminAction::Approve {
+                            approval_id,
+                            reason,
+                        }
+                    } else {
+                        AdminAction::Deny {
+                            approval_id,
+                            reason,
+                        }
+                    };
+                    if let Err(e) = gw.admin(&tenant, &actor, action).await {
+                        tracing::warn!("recording an MCP approval decision failed: {e}");
+                    }
+                }
+            };
+            let answer = async {
+                if !elicit {
+                    return None;
+                }
+                match peer
+                    .elicit_with_timeout::<ApprovalForm>(prompt(&a), Some(timeout))
+                    .await
+                {
+                    Ok(Some(f)) => Some((f.approve, (!f.reason.is_empty()).then_some(f.reason))),
+                    Err(ElicitationError::UserDeclined) => {
+                        Some((false, Some("declined in the MCP client".into())))
+                    }
+                    // Dismissed, unsupported or failed: a person may still answer elsewhere.
+                    Ok(None) | Err(_) => None,
+                }
+            };
+            let actor = format!("mcp client `{client}` (elicitation)");
+            tokio::select! {
+                got = answer => {
+                    if let Some((approve, reason)) = got {
+                        decide(approve, actor, reason).await;
+                    } else {
+                        // Waits for a person until the gateway's timeout; a cancel still ends it.
+                        ct.cancelled().await;
+                        decide(false, format!("mcp client `{client}`"), Some("the call was cancelled".into())).await;
+                    }
+                }
+                _ = ct.cancelled() => {
                     decide(false, format!("mcp client `{client}`"), Some("the call was cancelled".into())).await;
                 }
             }
-            _ = ct.cancelled() => {
-                decide(false, format!("mcp client `{client}`"), Some("the call was cancelled".into())).await;
-            }
-        }
-    });
-    (tx, task)
+        })
+    }
 }

@@ -257,16 +257,8 @@ impl SandboxioMcp {
         cx: &RequestContext<RoleServer>,
     ) -> Result<Outcome, McpError> {
         let token = CancelToken::new();
-        let ct = cx.ct.clone();
-        let cancel_watch = tokio::spawn({
-            let token = token.clone();
-            async move {
-                ct.cancelled().await;
-                token.cancel("cancelled by the MCP client");
-            }
-        });
         let mut extra = CallOptions {
-            cancel: Some(token),
+            cancel: Some(token.clone()),
             rationale,
             ..CallOptions::default()
         };
@@ -278,19 +270,19 @@ impl SandboxioMcp {
             extra.stream.events = Some(tx);
             task
         });
-        let (pending, asks) = crate::ask::attach(
+        let asker = crate::ask::asker(
             cx,
             sbx.principal().tenant.clone(),
             self.opts.gateway.clone(),
             self.opts.approval_timeout,
         );
+        let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         extra.approval_pending = Some(pending);
-        let out = sbx.call(args, exec, content, extra).await;
-        cancel_watch.abort();
+        let out =
+            crate::ask::watched(sbx.call(args, exec, content, extra), asks, asker, &token).await;
         if let Some(p) = progress {
             let _ = p.await;
         }
-        asks.abort();
         out.map_err(gateway_error)
     }
 
