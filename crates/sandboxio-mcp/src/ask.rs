@@ -80,7 +80,8 @@ pub fn asker(
 }
 
 /// Runs `call` (a submission that announces its pending approval on the sender paired with
-/// `pending`) while watching, on this task, for the client's cancellation (which cancels
+/// `pending`; boxed by the caller: the chain's future is large, and moved by value it
+/// would be copied on the worker's stack) while watching, on this task, for the client's cancellation (which cancels
 /// `token`, so the chain stops the operation) and for a pending approval (whose
 /// elicitation then starts in a task of its own, aborted when the call ends). A call that
 /// asks nothing spawns nothing: each spawned task is a possible wake-up of another worker

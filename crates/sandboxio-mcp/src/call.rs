@@ -278,8 +278,13 @@ impl SandboxioMcp {
         );
         let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         extra.approval_pending = Some(pending);
-        let out =
-            crate::ask::watched(sbx.call(args, exec, content, extra), asks, asker, &token).await;
+        let out = crate::ask::watched(
+            Box::pin(sbx.call(args, exec, content, extra)),
+            asks,
+            asker,
+            &token,
+        )
+        .await;
         if let Some(p) = progress {
             let _ = p.await;
         }

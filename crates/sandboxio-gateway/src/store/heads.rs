@@ -44,12 +44,15 @@ pub(super) fn put_in(
     now: DateTime<Utc>,
 ) -> StoreResult<()> {
     for h in heads {
-        tx.execute(
+        let head = encode(h)?;
+        tx.prepare_cached(
             "INSERT INTO trail_heads (trail, size, head, updated_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (trail) DO UPDATE SET size = excluded.size, head = excluded.head, updated_ms = excluded.updated_ms
              WHERE excluded.size > trail_heads.size",
-            params![h.trail, i64::try_from(h.size).unwrap_or(i64::MAX), encode(h)?, now.timestamp_millis()],
         )
+        .and_then(|mut stmt| {
+            stmt.execute(params![h.trail, i64::try_from(h.size).unwrap_or(i64::MAX), head, now.timestamp_millis()])
+        })
         .map_err(db("storing the trail head"))?;
     }
     Ok(())

@@ -289,7 +289,8 @@ impl SandboxioMcp {
         );
         let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         sub.approval_pending = Some(pending);
-        let out = crate::ask::watched(self.opts.gateway.submit(sub), asks, asker, &token).await;
+        let out =
+            crate::ask::watched(Box::pin(self.opts.gateway.submit(sub)), asks, asker, &token).await;
         let o = out.map_err(|e| McpError::Gateway {
             code: sandboxio_core::ErrorCode::code(&e),
             why: e.to_string(),
