@@ -249,10 +249,17 @@ impl Auditor {
         self.conclude(rec, event, redactions, failures, parent)
     }
 
+    /// Whether every sink writes on the calling thread ([`Self::record_blocking`] then
+    /// needs no runtime and hands nothing to another task).
+    pub fn records_blocking(&self) -> bool {
+        self.config.sinks.iter().all(|s| s.has_blocking_emit())
+    }
+
     /// [`Self::record_with_parent`] on a thread that may block and is not an async worker
     /// (a runtime's blocking pool): each sink with a blocking path (the file trail) writes
     /// on this thread, so recording costs no hand-off to a writer thread; the others are
-    /// awaited here through the current runtime (without one, they are reported failed).
+    /// awaited here through the current runtime (without one, they are reported failed),
+    /// outside their caller's task: use it when [`Self::records_blocking`] says so.
     /// Same redaction, timeout per sink, failure modes, span and metrics.
     pub fn record_blocking(
         &self,

@@ -205,6 +205,9 @@ impl AuditSink for FileSink {
             Err(e) => BlockingEmit::Done(Err(e)),
         }
     }
+    fn has_blocking_emit(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         &self.name
     }

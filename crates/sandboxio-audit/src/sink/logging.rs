@@ -30,6 +30,9 @@ impl AuditSink for LoggingSink {
             tracing::info!(target: AUDIT_TARGET, "{line}");
         }))
     }
+    fn has_blocking_emit(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "logging"
     }

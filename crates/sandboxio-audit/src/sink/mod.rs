@@ -47,6 +47,12 @@ pub trait AuditSink: Send + Sync {
     fn emit_blocking(&self, _event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
         BlockingEmit::Unsupported
     }
+    /// Whether [`AuditSink::emit_blocking`] writes (true for a sink that overrides it).
+    /// A sink without it (one that must run on its caller's task, like an embedding's
+    /// sink bound to an event loop) keeps every record on the awaited `emit`.
+    fn has_blocking_emit(&self) -> bool {
+        false
+    }
     /// A short name for warnings, metrics and errors.
     fn name(&self) -> &str;
     /// Flushes and closes the sink (the file sink writes its closing checkpoint).
@@ -70,6 +76,9 @@ impl AuditSink for NoopSink {
     }
     fn emit_blocking(&self, _event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
         BlockingEmit::Done(Ok(()))
+    }
+    fn has_blocking_emit(&self) -> bool {
+        true
     }
     fn name(&self) -> &str {
         "noop"

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use super::AuditSink;
+use super::{AuditSink, BlockingEmit};
 use crate::error::AuditError;
 use crate::event::AuditEvent;
 
@@ -106,9 +106,9 @@ impl QueueSink {
     }
 }
 
-#[async_trait]
-impl AuditSink for QueueSink {
-    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+impl QueueSink {
+    /// Queues `event` (never waits): what both `emit` and `emit_blocking` do.
+    fn enqueue(&self, event: &AuditEvent) -> Result<(), AuditError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(AuditError::SinkClosed {
                 sink: self.name.clone(),
@@ -139,6 +139,21 @@ impl AuditSink for QueueSink {
         }
         self.notify.notify_one();
         Ok(())
+    }
+}
+
+#[async_trait]
+impl AuditSink for QueueSink {
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        self.enqueue(event)
+    }
+
+    fn emit_blocking(&self, event: &AuditEvent, _timeout: std::time::Duration) -> BlockingEmit {
+        BlockingEmit::Done(self.enqueue(event))
+    }
+
+    fn has_blocking_emit(&self) -> bool {
+        true
     }
 
     fn name(&self) -> &str {

@@ -4,6 +4,10 @@
 //! release, the key's outcome, the journal's outcome, the heads) or, for an operation
 //! that was never admitted, the heads alone; then the budget scopes for the metrics.
 //!
+//! When a sink has no blocking path (an embedding's sink that must run on its caller's
+//! task and event loop), the record is awaited on the operation's task first, as before,
+//! and the closing call does the rest.
+//!
 //! One hand-off to the blocking pool serves all of it: each hand-off wakes a parked thread
 //! and then the waiting task (tens to hundreds of microseconds each on a small VM), which
 //! cost more than the work when the record, `finish` and the metrics read were three.
@@ -23,10 +27,9 @@ use crate::store::{Finish, IdemEnd, LedgerLine, Store, StoreResult};
 
 /// What the closing call needs.
 pub(super) struct Closing {
-    /// The redacted record (the auditor redacts again, which finds nothing more).
-    pub record: OperationRecord,
-    /// The caller's span, the parent of the record's span.
-    pub parent: opentelemetry::Context,
+    /// The redacted record (the auditor redacts again, which finds nothing more) and the
+    /// caller's span, its span's parent; `None` when it was recorded already.
+    pub record: Option<(OperationRecord, opentelemetry::Context)>,
     /// For an admitted operation: what `finish` writes.
     pub finish: Option<Finishing>,
     /// Budget scopes whose spend goes to the metrics after `finish` (empty: none).
@@ -44,7 +47,8 @@ pub(super) struct Finishing {
 
 /// What the closing call did; each part failed or not on its own.
 pub(super) struct Closed {
-    pub recorded: Result<RecordOutcome, AuditError>,
+    /// `None` when the record was not this call's to write.
+    pub recorded: Option<Result<RecordOutcome, AuditError>>,
     /// `Ok(None)` when nothing was admitted (or nothing was reserved).
     pub finished: StoreResult<Option<Settlement>>,
     /// For an operation never admitted: storing the trail heads.
@@ -59,7 +63,9 @@ pub(super) fn close(
     cfg: &GatewayConfig,
     c: Closing,
 ) -> Closed {
-    let recorded = auditor.record_blocking(c.record, &c.parent);
+    let recorded = c
+        .record
+        .map(|(rec, parent)| auditor.record_blocking(rec, &parent));
     // The trail's signed head after this record, kept in the store (the trail anchored
     // outside itself): in the closing transaction, or on its own when nothing was admitted.
     let heads = auditor.heads();

@@ -427,9 +427,20 @@ impl Gateway {
                 journal_status: out.record.status.as_str(),
             }
         });
+        // Sinks that must run on this task (an embedding's, bound to its event loop) are
+        // awaited here, before the closing call, as always; the others write in it.
+        let blocking = self.auditor.records_blocking();
+        let early = if blocking {
+            None
+        } else {
+            Some(
+                self.auditor
+                    .record_with_parent(out.record.clone(), &parent)
+                    .await,
+            )
+        };
         let closing = Closing {
-            record: out.record.clone(),
-            parent: parent.clone(),
+            record: blocking.then(|| (out.record.clone(), parent.clone())),
             finish,
             scopes: if ctx.admitted {
                 self.metric_scopes(&sub.op)
@@ -449,10 +460,14 @@ impl Gateway {
                 // The closing call was lost (the runtime is shutting down): the record still
                 // goes out; recovery marks the open intent interrupted.
                 tracing::warn!(operation_id = %id, code = e.code(), "closing the operation off the async workers failed; recovery will mark it interrupted: {e}");
-                let recorded = self
-                    .auditor
-                    .record_with_parent(out.record.clone(), &parent)
-                    .await;
+                let recorded = match early {
+                    Some(r) => r,
+                    None => {
+                        self.auditor
+                            .record_with_parent(out.record.clone(), &parent)
+                            .await
+                    }
+                };
                 recorded.map_err(|_| GatewayError::Unrecorded)?;
                 return Ok(out);
             }
@@ -481,7 +496,12 @@ impl Gateway {
                 tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
             }
         }
-        let recorded = closed.recorded;
+        let recorded = match (closed.recorded, early) {
+            (Some(r), _) | (None, Some(r)) => r,
+            (None, None) => Err(sandboxio_audit::AuditError::Render {
+                why: "the record was not written".into(),
+            }),
+        };
         recorded.map_err(|_| GatewayError::Unrecorded)?;
         Ok(out)
     }

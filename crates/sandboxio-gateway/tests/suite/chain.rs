@@ -693,3 +693,74 @@ async fn a_secret_never_reaches_the_sink_or_the_outcome() {
     assert!(!serde_json::to_string(&out).unwrap().contains(canary));
     assert!(!f.sink.json().contains(canary));
 }
+
+tokio::task_local! {
+    static CALLER: &'static str;
+}
+
+/// A sink that only works on its caller's task (like an embedding's sink bound to the
+/// caller's event loop): it reads a task-local value the caller set.
+#[derive(Default)]
+struct CallerBoundSink(Mutex<Vec<String>>);
+
+#[async_trait]
+impl AuditSink for CallerBoundSink {
+    async fn emit(&self, e: &AuditEvent) -> Result<(), AuditError> {
+        let caller = CALLER.try_with(|c| *c).map_err(|_| AuditError::Render {
+            why: "not on the caller's task".into(),
+        })?;
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{caller}:{}", e.operation_id));
+        Ok(())
+    }
+    fn name(&self) -> &str {
+        "caller-bound"
+    }
+}
+
+/// The closing call writes records off the async workers only for sinks that can; a sink
+/// without a blocking path is still awaited on the operation's own task (its task-local
+/// context intact), in fail mode too, and the operation is recorded once.
+#[tokio::test]
+async fn a_sink_without_a_blocking_path_is_awaited_on_the_callers_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
+    let sink = Arc::new(CallerBoundSink::default());
+    let redaction = Redaction::from_env(vec![]);
+    let auditor = Auditor::new(
+        AuditConfig::default()
+            .with_sinks(vec![sink.clone()])
+            .on_sink_failure(sandboxio_audit::OnSinkFailure::Fail),
+        redaction.base().unwrap(),
+    );
+    assert!(!auditor.records_blocking());
+    let tool = Arc::new(Counter {
+        calls: AtomicU64::new(0),
+        fail: false,
+    });
+    let gw = Gateway::new(
+        GatewayConfig::default(),
+        store,
+        Arc::new(ByName),
+        auditor,
+        redaction,
+        SandboxConfig::default(),
+        Approver::Nobody,
+    )
+    .with_tool("ok_tool", tool.clone());
+    let out = CALLER
+        .scope("py-loop", gw.submit(call("ok_tool", "x")))
+        .await
+        .expect("recorded on the caller's task");
+    assert_eq!(out.record.status, OperationStatus::Ok);
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    let seen = sink.0.lock().unwrap().clone();
+    // The fail mode's intent record, then the outcome: both on the caller's task.
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.iter().all(|s| s.starts_with("py-loop:")), "{seen:?}");
+    let id = &out.record.operation_id;
+    assert_eq!(seen.iter().filter(|s| s.ends_with(id.as_str())).count(), 2);
+}
