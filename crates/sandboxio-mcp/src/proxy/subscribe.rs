@@ -113,14 +113,6 @@ impl SandboxioMcp {
                 .await?;
         }
         let token = CancelToken::new();
-        let ct = cx.ct.clone();
-        let cancel_watch = tokio::spawn({
-            let token = token.clone();
-            async move {
-                ct.cancelled().await;
-                token.cancel("cancelled by the MCP client");
-            }
-        });
         let mut op = Operation::new(
             who.clone(),
             OperationArgs::ToolCall {
@@ -140,18 +132,18 @@ impl SandboxioMcp {
             on,
             session: self.session,
             peer: cx.peer.clone(),
-            cancel: token,
+            cancel: token.clone(),
         }));
-        let (pending, asks) = crate::ask::attach(
+        let asker = crate::ask::asker(
             &cx,
             who.tenant.clone(),
             self.opts.gateway.clone(),
             self.opts.approval_timeout,
         );
+        let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         sub.approval_pending = Some(pending);
-        let out = self.opts.gateway.submit(sub).await;
-        cancel_watch.abort();
-        asks.abort();
+        let out =
+            crate::ask::watched(Box::pin(self.opts.gateway.submit(sub)), asks, asker, &token).await;
         let o = out.map_err(|e| {
             mcp_error(&McpError::Gateway {
                 code: sandboxio_core::ErrorCode::code(&e),
