@@ -14,11 +14,19 @@ import statistics
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 BASE, KEY = sys.argv[1], sys.argv[2]
 TIER = sys.argv[3] if len(sys.argv) > 3 else "namespace"
 PID = sys.argv[4] if len(sys.argv) > 4 else None
+
+
+def describe(e):
+    """An error for the report: an HTTP error with its problem+json body (code, detail)."""
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code}: {e.read()[:600].decode(errors='replace')}"
+    return str(e)[:300]
 
 
 def mem_kib(field):
@@ -52,7 +60,7 @@ def load(sandboxes=100, commands=20):
             call("DELETE", f"/v1/sandboxes/{sbx['id']}")
         except Exception as e:  # counted, reported
             with lock:
-                errors.append(str(e)[:200])
+                errors.append(describe(e))
 
     rss0 = mem_kib("VmRSS")
     t0 = time.perf_counter()
@@ -119,6 +127,14 @@ def tti():
 
 
 def main():
+    # SBX_BENCH_PHASES=load (or a comma list of tti,overhead,contexts,load) runs a subset.
+    import os
+    phases = set(os.environ.get("SBX_BENCH_PHASES", "tti,overhead,contexts,load").split(","))
+    if phases == {"load"}:
+        print(json.dumps({"tier": TIER, "load_100x20": load(
+            int(os.environ.get("SBX_BENCH_SANDBOXES", "100")),
+            int(os.environ.get("SBX_BENCH_COMMANDS", "20")))}, indent=2))
+        return
     for _ in range(3):  # warm-up
         tti()
     seq = [tti() for _ in range(30)]
@@ -133,7 +149,7 @@ def main():
                 burst.append(t)
         except Exception as e:  # counted, reported
             with lock:
-                errors.append(str(e))
+                errors.append(describe(e))
 
     threads = [threading.Thread(target=one) for _ in range(100)]
     for t in threads:

@@ -24,6 +24,8 @@ mod flood;
 mod harness;
 #[path = "server/lifecycle.rs"]
 mod lifecycle;
+#[path = "server/load.rs"]
+mod load;
 #[path = "server/metrics.rs"]
 mod metrics;
 #[path = "../../sandboxio-gateway/tests/support/pgcluster.rs"]
