@@ -77,7 +77,8 @@ def e2b_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([cli, "serve", "--listen", f"127.0.0.1:{port}", *common],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "SBX_SECRETS_KEY_FILE": str(tmp_path / "secrets.key")})
     try:
         for _ in range(200):
             try:

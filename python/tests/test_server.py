@@ -50,6 +50,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     proc = subprocess.Popen(
         [cli, "serve", "--state-dir", str(state), "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "SBX_SECRETS_KEY_FILE": str(tmp_path / "secrets.key")},
     )
     try:
         for _ in range(200):

@@ -62,9 +62,13 @@ pub struct QuotaSection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookSection {
-    /// `http://host:port/path` (the server's client speaks plain HTTP: put a TLS relay in
-    /// front for another host).
+    /// `https://host[:port]/path` (TLS, the receiver's certificate verified), or
+    /// `http://` to a loopback address only.
     pub url: String,
+    /// A PEM bundle of the CAs that may sign the receiver's certificate (then only these);
+    /// unset: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<std::path::PathBuf>,
     /// The environment variable holding the signing secret.
     #[serde(default = "d_secret_env")]
     pub secret_env: String,

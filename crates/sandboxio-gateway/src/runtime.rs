@@ -220,6 +220,14 @@ impl Runtime {
         secret_store(&self.state_dir, self.secrets_key.clone())
     }
 
+    /// Where the key that seals values at rest comes from (checked like the secret
+    /// store's: never a file inside the state directory). Front ends that keep other
+    /// values at rest (the server's sandbox manifests) seal them under it.
+    pub fn secrets_key(&self) -> Result<KeySource, SecretError> {
+        secret_store(&self.state_dir, self.secrets_key.clone())?;
+        Ok(self.secrets_key.clone())
+    }
+
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
     }

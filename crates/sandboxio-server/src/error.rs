@@ -45,6 +45,8 @@ pub enum ServerError {
     E2bState { path: String, why: String },
     #[error("internal error while {action}")]
     Internal { action: &'static str },
+    #[error("the sandbox's environment values cannot be sealed at rest on this server (its secrets key is missing or unusable; see its log): create it without `env`, or fix the key")]
+    EnvNotSealed,
     #[error("cannot listen on `{addr}`")]
     Listen {
         addr: String,
@@ -84,6 +86,7 @@ impl ErrorCode for ServerError {
             ServerError::BadValue { .. } => "SBX_E1810",
             ServerError::Quota { .. } => "SBX_E1811",
             ServerError::Internal { .. } => "SBX_E1812",
+            ServerError::EnvNotSealed => "SBX_E1855",
             ServerError::Listen { .. } => "SBX_E1813",
             ServerError::Tls { .. } => "SBX_E1814",
             ServerError::E2bState { .. } => "SBX_E2513",
@@ -124,7 +127,8 @@ impl ErrorCode for ServerError {
             ServerError::Gateway(e) => e.class(),
             ServerError::Busy { .. }
             | ServerError::Timeout { .. }
-            | ServerError::Internal { .. } => ErrorClass::Internal,
+            | ServerError::Internal { .. }
+            | ServerError::EnvNotSealed => ErrorClass::Internal,
         }
     }
     fn is_transient(&self) -> bool {
@@ -161,6 +165,7 @@ impl ServerError {
             ServerError::Gateway(GatewayError::ApprovalNotPending { .. }) => StatusCode::CONFLICT,
             ServerError::Gateway(GatewayError::ApprovalNotFound { .. }) => StatusCode::NOT_FOUND,
             ServerError::Internal { .. }
+            | ServerError::EnvNotSealed
             | ServerError::Webhook { .. }
             | ServerError::Listen { .. }
             | ServerError::Tls { .. }
@@ -203,6 +208,10 @@ impl ServerError {
             ServerError::Gateway(e) => {
                 tracing::warn!(code = e.code(), "request failed in the gateway: {e}");
                 "the gateway could not complete this request; it was not run".to_string()
+            }
+            ServerError::Internal { action } => {
+                tracing::warn!(code = "SBX_E1812", "internal error while {action}");
+                self.to_string()
             }
             other => other.to_string(),
         };

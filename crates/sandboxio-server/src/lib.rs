@@ -24,6 +24,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod options;
+pub mod outbound;
 pub mod problem;
 pub mod processes;
 pub mod routes;

@@ -62,6 +62,10 @@ pub struct ServeOptions {
     /// Where sandboxes are written down so that a restart restores them (none: they live
     /// in memory and close at shutdown). `sandboxio serve` uses `<state dir>/sessions`.
     pub sessions_dir: Option<PathBuf>,
+    /// The key that seals the environment values in those manifests (the stored
+    /// secrets' key, kept outside the state directory); none: a sandbox with `env` is
+    /// refused when manifests are kept (`SBX_E1855`).
+    pub secrets_key: Option<sandboxio_gateway::egress::secrets::KeySource>,
     pub json_limit: usize,
     pub upload_limit: usize,
     pub max_concurrent: usize,
@@ -115,6 +119,7 @@ impl ServeOptions {
             tls: None,
             workspace_root,
             sessions_dir: None,
+            secrets_key: None,
             json_limit: JSON_LIMIT,
             upload_limit: UPLOAD_LIMIT,
             max_concurrent: MAX_CONCURRENT,

@@ -16,7 +16,7 @@ use sandboxio_gateway::CancelToken;
 
 use crate::context::random_hex;
 use crate::error::ServerError;
-use crate::manifest::{Lost, Manifest, Manifests};
+use crate::manifest::{Lost, Manifest, Manifests, SaveError};
 
 /// What a sandbox is created with.
 #[derive(Debug, Clone)]
@@ -235,10 +235,11 @@ impl Session {
         self.contexts.clear(why);
     }
 
-    /// Writes its manifest (when the server keeps them); a failure is logged.
+    /// Writes its manifest (when the server keeps them; atomically and durably, so it
+    /// blocks on the disk); a failure is logged.
     pub fn save(&self) {
         if let Some(m) = &self.manifests {
-            m.save(&Manifest::of(self));
+            let _ = m.save(&Manifest::of(self));
         }
     }
 
@@ -280,6 +281,8 @@ pub struct Sessions {
     /// Sandboxes a restart could not restore, with the reason, until deleted.
     lost: RwLock<HashMap<String, Lost>>,
     root: PathBuf,
+    /// The workspace root exists with its mode (set by the first create).
+    root_ready: std::sync::atomic::AtomicBool,
     max_per_tenant: usize,
     /// Tenants with a sandbox quota of their own.
     tenant_max: BTreeMap<String, usize>,
@@ -301,6 +304,7 @@ impl Sessions {
             map: RwLock::new(HashMap::new()),
             lost: RwLock::new(HashMap::new()),
             root,
+            root_ready: std::sync::atomic::AtomicBool::new(false),
             max_per_tenant,
             tenant_max: BTreeMap::new(),
             manifests: None,
@@ -330,8 +334,14 @@ impl Sessions {
     }
 
     /// Sandboxes written down in `dir` (see `crate::manifest`): a restart restores them.
-    pub fn with_manifests(mut self, dir: PathBuf) -> Sessions {
-        self.manifests = Some(Arc::new(Manifests::new(dir)));
+    /// Their environments' values are sealed under the key from `key` (none: a sandbox
+    /// with an environment is refused, `SBX_E1855`).
+    pub fn with_manifests(
+        mut self,
+        dir: PathBuf,
+        key: Option<sandboxio_gateway::egress::secrets::KeySource>,
+    ) -> Sessions {
+        self.manifests = Some(Arc::new(Manifests::new(dir, key)));
         self
     }
 
@@ -339,12 +349,44 @@ impl Sessions {
         self.manifests.is_some()
     }
 
-    pub fn create(&self, tenant: &str, spec: SessionSpec) -> Result<Arc<Session>, ServerError> {
-        use std::os::unix::fs::PermissionsExt;
-        let internal = |_| ServerError::Internal {
-            action: "creating a sandbox workspace",
-        };
+    /// Creates a sandbox of `tenant`: its workspace, and its manifest written down
+    /// (durably) before it is answered. The disk work runs on the blocking pool, never on
+    /// the async workers, and outside the sandboxes' lock (the quota is checked before and
+    /// again when it is inserted).
+    pub async fn create(
+        self: &Arc<Self>,
+        tenant: &str,
+        spec: SessionSpec,
+    ) -> Result<Arc<Session>, ServerError> {
+        self.check_quota(tenant)?;
+        let me = self.clone();
+        let t = tenant.to_string();
+        let s = tokio::task::spawn_blocking(move || me.prepare(&t, spec))
+            .await
+            .map_err(|_| ServerError::Internal {
+                action: "creating a sandbox",
+            })??;
         let mut map = self.map.write().map_err(|_| ServerError::Internal {
+            action: "creating a sandbox",
+        })?;
+        let max = self.max_for(tenant);
+        if map.values().filter(|x| x.tenant == tenant).count() >= max {
+            drop(map);
+            // Another create took the last place meanwhile: undo this one.
+            let me = self.clone();
+            let s2 = s.clone();
+            tokio::task::spawn_blocking(move || me.discard(&s2));
+            return Err(ServerError::Quota {
+                tenant: tenant.to_string(),
+                limit: max,
+            });
+        }
+        map.insert(s.id.clone(), s.clone());
+        Ok(s)
+    }
+
+    fn check_quota(&self, tenant: &str) -> Result<(), ServerError> {
+        let map = self.map.read().map_err(|_| ServerError::Internal {
             action: "creating a sandbox",
         })?;
         let max = self.max_for(tenant);
@@ -354,13 +396,39 @@ impl Sessions {
                 limit: max,
             });
         }
-        std::fs::create_dir_all(&self.root).map_err(internal)?;
-        // Sandboxed programs run as an unprivileged id: they may pass through, not list.
-        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o711))
-            .map_err(internal)?;
+        Ok(())
+    }
+
+    /// The workspace and the manifest of a new sandbox (blocking).
+    fn prepare(&self, tenant: &str, spec: SessionSpec) -> Result<Arc<Session>, ServerError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let internal = |e: std::io::Error| {
+            tracing::warn!("creating a sandbox workspace failed: {e}");
+            ServerError::Internal {
+                action: "creating a sandbox workspace",
+            }
+        };
+        let ready_root = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.root)?;
+            // Sandboxed programs run as an unprivileged id: they may pass through, not list.
+            std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o711))?;
+            self.root_ready.store(true, Ordering::Release);
+            Ok(())
+        };
+        if !self.root_ready.load(Ordering::Acquire) {
+            ready_root().map_err(internal)?;
+        }
         let id = random_hex(16);
         let dir = self.root.join(&id);
-        std::fs::create_dir(&dir).map_err(internal)?;
+        let mkdir = || std::fs::DirBuilder::new().mode(0o755).create(&dir);
+        match mkdir() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The root went away since: make it again.
+                ready_root().and_then(|_| mkdir()).map_err(internal)?;
+            }
+            other => other.map_err(internal)?,
+        }
+        // The umask may have taken bits away.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(internal)?;
         let now = Utc::now();
         let s = Arc::new(Session {
@@ -379,15 +447,25 @@ impl Sessions {
             contexts: crate::contexts::Contexts::default(),
         });
         if let Some(m) = &self.manifests {
-            if !m.save(&Manifest::of(&s)) {
+            if let Err(e) = m.save(&Manifest::of(&s)) {
                 let _ = std::fs::remove_dir_all(&s.dir);
-                return Err(ServerError::Internal {
-                    action: "writing a sandbox's manifest",
+                return Err(match e {
+                    SaveError::Seal(_) => ServerError::EnvNotSealed,
+                    SaveError::Io(_) => ServerError::Internal {
+                        action: "writing a sandbox's manifest",
+                    },
                 });
             }
         }
-        map.insert(id, s.clone());
         Ok(s)
+    }
+
+    /// Removes a prepared sandbox that was not inserted (blocking).
+    fn discard(&self, s: &Session) {
+        if let Some(m) = &self.manifests {
+            m.remove(&s.id);
+        }
+        let _ = std::fs::remove_dir_all(&s.dir);
     }
 
     /// Restores every sandbox written down by an earlier run of the server: with its files

@@ -37,7 +37,7 @@ impl AppState {
                         .collect(),
                 );
         if let Some(dir) = &opts.sessions_dir {
-            sessions = sessions.with_manifests(dir.clone());
+            sessions = sessions.with_manifests(dir.clone(), opts.secrets_key.clone());
         }
         let sessions = Arc::new(sessions);
         AppState {

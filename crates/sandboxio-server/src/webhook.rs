@@ -6,21 +6,21 @@
 //! backoff (0.5 s, 1 s, 2 s, ... at most 8 s, with jitter) up to `attempts` in all; each
 //! delivery leaves one record (`approval.webhook`: delivered, or failed with the last
 //! error and `SBX_E1854`). The secret is never logged, recorded or shown (`Debug` hides
-//! it). The built-in client speaks plain HTTP/1.1.
+//! it). The receiver is reached over HTTPS with its certificate verified (a configured CA
+//! bundle or the system's roots), or over plain HTTP on loopback only
+//! (`crate::outbound`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use sandboxio_core::{OperationStatus, Verdict};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{server_record, Backend};
 use crate::context::RequestCtx;
 use crate::error::ServerError;
+use crate::outbound::Target;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "sandboxio-signature";
@@ -34,7 +34,7 @@ pub struct Webhook {
     secret: Vec<u8>,
     timeout: Duration,
     attempts: u32,
-    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    target: Target,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -73,9 +73,11 @@ pub fn signature(secret: &[u8], t: i64, body: &[u8]) -> String {
 }
 
 impl Webhook {
-    /// `url` must be `http://...`; the secret must not be empty.
+    /// `url` must be `https://...` (verified against `ca_file`'s CAs, or the system's
+    /// roots) or `http://` to loopback; the secret must not be empty.
     pub fn new(
         url: &str,
+        ca_file: Option<&std::path::Path>,
         secret: Vec<u8>,
         timeout: Duration,
         attempts: u32,
@@ -84,11 +86,7 @@ impl Webhook {
         let uri: hyper::Uri = url
             .parse()
             .map_err(|_| bad(format!("`{url}` is not a URL")))?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(bad(format!(
-                "`{url}` is not an http:// URL (the built-in client speaks plain HTTP; put a TLS relay in front for another host)"
-            )));
-        }
+        let target = Target::new(&uri, ca_file).map_err(|why| bad(format!("`{url}`: {why}")))?;
         if secret.is_empty() {
             return Err(bad("the signing secret is empty".into()));
         }
@@ -97,13 +95,12 @@ impl Webhook {
                 "`timeout` must be more than 0 and `attempts` 1 to 20".into()
             ));
         }
-        let client = Client::builder(TokioExecutor::new()).build_http();
         Ok(Webhook {
             url: uri,
             secret,
             timeout,
             attempts,
-            client,
+            target,
         })
     }
 
@@ -132,33 +129,29 @@ impl Webhook {
     /// One attempt: `Ok` on a 2xx, else what went wrong.
     async fn attempt(&self, body: &[u8], delivery: &str) -> Result<(), String> {
         let t = chrono::Utc::now().timestamp();
-        let req = hyper::Request::post(self.url.clone())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::USER_AGENT, "sandboxio-webhook")
-            .header(SIGNATURE_HEADER, signature(&self.secret, t, body))
-            .header(DELIVERY_HEADER, delivery)
-            .body(Full::new(Bytes::copy_from_slice(body)))
-            .map_err(|_| "the request could not be built".to_string())?;
-        let sent = tokio::time::timeout(self.timeout, async {
-            let res = self.client.request(req).await.map_err(|e| {
-                let mut why = e.to_string();
-                if e.is_connect() {
-                    why = format!("cannot connect ({why})");
-                }
-                why
-            })?;
-            let status = res.status();
-            // Read (and drop) the answer so the connection can be reused.
-            let _ = res.into_body().collect().await;
-            if status.is_success() {
-                Ok(())
-            } else {
-                Err(format!("answered {status}"))
-            }
-        })
+        let path = self.url.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let headers = [
+            (
+                hyper::header::CONTENT_TYPE.as_str(),
+                "application/json".to_string(),
+            ),
+            (
+                hyper::header::USER_AGENT.as_str(),
+                "sandboxio-webhook".to_string(),
+            ),
+            (SIGNATURE_HEADER, signature(&self.secret, t, body)),
+            (DELIVERY_HEADER, delivery.to_string()),
+        ];
+        let sent = tokio::time::timeout(
+            self.timeout,
+            self.target
+                .post(path, &headers, Bytes::copy_from_slice(body)),
+        )
         .await;
         match sent {
-            Ok(r) => r,
+            Ok(Ok(status)) if status.is_success() => Ok(()),
+            Ok(Ok(status)) => Err(format!("answered {status}")),
+            Ok(Err(why)) => Err(why),
             Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
         }
     }
@@ -246,11 +239,16 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_urls_and_a_secret_are_accepted_and_debug_hides_it() {
+    fn https_or_loopback_http_urls_and_a_secret_are_accepted_and_debug_hides_it() {
         let t = Duration::from_secs(1);
-        assert!(Webhook::new("https://x.example/h", b"s".to_vec(), t, 3).is_err());
-        assert!(Webhook::new("not a url", b"s".to_vec(), t, 3).is_err());
-        assert!(Webhook::new("http://127.0.0.1:1/h", Vec::new(), t, 3).is_err());
-        assert!(Webhook::new("http://127.0.0.1:1/h", b"s".to_vec(), t, 0).is_err());
+        let new = |url: &str, secret: &[u8], attempts| {
+            Webhook::new(url, None, secret.to_vec(), t, attempts)
+        };
+        assert!(new("http://hooks.example.com/h", b"s", 3).is_err());
+        assert!(new("not a url", b"s", 3).is_err());
+        assert!(new("http://127.0.0.1:1/h", b"", 3).is_err());
+        assert!(new("http://127.0.0.1:1/h", b"s", 0).is_err());
+        let w = new("http://127.0.0.1:1/h", b"secret-4471", 3).unwrap();
+        assert!(!format!("{w:?}").contains("secret-4471"));
     }
 }

@@ -68,6 +68,14 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     let root = sandboxio_server::options::workspace_root_for(&base, &loaded.state_dir);
     let mut opts = ServeOptions::new(listen, root.clone());
     opts.sessions_dir = Some(loaded.state_dir.join("sessions"));
+    // Environment values in the manifests are sealed under the stored secrets' key.
+    opts.secrets_key = match runtime.secrets_key() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            tracing::warn!("sandboxes with `env` will be refused: {e}");
+            None
+        }
+    };
     opts.audit_file = Some(loaded.audit_file());
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         opts.tls = Some(TlsFiles {
@@ -144,6 +152,7 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         }
         backend = backend.with_webhook(sandboxio_server::webhook::Webhook::new(
             &w.url,
+            w.ca_file.as_deref(),
             secret.into_bytes(),
             w.timeout.as_duration(),
             w.attempts,

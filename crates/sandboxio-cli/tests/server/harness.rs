@@ -127,6 +127,10 @@ impl Server {
         cmd.args(extra)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("SBX_STATE_DIR")
+            // Sandbox env values are sealed under the secrets key: one of the test's own,
+            // outside its state directory (never the host's default key file).
+            .env_remove("SBX_SECRETS_KEY")
+            .env("SBX_SECRETS_KEY_FILE", dir.path().join("secrets.key"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -194,10 +194,13 @@ fn restart_with(signal: &str) {
     let mut s = Server::start(&[]);
     let key = s.key("acme", "all");
     let other = s.key("globex", "all");
+    // An env value that must never be found in the clear in the state directory.
+    let canary = marker("env-canary");
+    let greeting = format!("hello from before {canary}");
     let r = s.post(
         &key,
         "/v1/sandboxes",
-        &json!({"tier": "process", "env": {"GREETING": "hello from before"}, "labels": {"l": "v"}}),
+        &json!({"tier": "process", "env": {"GREETING": greeting}, "labels": {"l": "v"}}),
     );
     assert_eq!(r.status(), 201);
     let a = r.json::<Value>().unwrap()["id"]
@@ -254,9 +257,16 @@ fn restart_with(signal: &str) {
         .unwrap();
     assert_eq!(
         v["result"]["stdout"],
-        format!("data of {a}\nhello from before\n"),
+        format!("data of {a}\n{greeting}\n"),
         "{v}"
     );
+    let leaks = files_containing(&s.state(), canary.as_bytes());
+    assert!(
+        leaks.is_empty(),
+        "the env value is in the clear in the state directory: {leaks:?}"
+    );
+    let manifest = std::fs::read_to_string(s.state().join(format!("sessions/{a}.json"))).unwrap();
+    assert!(manifest.contains("GREETING"), "{manifest}");
     // b: still paused, file intact once resumed.
     let v: Value = s.get(&key, &format!("/v1/sandboxes/{b}")).json().unwrap();
     assert_eq!(v["state"], "paused", "{v}");
@@ -290,6 +300,27 @@ fn restart_with(signal: &str) {
     assert_eq!(s.delete(&key, &format!("/v1/sandboxes/{c}")).status(), 204);
     assert_eq!(s.get(&key, &format!("/v1/sandboxes/{c}")).status(), 404);
     assert!(processes_with(&m).is_empty());
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                todo.push(p);
+            } else if meta.is_file() {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(p);
+                }
+            }
+        }
+    }
+    found
 }
 
 #[test]

@@ -63,6 +63,29 @@ impl SecretKey {
     }
 }
 
+impl SecretKey {
+    /// Seals `plain` under this key (a fresh random nonce) bound to `aad`: for a front end
+    /// that keeps other values at rest under the same key (e.g. a sandbox's environment in
+    /// the server's manifests).
+    pub fn seal(&self, aad: &[u8], plain: &[u8]) -> Result<super::Sealed, SecretError> {
+        super::store::seal(self, aad, plain)
+    }
+
+    /// Opens what [`SecretKey::seal`] sealed with the same `aad`; `what` names it in the
+    /// error (a wrong key or an altered value: `SBX_E2427`).
+    pub fn open(
+        &self,
+        aad: &[u8],
+        sealed: &super::Sealed,
+        what: &str,
+    ) -> Result<Zeroizing<Vec<u8>>, SecretError> {
+        super::store::open(self, aad, sealed).map_err(|why| SecretError::Damaged {
+            store: what.to_string(),
+            why: why.to_string(),
+        })
+    }
+}
+
 impl std::fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("<secrets key>")
@@ -116,6 +139,22 @@ impl KeySource {
                 })?);
                 SecretKey::parse(&text, &self.describe()).map(Some)
             }
+        }
+    }
+
+    /// The key, created (as the first `secrets set` would) when its file does not exist.
+    pub fn load_or_create(&self) -> Result<SecretKey, SecretError> {
+        match self.load()? {
+            Some(k) => Ok(k),
+            None => match self.create() {
+                Ok(k) => Ok(k),
+                // Another process created it first: use theirs.
+                Err(SecretError::Io { .. }) => self.load()?.ok_or(SecretError::KeyUnusable {
+                    source_name: self.describe(),
+                    why: "it could not be created".into(),
+                }),
+                Err(e) => Err(e),
+            },
         }
     }
 
@@ -174,6 +213,29 @@ mod tests {
         assert!(src.create().is_err());
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(src.load().unwrap_err().code(), "SBX_E2425");
+    }
+
+    #[test]
+    fn a_value_sealed_under_a_key_opens_only_with_it_and_its_associated_data() {
+        let d = tempfile::tempdir().unwrap();
+        let src = KeySource::File(d.path().join("keys/secrets.key"));
+        let k = src.load_or_create().unwrap();
+        assert_eq!(src.load_or_create().unwrap().bytes(), k.bytes());
+        let s = k.seal(b"aad-1", b"canary-value-91c2").unwrap();
+        assert!(!s.sealed.contains("canary"));
+        assert_eq!(
+            &k.open(b"aad-1", &s, "v").unwrap()[..],
+            b"canary-value-91c2"
+        );
+        assert_eq!(k.open(b"aad-2", &s, "v").unwrap_err().code(), "SBX_E2427");
+        let other = KeySource::value("K", "22".repeat(32))
+            .load()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            other.open(b"aad-1", &s, "v").unwrap_err().code(),
+            "SBX_E2427"
+        );
     }
 
     #[test]

@@ -9,5 +9,5 @@ mod value;
 
 pub use error::SecretError;
 pub use key::{KeySource, SecretKey};
-pub use store::{SecretInfo, SecretStore, Undo};
+pub use store::{Sealed, SecretInfo, SecretStore, Undo};
 pub use value::{validate_hosts, validate_name, SecretValue, MAX_VALUE};

@@ -29,11 +29,13 @@ struct StoreFile {
     secrets: BTreeMap<String, Entry>,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A value sealed with ChaCha20-Poly1305: its random nonce and the ciphertext with its
+/// tag, both base64. Opens only under the same key and associated data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Sealed {
-    nonce: String,
-    sealed: String,
+pub struct Sealed {
+    pub nonce: String,
+    pub sealed: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -252,7 +254,7 @@ fn aead_key(key: &SecretKey) -> Result<LessSafeKey, SecretError> {
         })
 }
 
-fn seal(key: &SecretKey, aad_bytes: &[u8], plain: &[u8]) -> Result<Sealed, SecretError> {
+pub(crate) fn seal(key: &SecretKey, aad_bytes: &[u8], plain: &[u8]) -> Result<Sealed, SecretError> {
     let k = aead_key(key)?;
     let mut nonce = [0u8; NONCE_LEN];
     ring::rand::SystemRandom::new()
@@ -275,7 +277,7 @@ fn seal(key: &SecretKey, aad_bytes: &[u8], plain: &[u8]) -> Result<Sealed, Secre
     })
 }
 
-enum Malformed {
+pub(crate) enum Malformed {
     Encoding(&'static str),
     Auth,
 }
@@ -289,7 +291,7 @@ impl std::fmt::Display for Malformed {
     }
 }
 
-fn open(
+pub(crate) fn open(
     key: &SecretKey,
     aad_bytes: &[u8],
     s: &Sealed,

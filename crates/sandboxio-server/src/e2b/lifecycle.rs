@@ -388,7 +388,7 @@ async fn create_inner(
         idle_timeout: o.max_lifetime,
         lifetime,
     };
-    let s = st.sessions.create(caller.tenant(), spec)?;
+    let s = st.sessions.create(caller.tenant(), spec).await?;
     let entry = Arc::new(e2b.registry.entry(
         &s.id,
         caller.tenant(),

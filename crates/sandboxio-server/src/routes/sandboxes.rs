@@ -101,7 +101,7 @@ pub async fn create(
         idle_timeout: idle,
         lifetime,
     };
-    let s = st.sessions.create(caller.tenant(), spec)?;
+    let s = st.sessions.create(caller.tenant(), spec).await?;
     let mut rec = server_record(
         "sandbox.create",
         caller.tenant(),

@@ -97,9 +97,11 @@ class Server:
         return self.cli("keys", "create", "--tenant", tenant, "--scopes", scopes).strip()
 
     def start(self, listen: str = "127.0.0.1:0") -> None:
+        # Sandbox env values are sealed under the secrets key: one of the test's own.
+        env = {**os.environ, "SBX_SECRETS_KEY_FILE": str(self.root / "secrets.key")}
         self.proc = subprocess.Popen([BIN, "serve", "--listen", listen, *self.common],
                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     text=True)
+                                     text=True, env=env)
         line = self.proc.stdout.readline()
         assert line.startswith("sandboxio serving"), line
         self.url = f"http://{line.split()[-1]}"
