@@ -3,6 +3,7 @@
 # `sandboxio serve`, release build, in a temporary state directory. Usage:
 #   scripts/bench-server.sh [tier]        # namespace (default) or process
 #   SBX_BENCH_PROFILE=debug scripts/bench-server.sh process
+#   SBX_BENCH_PHASES=load SBX_BENCH_SANDBOXES=100 SBX_BENCH_COMMANDS=20 scripts/bench-server.sh process
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIER="${1:-namespace}"
@@ -33,6 +34,8 @@ reason = "benchmark"
 POL
 : > "$D/config.toml"
 KEY=$("$B" keys create --state-dir "$D/state" --config "$D/config.toml" --tenant bench --scopes all 2>/dev/null)
+# A sandbox with env would seal it under the secrets key: one of this run's own.
+SBX_SECRETS_KEY_FILE="$D/secrets.key" \
 "$B" serve --state-dir "$D/state" --config "$D/config.toml" --policy "$D/policy.toml" \
   --listen 127.0.0.1:0 --max-sandboxes 256 --max-concurrent 256 > "$D/out" 2>"$D/err" &
 PID=$!
