@@ -91,6 +91,41 @@ CREATE TABLE IF NOT EXISTS trail_breaks (
 );
 "#;
 
+/// The schema's version: a hash of its text (both parts), kept in `PRAGMA user_version`.
+/// Any change to the schema text changes it, so a database is never taken as current by a
+/// build whose schema differs; never 0 (the value of a new database).
+pub(super) fn schema_version() -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in SCHEMA.bytes().chain(credentials::SCHEMA.bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    // 1..=i32::MAX: positive and never 0.
+    ((h & 0x7fff_ffff) | 1) as i32
+}
+
+/// Creates the tables a database lacks, once: a database whose `user_version` is this
+/// schema's version is taken as is (one read of the header instead of parsing and running
+/// every `CREATE ... IF NOT EXISTS` at each open).
+fn ensure_schema(conn: &Connection) -> StoreResult<()> {
+    let want = schema_version();
+    let have: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db("reading the schema version"))?;
+    if have == want {
+        return Ok(());
+    }
+    let ddl = format!(
+        "BEGIN IMMEDIATE;\n{SCHEMA}\n{}\nPRAGMA user_version = {want};\nCOMMIT;",
+        credentials::SCHEMA
+    );
+    if let Err(e) = conn.execute_batch(&ddl) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(db("creating schema")(e));
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (or creates) the database at `path`: created 0600, and the database and its
     /// `-wal`/`-shm` files tightened to 0600 when looser. Front ends open the state through
@@ -170,14 +205,20 @@ impl SqliteStore {
             .map_err(db("setting synchronous"))?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(db("enabling foreign keys"))?;
-        conn.execute_batch(SCHEMA).map_err(db("creating schema"))?;
         // Every statement of the chain's transactions is prepared once and kept: parsing
         // SQL was a tenth of an operation's CPU. Room for all of them (the default 16 is
         // fewer than one admission and one finish use, and a cycle longer than an LRU
         // cache never hits).
         conn.set_prepared_statement_cache_capacity(128);
-        conn.execute_batch(credentials::SCHEMA)
-            .map_err(db("creating schema"))?;
+        // The next open (or a commit past the autocheckpoint size) checkpoints the WAL:
+        // closing does no checkpoint, fsync or unlink of its own. Commits stay durable
+        // (their WAL frames are fsynced); nothing is lost by leaving the WAL in place.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(db("configuring the close"))?;
+        ensure_schema(&conn)?;
         Ok(SqliteStore {
             mode: sync,
             relaxed: std::sync::atomic::AtomicBool::new(sync == SyncMode::Normal),

@@ -722,6 +722,21 @@ fn a_lost_or_garbage_state_db_next_to_a_trail_is_refused() {
     drop(SqliteStore::open(&files.db, SyncMode::Full).unwrap());
     let e = files.open_store(SyncMode::Full).unwrap_err();
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1532");
+    // Garbage in place of the database, its WAL still beside it (closing leaves the WAL):
+    // SQLite reads the pages the WAL holds, which here make a blank database: refused.
+    std::fs::write(&files.db, vec![7u8; 4096]).unwrap();
+    let e = files.open_store(SyncMode::Full).unwrap_err();
+    assert!(
+        ["SBX_E1532", "SBX_E1533"].contains(&sandboxio_core::ErrorCode::code(&e)),
+        "{e}"
+    );
+    assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
+    // Garbage alone (the WAL and its index gone too) is a damaged database.
+    for ext in ["-wal", "-shm"] {
+        let mut p = files.db.as_os_str().to_owned();
+        p.push(ext);
+        let _ = std::fs::remove_file(std::path::PathBuf::from(p));
+    }
     std::fs::write(&files.db, vec![7u8; 4096]).unwrap();
     let e = files.open_store(SyncMode::Full).unwrap_err();
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1533");
