@@ -82,6 +82,8 @@ struct State {
     prev: [u8; 32],
     since_checkpoint: u64,
     last_sync: Instant,
+    /// Bytes were written since the last `fsync`.
+    unsynced: bool,
     next_rotation: u64,
     closed: bool,
     /// Set when a write failed part-way: the tail of the file is unknown until reopened.
@@ -178,6 +180,7 @@ impl FileTrail {
             prev,
             bytes,
             moved,
+            ends_with_checkpoint,
         } = file_repair::recover(&path, &mut file, &trusted, &opts.origin)?;
         let next_rotation = trail_files(&path)?
             .iter()
@@ -198,6 +201,7 @@ impl FileTrail {
                 prev,
                 since_checkpoint: 0,
                 last_sync: Instant::now(),
+                unsynced: false,
                 next_rotation,
                 closed: false,
                 poisoned: false,
@@ -205,10 +209,16 @@ impl FileTrail {
         };
         {
             let mut st = sink.lock()?;
+            let rotating = rotate_from.is_some();
             if let Some((old_private, _)) = rotate_from {
                 sink.rotate_key_locked(&mut st, old_private.as_deref())?;
             }
-            sink.write_checkpoint(&mut st, CheckpointReason::Open)?;
+            // A file whose last line is a checkpoint of this very state, signed with this
+            // key (a clean close), is continued as is: an `open` checkpoint would sign
+            // the same tree again (and cost an fsync at every start).
+            if rotating || !ends_with_checkpoint || moved.is_some() {
+                sink.write_checkpoint(&mut st, CheckpointReason::Open)?;
+            }
             if let Some(m) = moved {
                 sink.write_repair_note(&mut st, &m)?;
             }
@@ -366,6 +376,7 @@ impl FileTrail {
             return Err(AuditError::io(&self.opts.path, e));
         }
         st.bytes += buf.len() as u64;
+        st.unsynced = true;
         Ok(())
     }
 
@@ -374,6 +385,7 @@ impl FileTrail {
             .sync_data()
             .map_err(|e| AuditError::io(&self.opts.path, e))?;
         st.last_sync = Instant::now();
+        st.unsynced = false;
         Ok(())
     }
 
@@ -413,7 +425,25 @@ impl FileTrail {
             });
         }
         let _held = self.lock_trail(&mut st)?;
-        self.write_checkpoint(&mut st, CheckpointReason::Close)
+        // Every record before it is already on disk: the closing checkpoint only signs
+        // them, so it is written without an fsync of its own. A power loss may lose it (the
+        // next open writes an `open` checkpoint and continues; the records are intact);
+        // when records are not yet synced (`Interval`, `Never`), it is synced with them.
+        let durable_before = !st.unsynced;
+        let cp = make_checkpoint(
+            &self.key,
+            &self.opts.origin,
+            &st.merkle,
+            &st.prev,
+            CheckpointReason::Close,
+        );
+        let line = cp.render()?;
+        self.write_line(&mut st, &line)?;
+        st.since_checkpoint = 0;
+        if durable_before {
+            return Ok(());
+        }
+        self.sync(&mut st)
     }
 
     /// Appends one record (the event's JSON), synced per the policy before it returns.

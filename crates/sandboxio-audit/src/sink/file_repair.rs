@@ -25,7 +25,24 @@ pub(crate) struct Recovered {
     /// Bytes of the active file after the repair.
     pub bytes: u64,
     pub moved: Option<MovedAside>,
+    /// The file's last line is a checkpoint (signed by a trusted key) of exactly this
+    /// state: a sink continuing it has nothing new to sign.
+    pub ends_with_checkpoint: bool,
 }
+
+/// What a scan found: the chain state and whether the last line is its checkpoint.
+struct Scanned {
+    merkle: Merkle,
+    prev: [u8; 32],
+    /// A checkpoint was found (else the state was built from the genesis).
+    from_checkpoint: bool,
+    /// Records after the last checkpoint.
+    records_after: u64,
+}
+
+/// How much of the end of the file is read first: enough to hold the last checkpoint and
+/// the records after it in the usual case; the whole file is read when it is not.
+const TAIL_BYTES: u64 = 64 * 1024;
 
 /// A last line that was cut from the trail and kept in a sibling file.
 #[derive(Debug, Clone)]
@@ -53,6 +70,9 @@ pub(crate) fn recover(
     trusted: &[VerifyingKey],
     origin: &str,
 ) -> Result<Recovered, AuditError> {
+    if let Some(r) = recover_from_tail(path, file, trusted, origin)? {
+        return Ok(r);
+    }
     let mut buf = Vec::new();
     file.seek(SeekFrom::Start(0))
         .and_then(|_| file.read_to_end(&mut buf))
@@ -63,6 +83,7 @@ pub(crate) fn recover(
             prev: GENESIS,
             bytes: 0,
             moved: None,
+            ends_with_checkpoint: false,
         });
     }
     // A last line without its newline was torn by a crash: never acknowledged, moved aside.
@@ -76,18 +97,20 @@ pub(crate) fn recover(
             "the last line is incomplete (torn write)",
         )?;
         buf.truncate(keep);
-        let (merkle, prev) = scan(path, &buf, trusted, origin).map_err(|(_, e)| e)?;
+        let sc = scan(path, &buf, trusted, origin).map_err(|(_, e)| e)?;
         return Ok(Recovered {
-            merkle,
-            prev,
+            merkle: sc.merkle,
+            prev: sc.prev,
             bytes: keep as u64,
             moved: Some(moved),
+            ends_with_checkpoint: false,
         });
     }
     match scan(path, &buf, trusted, origin) {
-        Ok((merkle, prev)) => Ok(Recovered {
-            merkle,
-            prev,
+        Ok(sc) => Ok(Recovered {
+            ends_with_checkpoint: sc.from_checkpoint && sc.records_after == 0,
+            merkle: sc.merkle,
+            prev: sc.prev,
             bytes: buf.len() as u64,
             moved: None,
         }),
@@ -95,16 +118,64 @@ pub(crate) fn recover(
             let why = format!("the last line is not a record that chains ({})", bad.why);
             let moved = move_aside(path, file, &buf, bad.start, &why)?;
             buf.truncate(bad.start);
-            let (merkle, prev) = scan(path, &buf, trusted, origin).map_err(|(_, _)| e)?;
+            let sc = scan(path, &buf, trusted, origin).map_err(|(_, _)| e)?;
             Ok(Recovered {
-                merkle,
-                prev,
+                merkle: sc.merkle,
+                prev: sc.prev,
                 bytes: bad.start as u64,
                 moved: Some(moved),
+                ends_with_checkpoint: false,
             })
         }
         Err((_, e)) => Err(e),
     }
+}
+
+/// The usual case without reading the whole file: a file that ends with a complete line
+/// and holds its last checkpoint, followed by records that chain, within its last
+/// [`TAIL_BYTES`] (or more, doubling, up to a quarter of the file). `None` when that is
+/// not so (no checkpoint near the end, a torn or bad line, a small file): the caller then
+/// reads the whole file, which also gives exact line numbers in errors.
+fn recover_from_tail(
+    path: &Path,
+    file: &mut File,
+    trusted: &[VerifyingKey],
+    origin: &str,
+) -> Result<Option<Recovered>, AuditError> {
+    let len = file
+        .seek(SeekFrom::End(0))
+        .map_err(|e| AuditError::io(path, e))?;
+    let mut want = TAIL_BYTES;
+    while want < len && want <= len / 4 {
+        let start = len - want;
+        let mut buf = Vec::with_capacity(want as usize);
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.by_ref().take(want).read_to_end(&mut buf))
+            .map_err(|e| AuditError::io(path, e))?;
+        if !buf.ends_with(b"\n") {
+            return Ok(None);
+        }
+        // The first (partial) line is not ours to judge: start after it.
+        let Some(cut) = buf.iter().position(|b| *b == b'\n') else {
+            return Ok(None);
+        };
+        let lines = buf.get(cut + 1..).unwrap_or_default();
+        match scan(path, lines, trusted, origin) {
+            Ok(sc) if sc.from_checkpoint => {
+                return Ok(Some(Recovered {
+                    ends_with_checkpoint: sc.records_after == 0,
+                    merkle: sc.merkle,
+                    prev: sc.prev,
+                    bytes: len,
+                    moved: None,
+                }))
+            }
+            // No checkpoint in this part: look further back.
+            Ok(_) => want *= 2,
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// Copies `buf[keep..]` to a private sibling file, then cuts it from the active file.
@@ -150,7 +221,7 @@ fn scan(
     buf: &[u8],
     trusted: &[VerifyingKey],
     origin: &str,
-) -> Result<(Merkle, [u8; 32]), (Option<BadLine>, AuditError)> {
+) -> Result<Scanned, (Option<BadLine>, AuditError)> {
     // (start offset, text or None when not UTF-8)
     let mut lines: Vec<(usize, Option<&str>)> = Vec::new();
     let mut start = 0usize;
@@ -168,6 +239,8 @@ fn scan(
         why,
     };
     let mut first = 0usize;
+    let mut from_checkpoint = false;
+    let mut records_after = 0u64;
     let mut merkle = Merkle::new();
     let mut prev = GENESIS;
     for (i, (_, l)) in lines.iter().enumerate().rev() {
@@ -196,6 +269,7 @@ fn scan(
                 }
             }
             first = i + 1;
+            from_checkpoint = true;
             break;
         }
     }
@@ -220,12 +294,18 @@ fn scan(
                 }
                 merkle.push(&r.hash);
                 prev = r.hash;
+                records_after += 1;
             }
             Ok(TrailLine::Checkpoint(_)) => {}
             Err(why) => return Err(bad(why)),
         }
     }
-    Ok((merkle, prev))
+    Ok(Scanned {
+        merkle,
+        prev,
+        from_checkpoint,
+        records_after,
+    })
 }
 
 /// The record that says a line was moved aside (written by the sink itself).

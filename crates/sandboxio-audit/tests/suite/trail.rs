@@ -467,4 +467,113 @@ fn a_blocking_write_gives_up_at_the_timeout_while_the_lock_is_held_elsewhere() {
     let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
     assert!(rep.ok, "{rep:?}");
     assert_eq!(rep.records, 1);
+fn checkpoint_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("{\"checkpoint\""))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cleanly_closed_trail_is_continued_without_signing_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let always = |p: &std::path::Path| FileSinkOptions::new(p).fsync(FsyncPolicy::Always);
+    // Three one-shot writers in a row, one record each (the CLI's pattern).
+    for i in 0..3 {
+        let sink = FileSink::open(always(&path), key.clone()).unwrap();
+        sink.emit(&ev(i)).await.unwrap();
+        sink.close().await.unwrap();
+    }
+    let cps = checkpoint_lines(&path);
+    // The first open (a new file), then one closing checkpoint per writer: no `open`
+    // checkpoint after a clean close.
+    assert_eq!(cps.len(), 4, "{cps:#?}");
+    assert_eq!(
+        cps.iter()
+            .filter(|c| c.contains("\"reason\":\"open\""))
+            .count(),
+        1,
+        "{cps:#?}"
+    );
+    let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+    assert!(rep.ok && rep.sealed, "{rep:?}");
+    assert_eq!(rep.records, 3);
+    // A trail whose last line is a record (a writer that stopped without closing) gets
+    // an `open` checkpoint again.
+    let sink = FileSink::open(always(&path), key.clone()).unwrap();
+    sink.emit(&ev(3)).await.unwrap();
+    drop(sink);
+    let before = checkpoint_lines(&path).len();
+    let text = std::fs::read_to_string(&path).unwrap();
+    if text.lines().last().unwrap().starts_with("{\"checkpoint\"") {
+        // Dropping closed it; cut the closing line to play a crash.
+        let cut = text.trim_end().rfind('\n').unwrap() + 1;
+        std::fs::write(&path, &text[..cut]).unwrap();
+    }
+    let sink = FileSink::open(always(&path), key.clone()).unwrap();
+    sink.close().await.unwrap();
+    let cps = checkpoint_lines(&path);
+    assert!(cps.len() >= before, "{cps:#?}");
+    assert!(
+        cps[cps.len() - 2].contains("\"reason\":\"open\""),
+        "no open checkpoint after a record: {cps:#?}"
+    );
+    let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+    assert!(rep.ok && rep.sealed, "{rep:?}");
+    assert_eq!(rep.records, 4);
+}
+
+#[tokio::test]
+async fn a_long_trail_is_continued_from_its_tail_and_still_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = Arc::new(AuditKey::generate());
+    let o = |p: &std::path::Path| {
+        FileSinkOptions::new(p)
+            .fsync(FsyncPolicy::Never)
+            .checkpoint_every(50)
+            .rotate_bytes(None)
+    };
+    let sink = FileSink::open(o(&path), key.clone()).unwrap();
+    for i in 0..600 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 4 * 64 * 1024);
+    // Reopened from the tail: the chain continues where it ended.
+    let sink = FileSink::open(o(&path), key.clone()).unwrap();
+    for i in 600..610 {
+        sink.emit(&ev(i)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+    assert!(rep.ok && rep.sealed, "{rep:?}");
+    assert_eq!(rep.records, 610);
+    // A record after the last checkpoint that was changed is still refused at open (not
+    // the last line, which would be taken for a torn write and moved aside).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let last_record = lines
+        .iter()
+        .rposition(|l| l.starts_with("{\"seq\""))
+        .unwrap();
+    let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    assert!(
+        changed[last_record - 4].contains("op-605"),
+        "{}",
+        changed[last_record - 4]
+    );
+    changed[last_record - 4] = changed[last_record - 4].replace("op-605", "op-666");
+    // Keep the closing checkpoint off so the changed record follows the last checkpoint.
+    changed.truncate(last_record + 1);
+    std::fs::write(&path, changed.join("\n") + "\n").unwrap();
+    let err = FileSink::open(o(&path), key.clone()).err();
+    assert!(
+        err.is_some(),
+        "a changed record after the last checkpoint was accepted"
+    );
 }
