@@ -159,7 +159,7 @@ impl RedactorBuilder {
             rand::rngs::OsRng.fill_bytes(&mut k);
             k
         });
-        let shapes = Shapes::get()?;
+        let shapes = Shapes::get();
         let mut literals: Vec<String> = Vec::new();
         for lit in self.literals {
             if lit.chars().count() < MIN_SECRET_LEN {
@@ -174,9 +174,8 @@ impl RedactorBuilder {
             if v.chars().count() < MIN_SECRET_LEN {
                 continue;
             }
-            let shaped = shapes.credential.is_match(v);
-            let keyish =
-                shapes.sensitive_name.is_match(&name) && !shapes.not_sensitive_name.is_match(&name);
+            let shaped = shapes.is_credential(v)?;
+            let keyish = shapes.is_sensitive_name(&name)?;
             let entropic = v.chars().count() >= min_len && shannon_entropy(v) >= threshold;
             if shaped || (keyish && entropic) {
                 literals.push(v.to_string());
@@ -397,10 +396,13 @@ impl Redactor {
                     }
                 }
             }
-            for re in [
-                &self.shapes.credential_anywhere_bytes,
-                &self.shapes.assignment_bytes,
-            ] {
+            for re in [self.shapes.credential_in(b), self.shapes.assignment_in(b)] {
+                let re = match re {
+                    Ok(Some(re)) => re,
+                    Ok(None) => continue,
+                    // A pattern that does not compile: no cut is known to be safe.
+                    Err(_) => return 0,
+                };
                 for m in re.find_iter(b) {
                     if m.start() < cut && cut < m.end() {
                         cut = m.start();
@@ -466,10 +468,16 @@ impl Redactor {
             }
         }
         let shapes = self.shapes;
-        if shapes.credential_anywhere_bytes.is_match(&cur) {
+        // A pattern that does not compile (never with the shipped ones, which a test
+        // compiles): the whole text is withheld rather than passed unchecked.
+        let credential = match shapes.credential_in(&cur) {
+            Ok(re) => re,
+            Err(_) => return (Cow::Owned(REDACTED.as_bytes().to_vec()), count + 1),
+        };
+        if let Some(re) = credential.filter(|re| re.is_match(&cur)) {
             let mut o = Vec::with_capacity(cur.len());
             let mut last = 0;
-            for m in shapes.credential_anywhere_bytes.find_iter(&cur) {
+            for m in re.find_iter(&cur) {
                 o.extend_from_slice(&cur[last..m.start()]);
                 let value = String::from_utf8_lossy(m.as_bytes());
                 o.extend_from_slice(placeholder(&self.key, &value).as_bytes());
@@ -479,11 +487,15 @@ impl Redactor {
             o.extend_from_slice(&cur[last..]);
             cur = Cow::Owned(o);
         }
-        if shapes.assignment_bytes.is_match(&cur) {
+        let assignment = match shapes.assignment_in(&cur) {
+            Ok(re) => re,
+            Err(_) => return (Cow::Owned(REDACTED.as_bytes().to_vec()), count + 1),
+        };
+        if let Some(re) = assignment.filter(|re| re.is_match(&cur)) {
             let mut o = Vec::with_capacity(cur.len());
             let mut last = 0;
             let mut changed = false;
-            for c in shapes.assignment_bytes.captures_iter(&cur) {
+            for c in re.captures_iter(&cur) {
                 let Some(v) = c.get(2) else { continue };
                 let value = String::from_utf8_lossy(v.as_bytes());
                 if value.starts_with("[REDACTED")
@@ -611,16 +623,29 @@ fn percent_encode(b: &[u8], lower: bool) -> String {
     s
 }
 
-/// The compiled regular expressions, built once.
+/// The regular expressions, each compiled on first use, behind literal prefilters.
+///
+/// Compiling them costs milliseconds (Unicode classes, bounded repetitions), which a
+/// one-shot process would pay at every start for text that almost never holds a
+/// credential. Every match of a pattern contains one of its prefilter's literals, so a
+/// text without any of them cannot match and the pattern is neither compiled nor run:
+/// the redaction is exactly the patterns', only cheaper. A test checks the prefilters
+/// against the patterns.
+#[derive(Default)]
 struct Shapes {
     /// A whole value that looks like a credential.
-    credential: Regex,
+    credential: std::sync::OnceLock<Result<Regex, String>>,
     /// Credential shapes inside free text (over bytes: output need not be UTF-8).
-    credential_anywhere_bytes: regex::bytes::Regex,
-    sensitive_name: Regex,
-    not_sensitive_name: Regex,
+    credential_anywhere_bytes: std::sync::OnceLock<Result<regex::bytes::Regex, String>>,
+    sensitive_name: std::sync::OnceLock<Result<Regex, String>>,
+    not_sensitive_name: std::sync::OnceLock<Result<Regex, String>>,
     /// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
-    assignment_bytes: regex::bytes::Regex,
+    assignment_bytes: std::sync::OnceLock<Result<regex::bytes::Regex, String>>,
+    /// The literals every credential shape contains.
+    credential_literals: std::sync::OnceLock<Option<AhoCorasick>>,
+    /// The key-like words (any case), and the two non-ASCII letters that fold to ASCII
+    /// ones under Unicode case-insensitivity (KELVIN SIGN to `k`, LONG S to `s`).
+    keyword_literals: std::sync::OnceLock<Option<AhoCorasick>>,
 }
 
 /// Credential shapes. Each is specific enough to have few false positives in text.
@@ -650,26 +675,142 @@ const NOT_SENSITIVE_NAME: &str = r"(?i)^(KEYBOARD.*|.*AUTHOR.*)$";
 /// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
 const ASSIGNMENT: &str = r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#;
 
+/// Literals of which every match of [`CREDENTIAL_PATTERNS`] contains one.
+const CREDENTIAL_LITERALS: &[&str] = &[
+    "AKIA",
+    "ASIA",
+    "AGPA",
+    "AIDA",
+    "AROA",
+    "ANPA",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xoxa-",
+    "xoxb-",
+    "xoxp-",
+    "xoxo-",
+    "xoxs-",
+    "xoxr-",
+    "sk_live_",
+    "rk_live_",
+    "AIza",
+    "sk-",
+    "eyJ",
+    "-----BEGIN",
+];
+
+/// Words of which every match of [`SENSITIVE_NAME`] and [`ASSIGNMENT`] contains one, in
+/// any ASCII case, or one of the non-ASCII letters that Unicode case folding maps to an
+/// ASCII letter of these words.
+const KEYWORD_LITERALS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "auth",
+    "\u{212A}",
+    "\u{17F}",
+];
+
+fn compiled<T>(
+    cell: &'static std::sync::OnceLock<Result<T, String>>,
+    make: impl FnOnce() -> Result<T, regex::Error>,
+) -> Result<&'static T, AuditError> {
+    cell.get_or_init(|| make().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| AuditError::Render {
+            why: format!("redaction pattern does not compile: {e}"),
+        })
+}
+
+fn literals(
+    cell: &'static std::sync::OnceLock<Option<AhoCorasick>>,
+    words: &[&str],
+    any_case: bool,
+) -> Option<&'static AhoCorasick> {
+    cell.get_or_init(|| {
+        AhoCorasick::builder()
+            .ascii_case_insensitive(any_case)
+            .build(words)
+            .ok()
+    })
+    .as_ref()
+}
+
 impl Shapes {
-    fn get() -> Result<&'static Shapes, AuditError> {
-        static SHAPES: std::sync::OnceLock<Result<Shapes, String>> = std::sync::OnceLock::new();
-        SHAPES
-            .get_or_init(|| Shapes::compile().map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(|e| AuditError::Render {
-                why: format!("redaction pattern does not compile: {e}"),
-            })
+    fn get() -> &'static Shapes {
+        static SHAPES: std::sync::OnceLock<Shapes> = std::sync::OnceLock::new();
+        SHAPES.get_or_init(Shapes::default)
     }
 
-    fn compile() -> Result<Shapes, regex::Error> {
-        let anywhere = CREDENTIAL_PATTERNS.join("|");
-        Ok(Shapes {
-            credential: Regex::new(&format!("^(?:{anywhere})$"))?,
-            credential_anywhere_bytes: regex::bytes::Regex::new(&anywhere)?,
-            sensitive_name: Regex::new(SENSITIVE_NAME)?,
-            not_sensitive_name: Regex::new(NOT_SENSITIVE_NAME)?,
-            assignment_bytes: regex::bytes::Regex::new(ASSIGNMENT)?,
+    /// Whether `b` may hold a credential shape (`true` when the prefilter is unavailable).
+    fn may_hold_credential(&'static self, b: &[u8]) -> bool {
+        literals(&self.credential_literals, CREDENTIAL_LITERALS, false)
+            .is_none_or(|ac| ac.is_match(b))
+    }
+
+    /// Whether `b` may hold a key-like word (`true` when the prefilter is unavailable).
+    fn may_hold_keyword(&'static self, b: &[u8]) -> bool {
+        literals(&self.keyword_literals, KEYWORD_LITERALS, true).is_none_or(|ac| ac.is_match(b))
+    }
+
+    /// Whether a whole value looks like a credential.
+    fn is_credential(&'static self, v: &str) -> Result<bool, AuditError> {
+        if !self.may_hold_credential(v.as_bytes()) {
+            return Ok(false);
+        }
+        let re = compiled(&self.credential, || {
+            Regex::new(&format!("^(?:{})$", CREDENTIAL_PATTERNS.join("|")))
+        })?;
+        Ok(re.is_match(v))
+    }
+
+    /// Whether a variable's name looks like it holds a key, token, secret... (and is not
+    /// one of the known look-alikes such as `KEYBOARD_*` or `*AUTHOR*`).
+    fn is_sensitive_name(&'static self, name: &str) -> Result<bool, AuditError> {
+        if !self.may_hold_keyword(name.as_bytes()) {
+            return Ok(false);
+        }
+        let yes = compiled(&self.sensitive_name, || Regex::new(SENSITIVE_NAME))?;
+        if !yes.is_match(name) {
+            return Ok(false);
+        }
+        let no = compiled(&self.not_sensitive_name, || Regex::new(NOT_SENSITIVE_NAME))?;
+        Ok(!no.is_match(name))
+    }
+
+    /// The credential-shape pattern, when `b` may hold a match.
+    fn credential_in(
+        &'static self,
+        b: &[u8],
+    ) -> Result<Option<&'static regex::bytes::Regex>, AuditError> {
+        if !self.may_hold_credential(b) {
+            return Ok(None);
+        }
+        compiled(&self.credential_anywhere_bytes, || {
+            regex::bytes::Regex::new(&CREDENTIAL_PATTERNS.join("|"))
         })
+        .map(Some)
+    }
+
+    /// The key-like assignment pattern, when `b` may hold a match.
+    fn assignment_in(
+        &'static self,
+        b: &[u8],
+    ) -> Result<Option<&'static regex::bytes::Regex>, AuditError> {
+        if !self.may_hold_keyword(b) {
+            return Ok(None);
+        }
+        compiled(&self.assignment_bytes, || {
+            regex::bytes::Regex::new(ASSIGNMENT)
+        })
+        .map(Some)
     }
 }
 
@@ -722,6 +863,104 @@ mod tests {
         assert!(!out.windows(7).any(|w| w == b"hunter2"));
         let clean = [0u8, 0xff, 0x80, b'a', 0xc0];
         assert!(matches!(r.redact_bytes(&clean), Cow::Borrowed(_)));
+    }
+
+    /// Texts that match the patterns, or nearly do: the prefilters must let every match
+    /// through (a match they skipped would be a credential left in a record).
+    fn corpus() -> Vec<String> {
+        let mut v: Vec<String> = [
+            "AKIAABCDEFGHIJKLMNOP",
+            "x ASIAABCDEFGHIJKLMNOP y",
+            "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "github_pat_abcdefghijklmnopqrstuvwxyz_0123",
+            "xoxb-1234567890-abcdef",
+            "sk_live_abcdefghijklmnop1234",
+            "rk_live_abcdefghijklmnop1234",
+            "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            "sk-ant-abcdefghijklmnopqrstuvwxyz",
+            "sk-proj-abcdefghijklmnopqrstuvwxyz",
+            "eyJhbGciOiJI.eyJzdWIiOiIx.sig",
+            "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----",
+            "API_KEY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "\"auth_token\": \"Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0\"",
+            "PASSWORD: Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "my.Credential=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "passwd=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            // Unicode case folding: KELVIN SIGN for `k`, LONG S for `s`.
+            "\u{212A}EY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "ſecret=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "paſſword=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "tO\u{212A}en: Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "nothing to see here",
+            "/bin/true",
+            "no policy rule allows `exec` of `/bin/true`",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Every ASCII letter of the key-like words swapped for its case-folding twins.
+        for w in [
+            "key",
+            "token",
+            "secret",
+            "password",
+            "passwd",
+            "credential",
+            "auth",
+        ] {
+            v.push(format!("{}=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0", w.to_uppercase()));
+            v.push(format!("X_{w}_Y=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0"));
+        }
+        v
+    }
+
+    #[test]
+    fn prefilters_never_skip_a_match() {
+        let any = regex::bytes::Regex::new(&CREDENTIAL_PATTERNS.join("|")).unwrap();
+        let whole = Regex::new(&format!("^(?:{})$", CREDENTIAL_PATTERNS.join("|"))).unwrap();
+        let assign = regex::bytes::Regex::new(ASSIGNMENT).unwrap();
+        let name = Regex::new(SENSITIVE_NAME).unwrap();
+        let shapes = Shapes::get();
+        let mut matched = 0;
+        for t in corpus() {
+            let b = t.as_bytes();
+            for (hit, pre, what) in [
+                (any.is_match(b), shapes.may_hold_credential(b), "credential"),
+                (
+                    whole.is_match(&t),
+                    shapes.may_hold_credential(b),
+                    "whole value",
+                ),
+                (assign.is_match(b), shapes.may_hold_keyword(b), "assignment"),
+                (name.is_match(&t), shapes.may_hold_keyword(b), "name"),
+            ] {
+                assert!(!hit || pre, "the {what} prefilter skipped a match in {t:?}");
+                matched += usize::from(hit);
+            }
+        }
+        // The corpus exercises the patterns (not only texts that match nothing).
+        assert!(matched > 30, "only {matched} matches in the corpus");
+    }
+
+    #[test]
+    fn folded_letters_in_a_key_name_are_still_redacted() {
+        let r = Redactor::builder().build().unwrap();
+        for t in [
+            "ſecret=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "\u{212A}EY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+        ] {
+            let out = r.redact_str(t);
+            assert!(
+                !out.contains("Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0"),
+                "{t} -> {out}"
+            );
+        }
+        // And text with none of the literals is left as it is (borrowed, nothing compiled
+        // on its account).
+        assert!(matches!(
+            r.redact_str("exit 0 after 3 ms"),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]
