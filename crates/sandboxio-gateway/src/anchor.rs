@@ -30,10 +30,19 @@ impl Gateway {
             .on_store("reading the trail heads", |s, _| s.heads())
             .await?;
         let mut breaks = Vec::new();
+        let mut moved_on = false;
         for current in self.auditor().heads() {
             let Some(old) = stored.iter().find(|h| h.trail == current.trail) else {
+                moved_on = true;
                 continue;
             };
+            // The sink opened the trail and found exactly the stored head at its end (the
+            // last record's hash, checked against the chain and a checkpoint signed with
+            // this key): nothing to read again.
+            if current.size == old.size && current.last_hash == old.last_hash {
+                continue;
+            }
+            moved_on = true;
             let files = sandboxio_audit::trail_files(Path::new(&old.trail)).unwrap_or_default();
             let check = sandboxio_audit::check_head(&files, old);
             if check.ok() {
@@ -78,8 +87,11 @@ impl Gateway {
             .await?;
             breaks.push(b);
         }
-        // Trails without a stored head yet (a new trail, or a store from before heads).
-        self.store_heads_async().await;
+        // Trails without a stored head yet (a new trail, or a store from before heads), or
+        // ahead of it (a process stopped between its record and storing the head).
+        if moved_on {
+            self.store_heads_async().await;
+        }
         Ok(breaks)
     }
 

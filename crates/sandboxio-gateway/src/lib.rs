@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod session;
 pub mod store;
 pub mod stream;
+pub mod sweep;
 pub mod tool;
 
 pub use anchor::ANCHOR_BROKEN_EVENT;

@@ -203,6 +203,12 @@ impl Runtime {
             opts.approver,
         );
         gateway = gateway.with_edge_secrets(edge_secrets);
+        // Leftovers of crashed runs: owned directories go as soon as their owner is gone,
+        // unowned ones (older versions) after the default timeout plus a margin.
+        gateway = gateway.with_start_sweep(crate::sweep::StartSweep::new(
+            opts.config.sandbox.work_root.clone(),
+            opts.config.limits.timeout.0 + Duration::from_secs(600),
+        ));
         for (name, tool) in opts.embed.tools {
             gateway = gateway.with_tool(name, tool);
         }
@@ -276,17 +282,12 @@ impl Runtime {
         })
     }
 
-    /// Finishes what crashed processes left (interrupted operations, stale cgroups, and
-    /// workspaces and staging directories whose owner is gone, also under `[sandbox]
-    /// work_root`). Call once at start.
-    pub async fn recover(&self, max_run: Duration) -> Result<usize, GatewayError> {
-        let n = self.gateway.recover().await?;
-        let sweep_cfg = sandboxio_sandbox::SandboxConfig {
-            work_root: self.config.sandbox.work_root.clone(),
-            ..Default::default()
-        };
-        sandboxio_sandbox::sweep::sweep_for(&sweep_cfg, max_run + Duration::from_secs(600));
-        Ok(n)
+    /// Finishes what crashed processes left: interrupted operations now; stale cgroups,
+    /// and workspaces and staging directories whose owner is gone (also under `[sandbox]
+    /// work_root`), before this process's first sandbox ([`crate::sweep`]). Call once at
+    /// start.
+    pub async fn recover(&self, _max_run: Duration) -> Result<usize, GatewayError> {
+        self.gateway.recover().await
     }
 }
 

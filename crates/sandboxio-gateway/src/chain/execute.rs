@@ -25,6 +25,8 @@ impl Gateway {
             OperationArgs::Exec { .. }
             | OperationArgs::RunCode { .. }
             | OperationArgs::Browse { .. } => {
+                // Leftovers of crashed runs go before this process's first sandbox.
+                self.sweep.run_once().await;
                 // The request as resolved (defaults, ceilings, derived argv): exactly what
                 // was decided, fingerprinted and approved.
                 let mut req = op

@@ -157,6 +157,8 @@ pub struct Gateway {
     latency: Mutex<LatencyTracker>,
     /// `[[secrets]]` with their values, for sandboxes with network.
     edge_secrets: Arc<crate::edge::EdgeSecrets>,
+    /// Leftovers of crashed runs, swept before this process's first sandbox.
+    sweep: Arc<crate::sweep::StartSweep>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -196,7 +198,14 @@ impl Gateway {
             retry_budget,
             latency: Mutex::new(LatencyTracker::new(cfg_latency)),
             edge_secrets: Arc::new(crate::edge::EdgeSecrets::default()),
+            sweep: Arc::new(crate::sweep::StartSweep::default()),
         }
+    }
+
+    /// Sweeps what crashed runs left (see [`crate::sweep`]) before the first sandbox.
+    pub fn with_start_sweep(mut self, sweep: crate::sweep::StartSweep) -> Self {
+        self.sweep = Arc::new(sweep);
+        self
     }
 
     /// The secrets the egress proxy injects at the edge (their values must also be in
@@ -249,11 +258,8 @@ impl Gateway {
         if pruned != Default::default() {
             tracing::info!(?pruned, "pruned state older than its retention");
         }
-        // Cgroups a SIGKILLed process could not remove (empty and older than STALE_AGE).
-        let stale = sandboxio_sandbox::cgroup::cleanup_stale();
-        if !stale.is_empty() {
-            tracing::info!(count = stale.len(), "removed stale sandbox cgroups");
-        }
+        // Stale cgroups and workspaces: swept before this process's first sandbox
+        // (`crate::sweep`), not here, so a process that starts none never pays for it.
         self.recover_interrupted().await
     }
 
