@@ -20,9 +20,11 @@ use clap::Parser as _;
 fn main() {
     // The sandbox helper: re-executed by ourselves, single-threaded, before any runtime.
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(sandboxio_sandbox::helper::HELPER_ARG))
+        == Some(std::ffi::OsStr::new(
+            sandboxio_gateway::layers::sandbox::helper::HELPER_ARG,
+        ))
     {
-        sandboxio_sandbox::helper::main();
+        sandboxio_gateway::layers::sandbox::helper::main();
     }
     // `--json` anywhere before `--` (after it, the words are the sandboxed command's).
     out::set_json(
@@ -37,17 +39,32 @@ fn main() {
     };
     // Logs and OpenTelemetry export: installed here, by the binary only, before the runtime.
     let telemetry = telemetry::Telemetry::init(debug_requested(&cli), log_secrets(&cli));
-    let code = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let code = match runtime_for(&cli.command) {
         Ok(rt) => rt.block_on(cmd::dispatch(cli)),
         Err(source) => cmd::report(&error::CliError::Runtime { source }.into()),
     };
     // Spans and metrics are buffered on the exporters' threads: flush them before exiting.
     telemetry.shutdown();
     std::process::exit(code);
+}
+
+/// The async runtime a command needs. A run is one operation: its tasks (the output
+/// printer, the signal watcher) interleave on the one thread that waits for it, and store
+/// calls and the audit trail already run on threads of their own; worker threads would
+/// only add start-up and hand-offs. Serving many clients (`serve`, `mcp`) takes workers.
+fn runtime_for(cmd: &args::Command) -> std::io::Result<tokio::runtime::Runtime> {
+    use args::Command;
+    match cmd {
+        Command::Run { .. } | Command::RunCode { .. } => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build(),
+    }
 }
 
 /// A command line the parser refused: usage error with a code. `--help` and `--version`
@@ -123,14 +140,14 @@ fn common_of(cmd: &args::Command) -> Option<&args::Common> {
 }
 
 /// The `--secret-env` values of a run: redacted from every log line.
-fn log_secrets(cli: &args::Cli) -> Vec<sandboxio_audit::Secret> {
+fn log_secrets(cli: &args::Cli) -> Vec<sandboxio_gateway::layers::audit::Secret> {
     match &cli.command {
         args::Command::Run { opts, .. } | args::Command::RunCode { opts, .. } => opts
             .secret_env
             .iter()
             .filter_map(|kv| kv.split_once('='))
             .filter(|(_, v)| !v.is_empty())
-            .map(|(_, v)| sandboxio_audit::Secret::new(v))
+            .map(|(_, v)| sandboxio_gateway::layers::audit::Secret::new(v))
             .collect(),
         _ => Vec::new(),
     }

@@ -115,7 +115,7 @@ impl Loaded {
 
 use std::time::Duration;
 
-use sandboxio_budget::ScopeKey;
+use sandboxio_gateway::layers::budget::ScopeKey;
 use sandboxio_gateway::runtime;
 use sandboxio_gateway::{GatewayConfig, Runtime, RuntimeOptions};
 

@@ -14,6 +14,7 @@ pub mod edge;
 pub mod error;
 pub mod executor;
 pub mod files;
+pub mod layers;
 pub mod overview;
 pub mod policy;
 pub mod redaction;

@@ -78,6 +78,18 @@ fn crate_layering_holds() {
             "sandboxio-python",
             &["sandboxio-core", "sandboxio-config", "sandboxio-gateway"][..],
         ),
+        // The binary hosts every front end (`serve`, `mcp`); what it uses of the layers
+        // comes through the gateway (`sandboxio_gateway::layers`).
+        (
+            "sandboxio-cli",
+            &[
+                "sandboxio-core",
+                "sandboxio-config",
+                "sandboxio-gateway",
+                "sandboxio-server",
+                "sandboxio-mcp",
+            ][..],
+        ),
         // MCP mounts its HTTP transport in the server (credentials, layers).
         (
             "sandboxio-mcp",

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandboxio_audit::{HeadCheck, SignedHead, VerifyingKey};
+use sandboxio_gateway::layers::audit::{HeadCheck, SignedHead, VerifyingKey};
 use sandboxio_gateway::store::{AnchorBreak, KeptHead, TrailAnchors};
 use serde::Serialize;
 
@@ -62,7 +62,7 @@ pub(super) fn check(
     store: Option<(String, &TrailAnchors)>,
     keys: &[VerifyingKey],
 ) -> Anchor {
-    let trail = sandboxio_audit::trail_id(base);
+    let trail = sandboxio_gateway::layers::audit::trail_id(base);
     let mut a = Anchor {
         state_db: None,
         trail: trail.clone(),
@@ -91,7 +91,7 @@ pub(super) fn check(
         let held = anchors
             .heads
             .iter()
-            .filter(|k| sandboxio_audit::check_head(paths, &k.head).ok())
+            .filter(|k| sandboxio_gateway::layers::audit::check_head(paths, &k.head).ok())
             .collect::<Vec<_>>();
         (held, "content")
     } else {
@@ -160,7 +160,7 @@ fn against(
             return a;
         }
     }
-    let check = sandboxio_audit::check_head(paths, &k.head);
+    let check = sandboxio_gateway::layers::audit::check_head(paths, &k.head);
     a.ok = check.ok();
     a.why = check.describe();
     a.check = Some(check);

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use sandboxio_audit::{Query, TrailEntry};
 use sandboxio_core::Verdict;
+use sandboxio_gateway::layers::audit::{Query, TrailEntry};
 
 use crate::args::{AuditCmd, Common};
 use crate::exit;
@@ -58,7 +58,7 @@ fn trail(common: &Common, file: Option<PathBuf>) -> Result<Vec<PathBuf>> {
         Some(f) => f,
         None => setup::load(common)?.audit_file(),
     };
-    Ok(sandboxio_audit::trail_files(&base)?)
+    Ok(sandboxio_gateway::layers::audit::trail_files(&base)?)
 }
 
 fn print(entries: &[TrailEntry], json: bool) -> Result<()> {
@@ -89,9 +89,12 @@ async fn tail(common: &Common, n: usize, follow: bool, file: Option<PathBuf>) ->
         None => setup::load(common)?.audit_file(),
     };
     let paths = trail(common, file)?;
-    print(&sandboxio_audit::tail(&paths, n)?, common.json)?;
+    print(
+        &sandboxio_gateway::layers::audit::tail(&paths, n)?,
+        common.json,
+    )?;
     if follow {
-        let mut f = sandboxio_audit::Follower::from_end(base)?;
+        let mut f = sandboxio_gateway::layers::audit::Follower::from_end(base)?;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(250)) => {}
@@ -109,7 +112,7 @@ async fn tail(common: &Common, n: usize, follow: bool, file: Option<PathBuf>) ->
 
 fn query(common: &Common, q: &Query, file: Option<PathBuf>) -> Result<i32> {
     let paths = trail(common, file)?;
-    let entries = sandboxio_audit::query(&paths, q)?;
+    let entries = sandboxio_gateway::layers::audit::query(&paths, q)?;
     print(&entries, common.json)?;
     if !common.json {
         errln!("{} event(s)", entries.len());

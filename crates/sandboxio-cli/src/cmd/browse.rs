@@ -8,8 +8,8 @@ use sandboxio_core::{
     ByteSize, HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
 };
 use sandboxio_gateway::browse::BrowseAnswer;
+use sandboxio_gateway::CancelToken;
 use sandboxio_gateway::{Outcome, Submission};
-use sandboxio_sandbox::CancelToken;
 
 use crate::args::{BrowseOpts, Common};
 use crate::error::CliError;

@@ -107,10 +107,10 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
             .or_else(|| typed::<sandboxio_gateway::GatewayError>(cause))
             .or_else(|| typed::<sandboxio_gateway::RuntimeError>(cause))
             .or_else(|| typed::<sandboxio_gateway::egress::secrets::SecretError>(cause))
-            .or_else(|| typed::<sandboxio_sandbox::SandboxError>(cause))
-            .or_else(|| typed::<sandboxio_policy::PolicyError>(cause))
-            .or_else(|| typed::<sandboxio_audit::AuditError>(cause))
-            .or_else(|| typed::<sandboxio_budget::BudgetError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::layers::sandbox::SandboxError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::layers::policy::PolicyError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::layers::audit::AuditError>(cause))
+            .or_else(|| typed::<sandboxio_gateway::layers::budget::BudgetError>(cause))
             .or_else(|| typed::<sandboxio_server::ServerError>(cause))
             .or_else(|| typed::<sandboxio_mcp::McpError>(cause));
         if let Some(f) = found {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use chrono::Utc;
 use sandboxio_core::{ErrorCode, Operation};
-use sandboxio_policy::{check_files, Context, PolicySet};
+use sandboxio_gateway::layers::policy::{check_files, Context, PolicySet};
 
 use crate::args::PolicyCmd;
 use crate::error::CliError;
@@ -92,9 +92,9 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
     let set = PolicySet::load_files(files)?;
     let mut paths = Vec::new();
     for a in audit {
-        paths.extend(sandboxio_audit::trail_files(a)?);
+        paths.extend(sandboxio_gateway::layers::audit::trail_files(a)?);
     }
-    let entries = sandboxio_audit::read_events(&paths)?;
+    let entries = sandboxio_gateway::layers::audit::read_events(&paths)?;
     let mut changes = Vec::new();
     let mut considered = 0usize;
     for e in &entries {
@@ -150,7 +150,7 @@ fn replay(json: bool, audit: &[PathBuf], files: &[PathBuf]) -> Result<i32> {
 
 /// Rebuilds the operation an audit event describes, as far as the event records it.
 /// Code is only hashed in the trail, so run_code rules that look at code cannot be replayed.
-fn operation_of(ev: &sandboxio_audit::AuditEvent) -> Option<Operation> {
+fn operation_of(ev: &sandboxio_gateway::layers::audit::AuditEvent) -> Option<Operation> {
     use sandboxio_core::{Language, OperationArgs, Principal};
     let args = match ev.event.as_str() {
         "exec" => OperationArgs::Exec {

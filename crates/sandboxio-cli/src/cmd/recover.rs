@@ -5,8 +5,8 @@
 
 use anyhow::Result;
 use chrono::Utc;
-use sandboxio_audit::Tamper;
 use sandboxio_core::{ErrorCode as _, Layer, OperationRecord, OperationStatus, Verdict};
+use sandboxio_gateway::layers::audit::Tamper;
 use sandboxio_gateway::store::{rebuild_from_trail, SyncMode};
 use sandboxio_gateway::GatewayError;
 
@@ -42,15 +42,18 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
         Err(e) => return Err(e.into()),
     }
     // The recovery is recorded in the trail, so its key must be there (or rotated first).
-    sandboxio_audit::AuditKey::load_for_trail(&loaded.state_dir.join("audit.key"), &files.trail)?;
+    sandboxio_gateway::layers::audit::AuditKey::load_for_trail(
+        &loaded.state_dir.join("audit.key"),
+        &files.trail,
+    )?;
     let pubfile = loaded.state_dir.join("audit.pub");
     let keys = if pubfile.exists() {
-        sandboxio_audit::load_public_keys(&pubfile)?
+        sandboxio_gateway::layers::audit::load_public_keys(&pubfile)?
     } else {
         Vec::new()
     };
-    let paths = sandboxio_audit::trail_files(&files.trail)?;
-    let rep = sandboxio_audit::verify_keys(&paths, &keys);
+    let paths = sandboxio_gateway::layers::audit::trail_files(&files.trail)?;
+    let rep = sandboxio_gateway::layers::audit::verify_keys(&paths, &keys);
     // A trail cut short by a crash (no closing checkpoint) is still a trail to rebuild from.
     if let Some(bad) = rep
         .first_bad
@@ -68,7 +71,7 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
         }
         .into());
     }
-    let entries = sandboxio_audit::read_events(&paths)?;
+    let entries = sandboxio_gateway::layers::audit::read_events(&paths)?;
     let cfg = setup::gateway_config(&loaded, None)?;
     let by = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let rebuilt = rebuild_from_trail(&files, &entries, cfg.idempotency_retention, &by, Utc::now())?;

@@ -9,11 +9,11 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use sandboxio_audit::checkpoint::key_id;
-use sandboxio_audit::{
+use sandboxio_core::{Layer, OperationRecord, OperationStatus, Verdict};
+use sandboxio_gateway::layers::audit::checkpoint::key_id;
+use sandboxio_gateway::layers::audit::{
     AuditConfig, AuditKey, Auditor, FileSink, FileSinkOptions, Redactor, DEFAULT_ORIGIN,
 };
-use sandboxio_core::{Layer, OperationRecord, OperationStatus, Verdict};
 use sandboxio_gateway::store::{Store as _, SyncMode};
 
 use crate::args::Common;
@@ -35,7 +35,7 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
         None
     };
     let mut old_public = if pub_path.exists() {
-        sandboxio_audit::load_public_keys(&pub_path)?
+        sandboxio_gateway::layers::audit::load_public_keys(&pub_path)?
     } else {
         Vec::new()
     };
@@ -44,8 +44,12 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
     }
     let new_key = Arc::new(AuditKey::generate());
     let fsync = match loaded.config.audit.fsync {
-        sandboxio_config::FsyncPolicy::Always => sandboxio_audit::FsyncPolicy::Always,
-        sandboxio_config::FsyncPolicy::Never => sandboxio_audit::FsyncPolicy::Never,
+        sandboxio_config::FsyncPolicy::Always => {
+            sandboxio_gateway::layers::audit::FsyncPolicy::Always
+        }
+        sandboxio_config::FsyncPolicy::Never => {
+            sandboxio_gateway::layers::audit::FsyncPolicy::Never
+        }
     };
     // The trail first: its new file is signed by the new key from its first line.
     let sink = Arc::new(FileSink::open_rotating_key(

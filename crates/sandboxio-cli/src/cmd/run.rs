@@ -7,8 +7,8 @@ use sandboxio_core::{
     ByteSize, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language, Layer, Money,
     Operation, OperationArgs, OperationRecord, OperationStatus, OutputStream, Principal, Verdict,
 };
+use sandboxio_gateway::CancelToken;
 use sandboxio_gateway::{Outcome, Submission};
-use sandboxio_sandbox::CancelToken;
 
 use crate::args::{Common, RunOpts};
 use crate::cmd::stdin;
@@ -57,7 +57,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         let (k, v) = env_pair(flag, kv)?;
         exec.env.insert(k.to_string(), v.to_string());
         if flag == "--secret-env" {
-            secrets.push(sandboxio_audit::Secret::new(v));
+            secrets.push(sandboxio_gateway::layers::audit::Secret::new(v));
         }
     }
     // Host paths resolve against the working directory (the sandbox needs absolute ones).

@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use sandboxio_budget::{RateLimitRule, ReserveRequest, ScopeKey, Summary};
 use sandboxio_core::CostCategory;
+use sandboxio_gateway::layers::budget::{RateLimitRule, ReserveRequest, ScopeKey, Summary};
 use sandboxio_gateway::store::{Approval, ApprovalState, KillState, RateUsage, Store};
 use serde::Serialize;
 
@@ -94,7 +94,11 @@ pub fn status(common: &Common, tenant: &str) -> Result<i32> {
 /// The scopes a request of `tenant` made now would be charged to, in every cost category:
 /// global, the tenant, the category scopes some ceiling names, and the current window of
 /// every windowed ceiling that applies.
-fn scopes(cfg: &sandboxio_budget::BudgetConfig, tenant: &str, now: DateTime<Utc>) -> Vec<ScopeKey> {
+fn scopes(
+    cfg: &sandboxio_gateway::layers::budget::BudgetConfig,
+    tenant: &str,
+    now: DateTime<Utc>,
+) -> Vec<ScopeKey> {
     let mut v: Vec<ScopeKey> = setup::scopes_for(tenant);
     for category in CostCategory::ALL {
         let req = ReserveRequest {

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use sandboxio_audit::{VerifyReport, VerifyingKey};
 use sandboxio_config::Config;
+use sandboxio_gateway::layers::audit::{VerifyReport, VerifyingKey};
 use sandboxio_gateway::store::{read_trail_anchors, AnchorSource, KeptHead, TrailAnchors};
 use serde::Serialize;
 
@@ -104,7 +104,7 @@ impl Checked {
 
 /// The files of the trail whose active file is `base`, oldest first.
 fn files_of(base: &Path) -> Result<Vec<PathBuf>> {
-    let t = sandboxio_audit::trail_files(base)?;
+    let t = sandboxio_gateway::layers::audit::trail_files(base)?;
     Ok(if t.is_empty() {
         vec![base.to_path_buf()]
     } else {
@@ -129,18 +129,18 @@ pub fn verify(
 ) -> Result<i32> {
     let mut keys: Vec<VerifyingKey> = Vec::new();
     for k in key_files {
-        keys.extend(sandboxio_audit::load_public_keys(k)?);
+        keys.extend(sandboxio_gateway::layers::audit::load_public_keys(k)?);
     }
     // Each store is read once, however many trails it anchors.
     let mut stores: Vec<(String, TrailAnchors)> = Vec::new();
     let mut checked = Vec::new();
     let mut seen = BTreeSet::new();
     for base in files {
-        if !seen.insert(sandboxio_audit::trail_id(base)) {
+        if !seen.insert(sandboxio_gateway::layers::audit::trail_id(base)) {
             continue;
         }
         let paths = files_of(base)?;
-        let rep = sandboxio_audit::verify_keys(&paths, &keys);
+        let rep = sandboxio_gateway::layers::audit::verify_keys(&paths, &keys);
         let at = match store.source(base)? {
             Some(src) => {
                 let name = src.describe();
