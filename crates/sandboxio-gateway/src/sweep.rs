@@ -1,19 +1,22 @@
 //! What crashed processes leave on the host (empty sandbox cgroups, workspaces and staging
-//! directories whose owner is gone) is swept once per process, right before its first
+//! directories whose owner is gone) is swept once per process, starting when its first
 //! sandbox starts: a process that never starts one (a denied run, `status`, `approvals`)
-//! pays nothing for it, and every process that does start one still sweeps first, so the
-//! leftovers of a killed run are gone by the time the next run's sandbox exists.
+//! pays nothing for it, and every process that does start one sweeps, on the blocking
+//! pool beside its sandbox's set-up (the sweep never touches a live owner's directory or a
+//! cgroup younger than its age, so it cannot race with the sandbox it runs beside). The
+//! runtime's shutdown waits for it, so the leftovers of a killed run are gone when the next
+//! run that started a sandbox has ended.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The once-per-process sweep of a gateway (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StartSweep {
     /// `None`: this gateway sweeps nothing (embedders that sweep on their own).
     settings: Option<Settings>,
-    done: tokio::sync::OnceCell<()>,
+    started: std::sync::Once,
 }
 
 #[derive(Debug, Clone)]
@@ -21,6 +24,16 @@ struct Settings {
     work_root: Option<PathBuf>,
     /// Directories without an owner in their name (older versions) go after this age.
     legacy_age: Duration,
+}
+
+impl Default for StartSweep {
+    /// Sweeps nothing.
+    fn default() -> StartSweep {
+        StartSweep {
+            settings: None,
+            started: std::sync::Once::new(),
+        }
+    }
 }
 
 impl StartSweep {
@@ -32,24 +45,23 @@ impl StartSweep {
                 work_root,
                 legacy_age,
             }),
-            done: tokio::sync::OnceCell::new(),
+            started: std::sync::Once::new(),
         }
     }
 
-    /// Sweeps now, off the async workers, unless this process already did. Concurrent
-    /// callers wait for the one sweep.
-    pub async fn run_once(self: &Arc<Self>) {
+    /// Starts the sweep on the blocking pool, unless this process already did; does not
+    /// wait for it (the runtime's shutdown does).
+    pub fn start_once(self: &Arc<Self>) {
         let Some(settings) = self.settings.clone() else {
             return;
         };
-        self.done
-            .get_or_init(|| async move {
-                let swept = tokio::task::spawn_blocking(move || sweep(&settings)).await;
-                if let Err(e) = swept {
-                    tracing::warn!(error = %e, "sweeping the leftovers of crashed runs failed");
-                }
-            })
-            .await;
+        self.started.call_once(|| {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                drop(tokio::task::spawn_blocking(move || sweep(&settings)));
+            } else {
+                sweep(&settings);
+            }
+        });
     }
 }
 

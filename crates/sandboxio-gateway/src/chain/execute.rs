@@ -25,8 +25,8 @@ impl Gateway {
             OperationArgs::Exec { .. }
             | OperationArgs::RunCode { .. }
             | OperationArgs::Browse { .. } => {
-                // Leftovers of crashed runs go before this process's first sandbox.
-                self.sweep.run_once().await;
+                // Leftovers of crashed runs: swept beside this process's first sandbox.
+                self.sweep.start_once();
                 // The request as resolved (defaults, ceilings, derived argv): exactly what
                 // was decided, fingerprinted and approved.
                 let mut req = op
