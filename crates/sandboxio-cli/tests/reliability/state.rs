@@ -206,6 +206,14 @@ fn damage_replace(db: &Path) {
 }
 fn damage_garbage(db: &Path) {
     std::fs::write(db, vec![b'x'; 8192]).unwrap();
+    // The WAL is part of the state (closing leaves it): while it holds every page, SQLite
+    // reads those and the damage to the main file does not show. Damage both.
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = std::path::PathBuf::from(wal);
+    if wal.exists() {
+        std::fs::write(&wal, vec![b'x'; 8192]).unwrap();
+    }
 }
 
 fn lost_state_is_refused_until_recovered(tag: &str, damage: fn(&Path), code: &str) {
@@ -352,15 +360,21 @@ fn recovery_of_a_healthy_state_db_is_refused() {
 // ---------------------------------------------------------------------------------------
 // The trail anchored outside itself
 
-/// Byte offsets in `text` where each run's `open` checkpoint starts (one per CLI run).
+/// Byte offsets in `text` where each CLI run's lines start: the start of the file, then
+/// after each run's closing checkpoint (a run continuing a cleanly closed trail writes no
+/// `open` checkpoint of its own).
 fn run_starts(text: &str) -> Vec<usize> {
-    let mut out = Vec::new();
+    let mut out = vec![0];
     let mut off = 0;
     for l in text.split_inclusive('\n') {
-        if l.starts_with("{\"checkpoint\":") && l.contains("\"reason\":\"open\"") {
+        off += l.len();
+        if l.starts_with("{\"checkpoint\":") && l.contains("\"reason\":\"close\"") {
             out.push(off);
         }
-        off += l.len();
+    }
+    // The last close ends the file: no run starts there.
+    if out.last() == Some(&text.len()) {
+        out.pop();
     }
     out
 }
