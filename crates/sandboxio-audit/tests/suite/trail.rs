@@ -467,6 +467,8 @@ fn a_blocking_write_gives_up_at_the_timeout_while_the_lock_is_held_elsewhere() {
     let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
     assert!(rep.ok, "{rep:?}");
     assert_eq!(rep.records, 1);
+}
+
 fn checkpoint_lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
