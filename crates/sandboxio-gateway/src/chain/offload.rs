@@ -36,15 +36,22 @@ where
     F: FnOnce(&dyn Store, &GatewayConfig) -> StoreResult<T> + Send + 'static,
 {
     match tokio::runtime::Handle::try_current() {
-        Ok(h) => h
-            .spawn_blocking(move || f(store.as_ref(), &cfg))
+        Ok(h) => {
+            // What the closure logs (the logging sink's audit line, store warnings) stays
+            // inside the operation's span on the blocking thread too.
+            let span = tracing::Span::current();
+            h.spawn_blocking(move || {
+                let _in_span = span.enter();
+                f(store.as_ref(), &cfg)
+            })
             .await
             .unwrap_or_else(|e| {
                 Err(GatewayError::StoreTask {
                     action,
                     why: e.to_string(),
                 })
-            }),
+            })
+        }
         Err(_) => f(store.as_ref(), &cfg),
     }
 }
