@@ -259,7 +259,10 @@ impl SandboxioMcp {
             return Err(McpError::UnknownTool { name: name.into() });
         };
         if kind == Kind::Tool && proxy.pins().is_changed(name) {
-            let rec = self.refused_changed(&who, name, &arguments).await;
+            let reason = format!(
+                "the description of `{name}` changed since it was approved; run `sandboxio mcp trust {name}` after reading it"
+            );
+            let rec = self.refused_changed(&who, name, &arguments, reason).await;
             return Ok(Err(answer::denial(&rec)));
         }
         let token = CancelToken::new();
@@ -334,14 +337,16 @@ impl SandboxioMcp {
         }
     }
 
-    /// The one record of a call refused because the tool's description changed.
-    async fn refused_changed(
+    /// The one record of a request refused because what it names (a tool, prompt or
+    /// resource) changed since it was approved.
+    pub(crate) async fn refused_changed(
         &self,
         who: &Principal,
         name: &str,
         arguments: &serde_json::Value,
+        reason: String,
     ) -> OperationRecord {
-        let id = format!("mcp-{}", uuid_like());
+        let id = format!("mcp-{}", unique());
         let mut rec = OperationRecord::new(id, "tool_call");
         rec.tool_name = name.to_string();
         rec.tenant_id = Some(who.tenant.clone());
@@ -352,25 +357,30 @@ impl SandboxioMcp {
         rec.status = OperationStatus::Denied;
         rec.layer = Layer::Admit;
         rec.error_code = Some("SBX_E1911".into());
-        rec.reason = format!(
-            "the description of `{name}` changed since it was approved; run `sandboxio mcp trust {name}` after reading it"
-        );
+        rec.reason = reason;
         // The auditor redacts the record (the arguments too) before any sink sees it.
         if let Err(e) = self.opts.gateway.auditor().record(rec.clone()).await {
             tracing::warn!(
                 code = sandboxio_core::ErrorCode::code(&e),
-                "recording a refused MCP call failed: {e}"
+                "recording a refused MCP request failed: {e}"
             );
         }
         rec
     }
 }
 
-fn uuid_like() -> String {
+/// An id unique within this host: time, process and a per-process counter.
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{SystemTime, UNIX_EPOCH};
+    static N: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("{nanos:x}-{:x}", std::process::id())
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -15,9 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
-use sandboxio_core::{
-    Layer, Operation, OperationArgs, OperationRecord, OperationStatus, Principal, Verdict,
-};
+use sandboxio_core::{Operation, OperationArgs, OperationStatus, Principal, Verdict};
 use sandboxio_gateway::{CancelToken, Submission, Tool, ToolError};
 
 use super::forward::{denied_error, mcp_error};
@@ -172,26 +170,10 @@ impl SandboxioMcp {
         if !proxy.pins().is_changed(pin) {
             return Ok(());
         }
-        let mut rec = OperationRecord::new(format!("mcp-{}", unique()), "tool_call");
-        rec.tool_name = name.to_string();
-        rec.tenant_id = Some(who.tenant.clone());
-        rec.agent_id = who.agent.clone();
-        rec.backend = "mcp".into();
-        rec.arguments = Some(arguments.clone());
-        rec.verdict = Verdict::Deny;
-        rec.status = OperationStatus::Denied;
-        rec.layer = Layer::Admit;
-        rec.error_code = Some("SBX_E1911".into());
-        rec.reason = format!(
+        let reason = format!(
             "`{pin}` changed since it was approved; run `sandboxio mcp trust {pin}` after reading it"
         );
-        // The auditor redacts the record (the arguments too) before any sink sees it.
-        if let Err(e) = self.opts.gateway.auditor().record(rec.clone()).await {
-            tracing::warn!(
-                code = sandboxio_core::ErrorCode::code(&e),
-                "recording a refused MCP request failed: {e}"
-            );
-        }
+        let rec = self.refused_changed(who, name, arguments, reason).await;
         Err(denied_error(&answer::denial(&rec)))
     }
 
@@ -218,19 +200,4 @@ impl SandboxioMcp {
             .map_err(|e| mcp_error(&e))?;
         self.refuse_if_changed(&who, pin, name, &arguments).await
     }
-}
-
-fn unique() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{SystemTime, UNIX_EPOCH};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{nanos:x}-{:x}-{:x}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
 }
