@@ -141,15 +141,26 @@ async fn in_sandbox(
     let gone = || E2bError::NoSandbox {
         id: id.chars().take(64).collect(),
     };
-    let entry = e2b.registry.get(id).ok_or_else(gone)?;
-    let Some(session) = st.sessions.get(&entry.tenant, id) else {
-        e2b.registry.remove(id);
-        return Err(gone());
-    };
     let token = header(h, ACCESS_TOKEN).or_else(|| match port {
         Port::Interpreter => header(h, TRAFFIC_TOKEN),
         Port::Envd => None,
     });
+    let entry = match e2b.registry.get(id) {
+        Ok(e) => e.ok_or_else(gone)?,
+        // Only the holder of the sandbox's token learns that its facts are damaged.
+        Err(d) if token.is_some_and(|t| e2b.registry.token_matches(id, t)) => {
+            return Err(damaged(id, d))
+        }
+        Err(_) => {
+            return Err(E2bError::AccessToken {
+                sandbox: id.chars().take(64).collect(),
+            })
+        }
+    };
+    let Some(session) = st.sessions.get(&entry.tenant, id) else {
+        e2b.registry.remove(id);
+        return Err(gone());
+    };
     if !token.is_some_and(|t| entry.token_matches(t)) {
         return Err(E2bError::AccessToken {
             sandbox: entry.sandbox_id.clone(),
@@ -161,4 +172,15 @@ async fn in_sandbox(
         session,
         entry,
     })
+}
+
+/// A sandbox whose E2B facts file is damaged: answered with its own code, logged once per
+/// request, and the file left for the operator.
+pub(super) fn damaged(id: &str, d: super::persist::Damaged) -> E2bError {
+    tracing::error!(sandbox = %id, path = %d.path.display(), "a sandbox's E2B facts are damaged: {}", d.why);
+    E2bError::DamagedFacts {
+        id: id.chars().take(64).collect(),
+        path: d.path,
+        why: d.why,
+    }
 }

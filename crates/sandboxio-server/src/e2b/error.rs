@@ -37,6 +37,12 @@ pub enum E2bError {
     BadPort { port: String },
     #[error("`{path}` exists already")]
     Exists { path: String },
+    #[error("the E2B facts of sandbox `{id}` at {} are damaged ({why}); the file was left as it is: restore it from a backup, or remove it to forget the sandbox's E2B facts (the sandbox stays reachable over the native API)", path.display())]
+    DamagedFacts {
+        id: String,
+        path: std::path::PathBuf,
+        why: String,
+    },
     #[error("{0}")]
     Server(#[from] ServerError),
     /// What the chain (or a native handler) answered: a denial, an ask, a failure.
@@ -58,6 +64,7 @@ impl ErrorCode for E2bError {
             E2bError::NoSandbox { .. } => "SBX_E2509",
             E2bError::BadPort { .. } => "SBX_E2510",
             E2bError::Exists { .. } => "SBX_E2512",
+            E2bError::DamagedFacts { .. } => "SBX_E2514",
             E2bError::Server(e) => e.code(),
             // The problem's code is one of the documented ones; this enum cannot name it
             // statically, so the answer carries it (see `message`).
@@ -81,6 +88,8 @@ impl E2bError {
             E2bError::NoProcess { .. } => StatusCode::NOT_FOUND,
             // Connect `already_exists`, which `files.make_dir` reads as "was there".
             E2bError::Exists { .. } => StatusCode::CONFLICT,
+            // The server's own state is damaged: not the caller's fault, not a lost sandbox.
+            E2bError::DamagedFacts { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             // What E2B's proxy answers for a sandbox that is gone.
             E2bError::NoSandbox { .. } => StatusCode::BAD_GATEWAY,
             E2bError::Server(e) => e.status(),

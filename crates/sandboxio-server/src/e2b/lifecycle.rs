@@ -249,11 +249,14 @@ fn find(
     if !caller.may_see_sandbox(id) {
         return Err(nf());
     }
-    let e = e2b
-        .registry
-        .get(id)
-        .filter(|e| e.tenant == caller.tenant())
-        .ok_or_else(nf)?;
+    let e = match e2b.registry.get(id) {
+        Ok(e) => e.filter(|e| e.tenant == caller.tenant()).ok_or_else(nf)?,
+        // Damaged facts name no tenant: reported only to a tenant that has the sandbox.
+        Err(d) if st.sessions.get(caller.tenant(), id).is_some() => {
+            return Err(super::auth::damaged(id, d))
+        }
+        Err(_) => return Err(nf()),
+    };
     let Some(s) = st.sessions.get(caller.tenant(), id) else {
         e2b.registry.remove(id);
         return Err(nf());
@@ -475,8 +478,15 @@ pub async fn list(
                 if !caller.may_see_sandbox(&s.id) {
                     continue;
                 }
-                let Some(e) = e2b.registry.get(&s.id) else {
-                    continue;
+                // A damaged facts file is logged and left out of the list; a call on the
+                // sandbox itself answers SBX_E2514.
+                let e = match e2b.registry.get(&s.id) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => continue,
+                    Err(d) => {
+                        let _ = super::auth::damaged(&s.id, d);
+                        continue;
+                    }
                 };
                 if want.iter().any(|(k, v)| e.metadata.get(k) != Some(v)) {
                     continue;

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 const VERSION: u32 = 1;
+
+/// A sandbox's facts file that is there but cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub why: String,
+}
 const KEY_FILE: &str = "access.key";
 
 /// The key access tokens are derived from.
@@ -162,18 +169,34 @@ impl Store {
         }
     }
 
-    /// A sandbox's facts, if written down (and readable).
-    pub fn load(&self, id: &str) -> Option<Saved> {
+    /// A sandbox's facts: `Ok(None)` when none were written down (or `id` cannot be one of
+    /// ours); a file that is there but cannot be read or parsed, or names another sandbox or
+    /// format version, is [`Damaged`] (and left as it is), never taken for "no sandbox".
+    pub fn load(&self, id: &str) -> Result<Option<Saved>, Damaged> {
         if !valid_id(id) {
-            return None;
+            return Ok(None);
         }
-        let bytes = std::fs::read(self.path(id)).ok()?;
+        let path = self.path(id);
+        let damaged = |why: String| Damaged {
+            path: path.clone(),
+            why,
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(damaged(format!("it cannot be read: {e}"))),
+        };
         match serde_json::from_slice::<Saved>(&bytes) {
-            Ok(s) if s.sandbox_id == id && s.version == VERSION => Some(s),
-            _ => {
-                tracing::warn!(sandbox = %id, "a sandbox's E2B facts are unreadable; ignored");
-                None
-            }
+            Ok(s) if s.version != VERSION => Err(damaged(format!(
+                "it has format version {}, this server reads {VERSION}",
+                s.version
+            ))),
+            Ok(s) if s.sandbox_id != id => Err(damaged(format!(
+                "it names sandbox `{}`",
+                s.sandbox_id.chars().take(64).collect::<String>()
+            ))),
+            Ok(s) => Ok(Some(s)),
+            Err(e) => Err(damaged(format!("it is not valid: {e}"))),
         }
     }
 
@@ -227,13 +250,13 @@ mod tests {
         let (again, key2) = Store::open(dir.clone()).unwrap();
         assert_eq!(mode(dir.clone()), 0o700);
         assert_eq!(mode(dir.join("access.key")), 0o600);
-        assert_eq!(again.load("ab12"), Some(saved));
+        assert_eq!(again.load("ab12"), Ok(Some(saved)));
         assert_eq!(key2.token("ab12"), token);
         // Another directory's key gives other tokens.
         let (_, other) = Store::open(d.path().join("other")).unwrap();
         assert_ne!(other.token("ab12"), token);
         again.remove("ab12");
-        assert_eq!(again.load("ab12"), None);
+        assert_eq!(again.load("ab12"), Ok(None));
     }
 
     #[test]
@@ -242,7 +265,7 @@ mod tests {
         let (store, _) = Store::open(d.path().join("e2b")).unwrap();
         std::fs::write(d.path().join("x.json"), b"{}").unwrap();
         for id in ["../x", "", "a/b", "access.key", &"a".repeat(65)] {
-            assert_eq!(store.load(id), None, "{id}");
+            assert_eq!(store.load(id), Ok(None), "{id}");
             store.remove(id);
         }
         assert!(d.path().join("x.json").exists());
@@ -270,5 +293,53 @@ mod tests {
             assert_eq!(std::fs::read(dir.join(KEY_FILE)).unwrap(), damaged);
             assert!(dir.join("ab12.json").exists());
         }
+    }
+
+    #[test]
+    fn a_damaged_facts_file_is_reported_as_damaged_and_left_as_it_was() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("e2b");
+        let (store, _) = Store::open(dir.clone()).unwrap();
+        let good = Saved::new("ab12", "acme", "k1", "base", &Default::default());
+        store.save(&good);
+        let file = dir.join("ab12.json");
+        let valid = std::fs::read(&file).unwrap();
+        let other = serde_json::to_vec(&Saved::new(
+            "cd34",
+            "acme",
+            "k1",
+            "base",
+            &Default::default(),
+        ))
+        .unwrap();
+        let mut newer = good.clone();
+        newer.version = VERSION + 1;
+        let newer = serde_json::to_vec(&newer).unwrap();
+        let cases: [(&[u8], &str); 6] = [
+            (b"", "not valid"),
+            (&valid[..valid.len() / 2], "not valid"),
+            (b"\xff\xfe\x00garbage", "not valid"),
+            (b"{}", "not valid"),
+            (&other, "names sandbox `cd34`"),
+            (&newer, "format version 2"),
+        ];
+        for (bytes, why) in cases {
+            std::fs::write(&file, bytes).unwrap();
+            let err = store
+                .load("ab12")
+                .expect_err("a damaged file must not load");
+            assert_eq!(err.path, file);
+            assert!(err.why.contains(why), "{why}: {}", err.why);
+            assert_eq!(std::fs::read(&file).unwrap(), bytes, "left as it was");
+        }
+        // A directory where the file should be: unreadable, not absent.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let err = store
+            .load("ab12")
+            .expect_err("a directory is not a facts file");
+        assert!(err.why.contains("cannot be read"), "{}", err.why);
+        std::fs::remove_dir(&file).unwrap();
+        assert_eq!(store.load("ab12"), Ok(None));
     }
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::persist::{Saved, Store, TokenKey};
+use super::persist::{Damaged, Saved, Store, TokenKey};
 use super::process::E2bProc;
 
 pub struct Entry {
@@ -45,12 +45,7 @@ impl Entry {
 
     /// Whether `token` is this sandbox's access token (compared in constant time).
     pub fn token_matches(&self, token: &str) -> bool {
-        let a = self.access_token.as_bytes();
-        let b = token.as_bytes();
-        if a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        same_token(&self.access_token, token)
     }
 
     pub fn next_pid(&self) -> u32 {
@@ -137,6 +132,12 @@ impl Registry {
         Entry::new(saved, self.key.token(sandbox_id))
     }
 
+    /// Whether `token` is sandbox `id`'s access token (derived from the id alone, so it
+    /// can be checked when the sandbox's facts cannot be read).
+    pub fn token_matches(&self, id: &str, token: &str) -> bool {
+        same_token(&self.key.token(id), token)
+    }
+
     pub fn insert(&self, e: Arc<Entry>) {
         if let Some(s) = &self.store {
             s.save(&Saved::new(
@@ -152,21 +153,24 @@ impl Registry {
         }
     }
 
-    /// The entry of sandbox `id`, read back from the directory after a restart.
-    pub fn get(&self, id: &str) -> Option<Arc<Entry>> {
-        if let Some(e) = self.map.read().ok()?.get(id) {
-            return Some(e.clone());
+    /// The entry of sandbox `id`, read back from the directory after a restart; a facts
+    /// file that is there but damaged is an error, not an unknown sandbox.
+    pub fn get(&self, id: &str) -> Result<Option<Arc<Entry>>, Damaged> {
+        if let Some(e) = self.map.read().ok().and_then(|m| m.get(id).cloned()) {
+            return Ok(Some(e));
         }
-        let saved = self.store.as_ref()?.load(id)?;
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let Some(saved) = store.load(id)? else {
+            return Ok(None);
+        };
         let e = Arc::new(Entry::new(saved, self.key.token(id)));
-        Some(
-            self.map
-                .write()
-                .ok()?
-                .entry(id.to_string())
-                .or_insert(e)
-                .clone(),
-        )
+        Ok(self
+            .map
+            .write()
+            .ok()
+            .map(|mut m| m.entry(id.to_string()).or_insert(e).clone()))
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Entry>> {
@@ -188,6 +192,15 @@ impl Registry {
             });
         }
     }
+}
+
+/// Compares two tokens in time that does not depend on where they differ.
+fn same_token(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -217,18 +230,22 @@ mod tests {
         a.insert(e.clone());
         // A restarted server: a new registry over the same directory.
         let b = Registry::at(dir.clone()).unwrap();
-        let r = b.get("ab12").unwrap();
+        let r = b.get("ab12").unwrap().unwrap();
         assert_eq!(
             (r.tenant.as_str(), r.credential_id.as_str()),
             ("acme", "k1")
         );
         assert!(r.token_matches(&e.access_token));
-        assert!(b.get("cd34").is_none());
+        assert!(b.get("cd34").unwrap().is_none());
         b.remove("ab12");
-        assert!(Registry::at(dir).unwrap().get("ab12").is_none());
+        assert!(Registry::at(dir.clone())
+            .unwrap()
+            .get("ab12")
+            .unwrap()
+            .is_none());
         // Without a directory nothing is restored, and tokens differ.
         let m = Registry::default();
-        assert!(m.get("ab12").is_none());
+        assert!(m.get("ab12").unwrap().is_none());
         assert!(!m
             .entry("ab12", "acme", "k1", "base", &BTreeMap::new())
             .token_matches(&e.access_token));
