@@ -9,15 +9,20 @@ from e2b import Sandbox, SandboxQuery
 from conftest import Server
 
 
-def test_tokens_and_sandboxes_survive_a_restart(tmp_path, monkeypatch):
+def _serve(tmp_path, monkeypatch) -> tuple[Server, str, str]:
+    """A started server of the test's own, the SDK pointed at it: (server, key, address)."""
     s = Server(tmp_path)
     key = s.key("acme")
     s.start()
+    for k in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+        monkeypatch.setenv(k, s.url)
+    monkeypatch.setenv("E2B_API_KEY", key)
+    return s, key, s.url.split("//", 1)[1]
+
+
+def test_tokens_and_sandboxes_survive_a_restart(tmp_path, monkeypatch):
+    s, _, addr = _serve(tmp_path, monkeypatch)
     try:
-        addr = s.url.split("//", 1)[1]
-        for k in ("E2B_API_URL", "E2B_SANDBOX_URL"):
-            monkeypatch.setenv(k, s.url)
-        monkeypatch.setenv("E2B_API_KEY", key)
         sbx = Sandbox.create(metadata={"job": "restart"})
         sbx.files.write("/home/user/keep.txt", "still here")
         s.stop()
@@ -44,14 +49,8 @@ def test_tokens_and_sandboxes_survive_a_restart(tmp_path, monkeypatch):
 
 
 def test_a_damaged_facts_file_is_an_error_not_a_lost_sandbox(tmp_path, monkeypatch):
-    s = Server(tmp_path)
-    key = s.key("acme")
-    s.start()
+    s, key, addr = _serve(tmp_path, monkeypatch)
     try:
-        addr = s.url.split("//", 1)[1]
-        for k in ("E2B_API_URL", "E2B_SANDBOX_URL"):
-            monkeypatch.setenv(k, s.url)
-        monkeypatch.setenv("E2B_API_KEY", key)
         sbx = Sandbox.create(metadata={"job": "damaged"})
         sbx.files.write("/home/user/keep.txt", "still here")
         facts = s.state / "e2b" / f"{sbx.sandbox_id}.json"
