@@ -417,6 +417,34 @@ async fn namespace_usable(cfg: &SandboxConfig) -> bool {
     ok
 }
 
+/// A namespace pool of `size` sandboxes, filled, over a work root of its own, holding the
+/// tests' serial lock; `None` (said why) where the namespace tier cannot run here. Bind
+/// `_root` and `_serial` by name: a field left to `..` is dropped with the temporary.
+struct NsPool {
+    pool: WarmPool,
+    refill: tokio::task::JoinHandle<()>,
+    _root: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+async fn ns_pool(size: usize) -> Option<NsPool> {
+    let serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(CgroupUsage::Auto, root.path());
+    if !namespace_usable(&cfg).await {
+        return None;
+    }
+    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, size).unwrap();
+    let refill = tokio::spawn(refiller);
+    wait_ready(&pool, size).await;
+    Some(NsPool {
+        pool,
+        refill,
+        _root: root,
+        _serial: serial,
+    })
+}
+
 fn pool_outcome(res: &sandboxio_core::ExecResult) -> Option<&str> {
     res.meter.as_ref().and_then(|m| m.pool.as_deref())
 }
@@ -509,15 +537,15 @@ async fn pooled_namespace_is_as_confined_as_cold() {
 /// hostname of the first are not there for the second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_namespace_sandboxes_are_never_shared() {
-    let _serial = SERIAL.lock().await;
-    let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(CgroupUsage::Auto, root.path());
-    if !namespace_usable(&cfg).await {
+    let Some(NsPool {
+        pool,
+        _root,
+        _serial,
+        ..
+    }) = ns_pool(2).await
+    else {
         return;
-    }
-    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 2).unwrap();
-    tokio::spawn(refiller);
-    wait_ready(&pool, 2).await;
+    };
     let first = pool
         .exec(
             &ExecRequest::new([
@@ -567,15 +595,15 @@ async fn pooled_namespace_sandboxes_are_never_shared() {
 /// Requests the pre-built base cannot serve start cold, and the result says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_misses_name_their_reason() {
-    let _serial = SERIAL.lock().await;
-    let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(CgroupUsage::Auto, root.path());
-    if !namespace_usable(&cfg).await {
+    let Some(NsPool {
+        pool,
+        _root,
+        _serial,
+        ..
+    }) = ns_pool(1).await
+    else {
         return;
-    }
-    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 1).unwrap();
-    tokio::spawn(refiller);
-    wait_ready(&pool, 1).await;
+    };
     let input = tempfile::tempdir().unwrap();
     std::fs::write(input.path().join("in.txt"), "from the host\n").unwrap();
     let mut req = ExecRequest::new(["cat", "/input/in.txt"]);
@@ -667,15 +695,15 @@ fn staging_of(pids: &[i32]) -> Vec<PathBuf> {
 /// unmounts and removes its staging directory, and exits; nothing of them is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_namespace_pool_leaves_no_init_or_staging_behind() {
-    let _serial = SERIAL.lock().await;
-    let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(CgroupUsage::Auto, root.path());
-    if !namespace_usable(&cfg).await {
+    let Some(NsPool {
+        pool,
+        refill,
+        _root,
+        _serial,
+    }) = ns_pool(2).await
+    else {
         return;
-    }
-    let (pool, refiller) = WarmPool::new(cfg, IsolationTier::Namespace, 2).unwrap();
-    let refill = tokio::spawn(refiller);
-    wait_ready(&pool, 2).await;
+    };
     let helpers = helper_children();
     assert_eq!(helpers.len(), 2, "{helpers:?}");
     // Built: each waiting helper has its init (a child) and its staging directory.
