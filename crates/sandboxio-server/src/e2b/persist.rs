@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 const VERSION: u32 = 1;
+const KEY_FILE: &str = "access.key";
 
 /// A sandbox's facts file that is there but cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +23,6 @@ pub struct Damaged {
     pub path: PathBuf,
     pub why: String,
 }
-const KEY_FILE: &str = "access.key";
 
 /// The key access tokens are derived from.
 pub struct TokenKey([u8; 32]);
