@@ -271,6 +271,23 @@ impl SqliteStore {
         Ok(out)
     }
 
+    /// A read-only transaction: one snapshot of the database, without the write lock
+    /// (other writers go on) and without changing the connection's durability (it commits
+    /// nothing, so there is nothing to sync).
+    fn with_read<T>(
+        &self,
+        action: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(db(action))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(db(action))?;
+        Ok(out)
+    }
+
     /// Loads the scopes a budget operation touches (and a reservation) into a `BudgetState`.
     fn load_budget(
         tx: &rusqlite::Transaction<'_>,
@@ -281,11 +298,8 @@ impl SqliteStore {
         let mut keys: Vec<ScopeKey> = scopes.to_vec();
         if let Some(id) = reservation {
             let row: Option<String> = tx
-                .query_row(
-                    "SELECT reservation FROM reservations WHERE operation_id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT reservation FROM reservations WHERE operation_id = ?1")
+                .and_then(|mut stmt| stmt.query_row(params![id], |r| r.get(0)))
                 .optional()
                 .map_err(db("reading a reservation"))?;
             if let Some(json) = row {
@@ -298,11 +312,8 @@ impl SqliteStore {
         for key in keys {
             let name = key.to_string();
             let row: Option<String> = tx
-                .query_row(
-                    "SELECT state FROM budget_scopes WHERE scope = ?1",
-                    params![name],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT state FROM budget_scopes WHERE scope = ?1")
+                .and_then(|mut stmt| stmt.query_row(params![name], |r| r.get(0)))
                 .optional()
                 .map_err(db("reading budget scope"))?;
             let scope: ScopeState = match row {
@@ -399,11 +410,14 @@ impl SqliteStore {
         tx.prepare_cached("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND expires_ms <= ?3 AND state = 'done'").and_then(|mut stmt| stmt.execute(params![c.tenant, c.key, ms(now)]))
         .map_err(db("expiring idempotency keys"))?;
         let row: Option<(String, String, Option<String>, String)> = tx
-            .query_row(
+            .prepare_cached(
                 "SELECT fingerprint, state, outcome, operation_id FROM idempotency WHERE tenant = ?1 AND key = ?2",
-                params![c.tenant, c.key],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![c.tenant, c.key], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+            })
             .optional()
             .map_err(db("reading an idempotency key"))?;
         match row {
@@ -557,10 +571,10 @@ impl Store for SqliteStore {
         }
         if let Some((id, fingerprint)) = approval {
             let n = tx
-                .execute(
+                .prepare_cached(
                     "UPDATE approvals SET state = 'used' WHERE id = ?1 AND fingerprint = ?2 AND state = 'approved' AND expires_ms > ?3",
-                    params![id, fingerprint, ms(now)],
                 )
+                .and_then(|mut stmt| stmt.execute(params![id, fingerprint, ms(now)]))
                 .map_err(db("using an approval"))?;
             if n != 1 {
                 return Ok(Some(Claimed::ApprovalInvalid));
@@ -624,7 +638,7 @@ impl Store for SqliteStore {
     }
 
     fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>> {
-        self.with_tx("summarising budget", |tx| {
+        self.with_read("summarising budget", |tx| {
             let st = Self::load_budget(tx, scopes, None)?;
             let now = Utc::now();
             scopes
