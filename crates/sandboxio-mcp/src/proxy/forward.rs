@@ -124,6 +124,25 @@ impl Tool for UpstreamTool {
 }
 
 /// A refusal as a JSON-RPC error (for requests without a tool result to carry it).
+/// The submission of one call into an upstream (a tool call, a resource read, a prompt, a
+/// subscription): a `tool_call` operation, never retried, labelled with its upstream and
+/// cancelled by `token`. The caller sets the tool that carries it out.
+pub fn upstream_call(
+    who: &Principal,
+    upstream: &str,
+    tool: String,
+    arguments: serde_json::Value,
+    token: &CancelToken,
+) -> Submission {
+    let mut op = Operation::new(who.clone(), OperationArgs::ToolCall { tool, arguments });
+    op.idempotent = false;
+    let mut sub = Submission::new(op);
+    sub.labels
+        .insert("mcp.upstream".into(), upstream.to_string());
+    sub.cancel = Some(token.clone());
+    sub
+}
+
 pub fn denied_error(d: &Denial) -> ErrorData {
     let text = answer::refused(d)
         .content
@@ -266,18 +285,7 @@ impl SandboxioMcp {
             return Ok(Err(answer::denial(&rec)));
         }
         let token = CancelToken::new();
-        let mut op = Operation::new(
-            who.clone(),
-            OperationArgs::ToolCall {
-                tool: name.to_string(),
-                arguments,
-            },
-        );
-        op.idempotent = false;
-        let mut sub = Submission::new(op);
-        sub.labels
-            .insert("mcp.upstream".into(), upstream.name().to_string());
-        sub.cancel = Some(token.clone());
+        let mut sub = upstream_call(&who, upstream.name(), name.to_string(), arguments, &token);
         sub.tool = Some(Arc::new(UpstreamTool {
             upstream,
             kind,

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
-use sandboxio_core::{Operation, OperationArgs, OperationStatus, Principal, Verdict};
-use sandboxio_gateway::{CancelToken, Submission, Tool, ToolError};
+use sandboxio_core::{OperationStatus, Principal, Verdict};
+use sandboxio_gateway::{CancelToken, Tool, ToolError};
 
-use super::forward::{denied_error, mcp_error};
+use super::forward::{denied_error, mcp_error, upstream_call};
 use super::upstream::Upstream;
 use super::{offer_pins, Notifier, SEPARATOR};
 use crate::answer;
@@ -111,18 +111,7 @@ impl SandboxioMcp {
                 .await?;
         }
         let token = CancelToken::new();
-        let mut op = Operation::new(
-            who.clone(),
-            OperationArgs::ToolCall {
-                tool: name,
-                arguments,
-            },
-        );
-        op.idempotent = false;
-        let mut sub = Submission::new(op);
-        sub.labels
-            .insert("mcp.upstream".into(), upstream.name().to_string());
-        sub.cancel = Some(token.clone());
+        let mut sub = upstream_call(&who, upstream.name(), name, arguments, &token);
         sub.tool = Some(Arc::new(Subscription {
             upstream,
             notifier: proxy.notifier.clone(),
