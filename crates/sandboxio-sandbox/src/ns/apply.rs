@@ -53,6 +53,18 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
     out
 }
 
+/// The plan's namespace section, which `ns::plan` fills; a plan without one is refused.
+pub(super) fn namespace_section(
+    plan: &crate::plan::SandboxPlan,
+) -> Result<&NamespacePlan, SandboxError> {
+    plan.namespace
+        .as_ref()
+        .ok_or(SandboxError::UnsupportedTier {
+            tier: plan.tier,
+            why: "the plan has no namespace section (ns::plan was not run)",
+        })
+}
+
 /// The helper's entry for the namespace tier: `plan.namespace` must be set (by `ns::plan`).
 /// See [`spawn`] for `attach`.
 ///
@@ -68,12 +80,7 @@ pub fn spawn_plan<F>(
 where
     F: FnOnce(libc::pid_t, bool) -> Result<(), SandboxError>,
 {
-    let Some(ns) = plan.namespace.as_ref() else {
-        return Err(SandboxError::UnsupportedTier {
-            tier: plan.tier,
-            why: "the plan has no namespace section (ns::plan was not run)",
-        });
-    };
+    let ns = namespace_section(plan)?;
     if ns.egress_port.is_some() && egress.is_none() {
         return Err(NsError::EgressListener {
             step: "the helper was given no socket to hand the listener over",
@@ -1355,6 +1362,33 @@ fn mount_with(
         .map_err(|e| (Stage::Mount, e))
 }
 
+/// Binds `source` (recursively) onto `path`, then remounts the bind with `flags` and the
+/// flags the kernel locked on it (a remount that dropped a locked flag would fail).
+fn bind_with_flags(
+    ops: &mut impl RootOps,
+    source: &CStr,
+    path: &CStr,
+    flags: libc::c_ulong,
+) -> StepResult {
+    mount_with(
+        ops,
+        Some(source),
+        path,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
+    let keep = locked_flags(ops, path)?;
+    mount_with(
+        ops,
+        None,
+        path,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | flags | keep,
+        None,
+    )
+}
+
 pub(super) fn run_step(
     ops: &mut impl RootOps,
     step: &Step,
@@ -1406,23 +1440,7 @@ pub(super) fn run_step(
                 ops.write_file(path, &[], 0o644, false)
                     .map_err(|e| (Stage::WriteFile, e))?;
             }
-            mount_with(
-                ops,
-                Some(source),
-                path,
-                None,
-                libc::MS_BIND | libc::MS_REC,
-                None,
-            )?;
-            let keep = locked_flags(ops, path)?;
-            mount_with(
-                ops,
-                None,
-                path,
-                None,
-                libc::MS_BIND | libc::MS_REMOUNT | flags | keep,
-                None,
-            )?;
+            bind_with_flags(ops, source, path, *flags)?;
             if *confined {
                 // The remount above changed the top mount only; a host mount below it
                 // (a bind of `/` brings `/proc`, `/sys`, ...) gets the same flags.
@@ -1457,23 +1475,7 @@ pub(super) fn run_step(
             if !ops.exists(path) {
                 return Ok(());
             }
-            mount_with(
-                ops,
-                Some(path),
-                path,
-                None,
-                libc::MS_BIND | libc::MS_REC,
-                None,
-            )?;
-            let keep = locked_flags(ops, path)?;
-            mount_with(
-                ops,
-                None,
-                path,
-                None,
-                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                None,
-            )
+            bind_with_flags(ops, path, path, libc::MS_RDONLY)
         }
     }
 }

@@ -37,12 +37,7 @@ pub fn prebuild<F>(
 where
     F: FnOnce(libc::pid_t, bool) -> Result<(), SandboxError>,
 {
-    let Some(ns) = plan.namespace.as_ref() else {
-        return Err(SandboxError::UnsupportedTier {
-            tier: plan.tier,
-            why: "the plan has no namespace section (ns::plan was not run)",
-        });
-    };
+    let ns = apply::namespace_section(plan)?;
     if ns.egress_port.is_some() || ns.tty {
         return Err(NsError::PrebuiltMismatch {
             why: "a pre-built base has no network and no terminal",
