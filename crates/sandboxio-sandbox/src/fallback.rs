@@ -343,7 +343,7 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
             .dirs
             .iter()
             .filter(|d| !plan.cgroup_joined.contains(d))
-            .map(|d| cstring(d.join("cgroup.procs").as_os_str().as_bytes()))
+            .map(|d| cstring(crate::cgroup::self_join_file(d).as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?,
         None => Vec::new(),
     };
@@ -503,7 +503,8 @@ fn payload(c: &Child<'_>, err_w: i32) -> ! {
         }
     }
     for path in c.cgroup_procs {
-        // SAFETY: valid C string; writing "0" (this process) to a cgroup.procs file.
+        // SAFETY: valid C string; writing "0" (this single-threaded process) to its v1
+        // `tasks` or cgroup2 `cgroup.procs` file.
         let ok = unsafe {
             let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             let ok = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;

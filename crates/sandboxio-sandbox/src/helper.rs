@@ -132,10 +132,14 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
         let base = read_framed_plan(&mut plan_in)?;
         session_and_subreaper()?;
         let into = clone_into_fd(&base);
-        let w = crate::ns::prebuild(&base, into.as_ref().map(AsRawFd::as_raw_fd), |pid, c| {
-            attach_cgroups(&base, pid, c)
-        })?;
-        drop(into);
+        let join = self_join(&base)?;
+        let w = crate::ns::prebuild(
+            &base,
+            into.as_ref().map(AsRawFd::as_raw_fd),
+            &join,
+            |pid, c| attach_cgroups(&base, pid, c),
+        )?;
+        drop((into, join));
         rep.send(&HelperMsg::Prebuilt);
         Some(w)
     } else {
@@ -162,13 +166,15 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
         (IsolationTier::Process, None) => (spawn_process(&plan, &signals)?, None),
         (IsolationTier::Namespace, None) => {
             let into = clone_into_fd(&plan);
+            let join = self_join(&plan)?;
             let child = crate::ns::spawn_plan(
                 &plan,
                 into.as_ref().map(AsRawFd::as_raw_fd),
+                &join,
                 fds.egress,
                 |pid, cloned_into| attach_cgroups(&plan, pid, cloned_into),
             )?;
-            drop(into);
+            drop((into, join));
             (child.pid(), Some(child))
         }
         (IsolationTier::Landlock, None) => {
@@ -204,11 +210,25 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Move `pid` (the namespace init, before it is released) into the sandbox cgroups it did
-/// not inherit: none when a pooled helper already sits in them and the init was cloned
-/// into the cgroup2 leaf (no `cgroup.procs` write, no migration at all).
+/// Move `pid` (the namespace init, before it is released) into the cgroup2 sandbox
+/// directory it was not cloned into, if any. The v1 ones it enters by itself ([`self_join`]);
+/// none when a pooled helper already sits in them (no migration at all).
 fn attach_cgroups(plan: &SandboxPlan, pid: i32, cloned_into: bool) -> Result<(), SandboxError> {
-    cgroup::join(&attach_dirs(plan, cloned_into), pid)
+    let by_pid: Vec<PathBuf> = attach_dirs(plan, cloned_into)
+        .into_iter()
+        .filter(|d| !cgroup::is_v1_dir(d))
+        .collect();
+    cgroup::join(&by_pid, pid)
+}
+
+/// The `tasks` files of the v1 sandbox cgroups a new namespace init has to enter, opened
+/// here for it to move itself in as soon as it is released (a pid written from outside
+/// waits out an RCU grace period; see `cgroup::self_join_file`).
+fn self_join(plan: &SandboxPlan) -> Result<Vec<(OwnedFd, CString)>, SandboxError> {
+    cgroup::open_self_join(&attach_dirs(plan, true))?
+        .into_iter()
+        .map(|(fd, path)| Ok((fd, cstring(path.as_os_str().as_bytes())?)))
+        .collect()
 }
 
 /// The sandbox cgroup directories a new child of the helper must still be moved into: all
@@ -405,12 +425,12 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
     let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
     let procs_files = |dirs: Vec<PathBuf>| -> Result<Vec<CString>, SandboxError> {
         dirs.iter()
-            .map(|d| cstring(d.join("cgroup.procs").as_os_str().as_bytes()))
+            .map(|d| cstring(cgroup::self_join_file(d).as_os_str().as_bytes()))
             .collect()
     };
-    // The payload joins by `cgroup.procs` writes only what it neither inherits from the
-    // helper nor gets from clone3(CLONE_INTO_CGROUP); the second list is the fallback when
-    // the kernel refuses clone3.
+    // The payload moves itself (writes "0": v1 `tasks`, cgroup2 `cgroup.procs`) into only
+    // what it neither inherits from the helper nor gets from clone3(CLONE_INTO_CGROUP); the
+    // second list is the fallback when the kernel refuses clone3.
     let into = clone_into_fd(plan);
     let procs_if_cloned_into = procs_files(attach_dirs(plan, true))?;
     let procs_if_forked = procs_files(attach_dirs(plan, false))?;

@@ -74,6 +74,7 @@ pub(super) fn namespace_section(
 pub fn spawn_plan<F>(
     plan: &crate::plan::SandboxPlan,
     into_cgroup: Option<RawFd>,
+    self_join: &[(OwnedFd, CString)],
     egress: Option<RawFd>,
     attach: F,
 ) -> Result<NsChild, SandboxError>
@@ -88,7 +89,11 @@ where
         }
         .into());
     }
-    spawn_with(ns, rlimits_from(&plan.rlimits), into_cgroup, egress, attach)
+    let cgroups = CgroupEntry {
+        into: into_cgroup,
+        self_join,
+    };
+    spawn_with(ns, rlimits_from(&plan.rlimits), cgroups, egress, attach)
 }
 
 /// The running sandbox, from the helper's side.
@@ -868,15 +873,29 @@ where
     E: From<NsError>,
     F: FnOnce(libc::pid_t) -> Result<(), E>,
 {
-    spawn_with(plan, rlimits, None, None, |pid, _| attach(pid))
+    spawn_with(plan, rlimits, CgroupEntry::default(), None, |pid, _| {
+        attach(pid)
+    })
 }
 
-/// [`spawn`], optionally cloning the init straight into the cgroup2 directory open as
-/// `into_cgroup`; `attach` gets the init's pid and whether that clone-into worked.
+/// How a new init enters the sandbox's cgroups besides the caller's `attach` hook.
+#[derive(Default, Clone, Copy)]
+pub(super) struct CgroupEntry<'a> {
+    /// A cgroup2 directory to clone the init straight into (`clone3` + `CLONE_INTO_CGROUP`).
+    pub(super) into: Option<RawFd>,
+    /// v1 `tasks` files (open for writing) the init moves itself into by writing "0" as
+    /// soon as it is released, before any setup: a thread moving itself skips the kernel
+    /// lock whose first taker waits out an RCU grace period (see
+    /// `crate::cgroup::self_join_file`). The paths are for the error report.
+    pub(super) self_join: &'a [(OwnedFd, CString)],
+}
+
+/// [`spawn`], entering cgroups as `cgroups` says; `attach` gets the init's pid and whether
+/// the clone into `cgroups.into` worked.
 fn spawn_with<E, F>(
     plan: &NamespacePlan,
     rlimits: Rlimits,
-    into_cgroup: Option<RawFd>,
+    cgroups: CgroupEntry<'_>,
     egress: Option<RawFd>,
     attach: F,
 ) -> Result<NsChild, E>
@@ -884,7 +903,7 @@ where
     E: From<NsError>,
     F: FnOnce(libc::pid_t, bool) -> Result<(), E>,
 {
-    let started = start(plan, Some(rlimits), into_cgroup, egress, attach)?;
+    let started = start(plan, Some(rlimits), cgroups, egress, attach)?;
     Ok(started.into_child(None))
 }
 
@@ -944,7 +963,7 @@ impl Started {
 pub(super) fn start<E, F>(
     plan: &NamespacePlan,
     rlimits: Option<Rlimits>,
-    into_cgroup: Option<RawFd>,
+    cgroups: CgroupEntry<'_>,
     egress: Option<RawFd>,
     attach: F,
 ) -> Result<Started, E>
@@ -1005,7 +1024,7 @@ where
         | libc::CLONE_NEWUTS;
     let mut cloned_into = false;
     let mut pid: libc::c_long = -1;
-    if let Some(fd) = into_cgroup {
+    if let Some(fd) = cgroups.into {
         // SAFETY: as for the clone below: fork semantics in the single-threaded helper.
         if let Ok(p) = unsafe { crate::cgroup::fork_into(flags as u64, fd) } {
             cloned_into = true;
@@ -1054,7 +1073,7 @@ where
                 ready: None,
             },
         };
-        init_main(&base, payload.as_ref(), fds);
+        init_main(&base, payload.as_ref(), fds, cgroups.self_join);
     }
     let pid = libc::pid_t::try_from(pid).unwrap_or(-1);
     drop(release_r);
@@ -1614,7 +1633,12 @@ struct InitFds {
 /// the sandbox and forks the payload. Pre-built (`payload` is `None`): builds the base,
 /// says so on `fds.ready`, waits for the request on `fds.request`, applies its request-time
 /// part and forks the payload built from it.
-fn init_main(ctx: &BaseCtx, payload: Option<&PayloadCtx>, fds: InitFds) -> ! {
+fn init_main(
+    ctx: &BaseCtx,
+    payload: Option<&PayloadCtx>,
+    fds: InitFds,
+    self_join: &[(OwnedFd, CString)],
+) -> ! {
     let InitFds {
         release,
         report,
@@ -1635,6 +1659,17 @@ fn init_main(ctx: &BaseCtx, payload: Option<&PayloadCtx>, fds: InitFds) -> ! {
     }
     // SAFETY: closing the release pipe, no longer needed.
     unsafe { libc::close(release) };
+    // Into the sandbox's v1 cgroups first, before anything is allocated or started: this
+    // process is single-threaded, so moving its thread moves it.
+    for (fd, path) in self_join {
+        // SAFETY: writing one byte from a static buffer to an fd inherited from the helper.
+        if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+            fail_at((Stage::JoinCgroup, errno()), path);
+        }
+        // SAFETY: the init never returns, so its copy of the OwnedFd is never dropped:
+        // closing the raw fd here is its only close in this process.
+        unsafe { libc::close(fd.as_raw_fd()) };
+    }
     // The init holds the helper's memory and environment: not dumpable, so the payload
     // (same uid, no capabilities) cannot read /proc/1/environ or /proc/1/mem.
     if prctl(libc::PR_SET_DUMPABLE, 0) < 0 {

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum Stage {
     WaitRelease,
     SetParentDeathSignal,
+    /// The init moving itself into the sandbox's v1 cgroups (`tasks`).
+    JoinCgroup,
     SetDumpable,
     SetResGid,
     SetGroups,

@@ -10,8 +10,9 @@
 //! and forks the payload (rlimits, chdir, no_new_privs, Landlock, capabilities, seccomp
 //! last, exec: the same `payload_main` as a cold start).
 
+use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::apply::{self, Started};
 use super::error::NsError;
@@ -28,10 +29,12 @@ pub struct Prebuilt {
 }
 
 /// Builds the base of `plan` (the pool's template: see [`super::prebuilt`]) and waits
-/// until the init has finished it. `into_cgroup` and `attach` as for [`super::spawn_plan`].
+/// until the init has finished it. `into_cgroup`, `self_join` and `attach` as for
+/// [`super::spawn_plan`].
 pub fn prebuild<F>(
     plan: &crate::plan::SandboxPlan,
     into_cgroup: Option<RawFd>,
+    self_join: &[(OwnedFd, CString)],
     attach: F,
 ) -> Result<Prebuilt, SandboxError>
 where
@@ -44,7 +47,11 @@ where
         }
         .into());
     }
-    let mut started = apply::start(ns, None, into_cgroup, None, attach)?;
+    let cgroups = apply::CgroupEntry {
+        into: into_cgroup,
+        self_join,
+    };
+    let mut started = apply::start(ns, None, cgroups, None, attach)?;
     let ready = started.ready.take();
     let mut byte = [0u8; 1];
     let got = match ready {
