@@ -5,19 +5,26 @@
 //! task (to catch its panic), and hands the result over from the blocking pool: three
 //! thread wake-ups per call (a worker for each task, a blocking thread) before the event
 //! loop's own. Here the future runs as one task (a panic is caught in place), and the
-//! worker that finished it schedules the result on the loop itself
-//! (`call_soon_threadsafe`): one wake-up of a worker, one of the loop. Taking the GIL on a
-//! worker is what the binding's Python sinks and approvers already do; the event loop
-//! releases it whenever it waits, which is when a result is awaited.
+//! worker that finished it posts the result to the loop's [`Inbox`] without touching
+//! Python: one socket write, which the loop watches (`add_reader`), and the result is made
+//! a Python object and set on the loop's own thread. Before, the worker took the GIL and
+//! called `call_soon_threadsafe`, whose socket write woke the loop's thread only for it to
+//! wait for the GIL the worker still held (a second wake-up when the worker let it go),
+//! and a worker's GIL round trip with a fresh thread state on every call; that path
+//! remains for a loop that cannot watch a socket.
 //!
 //! Cancelling the Python future (its task cancelled) drops the Rust future, as before.
 
 use std::future::Future;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt as _;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt as _;
 use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Handle;
@@ -50,16 +57,23 @@ struct Complete;
 #[pymethods]
 impl Complete {
     fn __call__(&self, fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        if fut.call_method0("done")?.is_truthy()? {
-            return Ok(());
-        }
-        let method = if ok { "set_result" } else { "set_exception" };
-        fut.call_method1(method, (value,))?;
-        Ok(())
+        complete(fut, ok, value)
     }
 }
 
-/// Schedules the outcome on the loop (attached to Python by the caller).
+/// On the event loop's thread: sets the future's result or exception unless it is done
+/// (cancelled) already.
+fn complete(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    if fut.call_method0("done")?.is_truthy()? {
+        return Ok(());
+    }
+    let method = if ok { "set_result" } else { "set_exception" };
+    fut.call_method1(method, (value,))?;
+    Ok(())
+}
+
+/// Schedules the outcome on the loop (attached to Python by the caller): the path for a
+/// loop that has no [`Inbox`].
 fn hand_over<T>(
     py: Python<'_>,
     event_loop: &Py<PyAny>,
@@ -69,14 +83,126 @@ fn hand_over<T>(
 where
     T: for<'py> IntoPyObject<'py>,
 {
-    let (ok, value) = match result.and_then(|v| v.into_py_any(py)) {
-        Ok(v) => (true, v),
-        Err(e) => (false, e.into_value(py).into_any()),
-    };
+    let (ok, value) = as_python(py, result);
     event_loop
         .bind(py)
         .call_method1("call_soon_threadsafe", (Complete, fut.bind(py), ok, value))?;
     Ok(())
+}
+
+/// `(true, value)` or `(false, exception)`, as Python objects.
+fn as_python<T>(py: Python<'_>, result: PyResult<T>) -> (bool, Py<PyAny>)
+where
+    T: for<'py> IntoPyObject<'py>,
+{
+    match result.and_then(|v| v.into_py_any(py)) {
+        Ok(v) => (true, v),
+        Err(e) => (false, e.into_value(py).into_any()),
+    }
+}
+
+/// What the loop's thread runs to complete one future: the result made a Python object.
+type Deliver = Box<dyn for<'py> FnOnce(Python<'py>) -> (bool, Py<PyAny>) + Send>;
+
+/// Results waiting for the event loop's thread, and the socket pair that tells it.
+struct Mailbox {
+    /// Watched by the loop (`add_reader`); drained before the queue is taken.
+    rx: UnixStream,
+    tx: UnixStream,
+    queue: Mutex<Vec<(Py<PyAny>, Deliver)>>,
+}
+
+impl Mailbox {
+    fn new() -> std::io::Result<Mailbox> {
+        let (rx, tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        Ok(Mailbox {
+            rx,
+            tx,
+            queue: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// From any thread, without Python: queues the result and, if the queue was empty (the
+    /// loop not yet told), writes one byte. No GIL is taken here.
+    fn post(&self, fut: Py<PyAny>, deliver: Deliver) {
+        let first = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.push((fut, deliver));
+            q.len() == 1
+        };
+        if first {
+            let _ = (&self.tx).write(&[1]);
+        }
+    }
+}
+
+/// One per event loop (kept in a `WeakKeyDictionary` keyed by the loop, so it goes when
+/// the loop is collected; a closed loop's selector lets go of it at once): the loop calls
+/// it when the mailbox's socket is readable, and it completes every future whose result
+/// is queued, on the loop's thread.
+#[pyclass(frozen, module = "sandboxio._native")]
+struct Inbox {
+    mailbox: Arc<Mailbox>,
+}
+
+#[pymethods]
+impl Inbox {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        // Drain first: a result queued after this point writes a new byte.
+        let mut buf = [0u8; 64];
+        while matches!((&self.mailbox.rx).read(&mut buf), Ok(n) if n > 0) {}
+        let items =
+            std::mem::take(&mut *self.mailbox.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut first_error = None;
+        for (fut, deliver) in items {
+            let (ok, value) = deliver(py);
+            if let Err(e) = complete(fut.bind(py), ok, value.bind(py)) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The loops' inboxes, by loop (a `weakref.WeakKeyDictionary`).
+static INBOXES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The mailbox of `event_loop`, made and watched on first use; `None` if that loop cannot
+/// watch a socket (`add_reader` unsupported) or be a weak key: its results then go
+/// through `call_soon_threadsafe` ([`hand_over`]).
+fn mailbox(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Option<Arc<Mailbox>> {
+    let inboxes = INBOXES
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py
+                .import("weakref")?
+                .getattr("WeakKeyDictionary")?
+                .call0()?
+                .unbind())
+        })
+        .ok()?
+        .bind(py);
+    if let Ok(found) = inboxes.call_method1("get", (event_loop,)) {
+        if let Ok(inbox) = found.cast::<Inbox>() {
+            return Some(inbox.get().mailbox.clone());
+        }
+    }
+    let mailbox = Arc::new(Mailbox::new().ok()?);
+    let inbox = Bound::new(
+        py,
+        Inbox {
+            mailbox: mailbox.clone(),
+        },
+    )
+    .ok()?;
+    inboxes.set_item(event_loop, &inbox).ok()?;
+    let fd = mailbox.rx.as_raw_fd();
+    if event_loop.call_method1("add_reader", (fd, &inbox)).is_err() {
+        let _ = inboxes.del_item(event_loop);
+        return None;
+    }
+    Some(mailbox)
 }
 
 /// `fut` as an awaitable of the current event loop, run on `rt` within `locals` (so the
@@ -101,6 +227,7 @@ where
         },),
     )?;
     let target: Py<PyAny> = py_fut.clone().unbind();
+    let mailbox = mailbox(py, &event_loop);
     let event_loop: Py<PyAny> = event_loop.unbind();
     let task = crate::rt::scope(locals, async move {
         let outcome = tokio::select! {
@@ -114,8 +241,13 @@ where
                 "the binding's task for this call panicked",
             ))
         });
-        // After the exit hook no loop runs and nothing attaches to Python (`rt::attach`).
-        let _ = crate::rt::attach(|py| hand_over(py, &event_loop, &target, result));
+        match mailbox {
+            Some(m) => m.post(target, Box::new(move |py| as_python(py, result))),
+            // After the exit hook no loop runs and nothing attaches to Python (`rt::attach`).
+            None => {
+                let _ = crate::rt::attach(|py| hand_over(py, &event_loop, &target, result));
+            }
+        }
     });
     rt.spawn(task);
     Ok(py_fut)

@@ -1,0 +1,60 @@
+"""How results reach the event loop (python/src/handoff.rs): through the loop's inbox (a
+socket the loop watches), several at once, after a cancellation, and through
+`call_soon_threadsafe` on a loop that cannot watch a socket."""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from typing import Any
+
+import pytest
+
+from sandboxio import LocalBackend, Sandbox
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a file descriptor (as some loops cannot)."""
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+        raise NotImplementedError
+
+
+async def _many(backend: LocalBackend) -> None:
+    async with await Sandbox.create(backend) as sbx:
+        names = [f"f{i}.txt" for i in range(6)]
+        await asyncio.gather(*(sbx.write_file(n, n) for n in names))
+        texts = await asyncio.gather(*(sbx.read_text(n) for n in names))
+        assert texts == names
+        assert (await sbx.run_code("print(6 * 7)")).stdout.strip() == "42"
+
+
+def test_concurrent_results_each_reach_their_own_future(backend: LocalBackend) -> None:
+    asyncio.run(_many(backend))
+
+
+def test_a_loop_without_add_reader_gets_its_results_too(backend: LocalBackend) -> None:
+    loop = NoReaderLoop(selectors.DefaultSelector())
+    try:
+        loop.run_until_complete(_many(backend))
+    finally:
+        loop.close()
+
+
+def test_each_loop_gets_its_results_one_after_another(backend: LocalBackend) -> None:
+    for _ in range(3):
+        asyncio.run(_many(backend))
+
+
+def test_a_cancelled_call_leaves_the_loop_able_to_take_the_next_result(backend: LocalBackend) -> None:
+    async def main() -> None:
+        async with await Sandbox.create(backend) as sbx:
+            task = asyncio.ensure_future(sbx.run_code("import time; time.sleep(30)"))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await sbx.write_file("after.txt", "ok")
+            assert await sbx.read_text("after.txt") == "ok"
+
+    asyncio.run(main())
