@@ -259,3 +259,35 @@ def test_record_times_read_the_same_on_every_python() -> None:
         assert fast == compat and fast.utcoffset() == compat.utcoffset(), text
         assert fast.tzinfo is not None
     assert _ts("2026-12-01T13:00:00.123456789Z").microsecond == 123456
+
+
+def test_an_event_read_from_json_is_the_one_the_constructor_makes() -> None:
+    """`AuditEvent.from_dict` fills the frozen instance's fields directly (no
+    `__init__`): every field is set, with the types the constructor would be given."""
+    from decimal import Decimal
+
+    from sandboxio.events import IsolationTier
+
+    record = {
+        "ts": "2026-12-01T13:00:00.5Z", "event": "run_code", "sandbox_id": "s1", "backend": "namespace",
+        "isolation": "namespace", "tenant_id": "t", "session_id": "sess", "code_sha256": "ab",
+        "argv": ["sh", "-c", "true"], "exit_code": 0, "duration_ms": 12, "bytes_in": 3, "bytes_out": 4,
+        "network_denials": 0, "code": "1+1", "operation_id": "op", "tool_name": "run_code",
+        "agent_id": "a", "path": None, "signal": None, "status": "ok", "verdict": "allow",
+        "layer": "sandbox", "rules": [{"id": "r", "file": "builtin:default.toml", "line": 1}, "plain"],
+        "reason": "why", "error_code": None, "cost_reserved": "0", "cost_settled": "0.25",
+        "approval_id": None, "approver": None, "trace_id": None, "span_id": None,
+        "labels": {"b": "2", "a": "1"}, "enforcement": {"tier": "namespace"},
+    }
+    event = AuditEvent.from_dict(record)
+    names = [f.name for f in dataclasses.fields(AuditEvent)]
+    assert list(vars(event)) == names
+    made = AuditEvent(**{n: getattr(event, n) for n in names})
+    assert event == made and hash(event) == hash(made)
+    assert event.isolation is IsolationTier.NAMESPACE and event.decision == "allow"
+    assert event.rules == ("builtin:default.toml:r", "plain")
+    assert event.cost_reserved == Decimal(0) and event.cost_settled == Decimal("0.25")
+    assert event.labels == (("a", "1"), ("b", "2")) and event.argv == ("sh", "-c", "true")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.status = "error"  # type: ignore[misc]
+    assert AuditEvent.from_dict(record, capture_code=False).code is None
