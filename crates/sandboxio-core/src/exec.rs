@@ -502,7 +502,13 @@ pub struct ExecResult {
     pub oom_killed: bool,
     /// Set when the run was cancelled (caller, kill switch); holds the reason.
     pub cancelled: Option<String>,
+    /// The run's time in whole milliseconds (a floor of `duration_us`).
     pub duration_ms: u64,
+    /// The run's time in microseconds, as the sandbox measured it: from the start of the
+    /// run (workspace, cgroup, helper started or taken from a pool, plan, payload, helper
+    /// reaped) to the end of its cleanup (output drained, cgroup and scratch directories
+    /// removed). Results stored before this field read it as 0.
+    pub duration_us: u64,
     pub usage: Usage,
     pub enforcement: Enforcement,
     /// Where the output files are (kept after the run).
@@ -565,6 +571,8 @@ struct ExecResultWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cancelled: Option<String>,
     duration_ms: u64,
+    #[serde(default)]
+    duration_us: u64,
     usage: Usage,
     enforcement: Enforcement,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -602,6 +610,7 @@ impl From<ExecResult> for ExecResultWire {
             oom_killed: r.oom_killed,
             cancelled: r.cancelled,
             duration_ms: r.duration_ms,
+            duration_us: r.duration_us,
             usage: r.usage,
             enforcement: r.enforcement,
             output_dir: r.output_dir,
@@ -631,6 +640,7 @@ impl TryFrom<ExecResultWire> for ExecResult {
             oom_killed: w.oom_killed,
             cancelled: w.cancelled,
             duration_ms: w.duration_ms,
+            duration_us: w.duration_us,
             usage: w.usage,
             enforcement: w.enforcement,
             output_dir: w.output_dir,
@@ -690,6 +700,7 @@ mod tests {
             oom_killed: false,
             cancelled: None,
             duration_ms: 1,
+            duration_us: 1_250,
             usage: Usage::default(),
             enforcement: Enforcement::default(),
             output_dir: None,
@@ -710,6 +721,19 @@ mod tests {
         assert_eq!(v["stdout_encoding"], "base64");
         assert_eq!(v["stderr"], "warn\n");
         assert!(v.get("stderr_encoding").is_none());
+        assert_eq!(v["duration_us"], 1_250);
         assert_eq!(serde_json::from_value::<ExecResult>(v).unwrap(), r);
+    }
+
+    #[test]
+    fn a_result_stored_before_duration_us_still_reads() {
+        let old = serde_json::json!({
+            "sandbox_id": "s", "exit": {"code": 0}, "stdout": "", "stderr": "",
+            "stdout_truncated": false, "stderr_truncated": false, "stdout_bytes": 0,
+            "stderr_bytes": 0, "timed_out": false, "oom_killed": false, "duration_ms": 3,
+            "usage": {}, "enforcement": {"tier": null}
+        });
+        let r: ExecResult = serde_json::from_value(old).unwrap();
+        assert_eq!((r.duration_ms, r.duration_us), (3, 0));
     }
 }

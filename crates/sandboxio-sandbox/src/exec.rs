@@ -549,7 +549,6 @@ async fn drive(
         .map_err(|source| SandboxError::Wait { source })?;
     // Reaped: the cleanup must not signal or wait for this pid any more.
     guard.helper_pid = None;
-    let duration = started.elapsed();
     guard.control = None;
 
     // Output: read to the end where the tier guarantees the writers are dead; elsewhere give
@@ -568,6 +567,8 @@ async fn drive(
 
     // Cleanup before answering: no cgroup and no workspace outlive the run.
     let kept_workspace = guard.finish();
+    // The run's own time: everything this crate did for it, its cleanup included.
+    let duration = started.elapsed();
 
     if let Some((code, message)) = setup_error {
         return Err(SandboxError::InHelper {
@@ -640,6 +641,7 @@ async fn drive(
         oom_killed: report.oom_killed,
         cancelled: cancel_reason.or(report.cancelled),
         duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
         usage: Usage {
             cpu_time_ms: report.cpu_time_ms,
             peak_memory_bytes: report.peak_memory_bytes,

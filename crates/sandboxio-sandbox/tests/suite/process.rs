@@ -240,6 +240,20 @@ async fn enforcement_and_meter_are_filled() {
 }
 
 #[tokio::test]
+async fn the_duration_is_in_microseconds_with_milliseconds_its_floor() {
+    let t = Instant::now();
+    let res = run_process(&sh("sleep 0.2"), CgroupUsage::Off, None)
+        .await
+        .unwrap();
+    let wall = t.elapsed();
+    // The payload's own sleep is inside the run's time, and the run inside the call.
+    assert!(res.duration_us >= 200_000, "{}", res.duration_us);
+    assert!(u128::from(res.duration_us) <= wall.as_micros(), "{res:?}");
+    assert_eq!(res.duration_ms, res.duration_us / 1000);
+    assert_eq!(res.meter.as_ref().unwrap().duration_ms, res.duration_ms);
+}
+
+#[tokio::test]
 async fn namespace_tier_runs_through_the_same_helper() {
     let host = sandboxio_sandbox::probe();
     if !host.user_namespaces.available {

@@ -182,7 +182,9 @@ impl Executor for Call {
                 })
                 .await;
         }
-        let duration_ms = u64::try_from(c.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let took = c.started.elapsed();
+        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        let duration_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let result = ExecResult {
             sandbox_id: self.sandbox_id.clone(),
             exit,
@@ -196,6 +198,7 @@ impl Executor for Call {
             oom_killed: false,
             cancelled,
             duration_ms,
+            duration_us,
             usage: Usage {
                 cpu_time_ms: cpu_us.map(|u| u / 1000),
                 peak_memory_bytes: None,
