@@ -4,18 +4,23 @@
 #   scripts/bench-server.sh [tier]        # namespace (default) or process
 #   SBX_BENCH_PROFILE=debug scripts/bench-server.sh process
 #   SBX_BENCH_PHASES=load SBX_BENCH_SANDBOXES=100 SBX_BENCH_COMMANDS=20 scripts/bench-server.sh process
+#   SBX_BENCH_PHASES=overhead scripts/bench-server.sh process   # only the exec round trip
+#   SBX_BENCH_BIN=/path/to/sandboxio scripts/bench-server.sh    # another build, not rebuilt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIER="${1:-namespace}"
 # SBX_BENCH_PROFILE=debug reuses the debug build (for a look on a machine where a release
 # build does not fit; such figures are not the server's speed).
 PROFILE="${SBX_BENCH_PROFILE:-release}"
-if [ "$PROFILE" = release ]; then
+if [ -n "${SBX_BENCH_BIN:-}" ]; then
+  B=$SBX_BENCH_BIN
+elif [ "$PROFILE" = release ]; then
   cargo build --release -q -p sandboxio-cli
+  B=target/release/sandboxio
 else
   cargo build -q -p sandboxio-cli
+  B=target/debug/sandboxio
 fi
-B=target/$PROFILE/sandboxio
 D=$(mktemp -d)
 cleanup() { [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null; wait "${PID:-}" 2>/dev/null || true; rm -rf "$D"; }
 trap cleanup EXIT
