@@ -61,30 +61,40 @@ impl Mode {
     }
 }
 
-/// The JSON the request would have answered with, for a process's outcome.
-fn outcome_json(out: &Outcome, ctx: &RequestCtx) -> (ProcState, Value) {
+/// The state a process ends in for its outcome.
+fn end_state(out: &Outcome) -> ProcState {
     if answer::ran(&out.record) {
-        let state = if out.result.as_ref().is_some_and(|r| r.cancelled.is_some()) {
+        if out.result.as_ref().is_some_and(|r| r.cancelled.is_some()) {
             ProcState::Cancelled
         } else {
             ProcState::Exited
-        };
-        let v = json!({
+        }
+    } else if out.record.status == sandboxio_core::OperationStatus::Cancelled {
+        ProcState::Cancelled
+    } else {
+        ProcState::Failed
+    }
+}
+
+/// The JSON the request would have answered with, for a process's outcome.
+fn outcome_json(out: &Outcome, ctx: &RequestCtx) -> (ProcState, Value) {
+    let v = if answer::ran(&out.record) {
+        json!({
             "record": out.record,
             "result": out.result,
             "output": out.tool_output,
-        });
-        (state, v)
+        })
     } else {
-        let state = if out.record.status == sandboxio_core::OperationStatus::Cancelled {
-            ProcState::Cancelled
-        } else {
-            ProcState::Failed
-        };
-        (
-            state,
-            serde_json::to_value(answer::stopped(out, ctx)).unwrap_or_default(),
-        )
+        serde_json::to_value(answer::stopped(out, ctx)).unwrap_or_default()
+    };
+    (end_state(out), v)
+}
+
+/// The state a process ends in, without its outcome.
+fn state_of(res: &Result<Box<Outcome>, ServerError>) -> ProcState {
+    match res {
+        Ok(out) => end_state(out),
+        Err(_) => ProcState::Failed,
     }
 }
 
@@ -139,9 +149,18 @@ pub async fn launch(
     };
     let first_event = match first {
         Some(Step::Done(res)) => {
-            finish(&proc, &res, ctx);
-            if mode != Mode::Background {
+            if mode == Mode::Background {
+                finish(&proc, &res, ctx);
+            } else {
+                // Answered here: the process leaves the list, and its outcome (the whole
+                // answer again, as JSON) is built only for a caller already holding it
+                // (a `GET` of the process waiting for its end, a listing in progress).
                 s.processes.remove(&proc.id);
+                if Arc::strong_count(&proc) > 1 {
+                    finish(&proc, &res, ctx);
+                } else {
+                    proc.end(state_of(&res));
+                }
             }
             let out = res?;
             if mode == Mode::Background && answer::ran(&out.record) {

@@ -88,6 +88,14 @@ impl Process {
         self.state.send_replace(state);
     }
 
+    /// Marks it ended without an outcome (nobody is left to read one).
+    pub fn end(&self, state: ProcState) {
+        if let Ok(mut p) = self.progress.lock() {
+            p.finished_at = Some(Utc::now());
+        }
+        self.state.send_replace(state);
+    }
+
     /// Waits until it ended, at most `wait`.
     pub async fn wait(&self, wait: std::time::Duration) {
         let mut rx = self.state.subscribe();

@@ -422,3 +422,72 @@ mod ws {
         assert_eq!(v["problem"]["code"], "SBX_E1805");
     }
 }
+
+#[test]
+fn a_waited_exec_hands_its_outcome_to_a_get_of_its_process_waiting_for_the_end() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    // Runs until a file is uploaded, so its process can be found and watched first.
+    let script = r#"while [ ! -e "$SANDBOX_INPUT/go" ]; do sleep 0.05; done; echo done"#;
+    std::thread::scope(|sc| {
+        let exec = sc.spawn(|| {
+            s.post(
+                &key,
+                &format!("/v1/sandboxes/{id}/exec"),
+                &json!({"argv": ["sh", "-c", script]}),
+            )
+        });
+        let pid = loop {
+            let list: Value = s
+                .get(&key, &format!("/v1/sandboxes/{id}/processes"))
+                .json()
+                .unwrap();
+            let found = list["processes"].as_array().unwrap().iter().find_map(|p| {
+                (p["kind"] == "exec" && p["state"] == "running")
+                    .then(|| p["id"].as_str().unwrap().to_string())
+            });
+            if let Some(pid) = found {
+                break pid;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let watch_path = format!("/v1/sandboxes/{id}/processes/{pid}?wait=60");
+        let (server, k) = (&s, &key);
+        let watch = sc.spawn(move || server.get(k, &watch_path));
+        // The watcher holds the process before the command may end (its request is in).
+        std::thread::sleep(Duration::from_millis(500));
+        let up = s.put_bytes(
+            &key,
+            &format!("/v1/sandboxes/{id}/files?path=go"),
+            b"1".to_vec(),
+        );
+        assert_eq!(up.status(), 200);
+        let answer: Value = exec.join().unwrap().json().unwrap();
+        assert_eq!(answer["result"]["stdout"], "done\n", "{answer}");
+        let w = watch.join().unwrap();
+        assert_eq!(w.status(), 200);
+        let seen: Value = w.json().unwrap();
+        assert_eq!(seen["state"], "exited", "{seen}");
+        // The same outcome the exec was answered with, not only its state.
+        assert_eq!(seen["outcome"]["result"]["stdout"], "done\n", "{seen}");
+        assert_eq!(
+            seen["outcome"]["record"]["operation_id"],
+            answer["record"]["operation_id"]
+        );
+        assert_eq!(seen["operation_id"], answer["record"]["operation_id"]);
+        // Answered: it is no longer listed.
+        let list: Value = s
+            .get(&key, &format!("/v1/sandboxes/{id}/processes"))
+            .json()
+            .unwrap();
+        assert!(
+            !list["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["id"] == pid.as_str()),
+            "{list}"
+        );
+    });
+}
