@@ -10,7 +10,6 @@ use sandboxio_gateway::Outcome;
 
 use crate::backend::Submitted;
 use crate::context::{OperationId, RequestCtx};
-use crate::model::OutcomeView;
 use crate::problem::Problem;
 
 /// Codes the server adds: the gateway gives every denial its own code (per layer, in the
@@ -78,18 +77,28 @@ pub fn stopped(out: &Outcome, ctx: &RequestCtx) -> Problem {
     p
 }
 
+/// A [`crate::model::OutcomeView`] borrowing what it answers with.
+#[derive(serde::Serialize)]
+struct OutcomeBody<'a> {
+    record: &'a OperationRecord,
+    result: Option<&'a sandboxio_core::ExecResult>,
+    output: Option<&'a serde_json::Value>,
+}
+
 /// 200 with the outcome, or the problem that stopped it.
 pub fn outcome(out: Outcome, ctx: &RequestCtx) -> Response {
     if !ran(&out.record) {
         return stopped(&out, ctx).into_response();
     }
     let op = out.record.operation_id.clone();
-    let view = OutcomeView {
-        record: serde_json::to_value(&out.record).unwrap_or_default(),
-        result: out.result.and_then(|r| serde_json::to_value(r).ok()),
-        output: out.tool_output,
+    // Written straight from the record and the result: the shape of `OutcomeView`, without
+    // a JSON tree of both built first.
+    let body = OutcomeBody {
+        record: &out.record,
+        result: out.result.as_ref(),
+        output: out.tool_output.as_ref(),
     };
-    let mut res = (StatusCode::OK, Json(view)).into_response();
+    let mut res = (StatusCode::OK, Json(body)).into_response();
     res.extensions_mut().insert(OperationId(op));
     res
 }
