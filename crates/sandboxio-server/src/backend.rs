@@ -140,13 +140,6 @@ impl Backend {
     ) -> Run {
         let token = CancelToken::new();
         sub.cancel = Some(token.clone());
-        let link = linked.map(|l| {
-            let t = token.clone();
-            tokio::spawn(async move {
-                let why = l.cancelled().await;
-                t.cancel(why);
-            })
-        });
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(EVENTS);
         if events {
             sub.stream.events = Some(ev_tx);
@@ -160,7 +153,25 @@ impl Backend {
             r.insert(n, (token.clone(), activity));
         }
         let gw = self.gw.clone();
-        let task = tokio::spawn(async move { gw.submit(sub).await });
+        // The linked token is watched in the operation's own task (no second task per
+        // operation): its cancellation cancels the operation, which still ends and is
+        // recorded in this task.
+        let t = token.clone();
+        let task = tokio::spawn(async move {
+            let run = gw.submit(sub);
+            let Some(l) = linked else {
+                return run.await;
+            };
+            tokio::pin!(run);
+            tokio::select! {
+                biased;
+                out = &mut run => out,
+                why = l.cancelled() => {
+                    t.cancel(why);
+                    run.await
+                }
+            }
+        });
         Run {
             backend: self.clone(),
             token: token.clone(),
@@ -168,7 +179,6 @@ impl Backend {
             events_open: events,
             asked,
             task: Some(task),
-            link,
             tenant,
             n,
             armed: true,
@@ -306,7 +316,6 @@ pub struct Run {
     events_open: bool,
     asked: mpsc::UnboundedReceiver<sandboxio_gateway::store::Approval>,
     task: Option<JoinHandle<Result<Outcome, GatewayError>>>,
-    link: Option<JoinHandle<()>>,
     tenant: String,
     n: u64,
     armed: bool,
@@ -344,9 +353,6 @@ impl Run {
                     self.armed = false;
                     self.task = None;
                     self.backend.untrack(self.n);
-                    if let Some(l) = self.link.take() {
-                        l.abort();
-                    }
                     return Step::Done(match done {
                         Ok(Ok(out)) => Ok(Box::new(out)),
                         Ok(Err(e)) => Err(ServerError::Gateway(e)),
