@@ -97,13 +97,10 @@ pub(super) fn insert(tx: &rusqlite::Transaction<'_>, c: &Credential) -> StoreRes
 }
 
 pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<Credential>> {
+    // Every API request reads its credential: the statement is prepared once per connection.
     let row = conn
-        .query_row(
-            &format!("SELECT {COLS} FROM credentials WHERE id = ?1"),
-            params![id],
-            read_row,
-        )
-        .optional()
+        .prepare_cached(&format!("SELECT {COLS} FROM credentials WHERE id = ?1"))
+        .and_then(|mut stmt| stmt.query_row(params![id], read_row).optional())
         .map_err(db("reading a credential"))?;
     row.map(to_credential).transpose()
 }
