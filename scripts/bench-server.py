@@ -130,9 +130,9 @@ def overhead(n=60, warm=10):
     """The exec round trip of `true` in one sandbox, minus the sandbox's own time.
 
     Subtracted: the result's `duration_us`, the sandbox crate's own clock for the run, from
-    its start (workspace, cgroup, helper started or taken from a pool, plan, payload) to the
-    helper reaped. Not subtracted, so counted as overhead: the output drain and the removal
-    of the run's cgroup and scratch directories after that, and everything outside the
+    its start (workspace, cgroup, helper started or taken from a pool, plan, payload, helper
+    reaped) to the end of its cleanup (output drained, the run's cgroup and scratch
+    directories removed). Not subtracted, so counted as overhead: everything outside the
     sandbox crate (HTTP, the server, the gateway's chain with its store and audit writes).
     A server without `duration_us` gives only whole milliseconds (`duration_ms`, a floor),
     which overstates the overhead by up to 1 ms; the answer says which one was used.
@@ -167,7 +167,7 @@ def overhead(n=60, warm=10):
         "sandbox_own_ms": dict(source=sorted(source), **stats(sandbox)),
         "exec_overhead_ms": dict(
             note="client round trip minus the sandbox's own time (result.duration_us: "
-                 "run start to helper reaped; the drain and cleanup after it count as overhead)",
+                 "run start to the end of its cleanup; HTTP, server and chain count as overhead)",
             **stats(over)),
     }
 
