@@ -199,6 +199,8 @@ pub(crate) async fn run_prepared(
             gaps.extend(p.gaps);
             cg_plan = None;
             let joined = p.joined;
+            // A pooled helper (process tier) or a pre-built init sits in the cgroups.
+            let occupied = !joined.is_empty() || p.prebuilt;
             if let Some(pre) = &p.cgroup {
                 // Same id and layout, so the same directories; only the limits differ.
                 let want = plan::cgroup_plan(layout, &sandbox_id, req, true)
@@ -217,8 +219,9 @@ pub(crate) async fn run_prepared(
                         }
                         Err(e) => {
                             // write_limits removed the directories already, except those
-                            // the helper sits in: they go once it has exited (the guard).
-                            if joined.is_empty() {
+                            // the helper or the init sits in: they go once it has exited
+                            // (the guard).
+                            if !occupied {
                                 guard.cgroup = None;
                             }
                             if cfg.cgroups == CgroupUsage::Required {

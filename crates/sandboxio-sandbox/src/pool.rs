@@ -14,15 +14,17 @@
 //! as long as the pool: the helpers' `PR_SET_PDEATHSIG` follows the spawning thread).
 //! Dropping the [`WarmPool`] stops the refiller and destroys every sandbox still waiting.
 //!
-//! Cgroups: the waiting helper joins its sandbox's cgroups at fill time (every directory
-//! except the kill cgroup, i.e. the v1 memory/pids/cpu/cpuacct ones on a hybrid host), with
-//! no limits while it waits; the request's limits are written at exec, before the plan is
-//! sent. The payload (or the namespace init) inherits those cgroups at fork and is cloned
+//! Cgroups: in the process tier the waiting helper joins its sandbox's cgroups at fill time
+//! (every directory except the kill cgroup, i.e. the v1 memory/pids/cpu/cpuacct ones on a
+//! hybrid host), with no limits while it waits; in the namespace tier the pre-built init
+//! moves itself into them when the base is built and the helper stays out. The request's
+//! limits are written at exec, before the plan is sent. The payload inherits those cgroups
+//! at fork (from the helper or the init) and is cloned
 //! straight into the cgroup2 kill leaf (`clone3` + `CLONE_INTO_CGROUP`), so a pooled exec
 //! does no `cgroup.procs` write (the migration costs an RCU grace period, several ms). The
-//! price: the helper's own memory allocated after it joined (small: the plan and its
-//! supervision loop) and CPU time count in the sandbox's memory and CPU figures, and
-//! `pids.max` is raised by one for the helper's own pid. The helper is never in the kill
+//! price in the process tier: the helper's own memory allocated after it joined (small:
+//! the plan and its supervision loop) and CPU time count in the sandbox's memory and CPU
+//! figures, and `pids.max` is raised by one for the helper's own pid. The helper is never in the kill
 //! cgroup, so `cgroup.kill` (or the freezer) still takes the whole payload tree and nothing
 //! else; the cgroups are removed after the helper has exited, as for a cold run.
 //!
@@ -350,11 +352,17 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
             return Err(e);
         }
     };
-    // Move the waiting helper into the sandbox's cgroups now, off the hot path (a v1
-    // `cgroup.procs` write waits for an RCU grace period): its payload, or its namespace
-    // init, inherits them at fork. Never the kill cgroup (it would kill or freeze the
-    // helper); the payload is cloned into that one (clone3 CLONE_INTO_CGROUP).
-    let joined = cg.as_ref().map(cgroup::prejoin_dirs).unwrap_or_default();
+    // Process tier: move the waiting helper into the sandbox's cgroups now, off the hot
+    // path; its payload inherits them at fork. Never the kill cgroup (it would kill or
+    // freeze the helper); the payload is cloned into that one (clone3 CLONE_INTO_CGROUP).
+    // This write names a pid, so it waits for an RCU grace period, and every fork on the
+    // host waits with it meanwhile. A pre-built namespace needs none of it: its init moves
+    // itself into the v1 cgroups when the base is built (`cgroup::self_join_file`) and the
+    // helper stays out of them.
+    let joined = match &cg {
+        Some(c) if !prebuilt => cgroup::prejoin_dirs(c),
+        _ => Vec::new(),
+    };
     let prepared = Prepared {
         sandbox_id,
         workspace,
@@ -369,7 +377,7 @@ fn prepare(cfg: &SandboxConfig, tier: IsolationTier) -> Result<Prepared, Sandbox
         return Err(e);
     }
     if prebuilt {
-        // After the join: the init the helper clones now inherits those cgroups.
+        // The init the helper clones now enters the sandbox's cgroups at once.
         if let Err(e) = base_plan(&prepared).and_then(|p| prepared.helper.send_base_plan(&p)) {
             destroy(prepared, false);
             return Err(e);
