@@ -10,6 +10,7 @@ use sandboxio_gateway::Outcome;
 
 use crate::backend::Submitted;
 use crate::context::{OperationId, RequestCtx};
+use crate::model::OutcomeView;
 use crate::problem::Problem;
 
 /// Codes the server adds: the gateway gives every denial its own code (per layer, in the
@@ -77,23 +78,13 @@ pub fn stopped(out: &Outcome, ctx: &RequestCtx) -> Problem {
     p
 }
 
-/// A [`crate::model::OutcomeView`] borrowing what it answers with.
-#[derive(serde::Serialize)]
-struct OutcomeBody<'a> {
-    record: &'a OperationRecord,
-    result: Option<&'a sandboxio_core::ExecResult>,
-    output: Option<&'a serde_json::Value>,
-}
-
 /// 200 with the outcome, or the problem that stopped it.
 pub fn outcome(out: Outcome, ctx: &RequestCtx) -> Response {
     if !ran(&out.record) {
         return stopped(&out, ctx).into_response();
     }
     let op = out.record.operation_id.clone();
-    // Written straight from the record and the result: the shape of `OutcomeView`, without
-    // a JSON tree of both built first.
-    let body = OutcomeBody {
+    let body = OutcomeView {
         record: &out.record,
         result: out.result.as_ref(),
         output: out.tool_output.as_ref(),

@@ -246,14 +246,15 @@ impl RunCommon {
 }
 
 /// The answer to an operation that ran (or replayed): the record and the result.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct OutcomeView {
+// Borrowed: the answer is written straight from them, without a JSON tree of both first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutcomeView<'a> {
     #[schema(value_type = Object)]
-    pub record: serde_json::Value,
+    pub record: &'a sandboxio_core::OperationRecord,
     #[schema(value_type = Option<Object>)]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<&'a sandboxio_core::ExecResult>,
     #[schema(value_type = Option<Object>)]
-    pub output: Option<serde_json::Value>,
+    pub output: Option<&'a serde_json::Value>,
 }
 
 /// Where the path of a file operation goes.
