@@ -91,6 +91,21 @@ CREATE TABLE IF NOT EXISTS trail_breaks (
 );
 "#;
 
+/// Runs `f` in one transaction of `behavior` and commits it (a failure of `f` rolls back).
+fn run_tx<T>(
+    conn: &mut Connection,
+    behavior: TransactionBehavior,
+    action: &'static str,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(db(action))?;
+    let out = f(&tx)?;
+    tx.commit().map_err(db(action))?;
+    Ok(out)
+}
+
 /// WAL frames (pages) after which a commit checkpoints the WAL into the database.
 pub(super) const WAL_CHECKPOINT_FRAMES: i64 = 64;
 
@@ -274,12 +289,7 @@ impl SqliteStore {
     ) -> StoreResult<T> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         self.set_durable(&conn, durable)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db(action))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(db(action))?;
-        Ok(out)
+        run_tx(&mut conn, TransactionBehavior::Immediate, action, f)
     }
 
     /// A read-only transaction: one snapshot of the database, without the write lock
@@ -291,12 +301,7 @@ impl SqliteStore {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(db(action))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(db(action))?;
-        Ok(out)
+        run_tx(&mut conn, TransactionBehavior::Deferred, action, f)
     }
 
     /// Loads the scopes a budget operation touches (and a reservation) into a `BudgetState`.
