@@ -732,12 +732,12 @@ pub fn join(dirs: &[PathBuf], pid: i32) -> Result<(), SandboxError> {
 /// the callers are children forked from the single-threaded helper, before they could start
 /// a thread.
 pub fn self_join_file(dir: &Path) -> PathBuf {
-    let tasks = dir.join("tasks");
-    if tasks.exists() {
-        tasks
+    let name = if is_v1_dir(dir) {
+        "tasks"
     } else {
-        dir.join("cgroup.procs")
-    }
+        "cgroup.procs"
+    };
+    dir.join(name)
 }
 
 /// Whether `dir` is a v1 cgroup directory (it has a `tasks` file; cgroup2 has none).

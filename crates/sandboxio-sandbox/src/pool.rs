@@ -19,14 +19,14 @@
 //! hybrid host), with no limits while it waits; in the namespace tier the pre-built init
 //! moves itself into them when the base is built and the helper stays out. The request's
 //! limits are written at exec, before the plan is sent. The payload inherits those cgroups
-//! at fork (from the helper or the init) and is cloned
-//! straight into the cgroup2 kill leaf (`clone3` + `CLONE_INTO_CGROUP`), so a pooled exec
-//! does no `cgroup.procs` write (the migration costs an RCU grace period, several ms). The
-//! price in the process tier: the helper's own memory allocated after it joined (small:
-//! the plan and its supervision loop) and CPU time count in the sandbox's memory and CPU
-//! figures, and `pids.max` is raised by one for the helper's own pid. The helper is never in the kill
-//! cgroup, so `cgroup.kill` (or the freezer) still takes the whole payload tree and nothing
-//! else; the cgroups are removed after the helper has exited, as for a cold run.
+//! at fork (from the helper or the init) and is cloned straight into the cgroup2 kill leaf
+//! (`clone3` + `CLONE_INTO_CGROUP`), so a pooled exec does no `cgroup.procs` write (the
+//! migration costs an RCU grace period, several ms). The price in the process tier: the
+//! helper's own memory allocated after it joined (small: the plan and its supervision
+//! loop) and CPU time count in the sandbox's memory and CPU figures, and `pids.max` is
+//! raised by one for the helper's own pid. The helper is never in the kill cgroup, so
+//! `cgroup.kill` (or the freezer) still takes the whole payload tree and nothing else; the
+//! cgroups are removed after the helper has exited, as for a cold run.
 //!
 //! Namespace tier: the namespaces are pre-built too. At fill time the helper gets the
 //! pool's base plan (a template request: no network, no input, no mounts) and builds it
