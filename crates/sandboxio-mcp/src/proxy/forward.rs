@@ -123,7 +123,6 @@ impl Tool for UpstreamTool {
     }
 }
 
-/// A refusal as a JSON-RPC error (for requests without a tool result to carry it).
 /// The submission of one call into an upstream (a tool call, a resource read, a prompt, a
 /// subscription): a `tool_call` operation, never retried, labelled with its upstream and
 /// cancelled by `token`. The caller sets the tool that carries it out.
@@ -143,6 +142,7 @@ pub fn upstream_call(
     sub
 }
 
+/// A refusal as a JSON-RPC error (for requests without a tool result to carry it).
 pub fn denied_error(d: &Denial) -> ErrorData {
     let text = answer::refused(d)
         .content

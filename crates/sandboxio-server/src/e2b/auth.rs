@@ -174,10 +174,15 @@ async fn in_sandbox(
     })
 }
 
+/// Logs a sandbox whose E2B facts file is damaged (the file is left for the operator).
+pub(super) fn log_damaged(id: &str, d: &super::persist::Damaged) {
+    tracing::error!(sandbox = %id, path = %d.path.display(), "a sandbox's E2B facts are damaged: {}", d.why);
+}
+
 /// A sandbox whose E2B facts file is damaged: answered with its own code, logged once per
 /// request, and the file left for the operator.
 pub(super) fn damaged(id: &str, d: super::persist::Damaged) -> E2bError {
-    tracing::error!(sandbox = %id, path = %d.path.display(), "a sandbox's E2B facts are damaged: {}", d.why);
+    log_damaged(id, &d);
     E2bError::DamagedFacts {
         id: id.chars().take(64).collect(),
         path: d.path,

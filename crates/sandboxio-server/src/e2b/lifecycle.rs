@@ -484,7 +484,7 @@ pub async fn list(
                     Ok(Some(e)) => e,
                     Ok(None) => continue,
                     Err(d) => {
-                        let _ = super::auth::damaged(&s.id, d);
+                        super::auth::log_damaged(&s.id, &d);
                         continue;
                     }
                 };
