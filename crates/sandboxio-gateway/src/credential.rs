@@ -283,18 +283,27 @@ pub fn parse_token(token: &str) -> Option<(CredentialKind, &str, &str)> {
 
 /// Whether `secret` matches the stored credential (constant time in the hash).
 pub fn secret_matches(c: &Credential, kind: CredentialKind, secret: &str) -> bool {
-    let presented = sha256_hex(secret.as_bytes());
-    let (a, b) = (presented.as_bytes(), c.secret_sha256.as_bytes());
-    if a.len() != b.len() || c.kind != kind {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    c.kind == kind && same_secret(&sha256_hex(secret.as_bytes()), &c.secret_sha256)
+}
+
+/// Whether two secrets (tokens, digests) are equal, compared without stopping at the first
+/// difference (the time depends on the length only).
+pub fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn secrets_are_the_same_only_when_equal() {
+        assert!(
+            same_secret("abc", "abc") && !same_secret("abc", "abd") && !same_secret("abc", "ab")
+        );
+    }
 
     #[test]
     fn minted_token_parses_and_matches_only_its_own_hash() {

@@ -10,12 +10,13 @@ use chrono::Utc;
 use sandboxio_core::{ErrorCode, Verdict};
 use sandboxio_gateway::credential::CredentialKind;
 
-use super::signin::{cookie_of, same, CSRF_HEADER};
+use super::signin::{cookie_of, CSRF_HEADER};
 use crate::auth::Caller;
 use crate::backend::server_record;
 use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::state::AppState;
+use sandboxio_gateway::credential::same_secret;
 
 #[derive(Debug, Clone)]
 pub struct Operator {
@@ -65,7 +66,7 @@ impl FromRequestParts<AppState> for Operator {
             .get(CSRF_HEADER)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if same(given, &op.csrf) {
+        if same_secret(given, &op.csrf) {
             return Ok(op);
         }
         let e = ServerError::Csrf;

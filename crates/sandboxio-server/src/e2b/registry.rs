@@ -45,7 +45,7 @@ impl Entry {
 
     /// Whether `token` is this sandbox's access token (compared in constant time).
     pub fn token_matches(&self, token: &str) -> bool {
-        same_token(&self.access_token, token)
+        sandboxio_gateway::credential::same_secret(&self.access_token, token)
     }
 
     pub fn next_pid(&self) -> u32 {
@@ -135,7 +135,7 @@ impl Registry {
     /// Whether `token` is sandbox `id`'s access token (derived from the id alone, so it
     /// can be checked when the sandbox's facts cannot be read).
     pub fn token_matches(&self, id: &str, token: &str) -> bool {
-        same_token(&self.key.token(id), token)
+        sandboxio_gateway::credential::same_secret(&self.key.token(id), token)
     }
 
     pub fn insert(&self, e: Arc<Entry>) {
@@ -192,15 +192,6 @@ impl Registry {
             });
         }
     }
-}
-
-/// Compares two tokens in time that does not depend on where they differ.
-fn same_token(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
