@@ -186,4 +186,3 @@ class CostEntry:
     interval_start: datetime
     cost_usd: Decimal
     labels: dict[str, str]
-
