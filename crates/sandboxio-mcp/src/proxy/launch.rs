@@ -5,7 +5,7 @@
 //! reaches a client except through a `tool_call` operation, which the gateway redacts.
 //! An HTTP upstream is a streamable-HTTP client with bounded bodies.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -13,15 +13,14 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::RoleClient;
 use sandboxio_config::{UpstreamSection, UpstreamTransport};
-use sandboxio_core::{ExecEvent, Limits, Operation, OperationArgs, OutputStream, Principal};
+use sandboxio_core::{ExecEvent, Limits, Operation, OperationArgs, Principal};
 use sandboxio_gateway::{CancelToken, Gateway, Submission};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
+
+use super::channel_io::{ChunkWriter, EventReader};
 
 /// Most stderr bytes of an upstream kept for diagnostics (the tail).
 const STDERR_KEPT: usize = 4096;
-/// Bytes buffered between the sandbox's output and the MCP client.
-const PIPE: usize = 256 * 1024;
 
 /// What a started stdio upstream leaves behind: the token that ends its process tree,
 /// how the operation ended (when it does), and counters.
@@ -38,11 +37,7 @@ pub struct Process {
 /// A transport to hand to the MCP client.
 pub enum Launched {
     Stdio(
-        AsyncRwTransport<
-            RoleClient,
-            tokio::io::ReadHalf<tokio::io::DuplexStream>,
-            tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        >,
+        AsyncRwTransport<RoleClient, EventReader, ChunkWriter>,
         Process,
     ),
     Http(StreamableHttpClientTransport<reqwest::Client>),
@@ -89,11 +84,7 @@ fn stdio(
     env: &std::collections::BTreeMap<String, String>,
     mounts: &[sandboxio_core::Mount],
 ) -> (
-    AsyncRwTransport<
-        RoleClient,
-        tokio::io::ReadHalf<tokio::io::DuplexStream>,
-        tokio::io::WriteHalf<tokio::io::DuplexStream>,
-    >,
+    AsyncRwTransport<RoleClient, EventReader, ChunkWriter>,
     Process,
 ) {
     let mut req = base.clone();
@@ -130,58 +121,21 @@ fn stdio(
     let token = CancelToken::new();
     sub.cancel = Some(token.clone());
     let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>(16);
-    let (ev_tx, mut ev_rx) = mpsc::channel::<ExecEvent>(64);
+    let (ev_tx, ev_rx) = mpsc::channel::<ExecEvent>(64);
     sub.stream.stdin = Some(stdin_rx);
     sub.stream.events = Some(ev_tx);
 
-    let (client_end, our_end) = tokio::io::duplex(PIPE);
-    let (mut from_client, mut to_client) = tokio::io::split(our_end);
     let stdout_bytes = Arc::new(AtomicU64::new(0));
     let stderr_tail = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // Output: stdout is the protocol; stderr is kept (a tail) for diagnostics.
-    {
-        let (stdout_bytes, stderr_tail) = (stdout_bytes.clone(), stderr_tail.clone());
-        tokio::spawn(async move {
-            while let Some(ev) = ev_rx.recv().await {
-                match ev {
-                    ExecEvent::Output {
-                        stream: OutputStream::Stdout,
-                        data,
-                        ..
-                    } => {
-                        stdout_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                        if to_client.write_all(&data).await.is_err() {
-                            break;
-                        }
-                    }
-                    ExecEvent::Output { data, .. } => {
-                        if let Ok(mut t) = stderr_tail.lock() {
-                            t.extend_from_slice(&data);
-                            let over = t.len().saturating_sub(STDERR_KEPT);
-                            t.drain(..over);
-                        }
-                    }
-                    ExecEvent::Exit { .. } => break,
-                }
-            }
-            // End of the protocol stream: the client sees the upstream gone.
-            let _ = to_client.shutdown().await;
-        });
-    }
-    // Input: what the client writes goes to the program's standard input.
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match from_client.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if stdin_tx.send(buf[..n].to_vec()).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
+    // The client's transport reads stdout from the run's events and writes stdin chunks
+    // itself (no relay task between them): see `channel_io`.
+    let read = EventReader::new(
+        ev_rx,
+        stdout_bytes.clone(),
+        stderr_tail.clone(),
+        STDERR_KEPT,
+    );
+    let write = ChunkWriter::new(stdin_tx);
     let (ended_tx, ended_rx) = oneshot::channel();
     let (finished_tx, finished) = watch::channel(false);
     {
@@ -210,7 +164,6 @@ fn stdio(
             let _ = finished_tx.send(true);
         });
     }
-    let (read, write) = tokio::io::split(client_end);
     let max = usize::try_from(up.max_message.0).unwrap_or(usize::MAX);
     let transport = AsyncRwTransport::new_client(read, write).with_max_line_length(max);
     (

@@ -11,6 +11,7 @@
 //! `subscriptions` (resource subscriptions through the chain, updates to subscribers). This file holds the set of upstreams and the downstream sessions to tell when
 //! the tool list changes.
 
+mod channel_io;
 mod client;
 pub mod forward;
 pub mod launch;
