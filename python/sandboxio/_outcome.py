@@ -1,4 +1,5 @@
-"""From the gateway's outcome JSON to a typed value or a typed, redacted error."""
+"""From the gateway's outcome (JSON, or the in-process backend's values) to a typed value
+or a typed, redacted error."""
 
 from __future__ import annotations
 
@@ -15,15 +16,27 @@ from sandboxio.errors import (
     add_note,
 )
 from sandboxio.events import AuditEvent
+from sandboxio.results import ExecResult
 
 
 class Outcome:
+    """An operation's record and what it answered. ``result`` is the result's JSON object
+    as parsed, or, from the in-process backend, the ``ExecResult`` already made."""
+
     __slots__ = ("record", "result", "tool_output")
 
-    def __init__(self, record: AuditEvent, result: dict[str, Any] | None, tool_output: Any) -> None:
+    def __init__(self, record: AuditEvent, result: dict[str, Any] | ExecResult | None, tool_output: Any) -> None:
         self.record = record
         self.result = result
         self.tool_output = tool_output
+
+
+def native(answer: Any) -> str | Outcome:
+    """What the native module answers: ``(AuditEvent, ExecResult | None, tool_output)``,
+    made from the gateway's structs (``python/src/answer.rs``), or the JSON text."""
+    if type(answer) is tuple:
+        return Outcome(*answer)
+    return str(answer)
 
 
 def parse(text: str, *, capture_code: bool) -> Outcome:

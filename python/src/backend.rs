@@ -120,7 +120,8 @@ impl NativeRuntime {
     }
 
     /// Opens a session with its own workspace.
-    #[pyo3(signature = (tenant, agent, tier, work_root, secrets, labels))]
+    #[pyo3(signature = (tenant, agent, tier, work_root, secrets, labels, capture_code=false))]
+    #[allow(clippy::too_many_arguments)]
     fn create_sandbox(
         &self,
         tenant: String,
@@ -129,6 +130,7 @@ impl NativeRuntime {
         work_root: Option<PathBuf>,
         secrets: Vec<String>,
         labels: Vec<(String, String)>,
+        capture_code: bool,
     ) -> PyResult<NativeSandbox> {
         let tier = match tier {
             None => None,
@@ -148,7 +150,13 @@ impl NativeRuntime {
             work_root.as_deref(),
         )
         .map_err(|e| coded(&e, |s| redactor.redact_str(s).into_owned()))?;
-        Ok(NativeSandbox::new(sbx, secrets, redactor, labels))
+        Ok(NativeSandbox::new(
+            sbx,
+            secrets,
+            redactor,
+            labels,
+            capture_code,
+        ))
     }
 
     /// What the in-process backend can do.

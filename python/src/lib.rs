@@ -2,12 +2,14 @@
 //!
 //! The binding is thin: it opens one [`sandboxio_gateway::Runtime`] per Python backend,
 //! turns each Python call into one operation through the gateway's chain, and answers with
-//! the redacted outcome as JSON, which the Python package turns into typed values. It wires
+//! the redacted outcome as the package's typed values (`answer.rs`; a stream's outcome is
+//! JSON, which the package parses). It wires
 //! no layer by hand. Python audit sinks and approval callbacks are awaited on the caller's
 //! event loop (`sink.rs`, `approver.rs`); OpenTelemetry spans are the Python package's.
 //! Every future runs on the binding's own tokio runtime, stopped at interpreter exit
 //! (`rt.rs`).
 
+mod answer;
 mod approver;
 mod backend;
 mod error;
@@ -38,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     // Stop the runtime in order before the interpreter finalises (see `rt.rs`).
     m.add_function(wrap_pyfunction!(rt::_bench_generic_handoff, m)?)?;
+    m.add_function(wrap_pyfunction!(answer::_bench_json_answer, m)?)?;
     let shutdown = wrap_pyfunction!(rt::shutdown, m)?;
     m.add_function(shutdown.clone())?;
     m.py()

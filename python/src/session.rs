@@ -1,6 +1,7 @@
 //! `NativeSandbox`: a gateway session. Each method is one operation through the whole
-//! chain (one record each), answered as the outcome's JSON (already redacted by the
-//! gateway). Errors carry their code and are redacted with the sandbox's secrets.
+//! chain (one record each), answered as the package's values made from the outcome
+//! (`answer.rs`; already redacted by the gateway). Errors carry their code and are
+//! redacted with the sandbox's secrets.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use pyo3::prelude::*;
 use sandboxio_core::{ByteSize, ExecRequest, Language, OperationArgs};
 use sandboxio_gateway::{CallOptions, GatewayError, Outcome, Redactor, Sandbox, Secret};
 
+use crate::answer::Reply;
 use crate::error::{coded, invalid, own, SANDBOX_CLOSED};
 
 #[pyclass(frozen, module = "sandboxio._native")]
@@ -23,6 +25,8 @@ pub struct NativeSandbox {
     /// How long the last operation took inside Rust (`Sandbox::call`), in microseconds:
     /// the benchmark subtracts it from the time Python saw for the same call.
     last_call_us: Arc<AtomicU64>,
+    /// `AuditConfig.capture_code`: whether the answered record keeps the code.
+    capture_code: bool,
 }
 
 /// What Python may set on a run: the program's environment, its input, limits, network.
@@ -100,6 +104,7 @@ impl NativeSandbox {
         secrets: Vec<Secret>,
         redactor: Arc<Redactor>,
         labels: Vec<(String, String)>,
+        capture_code: bool,
     ) -> Self {
         NativeSandbox {
             sbx: Arc::new(sbx),
@@ -107,6 +112,7 @@ impl NativeSandbox {
             redactor,
             labels: labels.into_iter().collect(),
             last_call_us: Arc::new(AtomicU64::new(0)),
+            capture_code,
         }
     }
 
@@ -120,6 +126,7 @@ impl NativeSandbox {
         }
     }
 
+    /// The outcome's JSON, or the error: a stream's answer (`stream.rs`).
     pub fn answer(redactor: &Redactor, r: Result<Outcome, GatewayError>) -> PyResult<String> {
         match r {
             Ok(out) => serde_json::to_string(&out).map_err(|e| invalid(e.to_string())),
@@ -141,11 +148,15 @@ impl NativeSandbox {
         let sbx = self.sbx.clone();
         let redactor = self.redactor.clone();
         let last = self.last_call_us.clone();
+        let capture_code = self.capture_code;
         crate::rt::future_into_py(py, async move {
             let t = std::time::Instant::now();
             let r = sbx.call(args, exec, content, extra).await;
             last.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-            NativeSandbox::answer(&redactor, r)
+            match r {
+                Ok(out) => Reply::of(out, capture_code).map_err(|e| invalid(e.to_string())),
+                Err(e) => Err(coded(&e, |s| redactor.redact_str(s).into_owned())),
+            }
         })
     }
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sandboxio import _native, _redaction
+from sandboxio import _native, _outcome, _redaction
 from sandboxio._log import set_debug
 from sandboxio._sinkcall import SinkCall
 from sandboxio.approval import ApprovalCallback, Decider
@@ -160,7 +160,9 @@ class LocalBackend(Backend):
     ) -> Session:
         rt = await self.runtime()
         try:
-            native = rt.create_sandbox(self.tenant, agent, tier, None, list(secrets), list(labels.items()))
+            native = rt.create_sandbox(
+                self.tenant, agent, tier, None, list(secrets), list(labels.items()), self.audit.capture_code
+            )
         except _native.NativeError as e:
             raise from_native(e) from None
         return _LocalSession(native)
@@ -280,24 +282,24 @@ class _LocalSession:
     def capabilities(self) -> int:
         return int(self._n.capabilities()) | int(Capability.STREAM.value)
 
-    async def exec(self, argv: Sequence[str], options: str) -> str:
-        return str(await self._n.exec(list(argv), options))
+    async def exec(self, argv: Sequence[str], options: str) -> str | _outcome.Outcome:
+        return _outcome.native(await self._n.exec(list(argv), options))
 
-    async def run_code(self, language: str, code: str, options: str) -> str:
-        return str(await self._n.run_code(language, code, options))
+    async def run_code(self, language: str, code: str, options: str) -> str | _outcome.Outcome:
+        return _outcome.native(await self._n.run_code(language, code, options))
 
-    async def read_file(self, path: str, traceparent: str | None) -> str:
-        return str(await self._n.read_file(path, traceparent))
+    async def read_file(self, path: str, traceparent: str | None) -> str | _outcome.Outcome:
+        return _outcome.native(await self._n.read_file(path, traceparent))
 
-    async def list_files(self, path: str, traceparent: str | None) -> str:
+    async def list_files(self, path: str, traceparent: str | None) -> str | _outcome.Outcome:
         # The gateway's file_read of a directory answers its listing.
-        return str(await self._n.read_file(path, traceparent))
+        return _outcome.native(await self._n.read_file(path, traceparent))
 
-    async def write_file(self, path: str, content: bytes, traceparent: str | None) -> str:
-        return str(await self._n.write_file(path, content, traceparent))
+    async def write_file(self, path: str, content: bytes, traceparent: str | None) -> str | _outcome.Outcome:
+        return _outcome.native(await self._n.write_file(path, content, traceparent))
 
-    async def delete_file(self, path: str, traceparent: str | None) -> str:
-        return str(await self._n.delete_file(path, traceparent))
+    async def delete_file(self, path: str, traceparent: str | None) -> str | _outcome.Outcome:
+        return _outcome.native(await self._n.delete_file(path, traceparent))
 
     def stream(self, language: str | None, code: str | None, argv: Sequence[str] | None, options: str) -> Any:
         return self._n.stream(language, code, list(argv) if argv is not None else None, options)
