@@ -7,7 +7,7 @@
 //! loop's thread. That thread runs right after waiting for the operation, when little of
 //! that code is in the CPU's caches: the parse cost ~200 us there (~40 us back to back).
 //! Here only the fields the package reads become Python objects, with the same values
-//! `from_dict` and `from_outcome` give (`tests/test_handoff.py` compares the two on
+//! `from_dict` and `from_outcome` give (`tests/test_answer.py` compares the two on
 //! real outcomes); the other backends (HTTP server, E2B) still answer JSON.
 
 use chrono::{Datelike as _, Timelike as _};
