@@ -332,6 +332,10 @@ pub struct ServeArgs {
     /// Requests handled at once; more are answered 503 with Retry-After.
     #[arg(long)]
     pub max_concurrent: Option<usize>,
+    /// Execs and run_code calls starting at once; more wait their turn, first come first
+    /// served (0: no bound; default: two per CPU).
+    #[arg(long)]
+    pub max_starting: Option<usize>,
     /// Open connections at once; more are closed at accept.
     #[arg(long)]
     pub max_connections: Option<usize>,

@@ -36,6 +36,8 @@ mod quotas;
 mod replicas;
 #[path = "server/restart.rs"]
 mod restart;
+#[path = "server/starts.rs"]
+mod starts;
 #[path = "server/store_lock.rs"]
 mod store_lock;
 #[path = "server/streaming.rs"]

@@ -20,6 +20,14 @@ pub struct ServerSection {
     pub json_limit: Option<ByteSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload_limit: Option<ByteSize>,
+    /// Execs and `run_code` calls starting at once, server-wide; more wait their turn,
+    /// first come first served (`0`: no bound; unset: two per CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_starting: Option<u32>,
+    /// The longest one of them holds its place (it gives it back when it ends, or after
+    /// this, so a long-running command keeps no one waiting longer); unset: 100ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_hold: Option<HumanDuration>,
     /// Quotas of particular tenants; a value left out takes the server-wide one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tenants: BTreeMap<String, QuotaSection>,

@@ -139,3 +139,20 @@ fn state_url_is_typed_and_a_malformed_one_is_refused_with_its_line() {
         assert!(msg.starts_with("c.toml:3:") && msg.contains(why), "{msg}");
     }
 }
+
+#[test]
+fn server_starts_parse_and_a_bad_hold_names_its_line() {
+    let c = Config::parse(
+        "[server]\nmax_starting = 8\nstart_hold = \"50ms\"\n",
+        "c.toml",
+    )
+    .unwrap();
+    assert_eq!(c.server.max_starting, Some(8));
+    assert_eq!(
+        c.server.start_hold.map(|d| d.as_duration()),
+        Some(std::time::Duration::from_millis(50))
+    );
+    let e = Config::parse("[server]\nstart_hold = \"soon\"\n", "c.toml").unwrap_err();
+    assert!(e.code().starts_with("SBX_E11"), "{}", e.code());
+    assert!(e.to_string().starts_with("c.toml:2:"), "{e}");
+}

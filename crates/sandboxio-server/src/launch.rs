@@ -30,6 +30,7 @@ use crate::context::{OperationId, RequestCtx};
 use crate::error::ServerError;
 use crate::processes::{command_of, ProcState, Process};
 use crate::sessions::{Busy, Session};
+use crate::starts::Starting;
 use crate::state::AppState;
 use crate::stream::{self, Format};
 
@@ -131,6 +132,10 @@ pub async fn launch(
         }
     }
     let busy = s.begin();
+    // Its turn among the execs starting (`crate::starts`): nothing is submitted before, so
+    // a client that goes away while it waits starts nothing. A sandbox paused or closed
+    // meanwhile refuses it below.
+    let mut starting = st.starts.admit().await;
     let command = command_of(&sub.op.args);
     let events = mode != Mode::Wait;
     let mut run = st.backend.start(sub, Some(s.run_token()?), events);
@@ -139,13 +144,15 @@ pub async fn launch(
         .add(kind, command, mode == Mode::Background, run.token.clone());
     let first = if mode == Mode::Wait {
         loop {
-            match run.next().await {
+            match next(&mut run, &mut starting).await {
                 Step::Event(_) => continue,
                 other => break Some(other),
             }
         }
     } else {
-        tokio::time::timeout(FIRST_WORD, run.next()).await.ok()
+        tokio::time::timeout(FIRST_WORD, next(&mut run, &mut starting))
+            .await
+            .ok()
     };
     let first_event = match first {
         Some(Step::Done(res)) => {
@@ -190,7 +197,17 @@ pub async fn launch(
             let s = s.clone();
             let ctx = ctx.clone();
             tokio::spawn(async move {
-                pump(run, first_event, tx, format, &proc, &s, &ctx, busy).await;
+                pump(
+                    run,
+                    first_event,
+                    tx,
+                    format,
+                    &proc,
+                    &s,
+                    &ctx,
+                    (busy, starting),
+                )
+                .await;
                 s.processes.remove(&proc.id);
             });
             Ok(res)
@@ -201,7 +218,7 @@ pub async fn launch(
             }
             let ctx = ctx.clone();
             let p = proc.clone();
-            tokio::spawn(collect(run, p, ctx, busy));
+            tokio::spawn(collect(run, p, ctx, (busy, starting)));
             Ok(created(&proc, ""))
         }
     }
@@ -216,10 +233,23 @@ fn created(proc: &Process, operation_id: &str) -> Response {
     res
 }
 
-/// A background process: keeps its output and its outcome.
-async fn collect(mut run: Run, proc: Arc<Process>, ctx: RequestCtx, _busy: Busy) {
+/// The next step of `run`; meanwhile its place among the execs starting is given back when
+/// its hold time is over. Cancel-safe, like [`Run::next`].
+async fn next(run: &mut Run, starting: &mut Starting) -> Step {
     loop {
-        match run.next().await {
+        tokio::select! {
+            biased;
+            step = run.next() => return step,
+            () = starting.hold_over() => {}
+        }
+    }
+}
+
+/// A background process: keeps its output and its outcome.
+async fn collect(mut run: Run, proc: Arc<Process>, ctx: RequestCtx, held: (Busy, Starting)) {
+    let (_busy, mut starting) = held;
+    loop {
+        match next(&mut run, &mut starting).await {
             Step::Event(ev) => proc.take_event(&ev),
             Step::Done(res) => {
                 finish(&proc, &res, &ctx);
@@ -239,8 +269,18 @@ async fn collect(mut run: Run, proc: Arc<Process>, ctx: RequestCtx, _busy: Busy)
     }
 }
 
-async fn send(tx: &mpsc::Sender<Bytes>, b: Bytes) -> bool {
-    matches!(tokio::time::timeout(STALL, tx.send(b)).await, Ok(Ok(())))
+/// Sends `b` to a streaming client; meanwhile the exec's place among those starting is
+/// given back when its hold time is over (a client that reads slowly holds no one up).
+async fn send(tx: &mpsc::Sender<Bytes>, b: Bytes, starting: &mut Starting) -> bool {
+    let sending = tokio::time::timeout(STALL, tx.send(b));
+    tokio::pin!(sending);
+    loop {
+        tokio::select! {
+            biased;
+            sent = &mut sending => return matches!(sent, Ok(Ok(()))),
+            () = starting.hold_over() => {}
+        }
+    }
 }
 
 /// A streamed process: every event to the client as it comes, heartbeats while idle, the
@@ -254,14 +294,21 @@ async fn pump(
     proc: &Process,
     s: &Session,
     ctx: &RequestCtx,
-    _busy: Busy,
+    held: (Busy, Starting),
 ) {
+    let (_busy, mut starting) = held;
     let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
-    if !send(&tx, format.frame(&start)).await {
+    if !send(&tx, format.frame(&start), &mut starting).await {
         return;
     }
     if let Some(ev) = first {
-        if !send(&tx, format.frame(&stream::event_message(&ev))).await {
+        if !send(
+            &tx,
+            format.frame(&stream::event_message(&ev)),
+            &mut starting,
+        )
+        .await
+        {
             return;
         }
     }
@@ -270,10 +317,10 @@ async fn pump(
     beat.tick().await;
     loop {
         tokio::select! {
-            step = run.next() => {
+            step = next(&mut run, &mut starting) => {
                 let last = match step {
                     Step::Event(ev) => {
-                        if !send(&tx, format.frame(&stream::event_message(&ev))).await {
+                        if !send(&tx, format.frame(&stream::event_message(&ev)), &mut starting).await {
                             return;
                         }
                         beat.reset();
@@ -295,11 +342,11 @@ async fn pump(
                         error_message(serde_json::to_value(answer::asked_problem(&id, ctx)).unwrap_or_default())
                     }
                 };
-                let _ = send(&tx, format.frame(&last)).await;
+                let _ = send(&tx, format.frame(&last), &mut starting).await;
                 return;
             }
             _ = beat.tick() => {
-                if !send(&tx, format.heartbeat()).await {
+                if !send(&tx, format.heartbeat(), &mut starting).await {
                     return;
                 }
             }

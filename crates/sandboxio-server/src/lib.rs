@@ -30,6 +30,7 @@ pub mod processes;
 pub mod routes;
 pub mod serve;
 pub mod sessions;
+pub mod starts;
 pub mod state;
 pub mod stream;
 pub mod tls;

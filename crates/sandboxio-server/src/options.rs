@@ -69,6 +69,11 @@ pub struct ServeOptions {
     pub json_limit: usize,
     pub upload_limit: usize,
     pub max_concurrent: usize,
+    /// Execs and `run_code` calls starting at once; more wait their turn, first come first
+    /// served (`crate::starts`). `0`: no bound. Default: two per CPU.
+    pub max_starting: usize,
+    /// The longest an exec holds its place among those starting (`crate::starts::HOLD`).
+    pub start_hold: Duration,
     pub max_connections: usize,
     pub request_timeout: Duration,
     pub header_timeout: Duration,
@@ -123,6 +128,8 @@ impl ServeOptions {
             json_limit: JSON_LIMIT,
             upload_limit: UPLOAD_LIMIT,
             max_concurrent: MAX_CONCURRENT,
+            max_starting: crate::starts::default_max_starting(),
+            start_hold: crate::starts::HOLD,
             max_connections: MAX_CONNECTIONS,
             request_timeout: REQUEST_TIMEOUT,
             header_timeout: HEADER_TIMEOUT,

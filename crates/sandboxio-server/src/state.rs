@@ -10,6 +10,7 @@ use crate::dashboard::SignIns;
 use crate::metrics::Telemetry;
 use crate::options::ServeOptions;
 use crate::sessions::Sessions;
+use crate::starts::Starts;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -18,6 +19,8 @@ pub struct AppState {
     pub opts: Arc<ServeOptions>,
     /// Requests in flight (`opts.max_concurrent` permits).
     pub inflight: Arc<Semaphore>,
+    /// Execs starting (`opts.max_starting` places, first come first served).
+    pub starts: Arc<Starts>,
     /// Set at shutdown: `/readyz` answers 503 and new requests are refused.
     pub draining: Arc<AtomicBool>,
     /// What `/metrics` and the dashboard show; the gateway's metrics tap.
@@ -44,6 +47,7 @@ impl AppState {
             backend,
             sessions,
             inflight: Arc::new(Semaphore::new(opts.max_concurrent)),
+            starts: Arc::new(Starts::with_hold(opts.max_starting, opts.start_hold)),
             opts: Arc::new(opts),
             draining: Arc::new(AtomicBool::new(false)),
             telemetry: Arc::new(Telemetry::new()),

@@ -98,6 +98,15 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
     if let Some(b) = server.upload_limit {
         opts.upload_limit = as_usize(b.0);
     }
+    if let Some(n) = server.max_starting {
+        opts.max_starting = as_usize(u64::from(n));
+    }
+    if let Some(d) = &server.start_hold {
+        opts.start_hold = d.as_duration();
+    }
+    if let Some(n) = args.max_starting {
+        opts.max_starting = n;
+    }
     if let Some(n) = args.max_concurrent {
         opts.max_concurrent = n.max(1);
     }
