@@ -2,8 +2,8 @@
 //! channels: [`EventReader`] reads the program's stdout straight from its `ExecEvent`s
 //! (keeping a tail of stderr), [`ChunkWriter`] sends what the MCP client writes as stdin
 //! chunks. The client's transport polls them itself, so a message crosses no relay task
-//! and no in-memory pipe between the MCP client and the sandbox's pumps (two task
-//! wake-ups and two copies fewer per call in each direction's path).
+//! and no in-memory pipe between the MCP client and the sandbox's pumps: one task wake-up
+//! fewer each way, and one or two copies fewer.
 
 use std::io;
 use std::pin::Pin;
