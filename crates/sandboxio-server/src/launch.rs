@@ -133,9 +133,20 @@ pub async fn launch(
     }
     let busy = s.begin();
     // Its turn among the execs starting (`crate::starts`): nothing is submitted before, so
-    // a client that goes away while it waits starts nothing. A sandbox paused or closed
-    // meanwhile refuses it below.
-    let mut starting = st.starts.admit().await;
+    // a client that goes away while it waits starts nothing. A sandbox paused or deleted
+    // meanwhile (its run token cancelled) takes it out of the queue at once with the
+    // sandbox's refusal, so a pause does not wait for it to come to the front.
+    let queued_in = s.run_token()?;
+    let mut starting = tokio::select! {
+        biased;
+        p = st.starts.admit() => p,
+        _ = queued_in.cancelled() => match s.run_token() {
+            Err(refused) => return Err(refused),
+            // Cancelled for another reason (a resume has already replaced the token): wait
+            // for the turn as before.
+            Ok(_) => st.starts.admit().await,
+        },
+    };
     let command = command_of(&sub.op.args);
     let events = mode != Mode::Wait;
     let mut run = st.backend.start(sub, Some(s.run_token()?), events);

@@ -119,3 +119,57 @@ fn a_client_that_goes_away_while_waiting_for_its_turn_starts_nothing() {
     );
     assert!(gone_within(&m, 10).is_empty());
 }
+
+#[test]
+fn a_queued_exec_leaves_the_queue_when_its_sandbox_is_paused_or_deleted() {
+    let s = one_place();
+    let key = s.key("acme", "all");
+    // The only place is held by a command in another sandbox, for the whole test.
+    let holder = s.sandbox(&key);
+    let m = marker("sbx-hold");
+    let first = hold_the_place(&s, &key, &holder, &m);
+    for (action, refused) in [("pause", 409), ("delete", 404)] {
+        let id = s.sandbox(&key);
+        let queued = marker("sbx-queued");
+        let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
+        let (k, q) = (key.clone(), queued.clone());
+        let waiting = std::thread::spawn(move || {
+            let r = crate::harness::client()
+                .post(url)
+                .bearer_auth(k)
+                .json(&json!({"argv": ["sh", "-c", format!("echo {q}; sleep 300; : {q}")]}))
+                .send()
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().unwrap())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !waiting.is_finished(),
+            "an exec ran while the only place was held"
+        );
+        let r = match action {
+            "pause" => s.post(&key, &format!("/v1/sandboxes/{id}/pause"), &json!({})),
+            _ => s.delete(&key, &format!("/v1/sandboxes/{id}")),
+        };
+        assert!(r.status().is_success(), "{action}: {}", r.status());
+        // It leaves the queue with the sandbox's refusal while the place is still held
+        // (the holder runs for an hour): waited for, not timed.
+        for _ in 0..200 {
+            if waiting.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            waiting.is_finished(),
+            "{action}: the queued exec still waits for the place"
+        );
+        let (status, v) = waiting.join().unwrap();
+        assert_eq!(status, refused, "{action}: {v}");
+        assert!(processes_with(&queued).is_empty(), "{action}: it started");
+        let held: Value = s.get(&key, &first).json().unwrap();
+        assert_eq!(held["state"], "running", "{held}");
+    }
+    assert_eq!(s.delete(&key, &first).status(), 204);
+    assert!(gone_within(&m, 10).is_empty());
+}
