@@ -32,10 +32,6 @@ pub struct Starts {
 }
 
 impl Starts {
-    pub fn new(max_starting: usize) -> Starts {
-        Starts::with_hold(max_starting, HOLD)
-    }
-
     /// `max_starting` places, each held at most `hold`.
     pub fn with_hold(max_starting: usize, hold: Duration) -> Starts {
         Starts {
@@ -62,7 +58,8 @@ impl Starts {
     }
 
     /// Places free now (none: no bound).
-    pub fn available(&self) -> Option<usize> {
+    #[cfg(test)]
+    fn available(&self) -> Option<usize> {
         self.places.as_ref().map(|s| s.available_permits())
     }
 }
@@ -139,7 +136,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_bound_with_zero() {
-        let s = Starts::new(0);
+        let s = Starts::with_hold(0, HOLD);
         let _a = s.admit().await;
         let _b = s.admit().await;
         assert_eq!(s.available(), None);
