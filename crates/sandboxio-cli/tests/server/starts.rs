@@ -33,6 +33,27 @@ fn hold_the_place(s: &Server, key: &str, id: &str, m: &str) -> String {
     format!("/v1/sandboxes/{id}/processes/{}", p["id"].as_str().unwrap())
 }
 
+/// A waited exec of `sh -c SCRIPT` in sandbox `id`, sent from its own thread (it queues):
+/// its status and answer.
+fn queued_exec(
+    s: &Server,
+    key: &str,
+    id: &str,
+    script: String,
+) -> std::thread::JoinHandle<(u16, Value)> {
+    let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
+    let key = key.to_string();
+    std::thread::spawn(move || {
+        let r = crate::harness::client()
+            .post(url)
+            .bearer_auth(key)
+            .json(&json!({"argv": ["sh", "-c", script]}))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().unwrap())
+    })
+}
+
 #[test]
 fn execs_beyond_the_bound_wait_their_turn_then_all_complete() {
     let s = one_place();
@@ -41,29 +62,17 @@ fn execs_beyond_the_bound_wait_their_turn_then_all_complete() {
     let m = marker("sbx-hold");
     let first = hold_the_place(&s, &key, &id, &m);
     let waiting: Vec<_> = (0..4)
-        .map(|i| {
-            let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
-            let key = key.clone();
-            std::thread::spawn(move || {
-                let r = crate::harness::client()
-                    .post(url)
-                    .bearer_auth(key)
-                    .json(&json!({"argv": ["sh", "-c", format!("echo {i}")]}))
-                    .send()
-                    .unwrap();
-                (i, r.status().as_u16(), r.json::<Value>().unwrap())
-            })
-        })
+        .map(|i| (i, queued_exec(&s, &key, &id, format!("echo {i}"))))
         .collect();
     // While the first holds the only place, none of them runs.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
-        waiting.iter().all(|t| !t.is_finished()),
+        waiting.iter().all(|(_, t)| !t.is_finished()),
         "an exec ran while the only place was held"
     );
     assert_eq!(s.delete(&key, &first).status(), 204);
-    for t in waiting {
-        let (i, status, v) = t.join().unwrap();
+    for (i, t) in waiting {
+        let (status, v) = t.join().unwrap();
         assert_eq!(status, 200, "{v}");
         assert_eq!(v["result"]["stdout"], format!("{i}\n"), "{v}");
     }
@@ -131,17 +140,12 @@ fn a_queued_exec_leaves_the_queue_when_its_sandbox_is_paused_or_deleted() {
     for (action, refused) in [("pause", 409), ("delete", 404)] {
         let id = s.sandbox(&key);
         let queued = marker("sbx-queued");
-        let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
-        let (k, q) = (key.clone(), queued.clone());
-        let waiting = std::thread::spawn(move || {
-            let r = crate::harness::client()
-                .post(url)
-                .bearer_auth(k)
-                .json(&json!({"argv": ["sh", "-c", format!("echo {q}; sleep 300; : {q}")]}))
-                .send()
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().unwrap())
-        });
+        let waiting = queued_exec(
+            &s,
+            &key,
+            &id,
+            format!("echo {queued}; sleep 300; : {queued}"),
+        );
         std::thread::sleep(Duration::from_millis(500));
         assert!(
             !waiting.is_finished(),
