@@ -115,7 +115,7 @@ pub async fn run_streaming(
 /// Whether this crate has a backend for `tier` (never a weaker one instead).
 pub(crate) fn check_tier(tier: IsolationTier) -> Result<(), SandboxError> {
     match tier {
-        // Landlock: allowed only by `SandboxConfig.landlock_fallback` (fallback::plan_into).
+        // Landlock: allowed only by `SandboxConfig.landlock_fallback` (fallback::check_allowed).
         IsolationTier::Process | IsolationTier::Namespace | IsolationTier::Landlock => Ok(()),
         IsolationTier::Microvm | IsolationTier::Remote => Err(SandboxError::UnsupportedTier {
             tier,
@@ -347,25 +347,18 @@ async fn drive(
     let host_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
+    if tier == IsolationTier::Landlock {
+        crate::fallback::check_allowed(cfg)?;
+    }
     let mut plan = plan::build(
         &sandbox_id,
         req,
-        tier,
+        crate::tier::TierRequest::for_host(tier)?,
         host_env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         workspace_paths,
         cg_plan,
     )?;
     plan.cgroup_joined = cgroup_joined;
-    if tier == IsolationTier::Namespace {
-        let host = crate::ns::NsHostPaths {
-            workspace: plan.paths.workspace.clone(),
-            output: plan.paths.output_dir.clone(),
-        };
-        plan.namespace = Some(crate::ns::plan(req, &host, &plan.env)?);
-    }
-    if tier == IsolationTier::Landlock {
-        crate::fallback::plan_into(req, cfg, &mut plan)?;
-    }
     // Process tier with network: advisory only (the program has the host's network), but
     // the proxy variables point at the egress proxy, on a loopback port of the host.
     let mut advisory_proxy = false;
@@ -410,7 +403,7 @@ async fn drive(
     };
     // Network (namespace tier): a socket pair over which the helper sends the sandbox's
     // egress listener, handed on to whoever serves it (`io.egress`).
-    let egress = match plan.namespace.as_ref().and_then(|n| n.egress_port) {
+    let egress = match plan.tier.namespace().and_then(|n| n.egress_port) {
         None => None,
         Some(_) => {
             let Some(to) = io.egress.take() else {

@@ -2,7 +2,8 @@
 //! rlimits + cgroups in a plain fork of the helper, no namespaces at all. Weaker than the
 //! namespace tier and used only when `SandboxConfig.landlock_fallback` allows it.
 //!
-//! - [`plan_into`] (pure but for reading the effective uid and one random number): host
+//! - [`plan`] (pure; `plan::build` calls it for `TierRequest::Landlock`, whose uid and
+//!   random number `TierRequest::for_host` reads; [`check_allowed`] is the config's gate): host
 //!   Landlock rules, the seccomp rules, the staged output directory, the id to run as.
 //! - [`spawn`] (helper, syscalls): prepares the workspace, forks the payload; the payload
 //!   joins its cgroups, lowers rlimits, changes to a fresh unprivileged uid/gid (when the
@@ -38,7 +39,7 @@ use crate::ns::restriction::{self, Restriction};
 use crate::ns::seccomp::{self, RuleAction, SeccompRule, SocketPolicy};
 use crate::ns::NsError;
 use crate::plan::cstring;
-use crate::plan::{SandboxPlan, ENV_OUTPUT};
+use crate::plan::{SandboxPlan, WorkspacePaths};
 
 /// Name of the directory, inside the workspace, where the payload writes its output.
 pub const STAGED_OUTPUT: &str = "sandbox-output";
@@ -109,7 +110,7 @@ pub fn seccomp_rules() -> Vec<SeccompRule> {
 /// Plans the tier (pure): `euid` is the helper's effective uid, `random` picks the fresh id.
 pub fn plan(
     req: &ExecRequest,
-    sandbox: &SandboxPlan,
+    paths: &WorkspacePaths,
     euid: u32,
     random: u32,
 ) -> Result<LandlockTierPlan, SandboxError> {
@@ -138,9 +139,9 @@ pub fn plan(
     rules.extend(READ_ONLY.iter().map(|p| rule(Path::new(p), Access::Read)));
     rules.extend(DEVICES.iter().map(|p| rule(Path::new(p), Access::Device)));
     // The workspace holds HOME/cwd, TMPDIR and the staged output.
-    rules.push(rule(&sandbox.paths.workspace, writable));
+    rules.push(rule(&paths.workspace, writable));
     if let Some(input) = &req.input_dir {
-        if !input.starts_with(&sandbox.paths.workspace) {
+        if !input.starts_with(&paths.workspace) {
             rules.push(rule(input, Access::Read));
         }
     }
@@ -158,7 +159,7 @@ pub fn plan(
         run_as,
         rules,
         seccomp: seccomp_rules(),
-        staged_output: sandbox.paths.workspace.join(STAGED_OUTPUT),
+        staged_output: paths.workspace.join(STAGED_OUTPUT),
         output_size: req.limits.output_size.bytes(),
         nproc: run_as
             .map(|_| u64::from(req.limits.pids))
@@ -166,36 +167,30 @@ pub fn plan(
     })
 }
 
-/// Supervisor side: deny unless the configuration allows the tier, then plan it into
-/// `sandbox` (sets `sandbox.landlock` and points `SANDBOX_OUTPUT` at the staged output).
-pub fn plan_into(
-    req: &ExecRequest,
-    cfg: &SandboxConfig,
-    sandbox: &mut SandboxPlan,
-) -> Result<(), SandboxError> {
-    if !cfg.landlock_fallback {
-        return Err(SandboxError::UnsupportedTier {
-            tier: IsolationTier::Landlock,
-            why: "the landlock fallback tier is not allowed by this configuration \
-                  (set `[sandbox] allow_landlock_fallback = true` to allow it)",
-        });
+/// Supervisor side: deny unless the configuration allows the tier
+/// (`[sandbox] allow_landlock_fallback`).
+pub fn check_allowed(cfg: &SandboxConfig) -> Result<(), SandboxError> {
+    if cfg.landlock_fallback {
+        return Ok(());
     }
+    Err(SandboxError::UnsupportedTier {
+        tier: IsolationTier::Landlock,
+        why: "the landlock fallback tier is not allowed by this configuration \
+              (set `[sandbox] allow_landlock_fallback = true` to allow it)",
+    })
+}
+
+/// The effective uid the tier is planned for: root of a nested user namespace cannot
+/// switch to a fresh host uid, so it keeps its own (`plan` only asks whether the helper may
+/// switch ids; any non-zero uid says no).
+pub(crate) fn planning_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    // Root of a nested user namespace cannot switch to a fresh host uid: it keeps its own
-    // (`plan` only asks whether the helper may switch ids; any non-zero uid says no).
-    let euid = if euid == 0 && !crate::ids::is_host_root() {
+    if euid == 0 && !crate::ids::is_host_root() {
         u32::MAX
     } else {
         euid
-    };
-    let lp = plan(req, sandbox, euid, rand::random::<u32>())?;
-    sandbox.env.insert(
-        ENV_OUTPUT.to_string(),
-        lp.staged_output.to_string_lossy().into_owned(),
-    );
-    sandbox.landlock = Some(lp);
-    Ok(())
+    }
 }
 
 /// The namespace tier's answer, or, when this host refused it (a [`Restriction`]: user
@@ -299,10 +294,10 @@ fn chown_tree(root: &Path, id: u32) -> Result<(), SandboxError> {
 /// Starts the payload of the landlock tier; returns its pid once `execve` succeeded.
 /// `old_mask` is the signal mask to restore in the payload.
 pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, SandboxError> {
-    let Some(lp) = plan.landlock.as_ref() else {
+    let Some(lp) = plan.tier.landlock() else {
         return Err(SandboxError::UnsupportedTier {
-            tier: IsolationTier::Landlock,
-            why: "the plan has no landlock section (fallback::plan_into was not run)",
+            tier: plan.tier.tier(),
+            why: "the landlock launcher was given a plan of another tier",
         });
     };
     if landlock::abi_version().is_none() {
@@ -598,10 +593,10 @@ fn drop_capabilities() -> Result<(), i32> {
 pub fn finish(
     plan: &SandboxPlan,
 ) -> Result<(Enforcement, Option<sandboxio_core::CopyOutError>), SandboxError> {
-    let Some(lp) = plan.landlock.as_ref() else {
+    let Some(lp) = plan.tier.landlock() else {
         return Err(SandboxError::UnsupportedTier {
-            tier: IsolationTier::Landlock,
-            why: "the plan has no landlock section",
+            tier: plan.tier.tier(),
+            why: "the landlock tier's copy-out was given a plan of another tier",
         });
     };
     let copied = if lp.staged_output.is_dir() && plan.paths.output_dir.is_dir() {
@@ -688,16 +683,35 @@ fn enforcement(lp: &LandlockTierPlan, files: u64, bytes: u64) -> Enforcement {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::plan::{build, WorkspacePaths};
+    use crate::plan::build;
+    use crate::tier::TierRequest;
 
-    fn sandbox(req: &ExecRequest) -> SandboxPlan {
-        let paths = WorkspacePaths {
+    fn paths() -> WorkspacePaths {
+        WorkspacePaths {
             workspace: "/tmp/ws".into(),
             tmp: "/tmp/ws/tmp".into(),
             input_dir: "/tmp/ws/input".into(),
             output_dir: "/srv/out".into(),
-        };
-        build("id", req, IsolationTier::Landlock, [], paths, None).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_built_landlock_plan_carries_its_section_and_points_the_output_at_the_staging() {
+        let req = ExecRequest::new(["true"]);
+        let tier = TierRequest::Landlock { euid: 0, random: 7 };
+        let sp = build("id", &req, tier, [], paths(), None).unwrap();
+        let lp = sp.tier.landlock().expect("a landlock section");
+        assert_eq!(lp, &plan(&req, &paths(), 0, 7).unwrap());
+        assert_eq!(
+            sp.env.get(crate::plan::ENV_OUTPUT).map(String::as_str),
+            Some("/tmp/ws/sandbox-output"),
+            "the payload writes into the staging, not the host's output directory"
+        );
+        assert!(sp.tier.namespace().is_none());
+        // Network cannot be given by this tier: refused at planning, before any process.
+        let mut net = req.clone();
+        net.network = NetworkMode::Full;
+        assert!(build("id", &net, tier, [], paths(), None).is_err());
     }
 
     #[test]
@@ -705,7 +719,7 @@ mod tests {
         let mut req = ExecRequest::new(["true"]);
         req.limits = sandboxio_core::Limits::default();
         req.input_dir = Some("/data/in".into());
-        let lp = plan(&req, &sandbox(&req), 0, 7).unwrap();
+        let lp = plan(&req, &paths(), 0, 7).unwrap();
         let writable: Vec<_> = lp
             .rules
             .iter()
@@ -730,7 +744,7 @@ mod tests {
     #[test]
     fn not_root_keeps_own_ids_and_says_so() {
         let req = ExecRequest::new(["true"]);
-        let lp = plan(&req, &sandbox(&req), 1000, 7).unwrap();
+        let lp = plan(&req, &paths(), 1000, 7).unwrap();
         assert_eq!(lp.run_as, None);
         assert_eq!(lp.nproc, None);
         let e = enforcement(&lp, 0, 0);
@@ -745,10 +759,10 @@ mod tests {
     #[test]
     fn exec_in_writable_only_when_asked() {
         let mut req = ExecRequest::new(["true"]);
-        let lp = plan(&req, &sandbox(&req), 0, 0).unwrap();
+        let lp = plan(&req, &paths(), 0, 0).unwrap();
         assert!(lp.rules.iter().all(|r| r.access != Access::ReadWriteExec));
         req.allow_exec_in_writable = true;
-        let lp = plan(&req, &sandbox(&req), 0, 0).unwrap();
+        let lp = plan(&req, &paths(), 0, 0).unwrap();
         assert!(lp.rules.iter().any(|r| r.access == Access::ReadWriteExec));
     }
 
@@ -757,7 +771,7 @@ mod tests {
         let mut req = ExecRequest::new(["true"]);
         req.network = NetworkMode::Full;
         assert!(matches!(
-            plan(&req, &sandbox(&req), 0, 0),
+            plan(&req, &paths(), 0, 0),
             Err(SandboxError::FallbackNetwork { mode: "full" })
         ));
     }
@@ -776,7 +790,7 @@ mod tests {
     fn fresh_ids_stay_in_their_range() {
         let req = ExecRequest::new(["true"]);
         for r in [0, 1, u32::MAX, ID_SPAN, ID_SPAN - 1] {
-            let id = plan(&req, &sandbox(&req), 0, r).unwrap().run_as.unwrap();
+            let id = plan(&req, &paths(), 0, r).unwrap().run_as.unwrap();
             assert!((ID_BASE..ID_BASE + ID_SPAN).contains(&id));
         }
     }

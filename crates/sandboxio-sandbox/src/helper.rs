@@ -16,13 +16,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use sandboxio_core::{ErrorCode, ExitStatus, IsolationTier};
+use sandboxio_core::{ErrorCode, ExitStatus};
 
 use crate::cgroup;
 use crate::error::{last_os_error, SandboxError};
 use crate::plan::cstring;
 use crate::plan::{SandboxPlan, MAX_PLAN_BYTES};
 use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
+use crate::tier::TierPlan;
 
 /// The first argument that turns a binary into the helper.
 pub const HELPER_ARG: &str = "__sandboxio-helper";
@@ -152,19 +153,19 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     }
     let signals = Signals::block()?;
 
-    let (pid, ns_child) = match (plan.tier, warm) {
-        (IsolationTier::Namespace, Some(w)) => {
+    let (pid, ns_child) = match (&plan.tier, warm) {
+        (TierPlan::Namespace(_), Some(w)) => {
             let child = w.exec(&plan, crate::ns::rlimits_from(&plan.rlimits))?;
             (child.pid(), Some(child))
         }
         (tier, Some(_)) => {
             return Err(SandboxError::UnsupportedTier {
-                tier,
+                tier: tier.tier(),
                 why: "a pre-built helper serves only the namespace tier",
             })
         }
-        (IsolationTier::Process, None) => (spawn_process(&plan, &signals)?, None),
-        (IsolationTier::Namespace, None) => {
+        (TierPlan::Process, None) => (spawn_process(&plan, &signals)?, None),
+        (TierPlan::Namespace(_), None) => {
             let into = clone_into_fd(&plan);
             let join = self_join(&plan)?;
             let child = crate::ns::spawn_plan(
@@ -177,16 +178,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
             drop((into, join));
             (child.pid(), Some(child))
         }
-        (IsolationTier::Landlock, None) => {
-            (crate::fallback::spawn(&plan, &signals.old_mask)?, None)
-        }
-        // Never run a payload with less isolation than asked for.
-        (tier, None) => {
-            return Err(SandboxError::UnsupportedTier {
-                tier,
-                why: "the helper has no backend for this tier",
-            })
-        }
+        (TierPlan::Landlock(_), None) => (crate::fallback::spawn(&plan, &signals.old_mask)?, None),
     };
     // No `payload` message here: the supervisor has no use for the pid, and waking it while
     // the payload starts costs a context switch on the hot path.
@@ -200,7 +192,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
         report.enforcement = Some(outcome.enforcement);
         report.copy_out_error = outcome.copy_error;
     }
-    if plan.tier == IsolationTier::Landlock {
+    if matches!(plan.tier, TierPlan::Landlock(_)) {
         // The whole tree is dead (supervise waits for ECHILD): copy the output out.
         let (enforcement, copy_error) = crate::fallback::finish(&plan)?;
         report.enforcement = Some(enforcement);

@@ -26,6 +26,7 @@ mod rlimit;
 pub mod stream;
 pub mod sweep;
 pub mod terminal;
+pub mod tier;
 
 pub use config::{CgroupUsage, SandboxConfig, ENV_HELPER};
 pub use error::SandboxError;
@@ -35,3 +36,4 @@ pub use plan::SandboxPlan;
 pub use pool::WarmPool;
 pub use probe::{probe, HostReport};
 pub use stream::StreamIo;
+pub use tier::{TierPlan, TierRequest};

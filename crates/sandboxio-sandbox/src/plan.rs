@@ -1,7 +1,9 @@
 //! The sandbox plan: everything the helper needs, computed without a single syscall.
 //!
-//! `build` is a pure function of the request, the tier, the host environment (passed in),
-//! the workspace paths (passed in) and the cgroup layout (passed in).
+//! `build` is a pure function of the request, the tier (with the host facts it needs,
+//! [`TierRequest`]), the host environment (passed in), the workspace paths (passed in) and
+//! the cgroup layout (passed in). It plans the tier's own section too, so every plan it
+//! returns is complete.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, CgroupLayout, CgroupPlan};
 use crate::error::SandboxError;
-use crate::ns::NamespacePlan;
+use crate::tier::{TierPlan, TierRequest};
 
 /// Largest plan the helper accepts on its pipe.
 pub const MAX_PLAN_BYTES: usize = 4 * 1024 * 1024;
@@ -55,7 +57,9 @@ pub struct WorkspacePaths {
 #[serde(deny_unknown_fields)]
 pub struct SandboxPlan {
     pub sandbox_id: String,
-    pub tier: IsolationTier,
+    /// The tier and its own section (the namespace tier's mounts and filters, the landlock
+    /// tier's rules and uid).
+    pub tier: TierPlan,
     pub argv: Vec<String>,
     /// The whole environment of the payload (nothing else is inherited).
     pub env: BTreeMap<String, String>,
@@ -75,11 +79,6 @@ pub struct SandboxPlan {
     /// waiting): the payload inherits them at fork and does not attach to them.
     #[serde(default)]
     pub cgroup_joined: Vec<PathBuf>,
-    /// Filled by the namespace tier's own `ns::plan(...)`.
-    pub namespace: Option<NamespacePlan>,
-    /// Filled by the landlock tier's `fallback::plan_into(...)`.
-    #[serde(default)]
-    pub landlock: Option<crate::fallback::LandlockTierPlan>,
 }
 
 /// Environment values may be secrets: `Debug` shows names only.
@@ -97,8 +96,6 @@ impl std::fmt::Debug for SandboxPlan {
             .field("no_new_privs", &self.no_new_privs)
             .field("cgroup", &self.cgroup)
             .field("cgroup_joined", &self.cgroup_joined)
-            .field("namespace", &self.namespace)
-            .field("landlock", &self.landlock)
             .finish()
     }
 }
@@ -244,7 +241,7 @@ pub fn host_view_cwd(
 pub fn build<'a, I>(
     sandbox_id: &str,
     req: &ExecRequest,
-    tier: IsolationTier,
+    tier: TierRequest,
     host_env: I,
     paths: WorkspacePaths,
     cgroup: Option<CgroupPlan>,
@@ -258,11 +255,30 @@ where
     if let Some(index) = req.argv.iter().position(|a| a.contains('\0')) {
         return Err(SandboxError::InvalidArgument { index });
     }
-    let env = build_env(req, host_env, &paths)?;
+    let mut env = build_env(req, host_env, &paths)?;
     let cwd = match tier {
         // The namespace tier plans its own view (`ns::plan`), with the mounts in it.
-        IsolationTier::Namespace => paths.workspace.clone(),
-        _ => host_view_cwd(req, tier, &paths)?,
+        TierRequest::Namespace => paths.workspace.clone(),
+        _ => host_view_cwd(req, tier.tier(), &paths)?,
+    };
+    let tier = match tier {
+        TierRequest::Process => TierPlan::Process,
+        TierRequest::Namespace => {
+            let host = crate::ns::NsHostPaths {
+                workspace: paths.workspace.clone(),
+                output: paths.output_dir.clone(),
+            };
+            TierPlan::Namespace(Box::new(crate::ns::plan(req, &host, &env)?))
+        }
+        TierRequest::Landlock { euid, random } => {
+            let lp = crate::fallback::plan(req, &paths, euid, random)?;
+            // The payload writes into the staged output, copied out once the tree is dead.
+            env.insert(
+                ENV_OUTPUT.to_string(),
+                lp.staged_output.to_string_lossy().into_owned(),
+            );
+            TierPlan::Landlock(Box::new(lp))
+        }
     };
     let l = &req.limits;
     let nz = |v: u64| (v > 0).then_some(v);
@@ -291,8 +307,6 @@ where
         no_new_privs: true,
         cgroup,
         cgroup_joined: Vec::new(),
-        namespace: None,
-        landlock: None,
     })
 }
 
@@ -388,7 +402,7 @@ mod tests {
         build(
             "id",
             req,
-            IsolationTier::Process,
+            TierRequest::Process,
             HOST.iter().copied(),
             paths(),
             None,
@@ -442,18 +456,18 @@ mod tests {
     fn rejects_bad_requests() {
         let req = ExecRequest::new(Vec::<String>::new());
         assert!(matches!(
-            build("id", &req, IsolationTier::Process, [], paths(), None),
+            build("id", &req, TierRequest::Process, [], paths(), None),
             Err(SandboxError::EmptyArgv)
         ));
         let req = ExecRequest::new(["a\0b"]);
         assert!(matches!(
-            build("id", &req, IsolationTier::Process, [], paths(), None),
+            build("id", &req, TierRequest::Process, [], paths(), None),
             Err(SandboxError::InvalidArgument { index: 0 })
         ));
         let mut req = ExecRequest::new(["true"]);
         req.env.insert("A=B".into(), "x".into());
         assert!(matches!(
-            build("id", &req, IsolationTier::Process, [], paths(), None),
+            build("id", &req, TierRequest::Process, [], paths(), None),
             Err(SandboxError::InvalidEnv { .. })
         ));
     }
@@ -472,7 +486,7 @@ mod tests {
         let mut req = ExecRequest::new(["true"]);
         req.limits = sandboxio_core::Limits::default();
         req.limits.memory = ByteSize::mib(64);
-        let p = build("id", &req, IsolationTier::Process, [], paths(), None).unwrap();
+        let p = build("id", &req, TierRequest::Process, [], paths(), None).unwrap();
         assert_eq!(p.rlimits.data, Some(64 << 20));
         assert_eq!(p.rlimits.core, 0);
         assert_eq!(p.rlimits.open_files, Some(req.limits.open_files));
@@ -481,7 +495,7 @@ mod tests {
         let layout = parse_layout(mi, "4:memory:/\n");
         let cg = cgroup_plan(&layout, "id", &req, true);
         assert!(cg.is_some());
-        let p = build("id", &req, IsolationTier::Process, [], paths(), cg).unwrap();
+        let p = build("id", &req, TierRequest::Process, [], paths(), cg).unwrap();
         assert_eq!(p.rlimits.data, None);
         assert!(cgroup_plan(&layout, "id", &req, false).is_none());
     }
@@ -519,7 +533,7 @@ mod tests {
         let p = build(
             "abc",
             &req,
-            IsolationTier::Process,
+            TierRequest::Process,
             HOST.iter().copied(),
             paths(),
             None,

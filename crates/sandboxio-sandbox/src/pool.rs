@@ -396,17 +396,12 @@ fn base_plan(p: &Prepared) -> Result<plan::SandboxPlan, SandboxError> {
     let mut sp = plan::build(
         &p.sandbox_id,
         &req,
-        IsolationTier::Namespace,
+        crate::tier::TierRequest::Namespace,
         host_env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         p.workspace.paths.clone(),
         p.cgroup.clone(),
     )?;
     sp.cgroup_joined = p.joined.clone();
-    let host = crate::ns::NsHostPaths {
-        workspace: sp.paths.workspace.clone(),
-        output: sp.paths.output_dir.clone(),
-    };
-    sp.namespace = Some(crate::ns::plan(&req, &host, &sp.env)?);
     Ok(sp)
 }
 

@@ -57,15 +57,13 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
 pub(super) fn namespace_section(
     plan: &crate::plan::SandboxPlan,
 ) -> Result<&NamespacePlan, SandboxError> {
-    plan.namespace
-        .as_ref()
-        .ok_or(SandboxError::UnsupportedTier {
-            tier: plan.tier,
-            why: "the plan has no namespace section (ns::plan was not run)",
-        })
+    plan.tier.namespace().ok_or(SandboxError::UnsupportedTier {
+        tier: plan.tier.tier(),
+        why: "the namespace launcher was given a plan of another tier",
+    })
 }
 
-/// The helper's entry for the namespace tier: `plan.namespace` must be set (by `ns::plan`).
+/// The helper's entry for the namespace tier: `plan.tier` must be `TierPlan::Namespace`.
 /// See [`spawn`] for `attach`.
 ///
 /// With `into_cgroup` (an open cgroup2 directory), the init is cloned straight into that

@@ -118,7 +118,7 @@ impl Prebuilt {
             }
             .into());
         };
-        let Some(real) = plan.namespace.as_ref() else {
+        let Some(real) = plan.tier.namespace() else {
             apply::kill_and_reap(started.pid);
             return Err(NsError::PrebuiltMismatch {
                 why: "the plan has no namespace section",
