@@ -60,7 +60,11 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxConfig {
-    /// The helper binary: explicit path, then `$SBX_HELPER`, then the running executable.
+    /// The helper binary: explicit path, then `$SBX_HELPER`, then `sandboxio-helper`
+    /// beside the running executable when it was built from the same sources (its build
+    /// id, `build_id`; looked up once per process), then the running executable. The
+    /// separate helper is a small binary: starting it instead of a large embedding binary
+    /// (the CLI, the server) saves the loader's work on every sandbox start.
     pub fn resolve_helper(&self) -> Result<PathBuf, SandboxError> {
         if let Some(p) = &self.helper_path {
             return Ok(p.clone());
@@ -70,9 +74,12 @@ impl SandboxConfig {
                 return Ok(PathBuf::from(p));
             }
         }
-        std::env::current_exe().map_err(|e| SandboxError::HelperNotFound {
+        let exe = std::env::current_exe().map_err(|e| SandboxError::HelperNotFound {
             why: format!("current_exe() failed: {e}"),
-        })
+        })?;
+        static SIBLING: OnceLock<Option<PathBuf>> = OnceLock::new();
+        let sibling = SIBLING.get_or_init(|| crate::build_id::sibling_helper(&exe));
+        Ok(sibling.clone().unwrap_or(exe))
     }
 
     /// The directory under which workspaces are created: `work_root`, else

@@ -34,6 +34,7 @@ pub const PREBUILD_ARG: &str = "prebuild";
 
 /// Whether this process was started as the helper (`argv[1] == HELPER_ARG`).
 pub fn is_helper_invocation() -> bool {
+    crate::build_id::keep_section();
     std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(HELPER_ARG))
 }
 

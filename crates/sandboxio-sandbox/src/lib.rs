@@ -6,6 +6,7 @@
 //! Embedding binaries must call [`helper::main`] first thing in `main` when
 //! [`helper::is_helper_invocation`] is true (before starting tokio or any thread).
 
+mod build_id;
 mod caps;
 pub mod cgroup;
 pub mod config;
