@@ -24,6 +24,7 @@ pub mod pool;
 pub mod probe;
 pub mod protocol;
 mod rlimit;
+pub mod stage;
 pub mod stream;
 pub mod sweep;
 pub mod terminal;
