@@ -5,8 +5,9 @@
 //! - [`plan`] (pure; `plan::build` calls it for `TierRequest::Landlock`, whose uid and
 //!   random number `TierRequest::for_host` reads; [`check_allowed`] is the config's gate): host
 //!   Landlock rules, the seccomp rules, the staged output directory, the id to run as.
-//! - [`spawn`] (helper, syscalls): prepares the workspace, forks the payload; the payload
-//!   joins its cgroups, lowers rlimits, changes to a fresh unprivileged uid/gid (when the
+//! - [`spawn`] (helper, syscalls): prepares the workspace, the Landlock ruleset and the
+//!   seccomp filter, and starts the payload with the process tier's launcher
+//!   (`launch::spawn_payload` with its `Confine` steps); the payload joins its cgroups, lowers rlimits, changes to a fresh unprivileged uid/gid (when the
 //!   helper is root), drops every capability, sets `no_new_privs`, applies Landlock (required:
 //!   no Landlock, no run, `SBX_E1469`), closes fds, installs seccomp last and execs.
 //! - [`finish`] (helper, after the whole tree is dead): copies the staged output to the
@@ -33,7 +34,8 @@ use sandboxio_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::SandboxConfig;
-use crate::error::{last_os_error, SandboxError};
+use crate::error::SandboxError;
+use crate::launch::{spawn_payload, Confine, Steps};
 use crate::ns::landlock::{self, Access, LandlockRule};
 use crate::ns::restriction::{self, Restriction};
 use crate::ns::seccomp::{self, RuleAction, SeccompRule, SocketPolicy};
@@ -239,34 +241,6 @@ pub(crate) async fn after_refusal(
 
 // ---- helper side --------------------------------------------------------------------------
 
-// Stages reported by the payload child over its error pipe.
-const ST_CGROUP: u8 = 1;
-const ST_RLIMIT: u8 = 2;
-const ST_CHDIR: u8 = 3;
-const ST_IDS: u8 = 4;
-const ST_CAPS: u8 = 5;
-const ST_NNP: u8 = 6;
-const ST_LANDLOCK: u8 = 7;
-const ST_NO_LANDLOCK: u8 = 8;
-const ST_FDS: u8 = 9;
-const ST_SECCOMP: u8 = 10;
-const ST_EXEC: u8 = 11;
-
-fn stage_name(s: u8) -> &'static str {
-    match s {
-        ST_CGROUP => "join cgroup",
-        ST_RLIMIT => "setrlimit",
-        ST_CHDIR => "chdir",
-        ST_IDS => "setgroups/setresgid/setresuid",
-        ST_CAPS => "drop capabilities",
-        ST_NNP => "no_new_privs",
-        ST_LANDLOCK => "landlock",
-        ST_FDS => "close fds",
-        ST_SECCOMP => "seccomp",
-        _ => "exec",
-    }
-}
-
 /// Gives the workspace (trusted: written by the supervisor) to the payload's ids, without
 /// following symlinks.
 fn chown_tree(root: &Path, id: u32) -> Result<(), SandboxError> {
@@ -313,8 +287,6 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
     }
     let filter = seccomp::compile(&lp.seccomp)?;
     let prepared = landlock::prepare(&lp.rules, true).ok_or(NsError::NulByte)?;
-    let argv = plan.argv_cstrings()?;
-    let envp = plan.env_cstrings()?;
     let prog = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
     let candidates: Vec<CString> = if prog.contains('/') {
         let p = Path::new(prog);
@@ -331,261 +303,21 @@ pub fn spawn(plan: &SandboxPlan, old_mask: &libc::sigset_t) -> Result<i32, Sandb
             .map(|d| cstring(Path::new(d).join(prog).as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?
     };
-    let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
-    // Cgroups a pooled helper already sits in are inherited at fork, not joined again.
-    let cgroup_procs: Vec<CString> = match &plan.cgroup {
-        Some(cg) => cg
-            .dirs
-            .iter()
-            .filter(|d| !plan.cgroup_joined.contains(d))
-            .map(|d| cstring(crate::cgroup::self_join_file(d).as_os_str().as_bytes()))
-            .collect::<Result<_, _>>()?,
-        None => Vec::new(),
-    };
     let mut rlimits = crate::ns::rlimits_from(&plan.rlimits);
     if let Some(n) = lp.nproc {
         rlimits.push((libc::RLIMIT_NPROC, n));
     }
-    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_p.push(std::ptr::null());
-    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
-    envp_p.push(std::ptr::null());
-    let ctx = Child {
-        old_mask,
-        cgroup_procs: &cgroup_procs,
-        rlimits: &rlimits,
-        cwd: &cwd,
-        run_as: lp.run_as,
-        landlock: &prepared,
-        filter: &filter,
+    let steps = Steps {
         candidates: &candidates,
-        argv: &argv_p,
-        envp: &envp_p,
-        tty: plan.tty,
+        rlimits: &rlimits,
+        no_new_privs: true,
+        confine: Some(Confine {
+            run_as: lp.run_as,
+            landlock: &prepared,
+            filter: &filter,
+        }),
     };
-
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::Pipe {
-            source: last_os_error(),
-        });
-    }
-    let [err_r, err_w] = fds;
-    // SAFETY: the helper is single-threaded, so the child may run any code; it only uses
-    // memory prepared above and ends in execve or _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        let source = last_os_error();
-        // SAFETY: closing the two fds created above.
-        unsafe {
-            libc::close(err_r);
-            libc::close(err_w);
-        }
-        return Err(SandboxError::Fork { source });
-    }
-    if pid == 0 {
-        payload(&ctx, err_w);
-    }
-    // SAFETY: closing our copy of the write end; the child holds its own.
-    unsafe { libc::close(err_w) };
-    let mut buf = [0u8; 5];
-    let mut got = 0usize;
-    while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of `buf`, within its bounds.
-        let n = unsafe { libc::read(err_r, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 && last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        got += usize::try_from(n).unwrap_or(0);
-    }
-    // SAFETY: closing the read end created above.
-    unsafe { libc::close(err_r) };
-    if got == 0 {
-        return Ok(pid);
-    }
-    let mut status = 0;
-    // SAFETY: reaping our own child, which failed before exec.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    let source = std::io::Error::from_raw_os_error(errno);
-    Err(match buf[0] {
-        ST_NO_LANDLOCK => NsError::LandlockRequired.into(),
-        ST_SECCOMP => match restriction::diagnose(
-            restriction::Step::InstallSeccomp,
-            errno,
-            &restriction::HostFacts::read(),
-        ) {
-            Some(restriction) => NsError::HostRestricted {
-                restriction,
-                step: restriction::Step::InstallSeccomp,
-                errno,
-            }
-            .into(),
-            None => SandboxError::FallbackSetup {
-                stage: stage_name(ST_SECCOMP),
-                source,
-            },
-        },
-        ST_EXEC => SandboxError::Exec {
-            program: prog.clone(),
-            source,
-        },
-        s => SandboxError::FallbackSetup {
-            stage: stage_name(s),
-            source,
-        },
-    })
-}
-
-/// What the payload child needs, prepared before fork (no allocation after it).
-struct Child<'a> {
-    old_mask: &'a libc::sigset_t,
-    cgroup_procs: &'a [CString],
-    rlimits: &'a [(libc::__rlimit_resource_t, u64)],
-    cwd: &'a CString,
-    run_as: Option<u32>,
-    landlock: &'a landlock::Prepared,
-    filter: &'a [seccomp::SockFilter],
-    candidates: &'a [CString],
-    argv: &'a [*const libc::c_char],
-    envp: &'a [*const libc::c_char],
-    tty: bool,
-}
-
-fn prctl(option: libc::c_int, arg: libc::c_ulong) -> libc::c_int {
-    // SAFETY: the prctl options used here take integer arguments only.
-    unsafe {
-        libc::prctl(
-            option,
-            arg,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    }
-}
-
-/// The payload side of fork. Never returns.
-fn payload(c: &Child<'_>, err_w: i32) -> ! {
-    let fail_errno = |stage: u8, errno: i32| -> ! {
-        let e = errno.to_ne_bytes();
-        let msg = [stage, e[0], e[1], e[2], e[3]];
-        // SAFETY: writing 5 bytes from a local array to our error pipe, then leaving the
-        // child without running any destructor of the helper.
-        unsafe {
-            libc::write(err_w, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        }
-    };
-    let fail = |stage: u8| -> ! {
-        fail_errno(
-            stage,
-            last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
-        )
-    };
-    // SAFETY: restoring the signal state inherited from the helper with valid values.
-    unsafe {
-        libc::sigprocmask(libc::SIG_SETMASK, c.old_mask, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if c.tty {
-            // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
-            libc::setsid();
-            libc::ioctl(0, libc::TIOCSCTTY, 0);
-        }
-    }
-    for path in c.cgroup_procs {
-        // SAFETY: valid C string; writing "0" (this single-threaded process) to its v1
-        // `tasks` or cgroup2 `cgroup.procs` file.
-        let ok = unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            let ok = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            ok
-        };
-        if !ok {
-            fail(ST_CGROUP);
-        }
-    }
-    if crate::rlimit::lower_all(c.rlimits).is_err() {
-        fail(ST_RLIMIT);
-    }
-    // SAFETY: valid C string.
-    if unsafe { libc::chdir(c.cwd.as_ptr()) } < 0 {
-        fail(ST_CHDIR);
-    }
-    if let Some(id) = c.run_as {
-        // Root: empty the bounding set while we still may (CAP_SETPCAP), then become the
-        // fresh id; leaving uid 0 clears permitted/effective capabilities (no KEEP_CAPS).
-        for cap in 0..64 {
-            if prctl(libc::PR_CAPBSET_READ, cap) < 0 {
-                break;
-            }
-            if prctl(libc::PR_CAPBSET_DROP, cap) < 0 {
-                fail(ST_CAPS);
-            }
-        }
-        // SAFETY: id syscalls with integer arguments (setgroups with an empty list).
-        let rc = unsafe {
-            if libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(id, id, id) < 0
-                || libc::setresuid(id, id, id) < 0
-            {
-                -1
-            } else {
-                0
-            }
-        };
-        if rc < 0 {
-            fail(ST_IDS);
-        }
-    }
-    if drop_capabilities().is_err() {
-        fail(ST_CAPS);
-    }
-    if prctl(libc::PR_SET_NO_NEW_PRIVS, 1) < 0 {
-        fail(ST_NNP);
-    }
-    match landlock::apply(c.landlock) {
-        Ok(Some(_)) => {}
-        Ok(None) => fail_errno(ST_NO_LANDLOCK, libc::ENOSYS),
-        Err(
-            landlock::Failure::CreateRuleset(e)
-            | landlock::Failure::OpenPath(_, e)
-            | landlock::Failure::AddRule(_, e)
-            | landlock::Failure::RestrictSelf(e),
-        ) => fail_errno(ST_LANDLOCK, e),
-    }
-    // Everything but stdio and the (close-on-exec) error pipe closes at exec.
-    // SAFETY: integer arguments only.
-    if unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } < 0 {
-        fail(ST_FDS);
-    }
-    if let Err(e) = seccomp::install(c.filter) {
-        fail_errno(ST_SECCOMP, e);
-    }
-    let mut best = libc::ENOENT;
-    for cand in c.candidates {
-        // SAFETY: NUL-terminated argv/envp arrays of valid C strings.
-        unsafe { libc::execve(cand.as_ptr(), c.argv.as_ptr(), c.envp.as_ptr()) };
-        let e = last_os_error().raw_os_error().unwrap_or(libc::ENOENT);
-        if e != libc::ENOENT && e != libc::ENOTDIR {
-            best = e;
-        }
-    }
-    fail_errno(ST_EXEC, best)
-}
-
-/// Ambient set cleared, then effective/permitted/inheritable set to zero (allowed for
-/// any process: it only lowers).
-fn drop_capabilities() -> Result<(), i32> {
-    crate::caps::clear_ambient()?;
-    crate::caps::zero_sets()
+    spawn_payload(plan, old_mask, &steps)
 }
 
 /// After the whole tree is dead: copy the staged output out (caps, all or nothing) and

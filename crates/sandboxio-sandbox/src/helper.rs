@@ -3,8 +3,8 @@
 //! session, forks the payload, waits for it, and kills the whole tree on timeout, cancel or
 //! supervisor death, and after the payload exits. It reports over fd 4.
 //!
-//! Fixed order in the payload child: signal mask and SIGPIPE reset, join cgroups, rlimits,
-//! chdir, `no_new_privs`, execve.
+//! The payload of the process and landlock tiers is started by [`crate::launch`]; the
+//! namespace tier's init by [`crate::ns`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::CString;
@@ -227,7 +227,7 @@ fn self_join(plan: &SandboxPlan) -> Result<Vec<(OwnedFd, CString)>, SandboxError
 /// The sandbox cgroup directories a new child of the helper must still be moved into: all
 /// of them except those the helper already sits in (inherited at fork) and, when the child
 /// was cloned into it, the cgroup2 leaf.
-fn attach_dirs(plan: &SandboxPlan, cloned_into: bool) -> Vec<PathBuf> {
+pub(crate) fn attach_dirs(plan: &SandboxPlan, cloned_into: bool) -> Vec<PathBuf> {
     let Some(cg) = &plan.cgroup else {
         return Vec::new();
     };
@@ -245,7 +245,7 @@ fn attach_dirs(plan: &SandboxPlan, cloned_into: bool) -> Vec<PathBuf> {
 
 /// The cgroup2 leaf of the sandbox, opened for `clone3(CLONE_INTO_CGROUP)` (`None`: no such
 /// leaf, or it cannot be opened; the child is then attached by a `cgroup.procs` write).
-fn clone_into_fd(plan: &SandboxPlan) -> Option<OwnedFd> {
+pub(crate) fn clone_into_fd(plan: &SandboxPlan) -> Option<OwnedFd> {
     let dir = cgroup::clone_into_dir(plan.cgroup.as_ref()?)?;
     cgroup::open_dir(dir).ok()
 }
@@ -398,214 +398,18 @@ fn resolve_program(plan: &SandboxPlan) -> Result<PathBuf, SandboxError> {
     })
 }
 
-// Stages reported by the payload child over its error pipe.
-const STAGE_CGROUP: u8 = 1;
-const STAGE_RLIMIT: u8 = 2;
-const STAGE_CHDIR: u8 = 3;
-const STAGE_NNP: u8 = 4;
-const STAGE_EXEC: u8 = 5;
-
 /// Fork and exec the payload of the process tier. Returns its pid once execve succeeded.
 fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxError> {
-    let prog_path = resolve_program(plan)?;
-    let prog = cstring(prog_path.as_os_str().as_bytes())?;
-    let args = plan.argv_cstrings()?;
-    let envs = plan.env_cstrings()?;
-    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
-    env_ptrs.push(std::ptr::null());
-    let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
-    let procs_files = |dirs: Vec<PathBuf>| -> Result<Vec<CString>, SandboxError> {
-        dirs.iter()
-            .map(|d| cstring(cgroup::self_join_file(d).as_os_str().as_bytes()))
-            .collect()
-    };
-    // The payload moves itself (writes "0": v1 `tasks`, cgroup2 `cgroup.procs`) into only
-    // what it neither inherits from the helper nor gets from clone3(CLONE_INTO_CGROUP); the
-    // second list is the fallback when the kernel refuses clone3.
-    let into = clone_into_fd(plan);
-    let procs_if_cloned_into = procs_files(attach_dirs(plan, true))?;
-    let procs_if_forked = procs_files(attach_dirs(plan, false))?;
+    let prog = resolve_program(plan)?;
+    let candidates = [cstring(prog.as_os_str().as_bytes())?];
     let rlimits = crate::ns::rlimits_from(&plan.rlimits);
-
-    let mut errpipe = [0i32; 2];
-    // SAFETY: `errpipe` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::Pipe {
-            source: last_os_error(),
-        });
-    }
-    let [err_r, err_w] = errpipe;
-
-    let mut cloned_into = false;
-    let mut pid = -1;
-    if let Some(fd) = &into {
-        // SAFETY: as for fork below: the helper is single-threaded and the child ends in
-        // execve or _exit (payload_child).
-        if let Ok(p) = unsafe { cgroup::fork_into(0, fd.as_raw_fd()) } {
-            pid = p;
-            cloned_into = true;
-        }
-    }
-    if !cloned_into {
-        // SAFETY: the helper is single-threaded, so the child may run any code; it only
-        // uses memory prepared above and ends in execve or _exit.
-        pid = unsafe { libc::fork() };
-    }
-    let cgroup_procs = if cloned_into {
-        &procs_if_cloned_into
-    } else {
-        &procs_if_forked
+    let steps = crate::launch::Steps {
+        candidates: &candidates,
+        rlimits: &rlimits,
+        no_new_privs: plan.no_new_privs,
+        confine: None,
     };
-    if pid < 0 {
-        let source = last_os_error();
-        // SAFETY: closing the two fds this function just created.
-        unsafe {
-            libc::close(err_r);
-            libc::close(err_w);
-        }
-        return Err(SandboxError::Fork { source });
-    }
-    if pid == 0 {
-        // SAFETY: we are in the freshly forked child; every call below is a plain syscall on
-        // data prepared before fork, and the function never returns (execve or _exit).
-        unsafe {
-            payload_child(
-                err_w,
-                signals,
-                cgroup_procs,
-                &rlimits,
-                &cwd,
-                plan.no_new_privs,
-                plan.tty,
-                &prog,
-                &argv_ptrs,
-                &env_ptrs,
-            )
-        }
-    }
-    // SAFETY: closing our copy of the write end; the child holds its own.
-    unsafe { libc::close(err_w) };
-    let mut buf = [0u8; 5];
-    let mut got = 0usize;
-    while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of `buf`, within its bounds.
-        let n = unsafe { libc::read(err_r, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 {
-            if last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            break;
-        }
-        if n == 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    // SAFETY: closing the read end created above.
-    unsafe { libc::close(err_r) };
-    if got == 0 {
-        return Ok(pid);
-    }
-    // The child failed before exec: reap it and say why.
-    let mut status = 0;
-    // SAFETY: waiting for our own child; `status` is a valid int.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    let source = std::io::Error::from_raw_os_error(errno);
-    Err(match buf[0] {
-        STAGE_CGROUP => SandboxError::CgroupWrite {
-            path: PathBuf::from("cgroup.procs"),
-            value: "0".into(),
-            source,
-        },
-        STAGE_RLIMIT => SandboxError::Setrlimit {
-            resource: "payload limits",
-            source,
-        },
-        STAGE_CHDIR => SandboxError::Chdir {
-            path: plan.cwd.clone(),
-            source,
-        },
-        STAGE_NNP => SandboxError::Prctl {
-            option: "PR_SET_NO_NEW_PRIVS",
-            source,
-        },
-        _ => SandboxError::Exec {
-            program: plan.argv[0].clone(),
-            source,
-        },
-    })
-}
-
-/// The payload side of fork. Never returns.
-///
-/// # Safety
-/// Must be called only in the child right after `fork()` in the single-threaded helper.
-#[allow(clippy::too_many_arguments)]
-unsafe fn payload_child(
-    err_w: i32,
-    signals: &Signals,
-    cgroup_procs: &[CString],
-    rlimits: &[(libc::__rlimit_resource_t, u64)],
-    cwd: &CString,
-    no_new_privs: bool,
-    tty: bool,
-    prog: &CString,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-) -> ! {
-    let fail = |stage: u8| -> ! {
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        let e = errno.to_ne_bytes();
-        let msg = [stage, e[0], e[1], e[2], e[3]];
-        // SAFETY: writing 5 bytes from a local array to our error pipe, then exiting
-        // without running any destructors or atexit handlers of the helper.
-        unsafe {
-            libc::write(err_w, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        }
-    };
-    // SAFETY: all calls below are syscalls on valid pointers prepared before fork.
-    unsafe {
-        libc::sigprocmask(libc::SIG_SETMASK, &signals.old_mask, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if tty {
-            // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
-            libc::setsid();
-            libc::ioctl(0, libc::TIOCSCTTY, 0);
-        }
-        for path in cgroup_procs {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                fail(STAGE_CGROUP);
-            }
-            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                fail(STAGE_CGROUP);
-            }
-            libc::close(fd);
-        }
-        if crate::rlimit::lower_all(rlimits).is_err() {
-            fail(STAGE_RLIMIT);
-        }
-        if libc::chdir(cwd.as_ptr()) < 0 {
-            fail(STAGE_CHDIR);
-        }
-        if no_new_privs
-            && libc::prctl(
-                libc::PR_SET_NO_NEW_PRIVS,
-                1 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            ) < 0
-        {
-            fail(STAGE_NNP);
-        }
-        libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
-    }
-    fail(STAGE_EXEC)
+    crate::launch::spawn_payload(plan, &signals.old_mask, &steps)
 }
 
 /// Every descendant of this process, found through /proc (children before grandchildren).

@@ -1,7 +1,7 @@
 //! sandboxio isolation tiers. This is the only crate in the workspace allowed `unsafe`.
 //!
 //! Layout (see README.md): planning is pure (`plan`, `cgroup::plan`, `ns::plan`), applying
-//! is the only syscall code (`helper`, `exec`, `cgroup`, `ns::apply`, `probe`).
+//! is the only syscall code (`helper`, `launch`, `exec`, `cgroup`, `ns::apply`, `probe`).
 //!
 //! Embedding binaries must call [`helper::main`] first thing in `main` when
 //! [`helper::is_helper_invocation`] is true (before starting tokio or any thread).
@@ -18,6 +18,7 @@ pub mod fallback;
 pub mod files;
 pub mod helper;
 pub mod ids;
+mod launch;
 pub mod ns;
 pub mod plan;
 pub mod pool;
