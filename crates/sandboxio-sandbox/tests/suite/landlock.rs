@@ -332,3 +332,21 @@ for label, flags in [('plain', 0), ('exec', 0x10), ('sealed', 0x8)]:
         "{r:?}"
     );
 }
+
+/// The landlock tier starts its payload with the process tier's launcher: a failed `execve`
+/// after every confinement step is the same typed error.
+#[tokio::test]
+async fn a_failed_exec_comes_back_typed() {
+    if skip() {
+        return;
+    }
+    let req = ExecRequest::new(["/nonexistent-sandboxio-dir/prog"]);
+    let e = run(&req, IsolationTier::Landlock, &ll_cfg(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "SBX_E1422", "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent-sandboxio-dir/prog"),
+        "{e}"
+    );
+}

@@ -290,3 +290,16 @@ async fn namespace_tier_runs_through_the_same_helper() {
     super::assert_no_cgroup_left(&res.sandbox_id);
     assert!(res.timed_out);
 }
+
+/// The launcher's child reports a failed `execve` as its stage and errno; the helper turns
+/// them into the typed error naming the program.
+#[tokio::test]
+async fn a_failed_exec_comes_back_typed() {
+    let req = sandboxio_core::ExecRequest::new(["/nonexistent-sandboxio-dir/prog"]);
+    let e = run_process(&req, CgroupUsage::Off, None).await.unwrap_err();
+    assert_eq!(e.code(), "SBX_E1422", "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent-sandboxio-dir/prog"),
+        "{e}"
+    );
+}
