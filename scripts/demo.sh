@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
-cargo build --release -q -p sandboxio-cli
+# The CLI, and beside it the small helper it starts for each sandbox (same build only).
+cargo build --release -q -p sandboxio-cli -p sandboxio-sandbox --bins
 export SBX_STATE_DIR="${SBX_STATE_DIR:-$PWD/target/demo-state}"
 bin=target/release/sandboxio
 echo "== sandboxio doctor"
