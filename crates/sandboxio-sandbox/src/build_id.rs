@@ -18,12 +18,9 @@ pub const BUILD_ID: [u8; 16] = *include_bytes!(concat!(env!("OUT_DIR"), "/build_
 const MARKER: [u8; 8] = *b"SBXBUILD";
 const SECTION: &[u8] = b".sandboxio_build";
 
-/// The section's contents: the marker, then the id.
-#[used]
-#[link_section = ".sandboxio_build"]
-static SECTION_DATA: [u8; 24] = section_bytes();
-
-const fn section_bytes() -> [u8; 24] {
+/// The section's contents: the marker, then the id (placed in the section by
+/// `sys::link`, where the crate's `link_section` attribute lives).
+pub(crate) const fn section_bytes() -> [u8; 24] {
     let mut b = [0u8; 24];
     let mut i = 0;
     while i < 8 {
@@ -40,7 +37,7 @@ const fn section_bytes() -> [u8; 24] {
 /// Keeps the section in every binary that starts helpers or is one (a static nothing reads
 /// could be dropped by the linker along with its object file).
 pub(crate) fn keep_section() {
-    std::hint::black_box(&SECTION_DATA);
+    crate::sys::link::keep_build_section();
 }
 
 /// The separate helper beside `exe` (`<dir of exe>/sandboxio-helper`) when it carries this

@@ -785,56 +785,9 @@ pub fn allow_for_helper(plan: &mut CgroupPlan, joined: &[PathBuf]) {
     }
 }
 
-/// `CLONE_INTO_CGROUP` (Linux 5.7).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// Fork (with `flags`, e.g. namespace flags) straight into the cgroup2 directory open as
-/// `cgroup_fd`: `clone3(CLONE_INTO_CGROUP)` places the child at fork, without the
-/// `cgroup.procs` migration. Returns like fork: the child's pid in the parent, 0 in the
-/// child. `Err(ENOSYS/E2BIG/EINVAL/...)`: no child was created; the caller forks the old way.
-///
-/// # Safety
-/// Same as `fork()`: the calling process must be single-threaded (or the child must only
-/// call async-signal-safe functions), and the child must end in execve or `_exit`.
-pub(crate) unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
-    let fd = u64::try_from(cgroup_fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    let args = CloneArgs {
-        flags: flags | CLONE_INTO_CGROUP,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: fd,
-        ..CloneArgs::default()
-    };
-    // SAFETY: `args` is a valid clone_args of the size passed; no stack is given, so the
-    // child runs on a copy of the caller's stack like after fork (the caller's contract).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
-}
+/// Fork straight into a cgroup2 directory (`clone3(CLONE_INTO_CGROUP)`); see
+/// [`crate::sys::proc::fork_into`].
+pub(crate) use crate::sys::proc::fork_into;
 
 /// Open a cgroup2 directory for [`fork_into`].
 pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
@@ -873,9 +826,9 @@ pub fn kill(plan: &CgroupPlan) {
             }
             for pid in procs(dir) {
                 if pid > 0 {
-                    // SAFETY: kill(2) takes plain integers; the pid was read from the
-                    // sandbox's own cgroup, so it names a process of this sandbox.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    // The pid was read from the sandbox's own cgroup, so it names a
+                    // process of this sandbox.
+                    let _ = crate::sys::proc::kill(pid, libc::SIGKILL);
                 }
             }
             let _ = write_file(&state, "THAWED");

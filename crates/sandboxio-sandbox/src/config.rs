@@ -116,13 +116,6 @@ fn is_writable_tmpfs(dir: &Path) -> bool {
     let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
         return false;
     };
-    // SAFETY: statfs is plain data; zeroed is a valid value for the kernel to overwrite.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid statfs to fill.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
-    // SAFETY: access(2) with a valid NUL-terminated path and integer mode.
-    st.f_type == libc::TMPFS_MAGIC
-        && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+    crate::sys::fs::statfs_type(&c) == Ok(libc::TMPFS_MAGIC)
+        && crate::sys::fs::access(&c, libc::W_OK | libc::X_OK)
 }

@@ -18,7 +18,7 @@
 //! Giving up is never silent: the result's `output_incomplete` says which streams were
 //! still open and why, and the gateway copies it into the record.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,14 +103,8 @@ impl Pending {
         self.0
             .iter()
             .map(|fd| {
-                let mut n: libc::c_int = 0;
-                // SAFETY: FIONREAD writes one int through the pointer, which points to `n`.
-                let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
-                if r == 0 {
-                    u64::try_from(n).unwrap_or(0)
-                } else {
-                    0
-                }
+                crate::sys::fd::unread_bytes(fd.as_fd())
+                    .map_or(0, |n| u64::try_from(n).unwrap_or(0))
             })
             .sum()
     }
@@ -194,21 +188,10 @@ mod tests {
 
     #[test]
     fn pending_counts_unread_bytes_in_a_pipe() {
-        let mut fds = [0i32; 2];
-        // SAFETY: a valid array of two ints for pipe2.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: pipe2 returned two fresh fds owned by nobody else.
-        let (r, w) = unsafe {
-            (
-                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
-                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
-            )
-        };
+        let (r, w) = crate::sys::fd::pipe().unwrap();
         let p = Pending::watch(&[&r]);
         assert_eq!(p.bytes(), 0);
-        // SAFETY: writing 5 bytes from a static slice to a pipe we own.
-        let n = unsafe { libc::write(w.as_raw_fd(), b"hello".as_ptr().cast(), 5) };
-        assert_eq!(n, 5);
+        assert_eq!(crate::sys::fd::write(w.as_fd(), b"hello"), Ok(5));
         assert_eq!(p.bytes(), 5);
     }
 }

@@ -9,12 +9,14 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use sandboxio_core::{ErrorClass, ErrorCode};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::sys;
 
 #[derive(Debug, Error)]
 pub enum FileError {
@@ -104,14 +106,6 @@ fn io(path: &Path, what: &'static str) -> impl FnOnce(std::io::Error) -> FileErr
     }
 }
 
-/// `struct open_how` of openat2(2).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
 /// `openat2(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
 fn open_beneath(
     dir: &File,
@@ -121,29 +115,14 @@ fn open_beneath(
 ) -> std::io::Result<OwnedFd> {
     let c = CString::new(rel.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let how = OpenHow {
-        flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(0),
-        mode: u64::from(mode),
-        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: `c` is a valid NUL-terminated path, `how` a properly initialised `open_how`
-    // whose size we pass; the kernel only reads them. The returned value is checked below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fd =
-        libc::c_int::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: `fd` is a file descriptor the kernel just returned to us and nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    sys::fs::openat2(
+        dir.as_fd(),
+        &c,
+        u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(0),
+        u64::from(mode),
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(std::io::Error::from_raw_os_error)
 }
 
 fn root_dir(root: &Path) -> Result<File, FileError> {
@@ -216,18 +195,13 @@ fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<bool, FileError> {
             path: path.to_string(),
             why: "contains a NUL byte",
         })?;
-        let at = parent_fd
-            .as_ref()
-            .map(|f| f.as_raw_fd())
-            .unwrap_or(dir.as_raw_fd());
-        // SAFETY: `at` is an open directory descriptor and `name` a NUL-terminated
-        // single component; mkdirat does not follow a symlink in the last component.
-        let rc = unsafe { libc::mkdirat(at, name.as_ptr(), 0o755) };
-        created = rc == 0;
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(io(&so_far, "mkdir")(e));
+        let at = parent_fd.as_ref().map(|f| f.as_fd()).unwrap_or(dir.as_fd());
+        // mkdirat does not follow a symlink in the last component.
+        let rc = sys::fs::mkdirat(at, &name, 0o755);
+        created = rc.is_ok();
+        if let Err(e) = rc {
+            if e != libc::EEXIST {
+                return Err(io(&so_far, "mkdir")(std::io::Error::from_raw_os_error(e)));
             }
         }
     }
@@ -277,10 +251,7 @@ pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
         ),
         None => None,
     };
-    let at = parent_fd
-        .as_ref()
-        .map(|f| f.as_raw_fd())
-        .unwrap_or(dir.as_raw_fd());
+    let at = parent_fd.as_ref().map(|f| f.as_fd()).unwrap_or(dir.as_fd());
     let name = CString::new(
         rel.file_name()
             .map(|n| n.as_encoded_bytes())
@@ -290,22 +261,16 @@ pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
         path: path.to_string(),
         why: "contains a NUL byte",
     })?;
-    // SAFETY: `at` is an open directory descriptor, `name` one NUL-terminated component;
     // unlinkat removes that name in that directory and follows no symlink.
-    let rc = unsafe { libc::unlinkat(at, name.as_ptr(), 0) };
-    if rc == 0 {
+    let Err(e) = sys::fs::unlinkat(at, &name, 0) else {
         return Ok(());
+    };
+    if e == libc::EISDIR {
+        // With AT_REMOVEDIR for an (empty) directory.
+        return sys::fs::unlinkat(at, &name, libc::AT_REMOVEDIR)
+            .map_err(|e| io(&rel, "rmdir")(std::io::Error::from_raw_os_error(e)));
     }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EISDIR) {
-        // SAFETY: as above, with AT_REMOVEDIR for an (empty) directory.
-        let rc = unsafe { libc::unlinkat(at, name.as_ptr(), libc::AT_REMOVEDIR) };
-        if rc == 0 {
-            return Ok(());
-        }
-        return Err(io(&rel, "rmdir")(std::io::Error::last_os_error()));
-    }
-    Err(io(&rel, "unlink")(e))
+    Err(io(&rel, "unlink")(std::io::Error::from_raw_os_error(e)))
 }
 
 /// Lists a directory beneath `root` (`"."` for the root itself), sorted by name.

@@ -5,8 +5,7 @@
 /// `unshare -r`, in a rootless container) is not: it can map only the ids mapped to it, so
 /// it takes the unprivileged paths (own user namespace first; landlock tier keeps its uid).
 pub fn is_host_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::sys::proc::geteuid();
     euid == 0
         && std::fs::read_to_string("/proc/self/uid_map")
             .map(|m| full_identity_map(&m))

@@ -1,10 +1,21 @@
 //! sandboxio isolation tiers. This is the only crate in the workspace allowed `unsafe`.
 //!
 //! Layout (see README.md): planning is pure (`plan`, `cgroup::plan`, `ns::plan`), applying
-//! is the only syscall code (`helper`, `launch`, `exec`, `cgroup`, `ns::apply`, `probe`).
+//! is the only syscall code (`helper`, `launch`, `exec`, `cgroup`, `ns::apply`, `probe`),
+//! through `sys`.
+//!
+//! `unsafe` lives in the `sys` layer: small safe wrappers over the raw calls, each `unsafe`
+//! block with its `// SAFETY:` comment. The crate is `#![deny(unsafe_code)]`; only `sys` and
+//! the modules not migrated to it yet are allowed `unsafe` (the list below, also in README.md;
+//! `sys::tests` checks it against the sources).
 //!
 //! Embedding binaries must call [`helper::main`] first thing in `main` when
 //! [`helper::is_helper_invocation`] is true (before starting tokio or any thread).
+
+#![deny(unsafe_code)]
+
+// Not migrated to `sys` yet (still allowed `unsafe`; remaining work, see README.md):
+// `exec`, `fallback`, `helper`, `launch` and `ns::apply` (marked in `ns/mod.rs`).
 
 mod build_id;
 mod caps;
@@ -13,11 +24,15 @@ pub mod config;
 mod drain;
 mod egress;
 pub mod error;
+#[allow(unsafe_code)]
 pub mod exec;
+#[allow(unsafe_code)]
 pub mod fallback;
 pub mod files;
+#[allow(unsafe_code)]
 pub mod helper;
 pub mod ids;
+#[allow(unsafe_code)]
 mod launch;
 pub mod ns;
 pub mod plan;
@@ -28,6 +43,8 @@ mod rlimit;
 pub mod stage;
 pub mod stream;
 pub mod sweep;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
 pub mod terminal;
 pub mod tier;
 

@@ -431,13 +431,10 @@ fn destroy(p: Prepared, already_reaped: bool) {
             }
         }
         if !gone {
-            // SAFETY: kill(2)/waitpid(2) on our own child, which is blocked reading its
-            // plan (a pre-built one's init dies with it: PR_SET_PDEATHSIG).
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, 0);
-            }
+            // Our own child, blocked reading its plan (a pre-built one's init dies with it:
+            // PR_SET_PDEATHSIG).
+            let _ = crate::sys::proc::kill(pid, libc::SIGKILL);
+            let _ = crate::sys::proc::waitpid(pid);
         }
     }
     if let Some(c) = &cg {

@@ -10,6 +10,7 @@ use sandboxio_core::{ErrorCode, ExecRequest, ExitStatus, IsolationTier};
 use crate::cgroup::{self, CgroupLayout};
 use crate::config::SandboxConfig;
 use crate::ns::restriction::{self, Restriction};
+use crate::sys;
 
 /// One mechanism: there or not, in words, and how to get it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,8 +78,7 @@ fn read_trim(p: &str) -> Option<String> {
 
 /// Probe this host. Never fails: what cannot be determined is reported as missing.
 pub fn probe() -> HostReport {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = sys::proc::getuid();
     let kernel = read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into());
     let user_namespaces = probe_userns(uid);
     let (landlock, landlock_abi) = probe_landlock();
@@ -232,32 +232,18 @@ fn probe_userns(uid: u32) -> Check {
             "sysctl -w kernel.unprivileged_userns_clone=1",
         );
     }
-    // SAFETY: the child only calls unshare(2) and _exit(2), both async-signal-safe, so
-    // forking from a multi-threaded process is sound.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Check::no(
-            format!(
-                "fork failed while probing: {}",
-                std::io::Error::last_os_error()
-            ),
-            "retry",
-        );
-    }
-    if pid == 0 {
-        // SAFETY: in the forked child; see above.
-        unsafe {
-            let code = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
-                0
-            } else {
-                (*libc::__errno_location()).clamp(1, 255)
-            };
-            libc::_exit(code)
+    let status = match sys::proc::unshare_in_child(libc::CLONE_NEWUSER) {
+        Ok(status) => status,
+        Err(e) => {
+            return Check::no(
+                format!(
+                    "fork failed while probing: {}",
+                    std::io::Error::from_raw_os_error(e)
+                ),
+                "retry",
+            )
         }
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own child; `status` is a valid int.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    };
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
@@ -276,24 +262,13 @@ fn probe_userns(uid: u32) -> Check {
     Check::no(format!("unshare(CLONE_NEWUSER) failed: {why}"), fix)
 }
 
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-
 fn probe_landlock() -> (Check, Option<u32>) {
-    // SAFETY: with a NULL attr, size 0 and the VERSION flag, landlock_create_ruleset only
-    // returns the ABI version (or an error); it reads and writes no memory.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if r > 0 {
+    let r = sys::landlock::abi_version();
+    if let Ok(r @ 1..) = r {
         let abi = u32::try_from(r).unwrap_or(0);
         return (Check::yes(format!("Landlock ABI {abi}")), Some(abi));
     }
-    let e = std::io::Error::last_os_error();
+    let e = std::io::Error::from_raw_os_error(r.err().unwrap_or(libc::EINVAL));
     let fix = match e.raw_os_error() {
         Some(libc::ENOSYS) => {
             "kernel built without Landlock: use Linux 5.13+ with CONFIG_SECURITY_LANDLOCK=y"
@@ -309,24 +284,13 @@ fn probe_landlock() -> (Check, Option<u32>) {
     )
 }
 
-const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 
 fn probe_seccomp() -> Check {
-    let action: u32 = SECCOMP_RET_KILL_PROCESS;
-    // SAFETY: SECCOMP_GET_ACTION_AVAIL only reads the u32 we point to.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            SECCOMP_GET_ACTION_AVAIL,
-            0u32,
-            &action as *const u32,
-        )
-    };
-    if r == 0 {
+    let Err(e) = sys::seccomp::action_available(SECCOMP_RET_KILL_PROCESS) else {
         return Check::yes("seccomp filters available (SECCOMP_RET_KILL_PROCESS supported)");
-    }
-    let e = std::io::Error::last_os_error();
+    };
+    let e = std::io::Error::from_raw_os_error(e);
     Check::no(
         format!("seccomp(SECCOMP_GET_ACTION_AVAIL) failed: {e}"),
         "use a kernel with CONFIG_SECCOMP_FILTER=y",
@@ -487,8 +451,7 @@ pub(crate) fn is_writable(p: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
         return false;
     };
-    // SAFETY: `c` is a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    sys::fs::access(&c, libc::W_OK)
 }
 
 fn probe_kvm() -> Check {

@@ -7,7 +7,7 @@
 //! the terminal and the order is exact.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,7 +16,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use crate::drain::PumpState;
-use crate::error::{last_os_error, SandboxError};
+use crate::error::SandboxError;
+use crate::sys;
 
 /// The live side of a run. Everything is optional: the default is a run without events,
 /// with the request's own stdin.
@@ -81,21 +82,9 @@ struct FdIo(AsyncFd<OwnedFd>);
 
 impl FdIo {
     fn new(fd: OwnedFd) -> io::Result<FdIo> {
-        let raw = fd.as_raw_fd();
-        // SAFETY: fcntl with integer arguments on an fd we own.
-        let ok = unsafe {
-            let fl = libc::fcntl(raw, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) >= 0
-        };
-        if !ok {
-            return Err(io::Error::last_os_error());
-        }
+        sys::fd::set_nonblocking(fd.as_fd()).map_err(io::Error::from_raw_os_error)?;
         let interest = tokio::io::Interest::READABLE.add(tokio::io::Interest::WRITABLE);
-        // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open (and its
-        // number is not reused) for the AsyncFd's whole lifetime, as registering requires.
-        Ok(FdIo(unsafe {
-            AsyncFd::register_with_interest(fd, interest)
-        }?))
+        Ok(FdIo(sys::fd::async_fd(fd, interest)?))
     }
 
     /// One read; `Ok(0)` at end of file. A terminal master reports the other side closed
@@ -105,13 +94,7 @@ impl FdIo {
         loop {
             let mut guard = self.0.readable().await?;
             let r = guard.try_io(|fd| {
-                // SAFETY: reading into `buf`, within its bounds, from an fd we own.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
+                sys::fd::read(fd.get_ref().as_fd(), buf).map_err(io::Error::from_raw_os_error)
             });
             match r {
                 Ok(Ok(n)) => return Ok(n),
@@ -127,13 +110,7 @@ impl FdIo {
         while !data.is_empty() {
             let mut guard = self.0.writable().await?;
             let r = guard.try_io(|fd| {
-                // SAFETY: writing from `data`, within its bounds, to an fd we own.
-                let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
+                sys::fd::write(fd.get_ref().as_fd(), data).map_err(io::Error::from_raw_os_error)
             });
             match r {
                 Ok(Ok(n)) => data = &data[n..],
@@ -270,50 +247,18 @@ pub(crate) async fn write_stdin(data: Vec<u8>, fd: OwnedFd, tty: bool) {
 /// stdin, stdout and stderr; the supervisor keeps the master. A fresh terminal, never the
 /// caller's own: what the program does to it (TIOCSTI, modes) stays inside.
 pub(crate) fn open_pty(size: TtySize) -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let err = |what: &'static str| SandboxError::Pty {
+    let err = |what: &'static str, e: i32| SandboxError::Pty {
         what,
-        source: last_os_error(),
+        source: io::Error::from_raw_os_error(e),
     };
-    // SAFETY: open(2) of a constant NUL-terminated path with integer flags.
-    let m = unsafe {
-        libc::open(
-            c"/dev/ptmx".as_ptr(),
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        )
-    };
-    if m < 0 {
-        return Err(err("open /dev/ptmx"));
-    }
-    // SAFETY: `m` is a fresh fd owned by nobody else.
-    let master = unsafe { OwnedFd::from_raw_fd(m) };
-    // SAFETY: unlockpt on the master fd we own.
-    if unsafe { libc::unlockpt(master.as_raw_fd()) } != 0 {
-        return Err(err("unlockpt"));
-    }
-    // SAFETY: TIOCGPTPEER takes open flags as an integer and returns a new fd for the
-    // slave of this master (no path lookup, so no race on /dev/pts).
-    let s = unsafe {
-        libc::ioctl(
-            master.as_raw_fd(),
-            libc::TIOCGPTPEER,
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        )
-    };
-    if s < 0 {
-        return Err(err("TIOCGPTPEER"));
-    }
-    // SAFETY: `s` is a fresh fd owned by nobody else.
-    let slave = unsafe { OwnedFd::from_raw_fd(s as RawFd) };
+    let (master, slave) = sys::pty::open_pair().map_err(|(what, e)| err(what, e))?;
     let ws = libc::winsize {
         ws_row: size.rows,
         ws_col: size.cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    // SAFETY: TIOCSWINSZ reads a `winsize` that lives across the call.
-    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } < 0 {
-        return Err(err("TIOCSWINSZ"));
-    }
+    sys::pty::set_window_size(master.as_fd(), &ws).map_err(|e| err("TIOCSWINSZ", e))?;
     Ok((master, slave))
 }
 

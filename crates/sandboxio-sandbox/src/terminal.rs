@@ -10,13 +10,12 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use sandboxio_core::TtySize;
 
+use crate::sys;
+
 /// The window size of the terminal at `fd`, if it is one.
 pub fn window_size(fd: BorrowedFd<'_>) -> Option<TtySize> {
-    // SAFETY: `winsize` is plain data; all-zero is a valid value.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which lives across it.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_row > 0 && ws.ws_col > 0).then_some(TtySize {
+    let ws = sys::pty::window_size(fd).ok()?;
+    (ws.ws_row > 0 && ws.ws_col > 0).then_some(TtySize {
         rows: ws.ws_row,
         cols: ws.ws_col,
     })
@@ -32,12 +31,7 @@ impl RawInput {
     /// Switches the terminal at `fd` to raw input; `None` when it is not a terminal.
     pub fn enable(fd: BorrowedFd<'_>) -> Option<RawInput> {
         let fd = fd.as_raw_fd();
-        // SAFETY: `termios` is plain data; all-zero is a valid value to be overwritten.
-        let mut t: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: tcgetattr fills `t`, which lives across the call.
-        if unsafe { libc::tcgetattr(fd, &mut t) } != 0 {
-            return None;
-        }
+        let mut t = sys::pty::tcgetattr(fd).ok()?;
         let saved = t;
         t.c_iflag &= !(libc::IGNBRK
             | libc::BRKINT
@@ -50,17 +44,14 @@ impl RawInput {
         t.c_lflag &= !(libc::ECHO | libc::ECHONL | libc::ICANON | libc::ISIG | libc::IEXTEN);
         t.c_cc[libc::VMIN] = 1;
         t.c_cc[libc::VTIME] = 0;
-        // SAFETY: tcsetattr reads `t`, which lives across the call.
-        if unsafe { libc::tcsetattr(fd, libc::TCSANOW, &t) } != 0 {
-            return None;
-        }
+        sys::pty::tcsetattr(fd, &t).ok()?;
         Some(RawInput { fd, saved })
     }
 }
 
 impl Drop for RawInput {
     fn drop(&mut self) {
-        // SAFETY: restoring the settings read in `enable` on the same fd.
-        unsafe { libc::tcsetattr(self.fd, libc::TCSANOW, &self.saved) };
+        // Restoring the settings read in `enable` on the same fd.
+        let _ = sys::pty::tcsetattr(self.fd, &self.saved);
     }
 }

@@ -5,9 +5,12 @@
 //! highest ABI the kernel offers up to 6 and reports the ABI it used.
 
 use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use crate::sys;
 
 /// An access class for one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,9 +61,6 @@ const NET_CONNECT_TCP: u64 = 1 << 1;
 
 const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
 const SCOPE_SIGNAL: u64 = 1 << 1;
-
-const CREATE_RULESET_VERSION: u32 = 1 << 0;
-const RULE_PATH_BENEATH: u32 = 1;
 
 /// Rights that make sense on a non-directory.
 const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
@@ -118,30 +118,9 @@ pub fn rights(access: Access) -> u64 {
     }
 }
 
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
-}
-
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
 /// The Landlock ABI version the kernel offers, or `None` when Landlock is unavailable.
 pub fn abi_version() -> Option<u32> {
-    // SAFETY: the version query takes no pointer (NULL, size 0) and only returns a number.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
-            0usize,
-            CREATE_RULESET_VERSION,
-        )
-    };
+    let v = sys::landlock::abi_version().ok()?;
     u32::try_from(v).ok().filter(|v| *v > 0)
 }
 
@@ -174,12 +153,6 @@ pub enum Failure {
     RestrictSelf(i32),
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EINVAL)
-}
-
 /// Applies the rules to the calling process. `no_new_privs` must be set.
 /// Returns the ABI used, or `Ok(None)` when the kernel has no Landlock.
 /// Paths that do not exist are skipped (the plan lists optional ones).
@@ -189,7 +162,7 @@ pub fn apply(p: &Prepared) -> Result<Option<u32>, Failure> {
     };
     let abi = abi.min(MAX_ABI);
     let fs = handled_fs(abi);
-    let attr = RulesetAttr {
+    let attr = sys::landlock::RulesetAttr {
         handled_access_fs: fs,
         handled_access_net: if abi >= 4 && p.deny_tcp {
             NET_BIND_TCP | NET_CONNECT_TCP
@@ -209,84 +182,31 @@ pub fn apply(p: &Prepared) -> Result<Option<u32>, Failure> {
     } else {
         8
     };
-    // SAFETY: `attr` is a valid ruleset_attr whose first `size` bytes hold the fields this
-    // ABI knows; the kernel copies it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            size,
-            0u32,
-        )
-    };
-    let Ok(ruleset) = i32::try_from(fd) else {
-        return Err(Failure::CreateRuleset(libc::EINVAL));
-    };
-    if ruleset < 0 {
-        return Err(Failure::CreateRuleset(errno()));
-    }
-    let result = add_rules(p, ruleset, fs).and_then(|()| {
-        // SAFETY: plain syscall on a ruleset fd we own.
-        let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) };
-        if rc != 0 {
-            Err(Failure::RestrictSelf(errno()))
-        } else {
-            Ok(())
-        }
-    });
-    // SAFETY: closing the ruleset fd we created; nothing else uses it.
-    unsafe { libc::close(ruleset) };
-    result.map(|()| Some(abi))
+    // The first `size` bytes of `attr` hold the fields this ABI knows; the kernel copies it.
+    let ruleset = sys::landlock::create_ruleset(&attr, size).map_err(Failure::CreateRuleset)?;
+    // The ruleset fd is closed when `ruleset` drops (no allocation).
+    add_rules(p, ruleset.as_fd(), fs)?;
+    sys::landlock::restrict_self(ruleset.as_fd()).map_err(Failure::RestrictSelf)?;
+    Ok(Some(abi))
 }
 
-fn add_rules(p: &Prepared, ruleset: i32, handled: u64) -> Result<(), Failure> {
+fn add_rules(p: &Prepared, ruleset: BorrowedFd<'_>, handled: u64) -> Result<(), Failure> {
     for (i, (path, access)) in p.rules.iter().enumerate() {
-        // SAFETY: `path` is a NUL-terminated C string that lives across the call.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-        if fd < 0 {
-            let e = errno();
-            if e == libc::ENOENT {
-                continue;
-            }
-            return Err(Failure::OpenPath(i, e));
-        }
-        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-        // SAFETY: `fd` is open; `st` is writable memory of the right size.
-        let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
-        let is_dir = if rc == 0 {
-            // SAFETY: fstat succeeded and filled `st`.
-            let st = unsafe { st.assume_init() };
-            (st.st_mode & libc::S_IFMT) == libc::S_IFDIR
-        } else {
-            false
+        let fd = match sys::fd::open(path, libc::O_PATH | libc::O_CLOEXEC, 0) {
+            Ok(fd) => fd,
+            Err(libc::ENOENT) => continue,
+            Err(e) => return Err(Failure::OpenPath(i, e)),
         };
+        let is_dir =
+            sys::fd::fstat(fd.as_fd()).is_ok_and(|st| (st.st_mode & libc::S_IFMT) == libc::S_IFDIR);
         let mut allowed = rights(*access) & handled;
         if !is_dir {
             allowed &= FILE_RIGHTS;
         }
-        let attr = PathBeneathAttr {
-            allowed_access: allowed,
-            parent_fd: fd,
-        };
-        let rc = if allowed == 0 {
-            0
-        } else {
-            // SAFETY: `attr` is a valid, packed path_beneath_attr that lives across the call.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset,
-                    RULE_PATH_BENEATH,
-                    &attr as *const PathBeneathAttr,
-                    0u32,
-                )
-            }
-        };
-        let e = errno();
-        // SAFETY: closing the O_PATH fd opened above.
-        unsafe { libc::close(fd) };
-        if rc != 0 {
-            return Err(Failure::AddRule(i, e));
+        if allowed != 0 {
+            // The O_PATH fd is closed when `fd` drops, after the call.
+            sys::landlock::add_path_rule(ruleset, fd.as_fd(), allowed)
+                .map_err(|e| Failure::AddRule(i, e))?;
         }
     }
     Ok(())

@@ -185,8 +185,7 @@ impl HostFacts {
     /// Read the sysctls of the calling process's namespaces.
     pub fn read() -> HostFacts {
         HostFacts {
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            euid: unsafe { libc::geteuid() },
+            euid: crate::sys::proc::geteuid(),
             max_user_namespaces: read_sysctl("/proc/sys/user/max_user_namespaces"),
             unprivileged_userns_clone: read_sysctl("/proc/sys/kernel/unprivileged_userns_clone"),
             apparmor_restrict: read_sysctl(

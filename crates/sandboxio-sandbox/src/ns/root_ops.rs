@@ -3,6 +3,9 @@
 //! flags of every mount the plan produces are unit-tested without root.
 
 use std::ffi::CStr;
+use std::os::fd::AsFd;
+
+use crate::sys;
 
 /// What building the root needs from the kernel. Errors are errno values.
 pub(super) trait RootOps {
@@ -35,43 +38,17 @@ pub(super) trait RootOps {
 /// The real calls (the init, single-threaded, in its own mount namespace).
 pub(super) struct Sys;
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn rc(r: libc::c_int) -> Result<(), i32> {
-    if r < 0 {
-        Err(errno())
-    } else {
-        Ok(())
-    }
-}
-
-/// `struct mount_attr` (linux/mount.h, MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 impl RootOps for Sys {
     fn mkdir(&mut self, path: &CStr, mode: u32) -> Result<(), i32> {
-        // SAFETY: valid C string.
-        rc(unsafe { libc::mkdir(path.as_ptr(), mode) })
+        sys::fs::mkdir(path, mode)
     }
 
     fn chmod(&mut self, path: &CStr, mode: u32) -> Result<(), i32> {
-        // SAFETY: valid C string.
-        rc(unsafe { libc::chmod(path.as_ptr(), mode) })
+        sys::fs::chmod(path, mode)
     }
 
     fn symlink(&mut self, target: &CStr, path: &CStr) -> Result<(), i32> {
-        // SAFETY: valid C strings.
-        rc(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) })
+        sys::fs::symlink(target, path)
     }
 
     fn write_file(
@@ -82,32 +59,21 @@ impl RootOps for Sys {
         exclusive: bool,
     ) -> Result<(), i32> {
         let excl = if exclusive { libc::O_EXCL } else { 0 };
-        // SAFETY: valid C string; creating a file on the sandbox's own tmpfs.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | excl | libc::O_CLOEXEC,
-                mode,
-            )
-        };
-        if fd < 0 {
-            return Err(errno());
-        }
+        // Creating a file on the sandbox's own tmpfs; closed when `fd` drops.
+        let fd = sys::fd::open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | excl | libc::O_CLOEXEC,
+            mode,
+        )?;
         let mut off = 0;
-        let mut result = Ok(());
         while off < contents.len() {
-            // SAFETY: writing the in-bounds tail of `contents`.
-            let n =
-                unsafe { libc::write(fd, contents[off..].as_ptr().cast(), contents.len() - off) };
-            if n <= 0 {
-                result = Err(errno());
-                break;
+            match sys::fd::write(fd.as_fd(), &contents[off..]) {
+                Ok(0) => return Err(libc::EIO),
+                Ok(n) => off += n,
+                Err(e) => return Err(e),
             }
-            off += usize::try_from(n).unwrap_or(0);
         }
-        // SAFETY: closing the fd opened above.
-        unsafe { libc::close(fd) };
-        result
+        Ok(())
     }
 
     fn mount(
@@ -118,55 +84,19 @@ impl RootOps for Sys {
         flags: libc::c_ulong,
         data: Option<&CStr>,
     ) -> Result<(), i32> {
-        // SAFETY: every pointer is either null or a valid C string living across the call.
-        rc(unsafe {
-            libc::mount(
-                src.map_or(std::ptr::null(), |s| s.as_ptr()),
-                target.as_ptr(),
-                fstype.map_or(std::ptr::null(), |s| s.as_ptr()),
-                flags,
-                data.map_or(std::ptr::null(), |s| s.as_ptr().cast()),
-            )
-        })
+        sys::fs::mount(src, target, fstype, flags, data)
     }
 
     fn statvfs_flags(&mut self, path: &CStr) -> Result<libc::c_ulong, i32> {
-        let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-        // SAFETY: `path` is a valid C string; `s` is writable memory of the right size.
-        rc(unsafe { libc::statvfs(path.as_ptr(), s.as_mut_ptr()) })?;
-        // SAFETY: statvfs succeeded and filled `s`.
-        Ok(unsafe { s.assume_init() }.f_flag)
+        sys::fs::statvfs_flags(path)
     }
 
     fn exists(&mut self, path: &CStr) -> bool {
-        // SAFETY: `path` is a valid C string; F_OK only checks existence.
-        unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+        sys::fs::access(path, libc::F_OK)
     }
 
     fn mount_setattr_recursive(&mut self, path: &CStr, attr_set: u64) -> Result<(), i32> {
-        let attr = MountAttr {
-            attr_set,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        };
-        // SAFETY: `path` is a valid C string; `attr` is a live, correctly laid out struct
-        // whose size is passed with it.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                libc::AT_RECURSIVE as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        };
-        if r < 0 {
-            Err(errno())
-        } else {
-            Ok(())
-        }
+        sys::fs::mount_setattr_recursive(path, attr_set)
     }
 }
 

@@ -577,37 +577,10 @@ pub fn compile_for(arch: Arch, rules: &[SeccompRule]) -> Result<Vec<SockFilter>,
     Ok(prog)
 }
 
-#[repr(C)]
-struct SockFprog {
-    len: u16,
-    filter: *const SockFilter,
-}
-
 /// Installs a compiled filter on the calling thread. `no_new_privs` must already be set.
 /// Does not allocate, so it is safe between fork and exec.
 pub fn install(prog: &[SockFilter]) -> Result<(), i32> {
-    let len = u16::try_from(prog.len()).map_err(|_| libc::EINVAL)?;
-    let fprog = SockFprog {
-        len,
-        filter: prog.as_ptr(),
-    };
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
-    // program and does not keep the pointer.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            0u64,
-            &fprog as *const SockFprog,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
-    }
+    crate::sys::seccomp::set_mode_filter(prog)
 }
 
 #[cfg(test)]
@@ -715,28 +688,7 @@ mod tests {
     /// Runs `nr(args)` in a forked child, optionally under `prog`; returns 0 on success
     /// or the errno. The child only makes raw syscalls (no allocation after fork).
     fn probe(prog: Option<&[SockFilter]>, nr: i64, a: [u64; 6]) -> i32 {
-        // SAFETY: test-only fork; the child makes raw syscalls and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // SAFETY: raw syscalls in the forked child, then _exit.
-            unsafe {
-                if let Some(p) = prog {
-                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1u64, 0u64, 0u64, 0u64);
-                    if install(p).is_err() {
-                        libc::_exit(254);
-                    }
-                }
-                let r = libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-                let code = if r < 0 { *libc::__errno_location() } else { 0 };
-                libc::_exit(code.min(250));
-            }
-        }
-        let mut st = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, &mut st, 0) };
-        assert!(libc::WIFEXITED(st), "probe of {nr} died: {st}");
-        libc::WEXITSTATUS(st)
+        crate::sys::seccomp::syscall_in_child(prog, nr, a)
     }
 
     /// Harmless arguments for each rule: invalid pointers, fds and flags, so that without

@@ -126,10 +126,9 @@ impl Prebuilt {
             .into());
         };
         let real: NamespacePlan = match started.unprivileged {
-            // SAFETY: getegid has no preconditions and cannot fail.
             Some(uid) => real
                 .clone()
-                .mapped_to_invoking_user(uid, unsafe { libc::getegid() }),
+                .mapped_to_invoking_user(uid, crate::sys::proc::getegid()),
             None => real.clone(),
         };
         let result = serve(&mut started, &real, rlimits);

@@ -1,0 +1,54 @@
+//! Capability calls (only ever lowering privileges).
+
+/// `prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)`. Async-signal-safe.
+#[inline]
+pub(crate) fn clear_ambient() -> Result<(), i32> {
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes integer arguments only and touches no memory.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    super::cvt0(rc)
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct Header {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+struct Data {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `capset` (v3 layout) of the calling thread to the given 64-bit sets (low word first).
+/// Async-signal-safe.
+#[inline]
+pub(crate) fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result<(), i32> {
+    let mut hdr = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let word = |i: u32| Data {
+        effective: (effective >> (32 * i)) as u32,
+        permitted: (permitted >> (32 * i)) as u32,
+        inheritable: (inheritable >> (32 * i)) as u32,
+    };
+    let data = [word(0), word(1)];
+    // SAFETY: a header and two data structs of the v3 layout, alive for the whole call; the
+    // kernel reads them and writes nothing back for capset.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
+    super::cvt_long(rc).map(|_| ())
+}

@@ -1,0 +1,78 @@
+//! File descriptors: pipes, plain reads and writes, flags, `FIONREAD`, `fstat`, and the
+//! registration of an owned descriptor with the tokio reactor.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+
+/// `open(path, flags, mode)`; the caller adds `O_CLOEXEC`. Async-signal-safe.
+#[inline]
+pub(crate) fn open(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> Result<OwnedFd, i32> {
+    // SAFETY: `path` is a NUL-terminated C string that lives across the call; the other
+    // arguments are integers.
+    super::owned(unsafe { libc::open(path.as_ptr(), flags, mode) })
+}
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+#[inline]
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), i32> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    super::cvt0(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((super::owned(fds[0])?, super::owned(fds[1])?))
+}
+
+/// One `read(2)` into `buf`. Async-signal-safe.
+#[inline]
+pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which is exclusively
+    // borrowed for the call.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| super::errno())
+}
+
+/// One `write(2)` from `data`. Async-signal-safe.
+#[inline]
+pub(crate) fn write(fd: BorrowedFd<'_>, data: &[u8]) -> Result<usize, i32> {
+    // SAFETY: the kernel reads at most `data.len()` bytes from `data`, borrowed for the call.
+    let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+    usize::try_from(n).map_err(|_| super::errno())
+}
+
+/// Sets `O_NONBLOCK` on the open file description of `fd`.
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> Result<(), i32> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl(F_GETFL) takes integer arguments only.
+    let fl = super::cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
+    // SAFETY: fcntl(F_SETFL) takes integer arguments only.
+    super::cvt0(unsafe { libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) })
+}
+
+/// Bytes waiting to be read (`ioctl(FIONREAD)`).
+#[inline]
+pub(crate) fn unread_bytes(fd: BorrowedFd<'_>) -> Result<libc::c_int, i32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which points to `n`.
+    super::cvt0(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(n)
+}
+
+/// `fstat(fd)`. Async-signal-safe.
+#[inline]
+pub(crate) fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, i32> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is writable memory of the size and alignment of a `stat`.
+    super::cvt0(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded and filled `st` (which was zeroed before, too).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// Registers `fd` with the current tokio reactor for `interest`.
+pub(crate) fn async_fd(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open (and its number is
+    // not reused) for the AsyncFd's whole lifetime, and `as_raw_fd` always returns it, as
+    // registering requires.
+    Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
+}
