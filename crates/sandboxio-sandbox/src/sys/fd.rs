@@ -76,3 +76,40 @@ pub(crate) fn async_fd(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result
     // registering requires.
     Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn pipe_read_write_and_nonblocking() {
+        let (r, w) = pipe().unwrap();
+        set_nonblocking(r.as_fd()).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(read(r.as_fd(), &mut buf), Err(libc::EAGAIN));
+        assert_eq!(write(w.as_fd(), b"abc"), Ok(3));
+        assert_eq!(unread_bytes(r.as_fd()), Ok(3));
+        assert_eq!(read(r.as_fd(), &mut buf), Ok(3));
+        assert_eq!(&buf[..3], b"abc");
+        let st = fstat(r.as_fd()).unwrap();
+        assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFIFO);
+        drop(w);
+        assert_eq!(read(r.as_fd(), &mut buf), Ok(0));
+    }
+
+    #[test]
+    fn open_reports_the_errno() {
+        assert_eq!(
+            open(
+                c"/nonexistent/sandboxio",
+                libc::O_RDONLY | libc::O_CLOEXEC,
+                0
+            )
+            .map(|_| ()),
+            Err(libc::ENOENT)
+        );
+    }
+}

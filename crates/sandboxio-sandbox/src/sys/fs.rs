@@ -154,3 +154,49 @@ pub(crate) fn mount_setattr_recursive(path: &CStr, attr_set: u64) -> Result<(), 
     };
     super::cvt_long(r).map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::ffi::CString;
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn c(p: &std::path::Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn paths_are_made_changed_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::File::open(d.path()).unwrap();
+        let sub = d.path().join("a");
+        mkdir(&c(&sub), 0o700).unwrap();
+        assert_eq!(mkdir(&c(&sub), 0o700), Err(libc::EEXIST));
+        chmod(&c(&sub), 0o750).unwrap();
+        assert!(access(&c(&sub), libc::F_OK));
+        symlink(c"/", &c(&d.path().join("l"))).unwrap();
+        mkdirat(root.as_fd(), c"b", 0o755).unwrap();
+        // RESOLVE_BENEATH refuses a symlink out of the directory.
+        let beneath = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        let flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+        assert!(openat2(root.as_fd(), c"b", flags, 0, beneath).is_ok());
+        assert_eq!(
+            openat2(root.as_fd(), c"l", flags, 0, beneath).map(|_| ()),
+            Err(libc::EXDEV)
+        );
+        unlinkat(root.as_fd(), c"b", libc::AT_REMOVEDIR).unwrap();
+        unlinkat(root.as_fd(), c"l", 0).unwrap();
+        assert_eq!(unlinkat(root.as_fd(), c"a", 0), Err(libc::EISDIR));
+        assert!(!access(c"/nonexistent/sandboxio", libc::F_OK));
+    }
+
+    #[test]
+    fn filesystem_facts() {
+        assert_eq!(statfs_type(c"/proc"), Ok(libc::PROC_SUPER_MAGIC));
+        assert!(statvfs_flags(c"/").is_ok());
+        assert_eq!(statvfs_flags(c"/nonexistent/sandboxio"), Err(libc::ENOENT));
+    }
+}

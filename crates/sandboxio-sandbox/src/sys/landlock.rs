@@ -86,3 +86,28 @@ pub(crate) fn restrict_self(ruleset: BorrowedFd<'_>) -> Result<(), i32> {
     let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
     super::cvt_long(rc).map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_version_query_answers_a_version_or_why_not() {
+        match super::abi_version() {
+            Ok(v) => assert!(v > 0),
+            Err(e) => assert!([libc::ENOSYS, libc::EOPNOTSUPP].contains(&e), "{e}"),
+        }
+    }
+
+    #[test]
+    fn an_oversized_attribute_is_refused_before_the_call() {
+        let attr = super::RulesetAttr {
+            handled_access_fs: 1,
+            handled_access_net: 0,
+            scoped: 0,
+        };
+        let size = std::mem::size_of::<super::RulesetAttr>() + 8;
+        assert_eq!(
+            super::create_ruleset(&attr, size).map(|_| ()),
+            Err(libc::EINVAL)
+        );
+    }
+}

@@ -234,3 +234,63 @@ fn loopback_up() -> Result<(), i32> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use std::fs::File;
+
+    /// A fresh network namespace (`None` without the privilege to make one).
+    fn fresh_netns() -> Option<File> {
+        std::thread::spawn(|| {
+            // SAFETY: unshare(2) with integer flags; it moves only this short-lived test
+            // thread into a new network namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return None;
+            }
+            File::open("/proc/thread-self/ns/net").ok()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_descriptor_and_its_mark_cross_a_socket_pair() {
+        let (a, b) = socketpair().unwrap();
+        let (r, _w) = super::super::fd::pipe().unwrap();
+        send_fd(b.as_raw_fd(), r.as_raw_fd(), b'x').unwrap();
+        let (mark, fd) = recv_fd(a.as_fd()).unwrap().unwrap();
+        assert_eq!(mark, b'x');
+        let fd = fd.unwrap();
+        assert_ne!(fd.as_raw_fd(), r.as_raw_fd());
+        drop(b);
+        assert!(recv_fd(a.as_fd()).unwrap().is_none(), "end of file");
+    }
+
+    #[test]
+    fn a_listener_opened_in_another_namespace_arrives_listening_on_loopback() {
+        let Some(ns) = fresh_netns() else {
+            println!("skipping: cannot create a network namespace here");
+            return;
+        };
+        let (a, b) = socketpair().unwrap();
+        listen_in_netns(ns.as_fd(), 0, b.as_raw_fd(), b'L').unwrap();
+        let (mark, fd) = recv_fd(a.as_fd()).unwrap().unwrap();
+        assert_eq!(mark, b'L');
+        let l = std::net::TcpListener::from(fd.unwrap());
+        assert!(l.local_addr().unwrap().ip().is_loopback());
+    }
+
+    #[test]
+    fn a_failing_step_is_reported_with_its_errno() {
+        // Not a namespace descriptor: setns fails in the child, step 1.
+        let (r, _w) = super::super::fd::pipe().unwrap();
+        let (_a, b) = socketpair().unwrap();
+        assert_eq!(
+            listen_in_netns(r.as_fd(), 0, b.as_raw_fd(), b'L'),
+            Err((1, libc::EINVAL))
+        );
+    }
+}

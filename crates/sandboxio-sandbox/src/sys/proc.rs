@@ -112,3 +112,27 @@ pub(crate) unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
     }
     i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_unshare_child_reports_success_and_failure() {
+        // unshare(0) changes nothing and succeeds.
+        let st = unshare_in_child(0).unwrap();
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "{st}");
+        // An unknown flag is refused with EINVAL.
+        let st = unshare_in_child(1).unwrap();
+        assert!(libc::WIFEXITED(st), "{st}");
+        assert_eq!(libc::WEXITSTATUS(st), libc::EINVAL);
+    }
+
+    #[test]
+    fn signals_and_waits_report_the_errno() {
+        assert_eq!(kill(libc::pid_t::MAX, 0), Err(libc::ESRCH));
+        assert_eq!(waitpid(libc::pid_t::MAX), Err(libc::ECHILD));
+    }
+}

@@ -66,3 +66,34 @@ pub(crate) fn open_pair() -> Result<(OwnedFd, OwnedFd), PtyFailure> {
     let slave = super::owned(s).map_err(|e| ("TIOCGPTPEER", e))?;
     Ok((master, slave))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_new_pair_keeps_its_window_size_and_is_a_terminal() {
+        let (master, slave) = open_pair().unwrap();
+        let ws = libc::winsize {
+            ws_row: 33,
+            ws_col: 101,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        set_window_size(master.as_fd(), &ws).unwrap();
+        let got = window_size(slave.as_fd()).unwrap();
+        assert_eq!((got.ws_row, got.ws_col), (33, 101));
+        let t = tcgetattr(slave.as_raw_fd()).unwrap();
+        tcsetattr(slave.as_raw_fd(), &t).unwrap();
+    }
+
+    #[test]
+    fn a_pipe_is_not_a_terminal() {
+        let (r, _w) = super::super::fd::pipe().unwrap();
+        assert_eq!(window_size(r.as_fd()).map(|_| ()), Err(libc::ENOTTY));
+        assert_eq!(tcgetattr(r.as_raw_fd()).map(|_| ()), Err(libc::ENOTTY));
+    }
+}

@@ -18,3 +18,15 @@ pub(crate) fn set(res: libc::__rlimit_resource_t, lim: &libc::rlimit) -> Result<
     // SAFETY: `lim` is a valid rlimit; the kernel only reads it.
     super::cvt0(unsafe { libc::setrlimit(res, lim) })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn the_current_limit_can_be_set_again() {
+        let cur = super::get(libc::RLIMIT_CORE).unwrap();
+        assert!(cur.rlim_cur <= cur.rlim_max);
+        super::set(libc::RLIMIT_CORE, &cur).unwrap();
+    }
+}
