@@ -186,8 +186,7 @@ pub fn check_allowed(cfg: &SandboxConfig) -> Result<(), SandboxError> {
 /// switch to a fresh host uid, so it keeps its own (`plan` only asks whether the helper may
 /// switch ids; any non-zero uid says no).
 pub(crate) fn planning_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::sys::proc::geteuid();
     if euid == 0 && !crate::ids::is_host_root() {
         u32::MAX
     } else {

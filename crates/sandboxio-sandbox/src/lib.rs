@@ -15,7 +15,7 @@
 #![deny(unsafe_code)]
 
 // Not migrated to `sys` yet (still allowed `unsafe`; remaining work, see README.md):
-// `exec`, `fallback`, `helper`, `launch` and `ns::apply` (marked in `ns/mod.rs`).
+// `exec`, `helper`, `launch` and `ns::apply` (marked in `ns/mod.rs`).
 
 mod build_id;
 mod caps;
@@ -26,7 +26,6 @@ mod egress;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod exec;
-#[allow(unsafe_code)]
 pub mod fallback;
 pub mod files;
 #[allow(unsafe_code)]
