@@ -47,12 +47,29 @@ pub fn main() -> ! {
         Err(e) => {
             rep.send(&HelperMsg::SetupError {
                 code: e.code().to_string(),
-                message: e.to_string(),
+                message: with_causes(&e),
             });
             1
         }
     };
     std::process::exit(code)
+}
+
+/// The error's message followed by its causes (`could not execute `x`: No such file or
+/// directory (os error 2)`): the supervisor gets a string, not the error value, so the
+/// causes would otherwise be lost at the process boundary.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 struct Reporter {
@@ -647,5 +664,21 @@ mod tests {
         assert_eq!(parse_ppid("123 (sh) S 45 123 123 0"), Some(45));
         assert_eq!(parse_ppid("123 (a) b) c) R 7 1 1"), Some(7));
         assert_eq!(parse_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn a_setup_error_keeps_its_causes_once() {
+        let e = SandboxError::Exec {
+            program: "prog".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        };
+        let m = with_causes(&e);
+        assert!(m.starts_with("could not execute `prog`: "), "{m}");
+        assert!(m.ends_with("(os error 13)"), "{m}");
+        // A transparent wrapper's message is its cause's: not said twice.
+        let inner = std::io::Error::other("boom");
+        let ns = SandboxError::from(crate::ns::NsError::Pipe { source: inner });
+        let m = with_causes(&ns);
+        assert_eq!(m.matches("boom").count(), 1, "{m}");
     }
 }

@@ -302,4 +302,6 @@ async fn a_failed_exec_comes_back_typed() {
         e.to_string().contains("/nonexistent-sandboxio-dir/prog"),
         "{e}"
     );
+    // The cause crosses the helper's process boundary with the message.
+    assert!(e.to_string().contains("os error 2"), "{e}");
 }
