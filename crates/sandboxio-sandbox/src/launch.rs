@@ -14,7 +14,7 @@
 //! endian); an empty read means `execve` succeeded.
 
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
@@ -27,6 +27,8 @@ use crate::ns::seccomp;
 use crate::ns::NsError;
 use crate::plan::{cstring, SandboxPlan};
 use crate::stage::Stage;
+use crate::sys;
+use crate::sys::proc::CStrArray;
 
 /// The landlock tier's extra steps, prepared before fork.
 pub(crate) struct Confine<'a> {
@@ -54,8 +56,8 @@ struct Child<'a> {
     tty: bool,
     cgroup_procs: &'a [CString],
     cwd: &'a CString,
-    argv: &'a [*const libc::c_char],
-    envp: &'a [*const libc::c_char],
+    argv: &'a CStrArray<'a>,
+    envp: &'a CStrArray<'a>,
     steps: &'a Steps<'a>,
 }
 
@@ -68,10 +70,8 @@ pub(crate) fn spawn_payload(
 ) -> Result<i32, SandboxError> {
     let args = plan.argv_cstrings()?;
     let envs = plan.env_cstrings()?;
-    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
-    envp.push(std::ptr::null());
+    let argv = CStrArray::new(&args);
+    let envp = CStrArray::new(&envs);
     let cwd = cstring(plan.cwd.as_os_str().as_bytes())?;
     let procs_files = |dirs: Vec<PathBuf>| -> Result<Vec<CString>, SandboxError> {
         dirs.iter()
@@ -85,40 +85,13 @@ pub(crate) fn spawn_payload(
     let procs_if_cloned_into = procs_files(attach_dirs(plan, true))?;
     let procs_if_forked = procs_files(attach_dirs(plan, false))?;
 
-    let mut errpipe = [0i32; 2];
-    // SAFETY: `errpipe` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::Pipe {
-            source: last_os_error(),
-        });
-    }
-    let [err_r, err_w] = errpipe;
+    let (err_r, err_w) = sys::fd::pipe().map_err(|e| SandboxError::Pipe {
+        source: std::io::Error::from_raw_os_error(e),
+    })?;
 
-    let mut cloned_into = false;
-    let mut pid = -1;
-    if let Some(fd) = &into {
-        // SAFETY: as for fork below: the helper is single-threaded and the child ends in
-        // execve or _exit (`child`).
-        if let Ok(p) = unsafe { cgroup::fork_into(0, fd.as_raw_fd()) } {
-            pid = p;
-            cloned_into = true;
-        }
-    }
-    if !cloned_into {
-        // SAFETY: the helper is single-threaded, so the child may run any code; it only
-        // uses memory prepared above and ends in execve or _exit.
-        pid = unsafe { libc::fork() };
-    }
-    if pid < 0 {
-        let source = last_os_error();
-        // SAFETY: closing the two fds this function just created.
-        unsafe {
-            libc::close(err_r);
-            libc::close(err_w);
-        }
-        return Err(SandboxError::Fork { source });
-    }
-    if pid == 0 {
+    // The helper is single-threaded (`fork_child` checks it): the child may use the memory
+    // prepared above; `child` ends in execve or _exit. On failure both pipe ends close.
+    let forked = sys::proc::fork_child(0, into.as_ref().map(|fd| fd.as_raw_fd()), |cloned_into| {
         let c = Child {
             old_mask,
             tty: plan.tty,
@@ -132,34 +105,35 @@ pub(crate) fn spawn_payload(
             envp: &envp,
             steps,
         };
-        // SAFETY: we are in the freshly forked child of the single-threaded helper; `c`
-        // only borrows memory prepared before fork, and `child` never returns.
-        unsafe { child(&c, err_w) }
-    }
-    // SAFETY: closing our copy of the write end; the child holds its own.
-    unsafe { libc::close(err_w) };
+        child(&c, err_w.as_fd())
+    });
+    let pid = match forked {
+        Ok((pid, _)) => pid,
+        Err(e) => {
+            drop(err_r);
+            drop(err_w);
+            return Err(SandboxError::Fork {
+                source: std::io::Error::from_raw_os_error(e),
+            });
+        }
+    };
+    // Our copy of the write end; the child holds its own.
+    drop(err_w);
     let mut buf = [0u8; 5];
     let mut got = 0usize;
     while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of `buf`, within its bounds.
-        let n = unsafe { libc::read(err_r, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 && last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
+        match sys::fd::read(err_r.as_fd(), &mut buf[got..]) {
+            Err(libc::EINTR) => continue,
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
         }
-        if n <= 0 {
-            break;
-        }
-        got += usize::try_from(n).unwrap_or(0);
     }
-    // SAFETY: closing the read end created above.
-    unsafe { libc::close(err_r) };
+    drop(err_r);
     if got == 0 {
         return Ok(pid);
     }
     // The child failed before exec: reap it and say why.
-    let mut status = 0;
-    // SAFETY: waiting for our own child; `status` is a valid int.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let _ = sys::proc::waitpid(pid);
     if got < buf.len() {
         return Err(SandboxError::HelperProtocol {
             why: format!("the payload child wrote {got} of its 5 failure bytes"),
@@ -235,19 +209,16 @@ fn child_error(plan: &SandboxPlan, confined: bool, stage: Stage, errno: i32) -> 
 }
 
 /// Writes the stage and `errno` to the error pipe and leaves. Async-signal-safe.
-fn fail_errno(err_w: i32, stage: Stage, errno: i32) -> ! {
+fn fail_errno(err_w: BorrowedFd<'_>, stage: Stage, errno: i32) -> ! {
     let e = errno.to_ne_bytes();
     let msg = [stage.code(), e[0], e[1], e[2], e[3]];
-    // SAFETY: writing 5 bytes from a local array to our error pipe, then leaving the child
-    // without running any destructor or atexit handler of the helper.
-    unsafe {
-        libc::write(err_w, msg.as_ptr().cast(), msg.len());
-        libc::_exit(127)
-    }
+    // Then leave the child without running any destructor or atexit handler of the helper.
+    let _ = sys::fd::write(err_w, &msg);
+    sys::proc::exit_now(127)
 }
 
 /// [`fail_errno`] with the errno the last failed syscall left.
-fn fail(err_w: i32, stage: Stage) -> ! {
+fn fail(err_w: BorrowedFd<'_>, stage: Stage) -> ! {
     fail_errno(
         err_w,
         stage,
@@ -255,83 +226,58 @@ fn fail(err_w: i32, stage: Stage) -> ! {
     )
 }
 
-fn prctl(option: libc::c_int, arg: libc::c_ulong) -> libc::c_int {
-    // SAFETY: the prctl options used here (CAPBSET_READ/DROP, NO_NEW_PRIVS) take integer
-    // arguments only and touch no memory of ours.
-    unsafe {
-        libc::prctl(
-            option,
-            arg,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    }
-}
-
-/// The payload side of fork. Never returns.
-///
-/// # Safety
-/// Must be called only in the child right after `fork()`/`clone3()` of the single-threaded
-/// helper, with `c` borrowing memory prepared before it: the function makes raw syscalls
-/// only and ends in `execve` or `_exit`.
-unsafe fn child(c: &Child<'_>, err_w: i32) -> ! {
+/// The payload side of fork, in the child of the single-threaded helper, with `c`
+/// borrowing memory prepared before it: raw syscalls only (no allocation, no lock), ends
+/// in `execve` or `_exit`. Never returns.
+fn child(c: &Child<'_>, err_w: BorrowedFd<'_>) -> ! {
     let s = c.steps;
-    // SAFETY: restoring the signal state inherited from the helper with valid values; the
-    // tty calls take integer arguments.
-    unsafe {
-        libc::sigprocmask(libc::SIG_SETMASK, c.old_mask, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if c.tty {
-            // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
-            libc::setsid();
-            libc::ioctl(0, libc::TIOCSCTTY, 0);
-        }
+    // Restore the signal state inherited from the helper.
+    let _ = sys::signal::set_mask(c.old_mask);
+    let _ = sys::signal::set_default(libc::SIGPIPE);
+    if c.tty {
+        // Its own session, with the pseudo-terminal on fd 0 as controlling terminal.
+        let _ = sys::proc::setsid();
+        let _ = sys::pty::set_controlling_tty(0);
     }
     for path in c.cgroup_procs {
-        // SAFETY: valid C string; writing "0" (this single-threaded process) to its v1
-        // `tasks` or cgroup2 `cgroup.procs` file, from a static buffer.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            fail(err_w, Stage::JoinCgroup);
+        // Writing "0" (this single-threaded process) to its v1 `tasks` or cgroup2
+        // `cgroup.procs` file; the fd closes when dropped.
+        let fd = match sys::fd::open(path, libc::O_WRONLY | libc::O_CLOEXEC, 0) {
+            Ok(fd) => fd,
+            Err(e) => fail_errno(err_w, Stage::JoinCgroup, e),
+        };
+        match sys::fd::write(fd.as_fd(), b"0") {
+            Ok(1) => {}
+            Err(e) => fail_errno(err_w, Stage::JoinCgroup, e),
+            Ok(_) => fail(err_w, Stage::JoinCgroup),
         }
-        // SAFETY: as above; `fd` was just opened.
-        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
-            fail(err_w, Stage::JoinCgroup);
-        }
-        // SAFETY: closing the fd opened above.
-        unsafe { libc::close(fd) };
     }
     if crate::rlimit::lower_all(s.rlimits).is_err() {
         fail(err_w, Stage::SetRlimit);
     }
-    // SAFETY: valid C string.
-    if unsafe { libc::chdir(c.cwd.as_ptr()) } < 0 {
-        fail(err_w, Stage::Chdir);
+    if let Err(e) = sys::fs::chdir(c.cwd) {
+        fail_errno(err_w, Stage::Chdir, e);
     }
     if let Some(confine) = &s.confine {
         if let Some(id) = confine.run_as {
             // Root: empty the bounding set while we still may (CAP_SETPCAP), then become the
             // fresh id; leaving uid 0 clears permitted/effective capabilities (no KEEP_CAPS).
             for cap in 0..64 {
-                if prctl(libc::PR_CAPBSET_READ, cap) < 0 {
+                if sys::caps::capbset_read(cap).is_err() {
                     break;
                 }
-                if prctl(libc::PR_CAPBSET_DROP, cap) < 0 {
-                    fail(err_w, Stage::DropBoundingSet);
+                if let Err(e) = sys::caps::capbset_drop(cap) {
+                    fail_errno(err_w, Stage::DropBoundingSet, e);
                 }
             }
-            // SAFETY: setgroups with an empty list (no pointer is read).
-            if unsafe { libc::setgroups(0, std::ptr::null()) } < 0 {
-                fail(err_w, Stage::SetGroups);
+            if let Err(e) = sys::ids::setgroups_empty() {
+                fail_errno(err_w, Stage::SetGroups, e);
             }
-            // SAFETY: integer arguments only.
-            if unsafe { libc::setresgid(id, id, id) } < 0 {
-                fail(err_w, Stage::SetResGid);
+            if let Err(e) = sys::ids::setresgid(id) {
+                fail_errno(err_w, Stage::SetResGid, e);
             }
-            // SAFETY: integer arguments only.
-            if unsafe { libc::setresuid(id, id, id) } < 0 {
-                fail(err_w, Stage::SetResUid);
+            if let Err(e) = sys::ids::setresuid(id) {
+                fail_errno(err_w, Stage::SetResUid, e);
             }
         }
         // Ambient set cleared, then effective/permitted/inheritable set to zero (allowed
@@ -343,8 +289,10 @@ unsafe fn child(c: &Child<'_>, err_w: i32) -> ! {
             fail_errno(err_w, Stage::CapSet, e);
         }
     }
-    if s.no_new_privs && prctl(libc::PR_SET_NO_NEW_PRIVS, 1) < 0 {
-        fail(err_w, Stage::NoNewPrivs);
+    if s.no_new_privs {
+        if let Err(e) = sys::proc::set_no_new_privs() {
+            fail_errno(err_w, Stage::NoNewPrivs, e);
+        }
     }
     if let Some(confine) = &s.confine {
         match landlock::apply(confine.landlock) {
@@ -358,10 +306,8 @@ unsafe fn child(c: &Child<'_>, err_w: i32) -> ! {
             ) => fail_errno(err_w, Stage::Landlock, e),
         }
         // Everything but stdio and the (close-on-exec) error pipe closes at exec.
-        let cloexec = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
-        // SAFETY: integer arguments only.
-        if unsafe { libc::close_range(3, u32::MAX, cloexec) } < 0 {
-            fail(err_w, Stage::CloseFds);
+        if let Err(e) = sys::fd::set_cloexec_from(3) {
+            fail_errno(err_w, Stage::CloseFds, e);
         }
         if let Err(e) = seccomp::install(confine.filter) {
             fail_errno(err_w, Stage::Seccomp, e);
@@ -372,9 +318,7 @@ unsafe fn child(c: &Child<'_>, err_w: i32) -> ! {
     let mut best = None;
     let mut last = libc::ENOENT;
     for cand in s.candidates {
-        // SAFETY: NUL-terminated argv/envp arrays of valid C strings, prepared before fork.
-        unsafe { libc::execve(cand.as_ptr(), c.argv.as_ptr(), c.envp.as_ptr()) };
-        last = last_os_error().raw_os_error().unwrap_or(libc::ENOENT);
+        last = sys::proc::execve(cand, c.argv, c.envp);
         if last != libc::ENOENT && last != libc::ENOTDIR {
             best = Some(last);
         }

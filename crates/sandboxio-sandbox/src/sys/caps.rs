@@ -52,3 +52,32 @@ pub(crate) fn capset(effective: u64, permitted: u64, inheritable: u64) -> Result
     let rc = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
     super::cvt_long(rc).map(|_| ())
 }
+
+/// `prctl(PR_CAPBSET_READ, cap)`: whether `cap` is in the bounding set; `Err(EINVAL)` past
+/// the last capability the kernel knows. Async-signal-safe.
+#[inline]
+pub(crate) fn capbset_read(cap: libc::c_ulong) -> Result<bool, i32> {
+    super::proc::prctl_int(libc::PR_CAPBSET_READ, cap).map(|r| r == 1)
+}
+
+/// `prctl(PR_CAPBSET_DROP, cap)`. Async-signal-safe.
+#[inline]
+pub(crate) fn capbset_drop(cap: libc::c_ulong) -> Result<(), i32> {
+    super::proc::prctl_int(libc::PR_CAPBSET_DROP, cap).map(|_| ())
+}
+
+/// `prctl(PR_SET_SECUREBITS, bits)`. Async-signal-safe.
+#[inline]
+pub(crate) fn set_securebits(bits: libc::c_ulong) -> Result<(), i32> {
+    super::proc::prctl_int(libc::PR_SET_SECUREBITS, bits).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bounding_set_is_read_up_to_the_last_capability() {
+        // CAP_CHOWN (0) exists on every kernel; 64 is past the last one.
+        assert!(super::capbset_read(0).is_ok());
+        assert_eq!(super::capbset_read(64), Err(libc::EINVAL));
+    }
+}

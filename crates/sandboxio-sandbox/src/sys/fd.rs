@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use tokio::io::unix::AsyncFd;
 
@@ -69,6 +69,46 @@ pub(crate) fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, i32> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// `lseek(fd, off, whence)`: the new offset. Async-signal-safe.
+#[inline]
+pub(crate) fn lseek(
+    fd: BorrowedFd<'_>,
+    off: libc::off_t,
+    whence: libc::c_int,
+) -> Result<libc::off_t, i32> {
+    // SAFETY: lseek takes integer arguments and touches no memory of ours.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), off, whence) };
+    if r < 0 {
+        return Err(super::errno());
+    }
+    Ok(r)
+}
+
+/// `close(fd)` by number. Async-signal-safe. For descriptors no `OwnedFd` of this process
+/// will use or drop any more (e.g. in a child that never returns into the code holding
+/// them); an owned descriptor is closed by dropping it.
+#[inline]
+pub(crate) fn close_raw(fd: RawFd) -> Result<(), i32> {
+    // SAFETY: close takes an integer and touches no memory of ours.
+    super::cvt0(unsafe { libc::close(fd) })
+}
+
+/// `close_range(first, last, 0)` (see [`close_raw`] for which descriptors). Async-signal-safe.
+#[inline]
+pub(crate) fn close_range(first: u32, last: u32) -> Result<(), i32> {
+    // SAFETY: close_range takes integers and touches no memory of ours.
+    super::cvt0(unsafe { libc::close_range(first, last, 0) })
+}
+
+/// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`: every descriptor from `first` on closes
+/// at the next execve (none is closed now). Async-signal-safe.
+#[inline]
+pub(crate) fn set_cloexec_from(first: u32) -> Result<(), i32> {
+    let cloexec = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+    // SAFETY: close_range takes integers and touches no memory of ours.
+    super::cvt0(unsafe { libc::close_range(first, u32::MAX, cloexec) })
+}
+
 /// Registers `fd` with the current tokio reactor for `interest`.
 pub(crate) fn async_fd(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open (and its number is
@@ -98,6 +138,24 @@ mod tests {
         assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFIFO);
         drop(w);
         assert_eq!(read(r.as_fd(), &mut buf), Ok(0));
+    }
+
+    #[test]
+    fn seeking_and_closing() {
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(lseek(f.as_fd(), 5, libc::SEEK_SET), Ok(5));
+        assert_eq!(lseek(f.as_fd(), -1, libc::SEEK_SET), Err(libc::EINVAL));
+        let (r, w) = pipe().unwrap();
+        assert_eq!(lseek(r.as_fd(), 0, libc::SEEK_SET), Err(libc::ESPIPE));
+        // Give up ownership, then close by number.
+        use std::os::fd::IntoRawFd;
+        let raw = w.into_raw_fd();
+        close_raw(raw).unwrap();
+        assert_eq!(close_raw(raw), Err(libc::EBADF));
+        let mut buf = [0u8; 1];
+        assert_eq!(read(r.as_fd(), &mut buf), Ok(0));
+        // An empty range (first > last) is refused.
+        assert_eq!(close_range(10, 9), Err(libc::EINVAL));
     }
 
     #[test]

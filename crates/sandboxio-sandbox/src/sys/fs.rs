@@ -100,6 +100,54 @@ pub(crate) fn openat2(
     })
 }
 
+/// `openat2(AT_FDCWD, path, {flags, mode, resolve})`: like [`openat2`], relative paths
+/// from the working directory.
+pub(crate) fn openat2_cwd(
+    path: &CStr,
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+) -> Result<OwnedFd, i32> {
+    let how = OpenHow {
+        flags,
+        mode,
+        resolve,
+    };
+    // SAFETY: `path` is a valid NUL-terminated path, `how` a properly initialised `open_how`
+    // whose size we pass; the kernel only reads them.
+    super::owned_long(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })
+}
+
+/// `chdir(path)`.
+#[inline]
+pub(crate) fn chdir(path: &CStr) -> Result<(), i32> {
+    // SAFETY: `path` is a valid C string living across the call.
+    super::cvt0(unsafe { libc::chdir(path.as_ptr()) })
+}
+
+/// `pivot_root(new_root, put_old)`.
+#[inline]
+pub(crate) fn pivot_root(new_root: &CStr, put_old: &CStr) -> Result<(), i32> {
+    // SAFETY: both are valid C strings living across the call.
+    let r = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
+    super::cvt_long(r).map(|_| ())
+}
+
+/// `umount2(target, flags)`.
+#[inline]
+pub(crate) fn umount2(target: &CStr, flags: libc::c_int) -> Result<(), i32> {
+    // SAFETY: `target` is a valid C string living across the call.
+    super::cvt0(unsafe { libc::umount2(target.as_ptr(), flags) })
+}
+
 /// `mount(src, target, fstype, flags, data)`; `None` passes NULL.
 #[inline]
 pub(crate) fn mount(
@@ -187,6 +235,11 @@ mod tests {
             openat2(root.as_fd(), c"l", flags, 0, beneath).map(|_| ()),
             Err(libc::EXDEV)
         );
+        assert_eq!(
+            openat2_cwd(&c(&d.path().join("l")), flags, 0, libc::RESOLVE_NO_SYMLINKS).map(|_| ()),
+            Err(libc::ELOOP)
+        );
+        assert!(openat2_cwd(&c(d.path()), flags, 0, 0).is_ok());
         unlinkat(root.as_fd(), c"b", libc::AT_REMOVEDIR).unwrap();
         unlinkat(root.as_fd(), c"l", 0).unwrap();
         assert_eq!(unlinkat(root.as_fd(), c"a", 0), Err(libc::EISDIR));
@@ -198,5 +251,7 @@ mod tests {
         assert_eq!(statfs_type(c"/proc"), Ok(libc::PROC_SUPER_MAGIC));
         assert!(statvfs_flags(c"/").is_ok());
         assert_eq!(statvfs_flags(c"/nonexistent/sandboxio"), Err(libc::ENOENT));
+        assert_eq!(chdir(c"/nonexistent/sandboxio"), Err(libc::ENOENT));
+        assert_eq!(umount2(c"/nonexistent/sandboxio", 0), Err(libc::ENOENT));
     }
 }

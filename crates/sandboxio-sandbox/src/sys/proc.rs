@@ -1,7 +1,10 @@
 //! Process calls: ids, signals, reaping, and the few forks whose child runs a fixed
 //! sequence of raw calls.
 
+use std::ffi::{CStr, CString};
 use std::io;
+use std::marker::PhantomData;
+use std::os::fd::RawFd;
 
 /// `geteuid()`.
 #[inline]
@@ -113,6 +116,184 @@ pub(crate) unsafe fn fork_into(flags: u64, cgroup_fd: i32) -> io::Result<i32> {
     i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
 
+/// `waitpid(-1, &status, 0)` (blocking, not retried on EINTR): (pid, wait status) of any
+/// child.
+#[inline]
+pub(crate) fn wait_any() -> Result<(libc::pid_t, libc::c_int), i32> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid, writable int for the duration of the call.
+    let pid = super::cvt(unsafe { libc::waitpid(-1, &mut status, 0) })?;
+    Ok((pid, status))
+}
+
+/// `_exit(code)`: leaves at once, running no destructor or atexit handler. Async-signal-safe.
+#[inline]
+pub(crate) fn exit_now(code: libc::c_int) -> ! {
+    // SAFETY: _exit takes an integer and ends the process; no code of ours runs after it.
+    unsafe { libc::_exit(code) }
+}
+
+/// `setsid()`: the new session's id. Async-signal-safe.
+#[inline]
+pub(crate) fn setsid() -> Result<libc::pid_t, i32> {
+    // SAFETY: setsid has no arguments and touches no memory of ours.
+    super::cvt(unsafe { libc::setsid() })
+}
+
+/// `unshare(flags)`. Async-signal-safe. (`CLONE_NEWUSER` needs a single-threaded caller:
+/// the kernel refuses it with EINVAL otherwise.)
+#[inline]
+pub(crate) fn unshare(flags: libc::c_int) -> Result<(), i32> {
+    // SAFETY: unshare takes an integer and touches no memory of ours.
+    super::cvt0(unsafe { libc::unshare(flags) })
+}
+
+/// `sethostname(name)` (of the caller's UTS namespace). Async-signal-safe.
+#[inline]
+pub(crate) fn sethostname(name: &CStr) -> Result<(), i32> {
+    let bytes = name.to_bytes();
+    // SAFETY: the kernel reads `bytes.len()` bytes of `name`, which lives across the call.
+    super::cvt0(unsafe { libc::sethostname(bytes.as_ptr().cast(), bytes.len()) })
+}
+
+/// `prctl` with an option whose arguments are integers only (no pointer is passed).
+#[inline]
+pub(super) fn prctl_int(option: libc::c_int, arg: libc::c_ulong) -> Result<libc::c_int, i32> {
+    // SAFETY: the options passed by the callers in `sys` (NO_NEW_PRIVS, PDEATHSIG,
+    // DUMPABLE, CAPBSET_READ/DROP, SECUREBITS) take integer arguments only and touch no
+    // memory of ours.
+    super::cvt(unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1)`. Async-signal-safe.
+#[inline]
+pub(crate) fn set_no_new_privs() -> Result<(), i32> {
+    prctl_int(libc::PR_SET_NO_NEW_PRIVS, 1).map(|_| ())
+}
+
+/// `prctl(PR_SET_PDEATHSIG, sig)`. Async-signal-safe.
+#[inline]
+pub(crate) fn set_parent_death_signal(sig: libc::c_int) -> Result<(), i32> {
+    let sig = libc::c_ulong::try_from(sig).map_err(|_| libc::EINVAL)?;
+    prctl_int(libc::PR_SET_PDEATHSIG, sig).map(|_| ())
+}
+
+/// `prctl(PR_SET_DUMPABLE, dumpable)`. Async-signal-safe.
+#[inline]
+pub(crate) fn set_dumpable(dumpable: bool) -> Result<(), i32> {
+    prctl_int(libc::PR_SET_DUMPABLE, libc::c_ulong::from(dumpable)).map(|_| ())
+}
+
+/// A NULL-terminated array of pointers to C strings borrowed for `'a`, as `execve` takes
+/// for argv and envp. Built before fork; the child only reads it.
+pub(crate) struct CStrArray<'a> {
+    ptrs: Vec<*const libc::c_char>,
+    strings: PhantomData<&'a CStr>,
+}
+
+impl<'a> CStrArray<'a> {
+    /// Points at each of `items` (which outlive the array), then NULL.
+    pub(crate) fn new(items: &'a [CString]) -> Self {
+        let mut ptrs: Vec<*const libc::c_char> = items.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        CStrArray {
+            ptrs,
+            strings: PhantomData,
+        }
+    }
+}
+
+/// `execve(path, argv, envp)`: returns only on failure, with the errno. Async-signal-safe.
+#[inline]
+pub(crate) fn execve(path: &CStr, argv: &CStrArray<'_>, envp: &CStrArray<'_>) -> i32 {
+    // SAFETY: `path` is a valid C string; `argv` and `envp` are NULL-terminated arrays of
+    // pointers to C strings that outlive them (`CStrArray::new`), alive across the call.
+    unsafe { libc::execve(path.as_ptr(), argv.ptrs.as_ptr(), envp.ptrs.as_ptr()) };
+    super::errno()
+}
+
+/// How many threads this process has (the entries of `/proc/self/task`).
+pub(crate) fn thread_count() -> Result<usize, i32> {
+    let dir =
+        std::fs::read_dir("/proc/self/task").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let mut n = 0;
+    for e in dir {
+        e.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Forks, runs `child` in the new process (which never returns into the caller) and returns
+/// `(pid, cloned_into)` in the parent.
+///
+/// - `new_namespaces` 0: a plain `fork()` (libc's); else a raw `clone(new_namespaces |
+///   SIGCHLD)` without a new stack, which creates those namespaces for the child.
+/// - `into_cgroup`: first tries `clone3(CLONE_INTO_CGROUP)` with the same flags into that
+///   cgroup2 directory ([`fork_into`]); when the kernel refuses it, forks as above.
+///   `cloned_into` (also passed to `child`) says whether that worked.
+///
+/// `Err(errno)`: no child was created (the last attempt's errno), or `Err(EDEADLK)` when
+/// the process has more than one thread (or `/proc/self/task` cannot be read: its errno).
+///
+/// Safe because it checks that the caller is the process's only thread: the child is then
+/// a full copy of a single-threaded process (no lock is held by a thread that is gone), so
+/// `child` may run any code, and no other thread exists that could start one between the
+/// check and the fork. `child` must end the process (it returns `Infallible`: it cannot return), so
+/// the child never returns into the caller's frames, whose destructors would otherwise run
+/// twice.
+pub(crate) fn fork_child<F>(
+    new_namespaces: libc::c_int,
+    into_cgroup: Option<RawFd>,
+    child: F,
+) -> Result<(libc::pid_t, bool), i32>
+where
+    F: FnOnce(bool) -> std::convert::Infallible,
+{
+    if thread_count()? != 1 {
+        return Err(libc::EDEADLK);
+    }
+    let flags = u64::try_from(new_namespaces).map_err(|_| libc::EINVAL)?;
+    let mut cloned_into = false;
+    let mut pid = -1;
+    if let Some(fd) = into_cgroup {
+        // SAFETY: the process is single-threaded (checked above) and the child runs `child`,
+        // which never returns.
+        if let Ok(p) = unsafe { fork_into(flags, fd) } {
+            pid = p;
+            cloned_into = true;
+        }
+    }
+    if !cloned_into {
+        pid = if new_namespaces == 0 {
+            // SAFETY: as above.
+            super::cvt(unsafe { libc::fork() })?
+        } else {
+            let flags = libc::c_ulong::try_from(new_namespaces | libc::SIGCHLD)
+                .map_err(|_| libc::EINVAL)?;
+            // SAFETY: as above; clone without a new stack behaves like fork, the child runs
+            // on its copy of the caller's stack.
+            let r = super::cvt_long(unsafe {
+                libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize)
+            })?;
+            libc::pid_t::try_from(r).map_err(|_| libc::EOVERFLOW)?
+        };
+    }
+    if pid == 0 {
+        // Returns `Infallible`: the child ends in there.
+        child(cloned_into);
+    }
+    Ok((pid, cloned_into))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -131,8 +312,30 @@ mod tests {
     }
 
     #[test]
+    fn forking_is_refused_with_other_threads_running() {
+        // The test harness runs this on a thread of its own: two threads at least.
+        assert!(thread_count().unwrap() > 1);
+        assert_eq!(
+            fork_child(0, None, |_| exit_now(0)).map(|_| ()),
+            Err(libc::EDEADLK)
+        );
+    }
+
+    #[test]
+    fn a_c_string_array_ends_in_null() {
+        let items = [CString::new("a").unwrap(), CString::new("bc").unwrap()];
+        let arr = CStrArray::new(&items);
+        assert_eq!(arr.ptrs.len(), 3);
+        assert_eq!(arr.ptrs[1], items[1].as_ptr());
+        assert!(arr.ptrs[2].is_null());
+        // A path that cannot exist: execve returns with its errno.
+        assert_eq!(execve(c"/nonexistent/sandboxio", &arr, &arr), libc::ENOENT);
+    }
+
+    #[test]
     fn signals_and_waits_report_the_errno() {
         assert_eq!(kill(libc::pid_t::MAX, 0), Err(libc::ESRCH));
         assert_eq!(waitpid(libc::pid_t::MAX), Err(libc::ECHILD));
+        assert_eq!(set_parent_death_signal(-1), Err(libc::EINVAL));
     }
 }

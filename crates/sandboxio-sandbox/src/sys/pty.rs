@@ -67,6 +67,14 @@ pub(crate) fn open_pair() -> Result<(OwnedFd, OwnedFd), PtyFailure> {
     Ok((master, slave))
 }
 
+/// `ioctl(fd, TIOCSCTTY, 0)`: the terminal on `fd` becomes the controlling terminal of the
+/// calling session leader. Async-signal-safe.
+#[inline]
+pub(crate) fn set_controlling_tty(fd: RawFd) -> Result<(), i32> {
+    // SAFETY: TIOCSCTTY takes an integer argument; no memory of ours is passed.
+    super::cvt0(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
