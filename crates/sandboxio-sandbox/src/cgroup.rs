@@ -785,11 +785,8 @@ pub fn allow_for_helper(plan: &mut CgroupPlan, joined: &[PathBuf]) {
     }
 }
 
-/// Fork straight into a cgroup2 directory (`clone3(CLONE_INTO_CGROUP)`); see
-/// [`crate::sys::proc::fork_into`].
-pub(crate) use crate::sys::proc::fork_into;
-
-/// Open a cgroup2 directory for [`fork_into`].
+/// Open a cgroup2 directory to fork straight into (`clone3(CLONE_INTO_CGROUP)`, see
+/// [`crate::sys::proc::fork_child`]).
 pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = fs::OpenOptions::new()

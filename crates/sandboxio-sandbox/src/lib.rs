@@ -15,7 +15,7 @@
 #![deny(unsafe_code)]
 
 // Not migrated to `sys` yet (still allowed `unsafe`; remaining work, see README.md):
-// `exec`, `helper` and `ns::apply` (marked in `ns/mod.rs`).
+// `exec` and `helper`.
 
 mod build_id;
 mod caps;

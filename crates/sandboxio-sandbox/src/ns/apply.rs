@@ -18,7 +18,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -33,6 +33,8 @@ use super::restriction::{self, HostFacts, Step as RestrictedStep};
 use super::root_ops::{RootOps, Sys};
 use super::seccomp::{self, SockFilter};
 use crate::error::SandboxError;
+use crate::sys;
+use crate::sys::proc::CStrArray;
 
 /// Limits applied with setrlimit in the payload: (resource, value). Only ever lowered.
 pub type Rlimits = Vec<(libc::__rlimit_resource_t, u64)>;
@@ -211,44 +213,33 @@ impl Staging {
             super::plan::TMPFS_INODES
         ))
         .map_err(|_| NsError::NulByte)?;
-        // SAFETY: all pointers are valid NUL-terminated strings living across the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(NsError::StagingMount {
-                path: dir.to_path_buf(),
-                source: io_err(),
-            });
-        }
-        Ok(())
+        sys::fs::mount(
+            Some(c"tmpfs"),
+            &target,
+            Some(c"tmpfs"),
+            libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&data),
+        )
+        .map_err(|e| NsError::StagingMount {
+            path: dir.to_path_buf(),
+            source: io::Error::from_raw_os_error(e),
+        })
     }
 
     fn mount(&mut self, dir: &Path, data: &str) -> Result<(), NsError> {
         let target = cstr(dir)?;
         let data = CString::new(data).map_err(|_| NsError::NulByte)?;
-        // SAFETY: all pointers are valid NUL-terminated strings living across the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(NsError::StagingMount {
-                path: dir.to_path_buf(),
-                source: io_err(),
-            });
-        }
+        sys::fs::mount(
+            Some(c"tmpfs"),
+            &target,
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&data),
+        )
+        .map_err(|e| NsError::StagingMount {
+            path: dir.to_path_buf(),
+            source: io::Error::from_raw_os_error(e),
+        })?;
         self.mounted.push(dir.to_path_buf());
         Ok(())
     }
@@ -259,8 +250,8 @@ impl Staging {
         if let Some(first) = self.mounted.first().cloned() {
             self.mounted.clear();
             if let Ok(c) = cstr(&first) {
-                // SAFETY: plain umount of a path we mounted; MNT_DETACH never blocks.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+                // A path we mounted; MNT_DETACH never blocks.
+                let _ = sys::fs::umount2(&c, libc::MNT_DETACH);
             }
         }
         let _ = std::fs::remove_dir_all(&self.base);
@@ -305,11 +296,9 @@ pub(crate) fn restricted(step: RestrictedStep, errno: i32, err: NsError) -> NsEr
 /// next steps need: its private mount namespace, the staging tmpfs, and the id maps of the
 /// sandbox's own user namespace (nested in this one). Root skips this step.
 fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<(), NsError> {
-    // SAFETY: unshare with a flag constant; the helper is single-threaded, as
-    // CLONE_NEWUSER requires.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
-        let source = io_err();
-        let e = source.raw_os_error().unwrap_or(0);
+    // The helper is single-threaded, as CLONE_NEWUSER requires.
+    if let Err(e) = sys::proc::unshare(libc::CLONE_NEWUSER) {
+        let source = io::Error::from_raw_os_error(e);
         return Err(restricted(
             RestrictedStep::CreateUserNamespace,
             e,
@@ -340,30 +329,21 @@ fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<(), NsError> {
 /// Enters a private mount namespace for the helper itself, so staging mounts never reach
 /// the host and vanish with the helper even if it is killed.
 fn private_mount_namespace() -> Result<(), NsError> {
-    // SAFETY: unshare with a flag constant; affects only this (single-threaded) process.
-    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-        let source = io_err();
-        let e = source.raw_os_error().unwrap_or(0);
+    // Affects only this (single-threaded) process.
+    if let Err(e) = sys::proc::unshare(libc::CLONE_NEWNS) {
+        let source = io::Error::from_raw_os_error(e);
         return Err(restricted(
             RestrictedStep::UseUserNamespace,
             e,
             NsError::HelperMountNamespace { source },
         ));
     }
-    // SAFETY: constant, valid C strings; remounts propagation of our own namespace.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(NsError::HelperMountNamespace { source: io_err() });
-    }
-    Ok(())
+    // Remounts propagation of our own namespace.
+    sys::fs::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).map_err(|e| {
+        NsError::HelperMountNamespace {
+            source: io::Error::from_raw_os_error(e),
+        }
+    })
 }
 
 /// Limits and bookkeeping of one tree copy (workspace in, output out).
@@ -560,18 +540,13 @@ pub(crate) fn copy_output(src: &Path, dst: &Path, cap: u64) -> Result<(u64, u64)
 }
 
 /// `lseek(fd, off, whence)`: `Ok(None)` for ENXIO (no data at or after `off`).
-fn seek(fd: RawFd, off: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+fn seek(fd: BorrowedFd<'_>, off: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
     let off = libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: lseek on an fd we own, with integer arguments; no memory is touched.
-    let r = unsafe { libc::lseek(fd, off, whence) };
-    if r < 0 {
-        let e = io_err();
-        if e.raw_os_error() == Some(libc::ENXIO) {
-            return Ok(None);
-        }
-        return Err(e);
+    match sys::fd::lseek(fd, off, whence) {
+        Ok(r) => Ok(u64::try_from(r).ok()),
+        Err(libc::ENXIO) => Ok(None),
+        Err(e) => Err(io::Error::from_raw_os_error(e)),
     }
-    Ok(u64::try_from(r).ok())
 }
 
 /// Copies the data extents of `r` into `w` (holes stay holes), counting every byte written
@@ -590,10 +565,10 @@ fn copy_sparse(
     let mut buf = vec![0u8; 64 * 1024];
     let mut pos = 0u64;
     while pos < size {
-        let (start, end) = match seek(r.as_raw_fd(), pos, libc::SEEK_DATA) {
+        let (start, end) = match seek(r.as_fd(), pos, libc::SEEK_DATA) {
             Ok(None) => break, // only a hole is left
             Ok(Some(start)) => {
-                let end = seek(r.as_raw_fd(), start, libc::SEEK_HOLE)
+                let end = seek(r.as_fd(), start, libc::SEEK_HOLE)
                     .map_err(err)?
                     .unwrap_or(size);
                 (start, end.min(size))
@@ -973,8 +948,7 @@ where
     seccomp::compile(&plan.seccomp)?;
     candidates(plan)?;
 
-    // SAFETY: geteuid/getegid have no preconditions and cannot fail.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (sys::proc::geteuid(), sys::proc::getegid());
     let unprivileged = !crate::ids::is_host_root();
     let adapted;
     let plan = if unprivileged {
@@ -1009,10 +983,12 @@ where
 
     let (release_r, release_w) = pipe()?;
     let (report_r, report_w) = pipe()?;
-    let waits = if payload.is_none() {
-        Some((pipe()?, pipe()?))
+    // Pre-built only: the request pipe (the init reads) and the ready pipe (it writes).
+    let (mut req_r, req_w, ready_r, mut ready_w) = if payload.is_none() {
+        let ((req_r, req_w), (ready_r, ready_w)) = (pipe()?, pipe()?);
+        (Some(req_r), Some(req_w), Some(ready_r), Some(ready_w))
     } else {
-        None
+        (None, None, None, None)
     };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -1020,68 +996,50 @@ where
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    let mut cloned_into = false;
-    let mut pid: libc::c_long = -1;
-    if let Some(fd) = cgroups.into {
-        // SAFETY: as for the clone below: fork semantics in the single-threaded helper.
-        if let Ok(p) = unsafe { crate::cgroup::fork_into(flags as u64, fd) } {
-            cloned_into = true;
-            pid = libc::c_long::from(p);
-        }
-    }
-    if !cloned_into {
-        // SAFETY: clone without a new stack behaves like fork; the helper is
-        // single-threaded, so the child may keep running Rust code on its copy of the
-        // address space.
-        pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                (flags | libc::SIGCHLD) as libc::c_ulong,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
+    // Each side takes its ends out of these options: the init in its copy of this frame
+    // (which it never returns to), the helper below.
+    let (mut release_r, mut release_w) = (Some(release_r), Some(release_w));
+    let (mut report_r, mut report_w) = (Some(report_r), Some(report_w));
+    // The helper is single-threaded (`fork_child` checks it), so the init may keep running
+    // Rust code on its copy of the address space; `init_main` never returns.
+    let forked = sys::proc::fork_child(flags, cgroups.into, |_| {
+        drop(release_w.take());
+        drop(report_r.take());
+        let (Some(release), Some(report)) = (release_r.take(), report_w.take()) else {
+            sys::proc::exit_now(1)
+        };
+        let fds = InitFds {
+            release,
+            report,
+            request: req_r.take(),
+            ready: ready_w.take(),
+        };
+        init_main(&base, payload.as_ref(), fds, cgroups.self_join)
+    });
+    let (pid, cloned_into) = match forked {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(restricted(
+                RestrictedStep::CreateUserNamespace,
+                e,
+                NsError::Clone {
+                    source: io::Error::from_raw_os_error(e),
+                },
             )
-        };
-    }
-    if pid < 0 {
-        let source = io_err();
-        let e = source.raw_os_error().unwrap_or(0);
-        return Err(restricted(
-            RestrictedStep::CreateUserNamespace,
-            e,
-            NsError::Clone { source },
-        )
-        .into());
-    }
-    if pid == 0 {
-        drop(release_w);
-        drop(report_r);
-        let fds = match &waits {
-            Some(((req_r, _), (_, ready_w))) => InitFds {
-                release: release_r.as_raw_fd(),
-                report: report_w.as_raw_fd(),
-                request: Some(req_r.as_raw_fd()),
-                ready: Some(ready_w.as_raw_fd()),
-            },
-            None => InitFds {
-                release: release_r.as_raw_fd(),
-                report: report_w.as_raw_fd(),
-                request: None,
-                ready: None,
-            },
-        };
-        init_main(&base, payload.as_ref(), fds, cgroups.self_join);
-    }
-    let pid = libc::pid_t::try_from(pid).unwrap_or(-1);
+            .into());
+        }
+    };
     drop(release_r);
     drop(report_w);
-    let (request, ready) = match waits {
-        Some(((req_r, req_w), (ready_r, ready_w))) => {
-            drop((req_r, ready_w));
-            (Some(req_w), Some(ready_r))
+    drop((req_r, ready_w));
+    let (request, ready) = (req_w, ready_r);
+    let (Some(release_w), Some(report_r)) = (release_w, report_r) else {
+        // Taken in the init only.
+        kill_and_reap(pid);
+        return Err(NsError::Pipe {
+            source: io::Error::from_raw_os_error(libc::EBADF),
         }
-        None => (None, None),
+        .into());
     };
     for (file, text) in [("uid_map", &plan.uid_map), ("gid_map", &plan.gid_map)] {
         if let Err(source) = std::fs::write(format!("/proc/{pid}/{file}"), text.as_bytes()) {
@@ -1138,22 +1096,14 @@ pub(super) fn copy_workspace(plan: &NamespacePlan, staging: &Staging) -> Result<
 
 /// SIGKILL and reap our own child (the init): its pid namespace dies with it.
 pub(super) fn kill_and_reap(pid: libc::pid_t) {
-    // SAFETY: signalling and reaping our own child.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-        let mut st = 0;
-        libc::waitpid(pid, &mut st, 0);
-    }
+    let _ = sys::proc::kill(pid, libc::SIGKILL);
+    let _ = sys::proc::waitpid(pid);
 }
 
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(NsError::Pipe { source: io_err() });
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    sys::fd::pipe().map_err(|e| NsError::Pipe {
+        source: io::Error::from_raw_os_error(e),
+    })
 }
 
 impl NsChild {
@@ -1284,15 +1234,15 @@ fn unprivileged_gaps(uid: u32) -> Vec<String> {
 
 // ---- inside the namespaces ----------------------------------------------------------------
 
-fn send(fd: RawFd, r: &Report) {
+fn send(fd: BorrowedFd<'_>, r: &Report) {
     if let Ok(mut line) = serde_json::to_vec(r) {
         line.push(b'\n');
-        // SAFETY: writing a local buffer to our report pipe; one write below PIPE_BUF.
-        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+        // One write below PIPE_BUF.
+        let _ = sys::fd::write(fd, &line);
     }
 }
 
-fn fail(fd: RawFd, stage: Stage, target: &CStr, err: i32) -> ! {
+fn fail(fd: BorrowedFd<'_>, stage: Stage, target: &CStr, err: i32) -> ! {
     send(
         fd,
         &Report::Setup {
@@ -1301,26 +1251,15 @@ fn fail(fd: RawFd, stage: Stage, target: &CStr, err: i32) -> ! {
             errno: err,
         },
     );
-    // SAFETY: leaving the child without running the helper's destructors.
-    unsafe { libc::_exit(1) }
+    // Leaving the child without running the helper's destructors.
+    sys::proc::exit_now(1)
 }
 
 type StepResult = Result<(), (Stage, i32)>;
 
-fn check(rc: libc::c_int, stage: Stage) -> StepResult {
-    if rc < 0 {
-        Err((stage, errno()))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_l(rc: libc::c_long, stage: Stage) -> StepResult {
-    if rc < 0 {
-        Err((stage, errno()))
-    } else {
-        Ok(())
-    }
+/// A sys call's errno as the failure of `stage`.
+fn check<T>(r: Result<T, i32>, stage: Stage) -> StepResult {
+    r.map(|_| ()).map_err(|e| (stage, e))
 }
 
 fn mount(
@@ -1330,17 +1269,10 @@ fn mount(
     flags: libc::c_ulong,
     data: Option<&CStr>,
 ) -> StepResult {
-    // SAFETY: every pointer is either null or a valid C string living across the call.
-    let rc = unsafe {
-        libc::mount(
-            src.map_or(std::ptr::null(), |s| s.as_ptr()),
-            target.as_ptr(),
-            fstype.map_or(std::ptr::null(), |s| s.as_ptr()),
-            flags,
-            data.map_or(std::ptr::null(), |s| s.as_ptr().cast()),
-        )
-    };
-    check(rc, Stage::Mount)
+    check(
+        sys::fs::mount(src, target, fstype, flags, data),
+        Stage::Mount,
+    )
 }
 
 /// Flags of the mount at `path` that a remount inside a user namespace must keep
@@ -1499,20 +1431,15 @@ pub(super) fn run_step(
 
 /// Writes `value` to an existing file (a sysctl) in one write.
 fn write_small(path: &CStr, value: &[u8]) -> Result<(), i32> {
-    // SAFETY: valid C string; opening an existing file for writing.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: writing a borrowed buffer of its own length to the fd just opened.
-    let n = unsafe { libc::write(fd, value.as_ptr().cast(), value.len()) };
+    let fd = sys::fd::open(path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+    let n = sys::fd::write(fd.as_fd(), value);
     let e = errno();
-    // SAFETY: closing the fd opened above.
-    unsafe { libc::close(fd) };
-    if usize::try_from(n).ok() != Some(value.len()) {
-        return Err(e);
+    drop(fd);
+    match n {
+        Ok(n) if n == value.len() => Ok(()),
+        Ok(_) => Err(e),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// `mount_setattr(2)` attribute bits (linux/mount.h).
@@ -1545,35 +1472,20 @@ fn set_attr_recursive(ops: &mut impl RootOps, path: &CStr, flags: libc::c_ulong)
 /// the way, so a link swapped into the path since then fails with `ELOOP`.
 fn open_source(host: &CStr, confined: bool) -> Result<(CString, bool), i32> {
     let fd = if confined {
-        // SAFETY: `open_how` is plain data; all-zero is its valid "no options" state.
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: valid C string and a live `open_how` of the size passed.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                libc::AT_FDCWD,
-                host.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        libc::c_int::try_from(rc).unwrap_or(-1)
+        sys::fs::openat2_cwd(
+            host,
+            (libc::O_PATH | libc::O_CLOEXEC) as u64,
+            0,
+            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        )?
     } else {
-        // SAFETY: valid C string; O_PATH opens without reading.
-        unsafe { libc::open(host.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }
+        // O_PATH opens without reading.
+        sys::fd::open(host, libc::O_PATH | libc::O_CLOEXEC, 0)?
     };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: `fd` is open; `st` is writable memory of the right size.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } < 0 {
-        return Err(errno());
-    }
-    // SAFETY: fstat succeeded and filled `st`.
-    let is_dir = (unsafe { st.assume_init() }.st_mode & libc::S_IFMT) == libc::S_IFDIR;
+    let st = sys::fd::fstat(fd.as_fd());
+    // Left open (until the init closes its stray fds), whatever fstat said.
+    let fd = fd.into_raw_fd();
+    let is_dir = (st?.st_mode & libc::S_IFMT) == libc::S_IFDIR;
     let path = CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
     Ok((path, is_dir))
 }
@@ -1592,26 +1504,13 @@ fn step_target(step: &Step) -> &CStr {
     }
 }
 
-fn prctl(option: libc::c_int, arg: libc::c_ulong) -> libc::c_int {
-    // SAFETY: the prctl options used here take integer arguments only.
-    unsafe {
-        libc::prctl(
-            option,
-            arg,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    }
-}
-
 /// Drops every capability: bounding set, ambient, then effective/permitted/inheritable.
 fn drop_capabilities() -> StepResult {
     for cap in 0..64 {
-        if prctl(libc::PR_CAPBSET_READ, cap) < 0 {
+        if sys::caps::capbset_read(cap).is_err() {
             break; // past the last capability this kernel knows
         }
-        check(prctl(libc::PR_CAPBSET_DROP, cap), Stage::DropBoundingSet)?;
+        check(sys::caps::capbset_drop(cap), Stage::DropBoundingSet)?;
     }
     crate::caps::clear_ambient().map_err(|e| (Stage::ClearAmbient, e))?;
     crate::caps::zero_sets().map_err(|e| (Stage::CapSet, e))
@@ -1619,12 +1518,12 @@ fn drop_capabilities() -> StepResult {
 
 /// The init's pipes (its own copies; the helper holds the other ends).
 struct InitFds {
-    release: RawFd,
-    report: RawFd,
+    release: OwnedFd,
+    report: OwnedFd,
     /// Pre-built only: the request arrives here (JSON [`super::prebuilt::Go`], then EOF).
-    request: Option<RawFd>,
+    request: Option<OwnedFd>,
     /// Pre-built only: one byte once the base is built.
-    ready: Option<RawFd>,
+    ready: Option<OwnedFd>,
 }
 
 /// The init: pid 1 of the new pid namespace. Never returns. Cold (`payload` given): builds
@@ -1643,35 +1542,35 @@ fn init_main(
         request,
         ready,
     } = fds;
-    let fail_at = |(stage, e): (Stage, i32), target: &CStr| -> ! { fail(report, stage, target, e) };
-    if prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {
-        fail_at((Stage::SetParentDeathSignal, errno()), c"");
+    let report_fd = report.as_fd();
+    let fail_at =
+        |(stage, e): (Stage, i32), target: &CStr| -> ! { fail(report_fd, stage, target, e) };
+    if let Err(e) = sys::proc::set_parent_death_signal(libc::SIGKILL) {
+        fail_at((Stage::SetParentDeathSignal, e), c"");
     }
     let mut b = [0u8; 1];
-    // SAFETY: reading one byte into a local buffer.
-    let n = unsafe { libc::read(release, b.as_mut_ptr().cast(), 1) };
-    if n != 1 {
+    if sys::fd::read(release.as_fd(), &mut b) != Ok(1) {
         // The helper died or gave up before releasing us.
-        // SAFETY: plain exit of the child.
-        unsafe { libc::_exit(1) };
+        sys::proc::exit_now(1);
     }
-    // SAFETY: closing the release pipe, no longer needed.
-    unsafe { libc::close(release) };
+    // The release pipe is no longer needed.
+    drop(release);
     // Into the sandbox's v1 cgroups first, before anything is allocated or started: this
     // process is single-threaded, so moving its thread moves it.
     for (fd, path) in self_join {
-        // SAFETY: writing one byte from a static buffer to an fd inherited from the helper.
-        if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
-            fail_at((Stage::JoinCgroup, errno()), path);
+        match sys::fd::write(fd.as_fd(), b"0") {
+            Ok(1) => {}
+            Err(e) => fail_at((Stage::JoinCgroup, e), path),
+            Ok(_) => fail_at((Stage::JoinCgroup, errno()), path),
         }
-        // SAFETY: the init never returns, so its copy of the OwnedFd is never dropped:
-        // closing the raw fd here is its only close in this process.
-        unsafe { libc::close(fd.as_raw_fd()) };
+        // The init never returns, so its copy of the OwnedFd is never dropped: closing the
+        // number here is its only close in this process.
+        let _ = sys::fd::close_raw(fd.as_raw_fd());
     }
     // The init holds the helper's memory and environment: not dumpable, so the payload
     // (same uid, no capabilities) cannot read /proc/1/environ or /proc/1/mem.
-    if prctl(libc::PR_SET_DUMPABLE, 0) < 0 {
-        fail_at((Stage::SetDumpable, errno()), c"");
+    if let Err(e) = sys::proc::set_dumpable(false) {
+        fail_at((Stage::SetDumpable, e), c"");
     }
     // Open bind sources while still holding the helper's host ids.
     let mut sources: Vec<Option<(CString, bool)>> = Vec::with_capacity(ctx.steps.len());
@@ -1713,47 +1612,45 @@ fn init_main(
     }
     // Only stdio and the report pipe survive in the init (the bind-source fds go too),
     // plus, pre-built, the request and ready pipes.
-    close_all_but(&[Some(report), request, ready]);
+    close_all_but(&[
+        Some(report.as_raw_fd()),
+        request.as_ref().map(|fd| fd.as_raw_fd()),
+        ready.as_ref().map(|fd| fd.as_raw_fd()),
+    ]);
     let built;
     let payload = match (payload, &ctx.base_plan, request, ready) {
         (Some(p), _, _, _) => p,
         (None, Some(base), Some(request), Some(ready)) => {
-            // SAFETY: one byte from a local buffer to our ready pipe, which we then close.
-            unsafe {
-                libc::write(ready, b"r".as_ptr().cast(), 1);
-                libc::close(ready);
-            }
+            // One byte to our ready pipe, which we then close.
+            let _ = sys::fd::write(ready.as_fd(), b"r");
+            drop(ready);
             built = match wait_for_request(base, request, ctx.memfd_noexec) {
                 Ok(p) => p,
-                Err((stage, e, target)) => fail(report, stage, &target, e),
+                Err((stage, e, target)) => fail(report_fd, stage, &target, e),
             };
             &built
         }
         _ => fail_at((Stage::ReadRequest, libc::EINVAL), c"request"),
     };
-    // SAFETY: the init is single-threaded; the child runs `payload_main`, which ends in
-    // execve or _exit.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        fail_at((Stage::Fork, errno()), c"payload");
-    }
-    if child == 0 {
-        payload_main(payload, report);
-    }
-    // The init does not need stdio or capabilities any more.
-    // SAFETY: closing our own stdio; the payload keeps its copies.
-    unsafe {
-        libc::close(0);
-        libc::close(1);
-        libc::close(2);
-    }
-    prctl(libc::PR_SET_NO_NEW_PRIVS, 1);
+    // The init is single-threaded (`fork_child` checks it); the child runs `payload_main`,
+    // which ends in execve or _exit.
+    let child = match sys::proc::fork_child(0, None, |_| payload_main(payload, report_fd)) {
+        Ok((pid, _)) => pid,
+        Err(e) => fail_at((Stage::Fork, e), c"payload"),
+    };
+    // The init does not need stdio or capabilities any more (the payload keeps its copies
+    // of stdio).
+    let _ = sys::fd::close_raw(0);
+    let _ = sys::fd::close_raw(1);
+    let _ = sys::fd::close_raw(2);
+    let _ = sys::proc::set_no_new_privs();
     let _ = drop_capabilities();
     loop {
-        let mut status = 0;
-        // SAFETY: waiting for any child; `status` is a valid int.
-        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if r == child {
+        let r = sys::proc::wait_any();
+        if let Ok((pid, status)) = r {
+            if pid != child {
+                continue;
+            }
             let msg = if libc::WIFSIGNALED(status) {
                 Report::Signaled {
                     signal: libc::WTERMSIG(status),
@@ -1763,34 +1660,30 @@ fn init_main(
                     code: libc::WEXITSTATUS(status),
                 }
             };
-            send(report, &msg);
+            send(report_fd, &msg);
             // Exiting kills every process left in the namespace.
-            // SAFETY: plain exit.
-            unsafe { libc::_exit(0) };
+            sys::proc::exit_now(0);
         }
-        if r < 0 && errno() == libc::ECHILD {
-            // SAFETY: plain exit.
-            unsafe { libc::_exit(1) };
+        if r == Err(libc::ECHILD) {
+            sys::proc::exit_now(1);
         }
     }
 }
 
 fn init_setup(ctx: &BaseCtx) -> StepResult {
-    // SAFETY: id syscalls with integer arguments; the maps are written, so 0 is mapped.
-    unsafe {
-        check(libc::setresgid(0, 0, 0), Stage::SetResGid)?;
-        let rc = libc::setgroups(0, std::ptr::null());
-        // Denied in a user namespace nested in an unprivileged one (see unprivileged_gaps).
-        if !(ctx.unprivileged && rc < 0 && errno() == libc::EPERM) {
-            check(rc, Stage::SetGroups)?;
-        }
-        check(libc::setresuid(0, 0, 0), Stage::SetResUid)?;
-        check(libc::unshare(libc::CLONE_NEWCGROUP), Stage::UnshareCgroup)?;
-        check(
-            libc::sethostname(ctx.hostname.as_ptr(), ctx.hostname.as_bytes().len()),
-            Stage::SetHostname,
-        )?;
+    // The maps are written, so 0 is mapped.
+    check(sys::ids::setresgid(0), Stage::SetResGid)?;
+    let rc = sys::ids::setgroups_empty();
+    // Denied in a user namespace nested in an unprivileged one (see unprivileged_gaps).
+    if !(ctx.unprivileged && rc == Err(libc::EPERM)) {
+        check(rc, Stage::SetGroups)?;
     }
+    check(sys::ids::setresuid(0), Stage::SetResUid)?;
+    check(
+        sys::proc::unshare(libc::CLONE_NEWCGROUP),
+        Stage::UnshareCgroup,
+    )?;
+    check(sys::proc::sethostname(&ctx.hostname), Stage::SetHostname)?;
     let rc = mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None);
     rc.map_err(|(_, e)| (Stage::MakeRootPrivate, e))?;
     let data = CString::new(format!("size={},mode=0755", ctx.root_size))
@@ -1816,25 +1709,24 @@ fn close_all_but(keep: &[Option<RawFd>]) {
     let mut from = 3u32;
     for k in keep {
         if k > from {
-            // SAFETY: close_range on integer bounds below a kept fd.
-            unsafe { libc::close_range(from, k - 1, 0) };
+            // Below a kept fd.
+            let _ = sys::fd::close_range(from, k - 1);
         }
         from = k.saturating_add(1);
     }
-    // SAFETY: close_range on integer bounds above every kept fd.
-    unsafe { libc::close_range(from, u32::MAX, 0) };
+    // Above every kept fd.
+    let _ = sys::fd::close_range(from, u32::MAX);
 }
 
 /// Pre-built: blocks until the helper sends the request, then applies its request-time
 /// part (remounts of `/tmp`, `/dev/shm`, `/workspace`, `/output`) and prepares the payload.
 fn wait_for_request(
     base: &NamespacePlan,
-    request: RawFd,
+    request: OwnedFd,
     memfd_sysctl: bool,
 ) -> Result<PayloadCtx, (Stage, i32, CString)> {
     let target = |t: &str| CString::new(t).unwrap_or_default();
-    // SAFETY: the fd is our copy of the request pipe's read end, owned from here on.
-    let f = unsafe { std::fs::File::from_raw_fd(request) };
+    let f = std::fs::File::from(request);
     let mut buf = Vec::new();
     f.take(crate::plan::MAX_PLAN_BYTES as u64)
         .read_to_end(&mut buf)
@@ -1902,20 +1794,15 @@ pub(super) fn remount(ops: &mut impl RootOps, r: &super::prebuilt::Remount) -> S
 }
 
 fn enter_root(ctx: &BaseCtx) -> StepResult {
-    // SAFETY: valid C strings; the pivot_root(".", ".") idiom stacks the old root on top
-    // of the new one, and the detach below removes it.
-    unsafe {
-        check(libc::chdir(ctx.root.as_ptr()), Stage::Chdir)?;
-        check_l(
-            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()),
-            Stage::PivotRoot,
-        )?;
-        check(
-            libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
-            Stage::UnmountOldRoot,
-        )?;
-        check(libc::chdir(c"/".as_ptr()), Stage::Chdir)?;
-    }
+    // The pivot_root(".", ".") idiom stacks the old root on top of the new one, and the
+    // detach below removes it.
+    check(sys::fs::chdir(&ctx.root), Stage::Chdir)?;
+    check(sys::fs::pivot_root(c".", c"."), Stage::PivotRoot)?;
+    check(
+        sys::fs::umount2(c".", libc::MNT_DETACH),
+        Stage::UnmountOldRoot,
+    )?;
+    check(sys::fs::chdir(c"/"), Stage::Chdir)?;
     mount(
         None,
         c"/",
@@ -1927,35 +1814,29 @@ fn enter_root(ctx: &BaseCtx) -> StepResult {
 }
 
 /// The payload, forked by the init. Never returns.
-fn payload_main(ctx: &PayloadCtx, report: RawFd) -> ! {
+fn payload_main(ctx: &PayloadCtx, report: BorrowedFd<'_>) -> ! {
     let fail_at = |(stage, e): (Stage, i32)| -> ! { fail(report, stage, c"payload", e) };
-    // SAFETY: resetting the signal state inherited from the helper (blocked mask, Rust's
-    // ignored SIGPIPE) with valid, local sigset values.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-    // SAFETY: setsid has no arguments; detaches from any host controlling terminal.
-    if unsafe { libc::setsid() } < 0 {
-        fail_at((Stage::SetSid, errno()));
+    // Reset the signal state inherited from the helper (blocked mask, Rust's ignored
+    // SIGPIPE).
+    let _ = sys::signal::set_mask(&sys::signal::empty_set());
+    let _ = sys::signal::set_default(libc::SIGPIPE);
+    // Detaches from any host controlling terminal.
+    if let Err(e) = sys::proc::setsid() {
+        fail_at((Stage::SetSid, e));
     }
     if ctx.tty {
-        // The pseudo-terminal on fd 0 becomes the controlling terminal of this new
-        // session, so Ctrl-C typed into it is SIGINT for the program.
-        // SAFETY: TIOCSCTTY takes an integer argument; fd 0 is the terminal's slave.
-        unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
+        // The pseudo-terminal on fd 0 (the terminal's slave) becomes the controlling
+        // terminal of this new session, so Ctrl-C typed into it is SIGINT for the program.
+        let _ = sys::pty::set_controlling_tty(0);
     }
     if crate::rlimit::lower_all(&ctx.rlimits).is_err() {
         fail_at((Stage::SetRlimit, errno()));
     }
-    // SAFETY: valid C string.
-    if unsafe { libc::chdir(ctx.cwd.as_ptr()) } < 0 {
-        fail_at((Stage::Chdir, errno()));
+    if let Err(e) = sys::fs::chdir(&ctx.cwd) {
+        fail_at((Stage::Chdir, e));
     }
-    if prctl(libc::PR_SET_NO_NEW_PRIVS, 1) < 0 {
-        fail_at((Stage::NoNewPrivs, errno()));
+    if let Err(e) = sys::proc::set_no_new_privs() {
+        fail_at((Stage::NoNewPrivs, e));
     }
     let abi = match &ctx.landlock {
         Some(p) => match landlock::apply(p) {
@@ -1979,21 +1860,18 @@ fn payload_main(ctx: &PayloadCtx, report: RawFd) -> ! {
         | libc::SECBIT_KEEP_CAPS_LOCKED
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    if prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong) < 0 {
-        fail_at((Stage::SecureBits, errno()));
+    if let Err(e) = sys::caps::set_securebits(bits as libc::c_ulong) {
+        fail_at((Stage::SecureBits, e));
     }
     if let Err(e) = drop_capabilities() {
         fail_at(e);
     }
     // Everything but stdio and the (close-on-exec) report pipe closes at exec.
-    // SAFETY: integer arguments only.
-    if unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } < 0 {
-        fail_at((Stage::CloseFds, errno()));
+    if let Err(e) = sys::fd::set_cloexec_from(3) {
+        fail_at((Stage::CloseFds, e));
     }
-    let mut argv: Vec<*const libc::c_char> = ctx.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = ctx.envp.iter().map(|a| a.as_ptr()).collect();
-    envp.push(std::ptr::null());
+    let argv = CStrArray::new(&ctx.argv);
+    let envp = CStrArray::new(&ctx.envp);
     let applied = serde_json::to_vec(&Report::Applied {
         landlock_abi: abi,
         seccomp: true,
@@ -2005,16 +1883,12 @@ fn payload_main(ctx: &PayloadCtx, report: RawFd) -> ! {
         fail_at((Stage::Seccomp, e));
     }
     // From here on only syscalls the filter allows.
-    // SAFETY: writing a prepared buffer and a newline to the report pipe.
-    unsafe {
-        libc::write(report, applied.as_ptr().cast(), applied.len());
-        libc::write(report, c"\n".as_ptr().cast(), 1);
-    }
+    // A prepared buffer and a newline to the report pipe.
+    let _ = sys::fd::write(report, &applied);
+    let _ = sys::fd::write(report, b"\n");
     let mut best = libc::ENOENT;
     for cand in &ctx.candidates {
-        // SAFETY: NUL-terminated argv/envp arrays of valid C strings.
-        unsafe { libc::execve(cand.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-        let e = errno();
+        let e = sys::proc::execve(cand, &argv, &envp);
         if e != libc::ENOENT && e != libc::ENOTDIR {
             best = e;
         }
@@ -2026,8 +1900,7 @@ fn payload_main(ctx: &PayloadCtx, report: RawFd) -> ! {
             errno: best,
         },
     );
-    // SAFETY: plain exit.
-    unsafe { libc::_exit(127) }
+    sys::proc::exit_now(127)
 }
 
 #[cfg(test)]

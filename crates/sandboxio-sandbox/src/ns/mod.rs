@@ -7,8 +7,6 @@
 //!   and returns an [`NsChild`]; after reaping its pid, [`NsChild::finish`] gives the
 //!   payload's exact exit status and the enforcement achieved.
 
-// Not migrated to `crate::sys` yet (see the list in lib.rs).
-#[allow(unsafe_code)]
 mod apply;
 pub(crate) mod egress;
 pub mod error;
