@@ -6,7 +6,9 @@
 //! The wrappers are thin: they take prepared values (`&CStr`, descriptors, plain integers),
 //! allocate nothing and return the errno as `Err(i32)`, so the ones used between fork and
 //! exec (`caps`, `rlimit`, `seccomp`, `landlock`, `fs`, `fd`) stay async-signal-safe.
-//! A function that forks runs a fixed sequence of raw calls in the child and nothing else.
+//! A function that forks runs a fixed sequence of raw calls in the child and nothing else,
+//! except `proc::fork_child`, whose child runs the caller's closure (which cannot return):
+//! it refuses unless the caller is the process's only thread.
 
 pub(crate) mod caps;
 pub(crate) mod fd;
