@@ -288,8 +288,12 @@ where
         };
     }
     if pid == 0 {
-        // Returns `Infallible`: the child ends in there.
-        child(cloned_into);
+        // Returns `Infallible`: the child ends in there. A panic must not unwind into the
+        // caller's frames either (the child would go on as a copy of the parent): it ends
+        // the child with status 127 instead.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| child(cloned_into)));
+        // SAFETY: `_exit` ends the process without running destructors or atexit handlers.
+        unsafe { libc::_exit(127) }
     }
     Ok((pid, cloned_into))
 }
