@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -19,10 +19,11 @@ use std::time::Instant;
 use sandboxio_core::{ErrorCode, ExitStatus};
 
 use crate::cgroup;
-use crate::error::{last_os_error, SandboxError};
+use crate::error::SandboxError;
 use crate::plan::cstring;
 use crate::plan::{SandboxPlan, MAX_PLAN_BYTES};
 use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
+use crate::sys;
 use crate::tier::TierPlan;
 
 /// The first argument that turns a binary into the helper.
@@ -91,37 +92,18 @@ impl Reporter {
     }
 }
 
-fn check_fd(fd: i32) -> Result<(), SandboxError> {
-    // SAFETY: fcntl(F_GETFD/F_SETFD) on an integer fd has no memory effects; an invalid fd
-    // is reported through the return value.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    if flags < 0 {
-        return Err(SandboxError::HelperFds { fd });
-    }
-    // SAFETY: as above; sets close-on-exec so the payload never inherits helper pipes.
-    unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
-    Ok(())
+/// Takes the inherited descriptor `fd` (one of the fixed fds the supervisor gave the helper)
+/// and makes it close-on-exec, so the payload never inherits the helper's pipes.
+fn claim_fd(fd: i32) -> Result<OwnedFd, SandboxError> {
+    sys::fd::claim_inherited(fd).map_err(|_| SandboxError::HelperFds { fd })
 }
 
-fn prctl(option: libc::c_int, arg: libc::c_ulong, name: &'static str) -> Result<(), SandboxError> {
-    // SAFETY: the prctl options used here (PDEATHSIG, CHILD_SUBREAPER, NO_NEW_PRIVS) take
-    // plain integer arguments and touch no memory of ours.
-    let r = unsafe {
-        libc::prctl(
-            option,
-            arg,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if r < 0 {
-        return Err(SandboxError::Prctl {
-            option: name,
-            source: last_os_error(),
-        });
+/// The error of the `prctl` option `name` that failed with `errno`.
+fn prctl_failed(name: &'static str) -> impl FnOnce(i32) -> SandboxError {
+    move |e| SandboxError::Prctl {
+        option: name,
+        source: std::io::Error::from_raw_os_error(e),
     }
-    Ok(())
 }
 
 fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
@@ -129,23 +111,15 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
         .nth(2)
         .and_then(|a| HelperFds::parse(&a))
         .ok_or(SandboxError::HelperFds { fd: -1 })?;
-    check_fd(fds.report)?;
-    // SAFETY: the report fd was checked open above and is owned by the helper from here on.
-    rep.out = Some(unsafe { File::from_raw_fd(fds.report) });
-    check_fd(fds.plan)?;
-    check_fd(fds.control)?;
-    if let Some(e) = fds.egress {
-        check_fd(e)?;
-    }
+    rep.out = Some(File::from(claim_fd(fds.report)?));
+    let plan_fd = claim_fd(fds.plan)?;
+    let control = claim_fd(fds.control)?;
+    // Kept open until the run ends: the namespace tier hands its number to the init.
+    let egress = fds.egress.map(claim_fd).transpose()?;
     // Learn when the supervisor thread that spawned us dies (handled like a cancel).
-    prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::SIGTERM as libc::c_ulong,
-        "PR_SET_PDEATHSIG",
-    )?;
+    sys::proc::set_parent_death_signal(libc::SIGTERM).map_err(prctl_failed("PR_SET_PDEATHSIG"))?;
 
-    // SAFETY: the plan fd was checked open above; the helper owns it from here on.
-    let mut plan_in = unsafe { File::from_raw_fd(fds.plan) };
+    let mut plan_in = File::from(plan_fd);
     let prebuild = std::env::args().nth(3).as_deref() == Some(PREBUILD_ARG);
     let warm = if prebuild {
         let base = read_framed_plan(&mut plan_in)?;
@@ -190,7 +164,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
                 &plan,
                 into.as_ref().map(AsRawFd::as_raw_fd),
                 &join,
-                fds.egress,
+                egress.as_ref().map(AsRawFd::as_raw_fd),
                 |pid, cloned_into| attach_cgroups(&plan, pid, cloned_into),
             )?;
             drop((into, join));
@@ -200,7 +174,7 @@ fn run(rep: &mut Reporter) -> Result<(), SandboxError> {
     };
     // No `payload` message here: the supervisor has no use for the pid, and waking it while
     // the payload starts costs a context switch on the hot path.
-    let mut report = supervise(&plan, pid, &signals, fds.control)?;
+    let mut report = supervise(&plan, pid, &signals, control.as_fd())?;
     if let Some(child) = ns_child {
         // The init was reaped in `supervise`; its report holds the payload's own status.
         let outcome = child.finish()?;
@@ -269,14 +243,16 @@ pub(crate) fn clone_into_fd(plan: &SandboxPlan) -> Option<OwnedFd> {
 
 /// `setsid` (a session and process group of its own) and `PR_SET_CHILD_SUBREAPER`.
 fn session_and_subreaper() -> Result<(), SandboxError> {
-    // SAFETY: setsid has no arguments; it fails only if we already lead a process group.
-    if unsafe { libc::setsid() } < 0 {
-        let e = last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
-            return Err(SandboxError::Setsid { source: e });
+    // setsid fails (EPERM) only if we already lead a process group.
+    match sys::proc::setsid() {
+        Ok(_) | Err(libc::EPERM) => {}
+        Err(e) => {
+            return Err(SandboxError::Setsid {
+                source: std::io::Error::from_raw_os_error(e),
+            })
         }
     }
-    prctl(libc::PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
+    sys::proc::set_child_subreaper().map_err(prctl_failed("PR_SET_CHILD_SUBREAPER"))
 }
 
 /// The pool's base plan: its length (4 bytes, little endian), then that much JSON.
@@ -318,64 +294,36 @@ fn read_plan(f: File) -> Result<SandboxPlan, SandboxError> {
 
 /// Blocked signals delivered through a signalfd instead of handlers.
 struct Signals {
-    fd: i32,
+    fd: OwnedFd,
     old_mask: libc::sigset_t,
 }
 
 impl Signals {
     fn block() -> Result<Signals, SandboxError> {
-        // SAFETY: sigset_t is plain data; zeroed is a valid value before sigemptyset.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid, exclusively borrowed sigset_t.
-        unsafe { libc::sigemptyset(&mut set) };
-        for s in [
+        let failed = |what| {
+            move |e| SandboxError::Signals {
+                what,
+                source: std::io::Error::from_raw_os_error(e),
+            }
+        };
+        let set = sys::signal::sigset(&[
             libc::SIGCHLD,
             libc::SIGTERM,
             libc::SIGINT,
             libc::SIGHUP,
             libc::SIGQUIT,
-        ] {
-            // SAFETY: `set` is valid; `s` is a valid signal number.
-            unsafe { libc::sigaddset(&mut set, s) };
-        }
-        // SAFETY: both pointers point to valid sigset_t values owned by this frame.
-        if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) } < 0 {
-            return Err(SandboxError::Signals {
-                what: "sigprocmask",
-                source: last_os_error(),
-            });
-        }
-        // SAFETY: `set` is valid; -1 asks for a new signalfd.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(SandboxError::Signals {
-                what: "signalfd",
-                source: last_os_error(),
-            });
-        }
+        ])
+        .map_err(failed("sigprocmask"))?;
+        let old = sys::signal::sigprocmask(libc::SIG_BLOCK, &set).map_err(failed("sigprocmask"))?;
+        let fd = sys::signal::signalfd(&set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+            .map_err(failed("signalfd"))?;
         Ok(Signals { fd, old_mask: old })
     }
 
     /// Drain pending signals; returns the terminating ones seen.
     fn drain(&self) -> Vec<u32> {
         let mut out = Vec::new();
-        loop {
-            // SAFETY: signalfd_siginfo is plain data.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: reading at most `size` bytes into `info`, which is exactly that big.
-            let n = unsafe {
-                libc::read(
-                    self.fd,
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    size,
-                )
-            };
-            if n != size as isize {
-                break;
-            }
+        while let Ok(info) = sys::signal::read_signal(self.fd.as_fd()) {
             if info.ssi_signo != libc::SIGCHLD as u32 {
                 out.push(info.ssi_signo);
             }
@@ -431,8 +379,7 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
 
 /// Every descendant of this process, found through /proc (children before grandchildren).
 fn descendants() -> Vec<i32> {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = sys::proc::getpid();
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
@@ -476,8 +423,8 @@ fn kill_tree(plan: &SandboxPlan) -> u32 {
     }
     let mut n = 0;
     for pid in descendants() {
-        // SAFETY: kill(2) with integer arguments; `pid` is a descendant of this helper.
-        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+        // `pid` is a descendant of this helper.
+        if sys::proc::kill(pid, libc::SIGKILL).is_ok() {
             n += 1;
         }
     }
@@ -496,7 +443,7 @@ fn supervise(
     plan: &SandboxPlan,
     pid: i32,
     signals: &Signals,
-    control_fd: i32,
+    control: BorrowedFd<'_>,
 ) -> Result<FinalReport, SandboxError> {
     let deadline = Instant::now() + plan.timeout;
     let mut payload_status: Option<i32> = None;
@@ -509,24 +456,20 @@ fn supervise(
         // Reap everything that exited; orphans of the tree come to us (subreaper).
         let mut no_children = false;
         loop {
-            let mut status = 0;
-            // SAFETY: `status` is a valid int; WNOHANG never blocks.
-            let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if r > 0 {
-                if r == pid {
-                    payload_status = Some(status);
-                }
-                continue;
-            }
-            if r < 0 {
-                match last_os_error().raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::ECHILD) => no_children = true,
-                    _ => {
-                        return Err(SandboxError::Wait {
-                            source: last_os_error(),
-                        })
+            match sys::proc::wait_nohang(-1) {
+                Ok(Some((r, status))) => {
+                    if r == pid {
+                        payload_status = Some(status);
                     }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(libc::EINTR) => continue,
+                Err(libc::ECHILD) => no_children = true,
+                Err(e) => {
+                    return Err(SandboxError::Wait {
+                        source: std::io::Error::from_raw_os_error(e),
+                    })
                 }
             }
             break;
@@ -555,24 +498,28 @@ fn supervise(
         };
         let mut fds = [
             libc::pollfd {
-                fd: signals.fd,
+                fd: signals.fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
             libc::pollfd {
-                fd: if control_open { control_fd } else { -1 },
+                fd: if control_open {
+                    control.as_raw_fd()
+                } else {
+                    -1
+                },
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
-        // SAFETY: `fds` is a valid array of two pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if n < 0 {
-            let e = last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
+        match sys::fd::poll(&mut fds, timeout_ms) {
+            Ok(_) => {}
+            Err(libc::EINTR) => continue,
+            Err(e) => {
+                return Err(SandboxError::Poll {
+                    source: std::io::Error::from_raw_os_error(e),
+                })
             }
-            return Err(SandboxError::Poll { source: e });
         }
         if fds[0].revents != 0 {
             for signo in signals.drain() {
@@ -587,11 +534,10 @@ fn supervise(
         }
         if control_open && fds[1].revents != 0 {
             let mut b = [0u8; 1];
-            // SAFETY: reading one byte into a local buffer from the control pipe.
-            let r = unsafe { libc::read(control_fd, b.as_mut_ptr().cast(), 1) };
-            let why = if r == 1 && b[0] == CANCEL_BYTE {
+            let r = sys::fd::read(control, &mut b);
+            let why = if r == Ok(1) && b[0] == CANCEL_BYTE {
                 Some("cancelled by the supervisor")
-            } else if r == 0 || fds[1].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            } else if r == Ok(0) || fds[1].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                 control_open = false;
                 Some("the supervisor went away")
             } else {
@@ -612,13 +558,15 @@ fn supervise(
         why: "the payload was reaped without its status".into(),
     })?;
     let exit = exit_status(status);
-    // SAFETY: rusage is plain data.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid rusage to fill.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let ru_cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
-        + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-    let ru_peak = (ru.ru_maxrss as u64).saturating_mul(1024);
+    // Zero when getrusage fails (it cannot for RUSAGE_CHILDREN).
+    let (ru_cpu_ms, ru_peak) = match sys::proc::getrusage(libc::RUSAGE_CHILDREN) {
+        Ok(ru) => (
+            (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
+                + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000),
+            (ru.ru_maxrss as u64).saturating_mul(1024),
+        ),
+        Err(_) => (0, 0),
+    };
     let (cpu, peak, oom, meter) = match &plan.cgroup {
         Some(cg) => {
             let u = cgroup::read_usage(cg);

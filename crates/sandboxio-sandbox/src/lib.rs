@@ -28,7 +28,6 @@ pub mod error;
 pub mod exec;
 pub mod fallback;
 pub mod files;
-#[allow(unsafe_code)]
 pub mod helper;
 pub mod ids;
 mod launch;

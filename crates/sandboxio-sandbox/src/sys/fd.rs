@@ -1,9 +1,11 @@
-//! File descriptors: pipes, plain reads and writes, flags, `FIONREAD`, `fstat`, and the
-//! registration of an owned descriptor with the tokio reactor.
+//! File descriptors: pipes, plain reads and writes, flags, `FIONREAD`, `fstat`, `poll`,
+//! inherited descriptors, and the registration of an owned descriptor with the tokio
+//! reactor.
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::unix::AsyncFd;
 
@@ -109,6 +111,43 @@ pub(crate) fn set_cloexec_from(first: u32) -> Result<(), i32> {
     super::cvt0(unsafe { libc::close_range(first, u32::MAX, cloexec) })
 }
 
+/// `poll(fds, timeout_ms)`: how many entries have events. An entry's fd is a plain number
+/// (a negative one is skipped by the kernel).
+#[inline]
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> Result<usize, i32> {
+    let n = libc::nfds_t::try_from(fds.len()).map_err(|_| libc::EINVAL)?;
+    // SAFETY: `fds` is a valid, exclusively borrowed array of `n` pollfd structs.
+    let r = super::cvt(unsafe { libc::poll(fds.as_mut_ptr(), n, timeout_ms) })?;
+    usize::try_from(r).map_err(|_| libc::EIO)
+}
+
+/// Descriptor numbers below 64 that [`claim_inherited`] has taken (each at most once).
+static CLAIMED: AtomicU64 = AtomicU64::new(0);
+
+/// Takes ownership of `fd`, a descriptor this process inherited open across `execve` (the
+/// helper's fixed fds, named in its argv), and sets close-on-exec on it. `Err(EBADF)`: not
+/// open, or not below 64; `Err(EBUSY)`: that number was claimed before. For the numbers a
+/// process received at exec, claimed before it opens anything of its own: nothing else in
+/// the process owns them then, and each can be claimed only once.
+pub(crate) fn claim_inherited(fd: RawFd) -> Result<OwnedFd, i32> {
+    let bit = u32::try_from(fd)
+        .ok()
+        .filter(|n| *n < 64)
+        .map(|n| 1u64 << n)
+        .ok_or(libc::EBADF)?;
+    // SAFETY: fcntl(F_GETFD) takes integer arguments only; it fails on a number not open.
+    let flags = super::cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    if CLAIMED.fetch_or(bit, Ordering::SeqCst) & bit != 0 {
+        return Err(libc::EBUSY);
+    }
+    // SAFETY: fcntl(F_SETFD) takes integer arguments only.
+    super::cvt0(unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
+    // SAFETY: `fd` is open (F_GETFD succeeded), it is one this process inherited at exec and
+    // has not opened itself (the caller's contract above), and `CLAIMED` lets each number be
+    // taken once: the new OwnedFd is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Registers `fd` with the current tokio reactor for `interest`.
 pub(crate) fn async_fd(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open (and its number is
@@ -156,6 +195,44 @@ mod tests {
         assert_eq!(read(r.as_fd(), &mut buf), Ok(0));
         // An empty range (first > last) is refused.
         assert_eq!(close_range(10, 9), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn poll_sees_a_readable_pipe() {
+        let (r, w) = pipe().unwrap();
+        let mut fds = [
+            libc::pollfd {
+                fd: r.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: -1,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        assert_eq!(poll(&mut fds, 0), Ok(0));
+        write(w.as_fd(), b"x").unwrap();
+        assert_eq!(poll(&mut fds, 0), Ok(1));
+        assert_ne!(fds[0].revents & libc::POLLIN, 0);
+        assert_eq!(fds[1].revents, 0);
+    }
+
+    #[test]
+    fn an_inherited_number_is_claimed_once() {
+        let (r, _w) = pipe().unwrap();
+        if r.as_raw_fd() >= 64 {
+            println!("skipping: no free descriptor number below 64");
+            return;
+        }
+        // A number this test owns: moved out of its OwnedFd, then claimed back.
+        let n = std::os::fd::IntoRawFd::into_raw_fd(r);
+        let owned = claim_inherited(n).unwrap();
+        assert_eq!(owned.as_raw_fd(), n);
+        assert_eq!(claim_inherited(n).map(|_| ()), Err(libc::EBUSY));
+        assert_eq!(claim_inherited(64).map(|_| ()), Err(libc::EBADF));
+        assert_eq!(claim_inherited(-1).map(|_| ()), Err(libc::EBADF));
     }
 
     #[test]

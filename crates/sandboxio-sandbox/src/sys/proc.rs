@@ -27,6 +27,22 @@ pub(crate) fn getuid() -> libc::uid_t {
     unsafe { libc::getuid() }
 }
 
+/// `getpid()`.
+#[inline]
+pub(crate) fn getpid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// `getrusage(who)` (`RUSAGE_SELF`, `RUSAGE_CHILDREN`).
+pub(crate) fn getrusage(who: libc::c_int) -> Result<libc::rusage, i32> {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is writable memory of an rusage's size and alignment, living across it.
+    super::cvt0(unsafe { libc::getrusage(who, ru.as_mut_ptr()) })?;
+    // SAFETY: getrusage succeeded and filled `ru` (all-zero before, a valid value too).
+    Ok(unsafe { ru.assume_init() })
+}
+
 /// `kill(pid, sig)`. Async-signal-safe.
 #[inline]
 pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), i32> {
@@ -41,6 +57,16 @@ pub(crate) fn waitpid(pid: libc::pid_t) -> Result<libc::c_int, i32> {
     // SAFETY: `status` is a valid, writable int for the duration of the call.
     super::cvt(unsafe { libc::waitpid(pid, &mut status, 0) })?;
     Ok(status)
+}
+
+/// `waitpid(pid, &status, WNOHANG)`: `Some((pid, status))` for a child reaped, `None` when
+/// the ones `pid` names are all still running.
+#[inline]
+pub(crate) fn wait_nohang(pid: libc::pid_t) -> Result<Option<(libc::pid_t, libc::c_int)>, i32> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid, writable int for the duration of the call.
+    let r = super::cvt(unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) })?;
+    Ok((r > 0).then_some((r, status)))
 }
 
 /// Forks a child that only calls `unshare(flags)` and `_exit`s with 0 or the errno (1..=255),
@@ -160,8 +186,8 @@ pub(crate) fn sethostname(name: &CStr) -> Result<(), i32> {
 #[inline]
 pub(super) fn prctl_int(option: libc::c_int, arg: libc::c_ulong) -> Result<libc::c_int, i32> {
     // SAFETY: the options passed by the callers in `sys` (NO_NEW_PRIVS, PDEATHSIG,
-    // DUMPABLE, CAPBSET_READ/DROP, SECUREBITS) take integer arguments only and touch no
-    // memory of ours.
+    // CHILD_SUBREAPER, DUMPABLE, CAPBSET_READ/DROP, SECUREBITS) take integer arguments only
+    // and touch no memory of ours.
     super::cvt(unsafe {
         libc::prctl(
             option,
@@ -184,6 +210,12 @@ pub(crate) fn set_no_new_privs() -> Result<(), i32> {
 pub(crate) fn set_parent_death_signal(sig: libc::c_int) -> Result<(), i32> {
     let sig = libc::c_ulong::try_from(sig).map_err(|_| libc::EINVAL)?;
     prctl_int(libc::PR_SET_PDEATHSIG, sig).map(|_| ())
+}
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)`: orphaned descendants are reparented to this process.
+#[inline]
+pub(crate) fn set_child_subreaper() -> Result<(), i32> {
+    prctl_int(libc::PR_SET_CHILD_SUBREAPER, 1).map(|_| ())
 }
 
 /// `prctl(PR_SET_DUMPABLE, dumpable)`. Async-signal-safe.
@@ -341,5 +373,13 @@ mod tests {
         assert_eq!(kill(libc::pid_t::MAX, 0), Err(libc::ESRCH));
         assert_eq!(waitpid(libc::pid_t::MAX), Err(libc::ECHILD));
         assert_eq!(set_parent_death_signal(-1), Err(libc::EINVAL));
+        assert_eq!(wait_nohang(libc::pid_t::MAX), Err(libc::ECHILD));
+    }
+
+    #[test]
+    fn the_pid_and_the_usage_of_children() {
+        assert!(getpid() > 1);
+        assert!(getrusage(libc::RUSAGE_CHILDREN).is_ok());
+        assert_eq!(getrusage(-7).map(|_| ()), Err(libc::EINVAL));
     }
 }
