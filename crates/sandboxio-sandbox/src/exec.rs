@@ -1,7 +1,7 @@
 //! The supervisor side (async): workspace, cgroup, helper process, output capture,
 //! timeout backstop, cancellation, cleanup, and the `ExecResult`.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,11 +16,12 @@ use tokio::sync::watch;
 use crate::cgroup::{self, Applied, CgroupPlan};
 use crate::config::{CgroupUsage, SandboxConfig};
 use crate::drain::{drain, Pending, PumpState, Writers};
-use crate::error::{last_os_error, SandboxError};
+use crate::error::SandboxError;
 use crate::helper::HELPER_ARG;
 use crate::plan::{self, WorkspacePaths, MAX_PLAN_BYTES};
 use crate::protocol::{FinalReport, HelperFds, HelperMsg, CANCEL_BYTE};
 use crate::stream::{self, Capture, OutputSinks, StreamIo};
+use crate::sys;
 
 /// How long after the timeout the supervisor waits for the helper before killing it itself.
 pub const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
@@ -848,49 +849,30 @@ impl HelperProc {
     /// no use. Reads nothing past that one line (the helper writes nothing more before it
     /// gets its plan).
     pub(crate) async fn await_prebuilt(&self, limit: Duration) -> Result<(), SandboxError> {
-        struct Raw(RawFd);
-        impl AsRawFd for Raw {
-            fn as_raw_fd(&self) -> RawFd {
-                self.0
-            }
-        }
-        let raw = self.rep_r.as_raw_fd();
-        // SAFETY: fcntl on an fd we own, integer arguments only.
-        unsafe {
-            let fl = libc::fcntl(raw, libc::F_GETFL);
-            if fl >= 0 {
-                libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK);
-            }
-        }
+        let fd = self.rep_r.as_fd();
+        let _ = sys::fd::set_nonblocking(fd);
         let io = |source| SandboxError::HelperIo {
             what: "report pipe",
             source,
         };
-        // SAFETY: `raw` is `self.rep_r`, which `&self` keeps open (and unreused) for the
-        // whole life of `afd`, dropped before this function returns.
-        let afd = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(
-                Raw(raw),
-                tokio::io::Interest::READABLE,
-            )
-        }
-        .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let afd = sys::fd::async_fd_borrowed(fd, tokio::io::Interest::READABLE)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
         let mut line = Vec::new();
         let read = async {
             loop {
                 let mut g = afd.readable().await.map_err(io)?;
                 let mut buf = [0u8; 512];
-                // SAFETY: reading into a local buffer of the length passed.
-                let n = unsafe { libc::read(raw, buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() == std::io::ErrorKind::WouldBlock {
-                        g.clear_ready();
-                        continue;
+                let n = match sys::fd::read(fd, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let e = std::io::Error::from_raw_os_error(e);
+                        if e.kind() == std::io::ErrorKind::WouldBlock {
+                            g.clear_ready();
+                            continue;
+                        }
+                        return Err(io(e));
                     }
-                    return Err(io(e));
-                }
-                let n = n as usize;
+                };
                 if n == 0 {
                     break;
                 }
@@ -1062,121 +1044,37 @@ fn posix_spawn_fds(
     let arg1 = CString::new(HELPER_ARG).map_err(bad)?;
     let arg2 = CString::new(numbers.to_arg()).map_err(bad)?;
     let arg3 = CString::new(crate::helper::PREBUILD_ARG).map_err(bad)?;
-    let argv: [*mut libc::c_char; 5] = [
-        prog.as_ptr().cast_mut(),
-        arg1.as_ptr().cast_mut(),
-        arg2.as_ptr().cast_mut(),
-        if prebuild {
-            arg3.as_ptr().cast_mut()
-        } else {
-            std::ptr::null_mut()
-        },
-        std::ptr::null_mut(),
-    ];
-    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
-    // SAFETY: plain-data structs, initialised by the *_init calls below before any use.
-    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `actions` is a valid, exclusively borrowed file-actions object.
-    if unsafe { libc::posix_spawn_file_actions_init(&mut actions) } != 0 {
-        return Err(spawn_io("file actions"));
-    }
-    // SAFETY: `attr` is a valid, exclusively borrowed attributes object.
-    if unsafe { libc::posix_spawnattr_init(&mut attr) } != 0 {
-        // SAFETY: initialised just above.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
-        return Err(spawn_io("attributes"));
-    }
-    let result = (|| {
-        for (src, dst) in fds {
-            // SAFETY: `actions` was initialised; both are plain fd numbers (src stays open
-            // until posix_spawn returns, it is borrowed from `fds`).
-            if unsafe {
-                libc::posix_spawn_file_actions_adddup2(&mut actions, src.as_raw_fd(), *dst)
-            } != 0
-            {
-                return Err(spawn_io("dup2 action"));
-            }
-        }
-        // SAFETY: sigset_t is plain data, set up by sigemptyset/sigaddset before use.
-        let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut def: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `empty`, `def` and `attr` are valid and exclusively borrowed; the flags
-        // are the POSIX ones for "set the mask" and "reset these signals to default".
-        let ok = unsafe {
-            libc::sigemptyset(&mut empty) == 0
-                && libc::sigemptyset(&mut def) == 0
-                && libc::sigaddset(&mut def, libc::SIGPIPE) == 0
-                && libc::posix_spawnattr_setsigmask(&mut attr, &empty) == 0
-                && libc::posix_spawnattr_setsigdefault(&mut attr, &def) == 0
-                && libc::posix_spawnattr_setflags(
-                    &mut attr,
-                    (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
-                ) == 0
-        };
-        if !ok {
-            return Err(spawn_io("signal attributes"));
-        }
-        let mut pid: libc::pid_t = 0;
-        // SAFETY: every pointer is valid for the call: `prog` and the argv strings outlive
-        // it, argv and envp are NULL-terminated arrays, `actions`/`attr` are initialised.
-        let r = unsafe {
-            libc::posix_spawn(
-                &mut pid,
-                prog.as_ptr(),
-                &actions,
-                &attr,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::from_raw_os_error(r));
-        }
-        Ok(pid)
-    })();
-    // SAFETY: both objects were initialised above and are not used afterwards.
-    unsafe {
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        libc::posix_spawnattr_destroy(&mut attr);
-    }
-    result
+    let all = [prog.as_c_str(), &arg1, &arg2, &arg3];
+    let argv = if prebuild { &all[..] } else { &all[..3] };
+    let maps: Vec<_> = fds.iter().map(|(src, dst)| (src.as_fd(), *dst)).collect();
+    sys::spawn::spawn(&prog, argv, &[], &maps).map_err(|e| match e {
+        sys::spawn::SpawnError::Setup(what, _) => spawn_io(what),
+        sys::spawn::SpawnError::Spawn(r) => std::io::Error::from_raw_os_error(r),
+    })
 }
 
 /// Write as much of `bytes` as fits into the (empty) pipe now, without blocking: raise the
 /// pipe buffer to fit the plan where the host allows it. Returns the bytes written.
 fn write_now(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<usize> {
-    let raw = fd.as_raw_fd();
-    // SAFETY: fcntl on an fd we own, integer arguments only.
-    unsafe {
-        let fl = libc::fcntl(raw, libc::F_GETFL);
-        if fl >= 0 {
-            libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK);
-        }
-        let cap = libc::fcntl(raw, libc::F_GETPIPE_SZ);
-        if cap >= 0 && (cap as usize) < bytes.len() {
+    let fd = fd.as_fd();
+    let _ = sys::fd::set_nonblocking(fd);
+    if let Ok(cap) = sys::fd::pipe_size(fd) {
+        if (cap as usize) < bytes.len() {
             // Best effort (bounded by /proc/sys/fs/pipe-max-size for non-root).
             let want = bytes.len().min(1 << 20);
-            libc::fcntl(raw, libc::F_SETPIPE_SZ, want as libc::c_int);
+            let _ = sys::fd::set_pipe_size(fd, want as libc::c_int);
         }
     }
     let mut done = 0;
     while done < bytes.len() {
-        // SAFETY: writing from the unwritten tail of `bytes`, within its bounds.
-        let n = unsafe { libc::write(raw, bytes[done..].as_ptr().cast(), bytes.len() - done) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => break,
-                // The helper died before reading its plan: the run reports that.
-                Some(libc::EPIPE) => return Ok(bytes.len()),
-                _ => return Err(e),
-            }
+        match sys::fd::write(fd, &bytes[done..]) {
+            Ok(n) => done += n,
+            Err(libc::EINTR) => continue,
+            Err(libc::EAGAIN) => break,
+            // The helper died before reading its plan: the run reports that.
+            Err(libc::EPIPE) => return Ok(bytes.len()),
+            Err(e) => return Err(std::io::Error::from_raw_os_error(e)),
         }
-        done += n as usize;
     }
     Ok(done)
 }
@@ -1184,33 +1082,16 @@ fn write_now(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<usize> {
 /// Wait (asynchronously, woken by a pidfd) until the helper exits; reap it and return its
 /// raw wait status.
 async fn wait_helper(pid: i32) -> std::io::Result<i32> {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let afd = if pidfd >= 0 {
-        // SAFETY: pidfd_open returned a fresh fd owned by nobody else.
-        let owned = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        // SAFETY: `owned` is an OwnedFd moved into the AsyncFd, so the fd stays open (and
-        // is not reused) for the AsyncFd's whole lifetime, which is what registering needs.
-        unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
-        }
+    let afd = sys::proc::pidfd_open(pid)
         .ok()
-    } else {
-        None
-    };
+        .and_then(|fd| sys::fd::async_fd(fd, tokio::io::Interest::READABLE).ok());
     loop {
-        let mut status = 0;
-        // SAFETY: waiting for our own child; `status` is a valid int.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            return Ok(status);
-        }
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
+        // Waiting for our own child.
+        match sys::proc::wait_nohang(pid) {
+            Ok(Some((r, status))) if r == pid => return Ok(status),
+            Ok(_) => {}
+            Err(libc::EINTR) => continue,
+            Err(e) => return Err(std::io::Error::from_raw_os_error(e)),
         }
         match &afd {
             Some(a) => {
@@ -1275,9 +1156,8 @@ impl Drop for Inflight {
                 while !reaped(pid) {
                     if Instant::now() >= deadline {
                         hard_kill(Some(pid), cgroup.as_ref());
-                        let mut status = 0;
-                        // SAFETY: blocking wait for our own child after SIGKILL.
-                        unsafe { libc::waitpid(pid, &mut status, 0) };
+                        // Blocking wait for our own child after SIGKILL.
+                        let _ = sys::proc::waitpid(pid);
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -1304,10 +1184,11 @@ impl Drop for Inflight {
 
 /// Reap `pid` if it exited; true when it is gone (reaped now, or not our child any more).
 pub(crate) fn reaped(pid: i32) -> bool {
-    let mut status = 0;
-    // SAFETY: non-blocking wait for our own child; `status` is a valid int.
-    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    r == pid || r < 0
+    match sys::proc::wait_nohang(pid) {
+        Ok(Some((r, _))) => r == pid,
+        Ok(None) => false,
+        Err(_) => true,
+    }
 }
 
 /// Last resort from the supervisor: kill the helper's process group and the cgroup.
@@ -1316,44 +1197,32 @@ fn hard_kill(helper_pid: Option<i32>, cg: Option<&CgroupPlan>) {
         cgroup::kill(cg);
     }
     if let Some(pid) = helper_pid.filter(|p| *p > 1) {
-        // SAFETY: kill(2) with integers; the helper leads its own session and process group
-        // (setsid), so -pid names exactly the helper's group.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-            libc::kill(pid, libc::SIGKILL);
-        }
+        // The helper leads its own session and process group (setsid), so -pid names
+        // exactly the helper's group.
+        let _ = sys::proc::kill(-pid, libc::SIGKILL);
+        let _ = sys::proc::kill(pid, libc::SIGKILL);
     }
 }
 
 fn send_cancel(fd: &OwnedFd) {
-    let b = [CANCEL_BYTE];
-    // SAFETY: writing one byte from a local array to a pipe we own; a full or closed pipe
-    // only makes write fail, which is fine (the helper is already stopping).
-    unsafe { libc::write(fd.as_raw_fd(), b.as_ptr().cast(), 1) };
+    // A full or closed pipe only makes write fail, which is fine (the helper is already
+    // stopping).
+    let _ = sys::fd::write(fd.as_fd(), &[CANCEL_BYTE]);
+}
+
+fn pipe_error(e: i32) -> SandboxError {
+    SandboxError::Pipe {
+        source: std::io::Error::from_raw_os_error(e),
+    }
 }
 
 fn pipe_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::Pipe {
-            source: last_os_error(),
-        });
-    }
-    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    sys::fd::pipe().map_err(pipe_error)
 }
 
+/// A close-on-exec duplicate of `fd` on the lowest free number >= [`HIGH_FD`].
 fn dup_high(fd: &OwnedFd) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: F_DUPFD_CLOEXEC duplicates an fd we own onto the lowest free number >= 10.
-    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, HIGH_FD) };
-    if n < 0 {
-        return Err(SandboxError::Pipe {
-            source: last_os_error(),
-        });
-    }
-    // SAFETY: `n` is a fresh fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+    sys::fd::dup_at_least(fd.as_fd(), HIGH_FD).map_err(pipe_error)
 }
 
 async fn write_all_and_close<W: tokio::io::AsyncWrite + Unpin>(mut w: W, data: Vec<u8>) {

@@ -24,7 +24,6 @@ pub mod config;
 mod drain;
 mod egress;
 pub mod error;
-#[allow(unsafe_code)]
 pub mod exec;
 pub mod fallback;
 pub mod files;

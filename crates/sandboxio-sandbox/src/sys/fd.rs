@@ -1,6 +1,6 @@
-//! File descriptors: pipes, plain reads and writes, flags, `FIONREAD`, `fstat`, `poll`,
-//! inherited descriptors, and the registration of an owned descriptor with the tokio
-//! reactor.
+//! File descriptors: pipes, plain reads and writes, flags, duplicates, pipe sizes,
+//! `FIONREAD`, `fstat`, `poll`, inherited descriptors, and the registration of a descriptor
+//! with the tokio reactor.
 
 use std::ffi::CStr;
 use std::io;
@@ -111,6 +111,29 @@ pub(crate) fn set_cloexec_from(first: u32) -> Result<(), i32> {
     super::cvt0(unsafe { libc::close_range(first, u32::MAX, cloexec) })
 }
 
+/// `fcntl(F_DUPFD_CLOEXEC)`: a close-on-exec duplicate of `fd` on the lowest free number
+/// `>= min`.
+#[inline]
+pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, min: RawFd) -> Result<OwnedFd, i32> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes integer arguments only and returns a new fd.
+    super::owned(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })
+}
+
+/// The buffer size of the pipe `fd` (`fcntl(F_GETPIPE_SZ)`).
+#[inline]
+pub(crate) fn pipe_size(fd: BorrowedFd<'_>) -> Result<libc::c_int, i32> {
+    // SAFETY: fcntl(F_GETPIPE_SZ) takes integer arguments only.
+    super::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) })
+}
+
+/// Sets the buffer size of the pipe `fd` to at least `size` (`fcntl(F_SETPIPE_SZ)`): the
+/// size set.
+#[inline]
+pub(crate) fn set_pipe_size(fd: BorrowedFd<'_>, size: libc::c_int) -> Result<libc::c_int, i32> {
+    // SAFETY: fcntl(F_SETPIPE_SZ) takes integer arguments only.
+    super::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, size) })
+}
+
 /// `poll(fds, timeout_ms)`: how many entries have events. An entry's fd is a plain number
 /// (a negative one is skipped by the kernel).
 #[inline]
@@ -156,6 +179,17 @@ pub(crate) fn async_fd(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result
     Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
 }
 
+/// Registers a borrowed `fd` with the current tokio reactor for `interest`; the `AsyncFd`
+/// cannot outlive the borrow.
+pub(crate) fn async_fd_borrowed(
+    fd: BorrowedFd<'_>,
+    interest: tokio::io::Interest,
+) -> io::Result<AsyncFd<BorrowedFd<'_>>> {
+    // SAFETY: the BorrowedFd keeps `fd` open (and its number not reused) for its lifetime,
+    // which bounds the AsyncFd's, and `as_raw_fd` always returns that number.
+    Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -198,6 +232,20 @@ mod tests {
     }
 
     #[test]
+    fn a_high_duplicate_reads_the_same_pipe() {
+        let (r, w) = pipe().unwrap();
+        let d = dup_at_least(w.as_fd(), 20).unwrap();
+        assert!(d.as_raw_fd() >= 20);
+        assert_eq!(write(d.as_fd(), b"x"), Ok(1));
+        let mut buf = [0u8; 2];
+        assert_eq!(read(r.as_fd(), &mut buf), Ok(1));
+        assert!(pipe_size(r.as_fd()).unwrap() > 0);
+        let want = 2 * pipe_size(r.as_fd()).unwrap();
+        assert!(set_pipe_size(w.as_fd(), want).unwrap() >= want);
+        assert!(pipe_size(r.as_fd()).unwrap() >= want);
+    }
+
+    #[test]
     fn poll_sees_a_readable_pipe() {
         let (r, w) = pipe().unwrap();
         let mut fds = [
@@ -233,6 +281,17 @@ mod tests {
         assert_eq!(claim_inherited(n).map(|_| ()), Err(libc::EBUSY));
         assert_eq!(claim_inherited(64).map(|_| ()), Err(libc::EBADF));
         assert_eq!(claim_inherited(-1).map(|_| ()), Err(libc::EBADF));
+    }
+
+    #[tokio::test]
+    async fn a_borrowed_descriptor_wakes_the_reactor() {
+        let (r, w) = pipe().unwrap();
+        let afd = async_fd_borrowed(r.as_fd(), tokio::io::Interest::READABLE).unwrap();
+        write(w.as_fd(), b"x").unwrap();
+        let mut g = afd.readable().await.unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(read(afd.get_ref().as_fd(), &mut buf), Ok(1));
+        g.clear_ready();
     }
 
     #[test]

@@ -43,6 +43,13 @@ pub(crate) fn getrusage(who: libc::c_int) -> Result<libc::rusage, i32> {
     Ok(unsafe { ru.assume_init() })
 }
 
+/// `pidfd_open(pid, 0)`: a descriptor that becomes readable when the process exits.
+#[inline]
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> Result<std::os::fd::OwnedFd, i32> {
+    // SAFETY: pidfd_open takes a pid and flags (integers) and returns a new fd or -1.
+    super::owned_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
+}
+
 /// `kill(pid, sig)`. Async-signal-safe.
 #[inline]
 pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> Result<(), i32> {
@@ -374,6 +381,7 @@ mod tests {
         assert_eq!(waitpid(libc::pid_t::MAX), Err(libc::ECHILD));
         assert_eq!(set_parent_death_signal(-1), Err(libc::EINVAL));
         assert_eq!(wait_nohang(libc::pid_t::MAX), Err(libc::ECHILD));
+        assert_eq!(pidfd_open(-1).map(|_| ()), Err(libc::EINVAL));
     }
 
     #[test]
@@ -381,5 +389,33 @@ mod tests {
         assert!(getpid() > 1);
         assert!(getrusage(libc::RUSAGE_CHILDREN).is_ok());
         assert_eq!(getrusage(-7).map(|_| ()), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn a_child_pidfd_turns_readable_when_it_exits_and_it_is_reaped() {
+        use std::os::fd::{AsFd, AsRawFd};
+        let (r, w) = super::super::fd::pipe().unwrap();
+        // A child that waits for the end of its stdin, then exits.
+        let pid = super::super::spawn::spawn(
+            c"/bin/sh",
+            &[c"sh", c"-c", c"read x; exit 3"],
+            &[],
+            &[(r.as_fd(), 0)],
+        )
+        .unwrap();
+        drop(r);
+        let pidfd = pidfd_open(pid).unwrap();
+        let mut fds = [libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(super::super::fd::poll(&mut fds, 0), Ok(0));
+        assert_eq!(wait_nohang(pid), Ok(None));
+        drop(w);
+        assert_eq!(super::super::fd::poll(&mut fds, -1), Ok(1));
+        let (got, st) = wait_nohang(pid).unwrap().unwrap();
+        assert_eq!(got, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 3, "{st}");
     }
 }
