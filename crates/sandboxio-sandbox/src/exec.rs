@@ -186,14 +186,13 @@ pub(crate) async fn run_prepared(
     let mut applied: Option<Applied> = None;
     let sandbox_id;
     let workspace_paths;
-    let mut pooled_helper: Option<HelperProc> = None;
-    let mut helper_path = PathBuf::new();
+    let helper;
     match prepared {
         Some(p) => {
             sandbox_id = p.sandbox_id;
             guard.helper_pid = Some(p.helper.pid);
             // Until the plan is sent, dropping this makes the waiting helper exit.
-            pooled_helper = Some(p.helper);
+            helper = HelperSource::Pooled(p.helper);
             guard.workspace = Some(p.workspace.dir);
             guard.cgroup = p.cgroup.clone();
             workspace_paths = Workspace::adopt(&p.workspace.paths, req)?;
@@ -243,28 +242,28 @@ pub(crate) async fn run_prepared(
             } else {
                 Vec::new()
             };
-            return drive(
+            let run = Run {
                 req,
                 tier,
                 cfg,
                 cancel,
                 started,
+            };
+            let setup = Setup {
                 sandbox_id,
                 workspace_paths,
-                cg_plan,
-                joined,
+                cgroup: cg_plan,
+                cgroup_joined: joined,
                 applied,
                 gaps,
                 guard,
-                pooled_helper,
-                helper_path,
-                io,
-            )
-            .await;
+                helper,
+            };
+            return drive(run, setup, io).await;
         }
         None => {
             sandbox_id = plan::new_sandbox_id();
-            helper_path = cfg.resolve_helper()?;
+            helper = HelperSource::Spawn(cfg.resolve_helper()?);
             let ws = Workspace::create(&cfg.resolve_work_root(), req)?;
             guard.workspace = Some(ws.dir);
             workspace_paths = ws.paths;
@@ -289,45 +288,82 @@ pub(crate) async fn run_prepared(
             }
         }
     }
-    drive(
+    let run = Run {
         req,
         tier,
         cfg,
         cancel,
         started,
+    };
+    let setup = Setup {
         sandbox_id,
         workspace_paths,
-        cg_plan,
-        Vec::new(),
+        cgroup: cg_plan,
+        cgroup_joined: Vec::new(),
         applied,
         gaps,
         guard,
-        pooled_helper.take(),
-        helper_path,
-        io,
-    )
-    .await
+        helper,
+    };
+    drive(run, setup, io).await
+}
+
+/// What a run was asked to do: the request (limits defaulted), its tier, the configuration,
+/// the caller's cancel token, and when the run started.
+struct Run<'a> {
+    req: &'a ExecRequest,
+    tier: IsolationTier,
+    cfg: &'a SandboxConfig,
+    cancel: Option<CancelToken>,
+    started: Instant,
+}
+
+/// What a run has prepared before its helper gets the plan.
+struct Setup {
+    sandbox_id: String,
+    workspace_paths: WorkspacePaths,
+    /// The sandbox cgroup, created (cold) or with its limits written (warm pool); `None`:
+    /// the run goes without one.
+    cgroup: Option<CgroupPlan>,
+    /// The directories of `cgroup` the helper already sits in (warm pool).
+    cgroup_joined: Vec<PathBuf>,
+    /// What the cgroup enforces, and its gaps.
+    applied: Option<Applied>,
+    /// Gaps found so far.
+    gaps: Vec<String>,
+    /// Everything that must not outlive the run.
+    guard: Inflight,
+    /// The helper to hand the plan to.
+    helper: HelperSource,
+}
+
+/// Where a run's helper comes from.
+enum HelperSource {
+    /// A pooled helper already waiting for its plan (dropping it makes it exit).
+    Pooled(HelperProc),
+    /// A new helper, to be spawned from this binary (`SandboxConfig::resolve_helper`).
+    Spawn(PathBuf),
 }
 
 /// Plan, start (or hand the plan to a waiting helper), supervise, collect, clean up.
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    req: &ExecRequest,
-    tier: IsolationTier,
-    cfg: &SandboxConfig,
-    cancel: Option<CancelToken>,
-    started: Instant,
-    sandbox_id: String,
-    workspace_paths: WorkspacePaths,
-    cg_plan: Option<CgroupPlan>,
-    cgroup_joined: Vec<PathBuf>,
-    applied: Option<Applied>,
-    mut gaps: Vec<String>,
-    mut guard: Inflight,
-    pooled_helper: Option<HelperProc>,
-    helper_path: PathBuf,
-    io: &mut StreamIo,
-) -> Result<ExecResult, SandboxError> {
+async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResult, SandboxError> {
+    let Run {
+        req,
+        tier,
+        cfg,
+        cancel,
+        started,
+    } = run;
+    let Setup {
+        sandbox_id,
+        workspace_paths,
+        cgroup: cg_plan,
+        cgroup_joined,
+        applied,
+        mut gaps,
+        mut guard,
+        helper,
+    } = setup;
     if cg_plan.is_none() {
         if cfg.cgroups == CgroupUsage::Off {
             gaps.push("cgroup: disabled by configuration".into());
@@ -419,11 +455,11 @@ async fn drive(
             Some((crate::egress::socketpair()?, to))
         }
     };
-    let mut helper = match pooled_helper {
+    let mut helper = match helper {
         // A pooled helper has pipes and no egress socket: a terminal or network request
         // never reaches here with one (`WarmPool::exec` runs it cold).
-        Some(h) => h,
-        None => spawn_helper(
+        HelperSource::Pooled(h) => h,
+        HelperSource::Spawn(helper_path) => spawn_helper(
             &helper_path,
             stdio,
             egress.as_ref().map(|((_, theirs), _)| theirs),
