@@ -211,8 +211,7 @@ pub async fn launch(
                 pump(
                     run,
                     first_event,
-                    tx,
-                    format,
+                    StreamOut { tx, format },
                     &proc,
                     &s,
                     &ctx,
@@ -296,17 +295,22 @@ async fn send(tx: &mpsc::Sender<Bytes>, b: Bytes, starting: &mut Starting) -> bo
 
 /// A streamed process: every event to the client as it comes, heartbeats while idle, the
 /// record last. Returns early (dropping `run`, which cancels it) when the client is gone.
-#[allow(clippy::too_many_arguments)]
+/// Where a streamed process's frames go: the response body's channel, in its format.
+struct StreamOut {
+    tx: mpsc::Sender<Bytes>,
+    format: Format,
+}
+
 async fn pump(
     mut run: Run,
     first: Option<ExecEvent>,
-    tx: mpsc::Sender<Bytes>,
-    format: Format,
+    out: StreamOut,
     proc: &Process,
     s: &Session,
     ctx: &RequestCtx,
     held: (Busy, Starting),
 ) {
+    let StreamOut { tx, format } = out;
     let (_busy, mut starting) = held;
     let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
     if !send(&tx, format.frame(&start), &mut starting).await {

@@ -28,11 +28,12 @@ use sandboxio_core::{Enforcement, ExitStatus, IsolationTier};
 use super::error::NsError;
 use super::landlock;
 use super::plan::{FileSource, MountFlags, MountOp, NamespacePlan, Staged};
-use super::report::{Report, Stage};
+use super::report::Report;
 use super::restriction::{self, HostFacts, Step as RestrictedStep};
 use super::root_ops::{RootOps, Sys};
 use super::seccomp::{self, SockFilter};
 use crate::error::SandboxError;
+use crate::stage::Stage;
 use crate::sys;
 use crate::sys::proc::CStrArray;
 

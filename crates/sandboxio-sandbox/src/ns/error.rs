@@ -106,7 +106,7 @@ pub enum NsError {
     SeccompCompile { why: &'static str },
     #[error("sandbox setup failed inside the namespaces at {stage} `{target}`: errno {errno}")]
     ChildSetup {
-        stage: super::report::Stage,
+        stage: crate::stage::Stage,
         target: String,
         errno: i32,
     },
@@ -258,7 +258,7 @@ mod tests {
             NsError::MalformedReport,
             NsError::SeccompCompile { why: "" },
             NsError::ChildSetup {
-                stage: super::super::report::Stage::Mount,
+                stage: crate::stage::Stage::Mount,
                 target: String::new(),
                 errno: 1,
             },

@@ -3,9 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The step of the in-namespace setup that failed: the crate's one stage enum, shared with
-/// the payload launcher of the process and landlock tiers.
-pub use crate::stage::Stage;
+use crate::stage::Stage;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "t")]

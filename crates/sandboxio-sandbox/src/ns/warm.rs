@@ -18,9 +18,10 @@ use super::apply::{self, Started};
 use super::error::NsError;
 use super::plan::NamespacePlan;
 use super::prebuilt;
-use super::report::{Report, Stage};
+use super::report::Report;
 use super::NsChild;
 use crate::error::SandboxError;
+use crate::stage::Stage;
 
 /// A namespace init whose base is built, waiting for its request. Dropping it kills the
 /// init (and so its whole pid namespace) and removes the staging mounts.
