@@ -33,7 +33,12 @@ fn main() {
         .build()
         .unwrap();
     let cfg = |cg| SandboxConfig {
-        helper_path: Some(env!("CARGO_BIN_EXE_sandboxio-helper").into()),
+        // `SBX_BENCH_HELPER`: another build's helper, to compare two builds' bench binaries
+        // copied elsewhere (each with its own helper).
+        helper_path: Some(
+            std::env::var_os("SBX_BENCH_HELPER")
+                .map_or_else(|| env!("CARGO_BIN_EXE_sandboxio-helper").into(), Into::into),
+        ),
         cgroups: cg,
         ..SandboxConfig::default()
     };
