@@ -9,6 +9,7 @@
 //! truncated section: all mean "not this one", never an error.
 
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -41,9 +42,14 @@ pub(crate) fn keep_section() {
 }
 
 /// The separate helper beside `exe` (`<dir of exe>/sandboxio-helper`) when it carries this
-/// build's id.
+/// build's id and this user may execute it (a copy without execute bits would otherwise
+/// fail every start instead of falling back).
 pub(crate) fn sibling_helper(exe: &Path) -> Option<PathBuf> {
     let cand = exe.parent()?.join("sandboxio-helper");
+    let c = std::ffi::CString::new(cand.as_os_str().as_bytes()).ok()?;
+    if !crate::sys::fs::access(&c, libc::X_OK) {
+        return None;
+    }
     (read_id(&cand)? == BUILD_ID).then_some(cand)
 }
 
@@ -178,6 +184,13 @@ mod tests {
         std::fs::copy("/bin/sh", &helper).unwrap();
         assert_eq!(sibling_helper(&exe), None, "a sibling of another build");
         std::fs::copy(std::env::current_exe().unwrap(), &helper).unwrap();
-        assert_eq!(sibling_helper(&exe), Some(helper), "this build's");
+        assert_eq!(sibling_helper(&exe), Some(helper.clone()), "this build's");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            sibling_helper(&exe),
+            None,
+            "this build's, but not executable"
+        );
     }
 }
