@@ -3,9 +3,21 @@
 //! supervisor starts a separate `sandboxio-helper` binary only when that binary carries the
 //! same id (`src/build_id.rs`); any other is ignored.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::Hasher;
 use std::path::{Path, PathBuf};
+
+/// FNV-1a, 64 bits, from a given offset basis: written out here so that the id depends on
+/// the sources alone, never on the toolchain (std's `DefaultHasher` may change between
+/// releases).
+struct Fnv(u64);
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -38,18 +50,25 @@ fn main() {
         }
     }
     all.sort();
-    // Two 64-bit SipHash values with different prefixes: 128 bits, deterministic for one
-    // toolchain (the id only has to tell builds apart, not resist an adversary).
+    // Two 64-bit FNV-1a lanes with different offset bases: 128 bits (the id only has to
+    // tell builds apart, not resist an adversary). Each file's length is hashed before its
+    // bytes, so contents cannot shift across file boundaries.
     let mut id = [0u8; 16];
-    for (half, prefix) in [(0usize, b"sandboxio-a"), (8, b"sandboxio-b")] {
-        let mut h = DefaultHasher::new();
-        h.write(prefix);
+    for (half, basis) in [
+        (0usize, 0xcbf2_9ce4_8422_2325u64),
+        (8, 0x6c62_272e_07bb_0142),
+    ] {
+        let mut h = Fnv(basis);
         for f in &all {
             let rel = f.strip_prefix(&here).unwrap_or(f);
-            h.write(rel.to_string_lossy().as_bytes());
-            h.write(&std::fs::read(f).unwrap_or_default());
+            let name = rel.to_string_lossy();
+            let body = std::fs::read(f).unwrap_or_default();
+            h.write(&(name.len() as u64).to_le_bytes());
+            h.write(name.as_bytes());
+            h.write(&(body.len() as u64).to_le_bytes());
+            h.write(&body);
         }
-        id[half..half + 8].copy_from_slice(&h.finish().to_le_bytes());
+        id[half..half + 8].copy_from_slice(&h.0.to_le_bytes());
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("build_id");
     if let Err(e) = std::fs::write(&out, id) {
