@@ -82,22 +82,7 @@ pub(crate) fn openat2(
     mode: u64,
     resolve: u64,
 ) -> Result<OwnedFd, i32> {
-    let how = OpenHow {
-        flags,
-        mode,
-        resolve,
-    };
-    // SAFETY: `path` is a valid NUL-terminated path, `how` a properly initialised `open_how`
-    // whose size we pass; the kernel only reads them.
-    super::owned_long(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    })
+    openat2_at(dir.as_raw_fd(), path, flags, mode, resolve)
 }
 
 /// `openat2(AT_FDCWD, path, {flags, mode, resolve})`: like [`openat2`], relative paths
@@ -108,17 +93,28 @@ pub(crate) fn openat2_cwd(
     mode: u64,
     resolve: u64,
 ) -> Result<OwnedFd, i32> {
+    openat2_at(libc::AT_FDCWD, path, flags, mode, resolve)
+}
+
+/// The call behind both: `dir` is an open directory (borrowed by the caller) or `AT_FDCWD`.
+fn openat2_at(
+    dir: libc::c_int,
+    path: &CStr,
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+) -> Result<OwnedFd, i32> {
     let how = OpenHow {
         flags,
         mode,
         resolve,
     };
-    // SAFETY: `path` is a valid NUL-terminated path, `how` a properly initialised `open_how`
-    // whose size we pass; the kernel only reads them.
+    // SAFETY: `dir` is an open descriptor or AT_FDCWD, `path` a valid NUL-terminated path,
+    // `how` a properly initialised `open_how` whose size we pass; the kernel only reads them.
     super::owned_long(unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            dir,
             path.as_ptr(),
             &how as *const OpenHow,
             std::mem::size_of::<OpenHow>(),
