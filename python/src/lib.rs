@@ -22,6 +22,13 @@ mod tool;
 
 use pyo3::prelude::*;
 
+/// Whether the binary at `path` was built from the same sources as this module (the
+/// package prefers such a helper on `PATH`).
+#[pyfunction]
+fn same_build(path: std::path::PathBuf) -> bool {
+    sandboxio_sandbox::is_same_build(&path)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<backend::NativeRuntime>()?;
@@ -41,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Stop the runtime in order before the interpreter finalises (see `rt.rs`).
     m.add_function(wrap_pyfunction!(rt::_bench_generic_handoff, m)?)?;
     m.add_function(wrap_pyfunction!(answer::_bench_json_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(same_build, m)?)?;
     let shutdown = wrap_pyfunction!(rt::shutdown, m)?;
     m.add_function(shutdown.clone())?;
     m.py()

@@ -53,3 +53,10 @@ pub use pool::WarmPool;
 pub use probe::{probe, HostReport};
 pub use stream::StreamIo;
 pub use tier::{TierPlan, TierRequest};
+
+/// Whether `path` is a binary built from the same sources as this one (its build id section
+/// holds this build's id; see the crate README, "Which helper binary"). For embedders that
+/// find a helper themselves (the Python package on `PATH`) and prefer one of this build.
+pub fn is_same_build(path: &std::path::Path) -> bool {
+    build_id::read_id(path) == Some(build_id::BUILD_ID)
+}

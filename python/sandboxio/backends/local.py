@@ -40,16 +40,19 @@ def default_state_dir() -> Path:
 def find_helper(explicit: str | os.PathLike[str] | None = None) -> str:
     """The binary the sandbox re-executes to set up isolation (a Python interpreter
     cannot be it): ``helper=``, else ``$SBX_HELPER``, else ``sandboxio-helper`` or the
-    ``sandboxio`` CLI on ``PATH``."""
+    ``sandboxio`` CLI on ``PATH``, the first one built from the same sources as this
+    package (its build id), else the first one found."""
     if explicit is not None:
         return os.fspath(explicit)
     env = os.environ.get("SBX_HELPER")
     if env:
         return env
-    for name in ("sandboxio-helper", "sandboxio"):
-        found = shutil.which(name)
-        if found:
-            return found
+    found = [p for p in (shutil.which(n) for n in ("sandboxio-helper", "sandboxio")) if p]
+    for path in found:
+        if _native.same_build(path):
+            return path
+    if found:
+        return found[0]
     raise InvalidArgument(
         "no sandbox helper found: build it (`cargo build --release -p sandboxio-cli`) and put "
         "`sandboxio` on PATH, or set SBX_HELPER (or `helper=`) to `sandboxio-helper` or `sandboxio`"
