@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 /// package prefers such a helper on `PATH`).
 #[pyfunction]
 fn same_build(path: std::path::PathBuf) -> bool {
-    sandboxio_sandbox::is_same_build(&path)
+    sandboxio_gateway::is_same_build(&path)
 }
 
 #[pymodule]

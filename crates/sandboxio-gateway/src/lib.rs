@@ -43,6 +43,9 @@ pub use sandboxio_audit::{AuditError, AuditEvent, AuditSink, OnSinkFailure, Reda
 pub use sandboxio_audit::{MetricsTap, OperationObservation};
 /// The egress proxy, for front ends that show or configure it.
 pub use sandboxio_egress as egress;
+/// An embedder that finds the sandbox helper itself (the Python package, on `PATH`)
+/// prefers one built from the same sources.
+pub use sandboxio_sandbox::is_same_build;
 /// Front ends cancel the operations they submit (a client that went away, a shutdown).
 pub use sandboxio_sandbox::{CancelToken, StreamIo};
 pub use session::{CallOptions, Sandbox};
