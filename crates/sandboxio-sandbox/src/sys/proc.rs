@@ -339,7 +339,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
 
@@ -362,6 +362,35 @@ mod tests {
             fork_child(0, None, |_| exit_now(0)).map(|_| ()),
             Err(libc::EDEADLK)
         );
+    }
+
+    #[test]
+    fn a_panic_in_the_forked_child_ends_that_child_with_127() {
+        // fork_child refuses in the harness (other threads), so a plain fork first gives a
+        // single-threaded process; there, fork_child's child panics. Without the guard the
+        // panic would unwind back into this function in the grandchild, which would then
+        // exit 0 below like its parent.
+        // SAFETY: the child only calls alarm, fork_child (single-threaded now: the other
+        // threads of the harness are not copied), waitpid and _exit; `alarm` ends it should
+        // anything it calls wait on a lock another harness thread held at fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe { libc::alarm(10) };
+            let code = match fork_child(0, None, |_| panic!("the child's body panicked")) {
+                Ok((grandchild, _)) => match waitpid(grandchild) {
+                    Ok(st) if libc::WIFEXITED(st) => libc::WEXITSTATUS(st),
+                    _ => 90,
+                },
+                Err(_) => 91,
+            };
+            // SAFETY: leaving the forked child without running the harness's code.
+            unsafe { libc::_exit(code) }
+        }
+        let st = waitpid(pid).unwrap();
+        assert!(libc::WIFEXITED(st), "the probe did not exit: status {st}");
+        assert_eq!(libc::WEXITSTATUS(st), 127);
     }
 
     #[test]
