@@ -12,6 +12,7 @@ use crate::error::AuditError;
 use crate::event::{meter_of, AuditEvent};
 use crate::otel::{self, Metrics};
 use crate::redact::Redactor;
+use crate::redacted::RedactedRecord;
 use crate::sink::{AuditSink, BlockingEmit, NoopSink};
 
 /// Default bound on each sink's `emit` (seed: `SBX_AUDIT_TIMEOUT`, default 5 s).
@@ -239,6 +240,27 @@ impl Auditor {
         parent: &opentelemetry::Context,
     ) -> Result<RecordOutcome, AuditError> {
         let (rec, redactions) = self.redactor.redact_record_counted(rec);
+        self.emit_with_parent(rec, redactions, parent).await
+    }
+
+    /// [`Self::record_with_parent`] of a record its caller redacted already: not redacted
+    /// again when that was this auditor's redactor, and the caller's redactions are the
+    /// ones counted (see [`RedactedRecord`]).
+    pub async fn record_redacted_with_parent(
+        &self,
+        rec: RedactedRecord,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
+        let (rec, redactions) = rec.for_auditor(&self.redactor);
+        self.emit_with_parent(rec, redactions, parent).await
+    }
+
+    async fn emit_with_parent(
+        &self,
+        rec: OperationRecord,
+        redactions: usize,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
         let event = AuditEvent::from_record(&rec, self.config.capture_code);
         let mut failures = Vec::new();
         for sink in &self.config.sinks {
@@ -267,6 +289,26 @@ impl Auditor {
         parent: &opentelemetry::Context,
     ) -> Result<RecordOutcome, AuditError> {
         let (rec, redactions) = self.redactor.redact_record_counted(rec);
+        self.emit_blocking(rec, redactions, parent)
+    }
+
+    /// [`Self::record_blocking`] of a record its caller redacted already (see
+    /// [`Self::record_redacted_with_parent`]).
+    pub fn record_redacted_blocking(
+        &self,
+        rec: RedactedRecord,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
+        let (rec, redactions) = rec.for_auditor(&self.redactor);
+        self.emit_blocking(rec, redactions, parent)
+    }
+
+    fn emit_blocking(
+        &self,
+        rec: OperationRecord,
+        redactions: usize,
+        parent: &opentelemetry::Context,
+    ) -> Result<RecordOutcome, AuditError> {
         let event = AuditEvent::from_record(&rec, self.config.capture_code);
         let mut failures = Vec::new();
         for sink in &self.config.sinks {

@@ -23,6 +23,7 @@ pub mod otel;
 pub mod reader;
 pub mod redact;
 pub mod redact_stream;
+pub mod redacted;
 pub mod sink;
 pub mod tap;
 pub mod verify;
@@ -42,6 +43,7 @@ pub use reader::{
 };
 pub use redact::{Redactor, RedactorBuilder, Secret};
 pub use redact_stream::StreamRedactor;
+pub use redacted::RedactedRecord;
 pub use sink::{
     AuditSink, BlockingEmit, FileSink, FileSinkOptions, FsyncPolicy, LoggingSink, NoopSink,
     QueueSink, REPAIR_EVENT,

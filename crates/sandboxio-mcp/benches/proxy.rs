@@ -183,6 +183,12 @@ async fn main() {
             tmpfs: true,
         },
     ] {
+        // `SBX_BENCH_CASES=tmpfs` (or `disk`, `never`): only the cases whose name holds it.
+        if let Ok(only) = std::env::var("SBX_BENCH_CASES") {
+            if !case.name.contains(only.as_str()) {
+                continue;
+            }
+        }
         let (mut d, mut p, start) = run(&case, &upstream).await;
         let (d50, p50) = (pct(&mut d, 0.5), pct(&mut p, 0.5));
         let (d99, p99) = (pct(&mut d, 0.99), pct(&mut p, 0.99));

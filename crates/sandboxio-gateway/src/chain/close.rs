@@ -18,18 +18,18 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use sandboxio_audit::{AuditError, Auditor, RecordOutcome};
+use sandboxio_audit::{AuditError, Auditor, RecordOutcome, RedactedRecord};
 use sandboxio_budget::{ScopeKey, Settlement, Summary};
-use sandboxio_core::{Money, OperationRecord};
+use sandboxio_core::Money;
 
 use crate::config::GatewayConfig;
 use crate::store::{Finish, IdemEnd, LedgerLine, Store, StoreResult};
 
 /// What the closing call needs.
 pub(super) struct Closing {
-    /// The redacted record (the auditor redacts again, which finds nothing more) and the
-    /// caller's span, its span's parent; `None` when it was recorded already.
-    pub record: Option<(OperationRecord, opentelemetry::Context)>,
+    /// The redacted record (the auditor takes that pass as its own) and the caller's span,
+    /// its span's parent; `None` when it was recorded already.
+    pub record: Option<(RedactedRecord, opentelemetry::Context)>,
     /// For an admitted operation: what `finish` writes.
     pub finish: Option<Finishing>,
     /// Budget scopes whose spend goes to the metrics after `finish` (empty: none).
@@ -65,7 +65,7 @@ pub(super) fn close(
 ) -> Closed {
     let recorded = c
         .record
-        .map(|(rec, parent)| auditor.record_blocking(rec, &parent));
+        .map(|(rec, parent)| auditor.record_redacted_blocking(rec, &parent));
     // The trail's signed head after this record, kept in the store (the trail anchored
     // outside itself): in the closing transaction, or on its own when nothing was admitted.
     let heads = auditor.heads();

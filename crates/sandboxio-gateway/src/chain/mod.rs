@@ -392,9 +392,11 @@ impl Gateway {
         }
         let result = result.map(|r| redact_result(&redactor, r));
         let tool_output = tool_output.map(|v| redact_json(&redactor, v));
-        let (rec, _) = redactor.redact_record_counted(rec);
+        // Redacted here, once: the auditor takes this pass as its own (and counts its
+        // redactions) rather than running over the redacted record again.
+        let redacted = sandboxio_audit::RedactedRecord::new(&redactor, rec);
         let out = Outcome {
-            record: rec,
+            record: redacted.record().clone(),
             result,
             tool_output,
         };
@@ -441,12 +443,12 @@ impl Gateway {
         } else {
             Some(
                 self.auditor
-                    .record_with_parent(out.record.clone(), &parent)
+                    .record_redacted_with_parent(redacted.clone(), &parent)
                     .await,
             )
         };
         let closing = Closing {
-            record: blocking.then(|| (out.record.clone(), parent.clone())),
+            record: blocking.then(|| (redacted.clone(), parent.clone())),
             finish,
             scopes: if ctx.admitted {
                 self.metric_scopes(&sub.op)
@@ -470,7 +472,7 @@ impl Gateway {
                     Some(r) => r,
                     None => {
                         self.auditor
-                            .record_with_parent(out.record.clone(), &parent)
+                            .record_redacted_with_parent(redacted, &parent)
                             .await
                     }
                 };

@@ -239,3 +239,73 @@ async fn rate_usage_reports_what_each_key_used_in_its_window() {
     let later = Utc::now() + chrono::Duration::seconds(1);
     assert!(store.rate_usage("0|", later).unwrap().is_empty());
 }
+
+/// Counts what the auditor reports as redacted (the server's `sandboxio_redactions`).
+#[derive(Debug, Default)]
+struct RedactionTap(std::sync::atomic::AtomicU64);
+impl sandboxio_audit::MetricsTap for RedactionTap {
+    fn operation(&self, _obs: &sandboxio_audit::OperationObservation) {}
+    fn redactions(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The gateway redacts a record once, before the auditor sees it; the redactions it made
+/// are the ones the metrics count (a second pass over the redacted record finds none).
+/// Both a configured secret (the auditor's own redactor knows it) and a request's own
+/// secret (only the request's redactor knows it).
+#[tokio::test]
+async fn redactions_made_by_the_chain_reach_the_metrics() {
+    let canary = "redaction-canary-5d1c0b9e7a24";
+    let own = "request-canary-0a9b8c7d6e5f";
+    let tap = Arc::new(RedactionTap::default());
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
+    let redaction =
+        Redaction::from_env(vec![]).with_secrets(vec![sandboxio_audit::Secret::new(canary)]);
+    let audit = AuditConfig {
+        metrics_tap: Some(tap.clone()),
+        ..AuditConfig::default()
+    };
+    let auditor = Auditor::new(audit, redaction.base().unwrap());
+    let gw = Gateway::new(
+        GatewayConfig::default(),
+        store,
+        Arc::new(ByName),
+        auditor,
+        redaction,
+        SandboxConfig::default(),
+        Approver::Nobody,
+    )
+    .with_tool("ok_tool", Arc::new(Echo));
+    let count = || tap.0.load(std::sync::atomic::Ordering::Relaxed);
+
+    let out = gw
+        .submit(call("ok_tool", serde_json::json!({ "token": canary })))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&out.record).unwrap();
+    assert!(!text.contains(canary), "{text}");
+    assert!(
+        count() >= 1,
+        "a configured secret's redaction was not counted"
+    );
+
+    let before = count();
+    let mut sub = call("ok_tool", serde_json::json!({ "token": own }));
+    sub.secrets = vec![sandboxio_audit::Secret::new(own)];
+    let out = gw.submit(sub).await.unwrap();
+    let text = serde_json::to_string(&out.record).unwrap();
+    assert!(!text.contains(own), "{text}");
+    assert!(
+        count() > before,
+        "a request secret's redaction was not counted"
+    );
+
+    // Nothing to redact: nothing counted.
+    let before = count();
+    gw.submit(call("ok_tool", serde_json::json!({ "q": 1 })))
+        .await
+        .unwrap();
+    assert_eq!(count(), before);
+}
