@@ -2,11 +2,16 @@
 from os import PathLike
 from typing import Any, Awaitable
 
+from sandboxio._outcome import Outcome
 from sandboxio.events import AuditEvent
-from sandboxio.results import ExecResult
 
-# What an operation answers (a JSON text only under `_bench_json_answer(True)`).
-Answer = tuple[AuditEvent, ExecResult | None, Any] | str
+# The record of an operation answered in process, made an `AuditEvent` on first `get()`.
+class LazyRecord:
+    def get(self) -> AuditEvent: ...
+
+# What an operation answers: its `Outcome` (the record a `LazyRecord` until read), or a
+# JSON text under `_bench_json_answer(True)`.
+Answer = Outcome | str
 
 E_INVALID_ARGUMENT: str
 E_SANDBOX_CLOSED: str

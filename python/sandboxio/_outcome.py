@@ -21,22 +21,30 @@ from sandboxio.results import ExecResult
 
 class Outcome:
     """An operation's record and what it answered. ``result`` is the result's JSON object
-    as parsed, or, from the in-process backend, the ``ExecResult`` already made."""
+    as parsed, or, from the in-process backend, the ``ExecResult`` already made.
 
-    __slots__ = ("record", "result", "tool_output")
+    The in-process backend makes it itself (``python/src/answer.rs``, not through
+    ``__init__``), with the native ``LazyRecord`` as ``_record``: ``record`` makes the
+    ``AuditEvent`` on first use, so an operation nobody asks the record of never makes it.
+    ``decision``, ``status`` and ``error_code`` (what ``check`` reads on every operation)
+    are the record's."""
+
+    __slots__ = ("_record", "result", "tool_output", "decision", "status", "error_code")
 
     def __init__(self, record: AuditEvent, result: dict[str, Any] | ExecResult | None, tool_output: Any) -> None:
-        self.record = record
+        self._record: Any = record
         self.result = result
         self.tool_output = tool_output
+        self.decision: str = record.decision
+        self.status: str = record.status
+        self.error_code: str | None = record.error_code
 
-
-def native(answer: Any) -> str | Outcome:
-    """What the native module answers: ``(AuditEvent, ExecResult | None, tool_output)``,
-    made from the gateway's structs (``python/src/answer.rs``), or the JSON text."""
-    if type(answer) is tuple:
-        return Outcome(*answer)
-    return str(answer)
+    @property
+    def record(self) -> AuditEvent:
+        r = self._record
+        if not isinstance(r, AuditEvent):
+            r = self._record = r.get()
+        return r  # type: ignore[no-any-return]
 
 
 def parse(text: str, *, capture_code: bool) -> Outcome:
@@ -47,6 +55,9 @@ def parse(text: str, *, capture_code: bool) -> Outcome:
 
 def check(out: Outcome) -> Outcome:
     """Raises when a layer stopped the operation or it could not complete."""
+    if out.error_code != E_AUDIT_SINK_FAILED and out.decision == "allow":
+        if out.status not in ("error", "failed") or out.result is not None:
+            return out
     rec = out.record
     if rec.error_code == E_AUDIT_SINK_FAILED:
         raise _noted(AuditSinkError(_redaction.redact(rec.reason)), rec)

@@ -37,6 +37,11 @@ class ExecResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        # One made in process has its record made first: a copy or a pickle holds it.
+        _ = self.record
+        return dict(self.__dict__)
+
     @property
     def text(self) -> str:
         return self.stdout
@@ -57,6 +62,29 @@ class ExecResult:
             stdout_raw=out,
             stderr_raw=err,
         )
+
+
+class _RecordOnFirstUse:
+    """``ExecResult.record`` of a result the in-process backend made: its ``__dict__``
+    holds the native ``LazyRecord`` (``_record``) instead of the field, and the first read
+    makes the ``AuditEvent`` (the same object ``Outcome.record`` answers) and puts it in
+    place; later reads find the field in ``__dict__`` and never come here. Set on the
+    class after ``@dataclass`` (so it is no default), with no ``__set__`` (so ``__init__``
+    stores the field as always)."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            raise AttributeError("record")
+        d = obj.__dict__
+        lazy = d.get("_record")
+        if lazy is None:
+            raise AttributeError("record")
+        rec = d["record"] = lazy.get()
+        d.pop("_record", None)
+        return rec
+
+
+setattr(ExecResult, "record", _RecordOnFirstUse())
 
 
 @dataclass(frozen=True)

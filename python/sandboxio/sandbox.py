@@ -14,11 +14,11 @@ import base64
 import json
 import logging
 import os
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from sandboxio import _native, _outcome, _redaction, otel
 from sandboxio._log import set_debug
-from sandboxio.backends.base import Backend, Session, StreamHandle
+from sandboxio.backends.base import Answer, Backend, Session, StreamHandle
 from sandboxio.capability import Capability
 from sandboxio.errors import InvalidArgument, SandboxClosed, SandboxioError, from_native
 from sandboxio.events import AuditEvent
@@ -119,13 +119,14 @@ class Sandbox:
         # the event loop's thread right after it waited for the previous operation.
         return json.dumps(opts) if opts else "{}"
 
-    async def _op(self, tool: str, call: Any) -> _outcome.Outcome:
+    async def _op(self, tool: str, call: Callable[..., Awaitable[Answer]], *args: Any) -> _outcome.Outcome:
+        """One operation: ``call(span, *args)`` answers the session's awaitable."""
         if self.closed:
             raise SandboxClosed()
         capture = self._backend.audit.capture_code
         with otel.operation_span(tool, self._backend.name) as span:
             try:
-                answer = await call(span)
+                answer = await call(span, *args)
             except _native.NativeError as e:
                 err = from_native(e)
                 otel.finish(span, None, capture_code=capture, error=err.code)
@@ -134,21 +135,26 @@ class Sandbox:
                 otel.finish(span, None, capture_code=capture, error=e.code)
                 raise
             # The in-process backend answers the values themselves; the others, JSON.
-            out = answer if type(answer) is _outcome.Outcome else _outcome.parse(answer, capture_code=capture)
+            if type(answer) is _outcome.Outcome:
+                out = answer
+            else:
+                out = _outcome.parse(str(answer), capture_code=capture)
             try:
                 _outcome.check(out)
             except SandboxioError as e:
                 otel.finish(span, out.record, capture_code=capture, error=e.code)
                 raise
-            otel.finish(span, out.record, capture_code=capture)
-        logger.debug(
-            "operation %s %s: %s at %s in %d ms",
-            out.record.operation_id,
-            out.record.event,
-            out.record.status,
-            out.record.layer,
-            out.record.duration_ms,
-        )
+            if span is not None and span.is_recording():
+                otel.finish(span, out.record, capture_code=capture)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "operation %s %s: %s at %s in %d ms",
+                out.record.operation_id,
+                out.record.event,
+                out.record.status,
+                out.record.layer,
+                out.record.duration_ms,
+            )
         return out
 
     def _exec_result(self, out: _outcome.Outcome) -> ExecResult:
@@ -174,12 +180,12 @@ class Sandbox:
         if not argv:
             raise InvalidArgument("a command needs at least a program name")
 
-        async def call(span: Any) -> str | _outcome.Outcome:
+        def call(span: Any) -> Awaitable[Answer]:
             opts = self._options(
                 span, env=dict(env or {}), stdin=stdin, timeout_ms=_seconds_ms(timeout),
                 memory_bytes=memory_bytes, rationale=rationale,
             )
-            return await self._s.exec(argv, opts)
+            return self._s.exec(argv, opts)
 
         return self._exec_result(await self._op("exec", call))
 
@@ -202,19 +208,38 @@ class Sandbox:
         ``$SANDBOX_INPUT`` (the workspace, or ``input_dir``, read-only) and writes
         ``$SANDBOX_OUTPUT`` (copied back to the workspace, or to ``output_dir``).
         ``network=True`` asks for full network access, which policy must allow."""
+        if (
+            not env and stdin is None and timeout is None and memory_bytes is None and rationale is None
+            and env_allowlist is None and input_dir is None and output_dir is None and not network
+        ):
+            # Nothing set, the common call: no keyword call of `_options` to filter them
+            # (the event loop's thread runs this cold, right after it woke for the
+            # previous operation), and no closure, whose cells this function made on
+            # every call.
+            return self._exec_result(await self._op("run_code", self._run_code_plain, language, code))
+        given = {
+            "env": env, "stdin": stdin, "timeout": timeout, "memory_bytes": memory_bytes, "rationale": rationale,
+            "env_allowlist": env_allowlist, "input_dir": input_dir, "output_dir": output_dir, "network": network,
+        }
+        return self._exec_result(await self._op("run_code", self._run_code_options, language, code, given))
 
-        async def call(span: Any) -> str | _outcome.Outcome:
-            opts = self._options(
-                span, env=dict(env or {}), stdin=stdin, timeout_ms=_seconds_ms(timeout),
-                memory_bytes=memory_bytes, rationale=rationale,
-                env_allowlist=list(env_allowlist) if env_allowlist is not None else None,
-                input_dir=os.fspath(input_dir) if input_dir is not None else None,
-                output_dir=os.fspath(output_dir) if output_dir is not None else None,
-                network={"mode": "full"} if network else None,
-            )
-            return await self._s.run_code(language, code, opts)
+    def _run_code_plain(self, span: Any, language: str, code: str) -> Awaitable[Answer]:
+        """``run_code`` with no option set: the options are the span's traceparent at most."""
+        tp = otel.traceparent(span)
+        return self._s.run_code(language, code, "{}" if tp is None else json.dumps({"traceparent": tp}))
 
-        return self._exec_result(await self._op("run_code", call))
+    def _run_code_options(self, span: Any, language: str, code: str, given: dict[str, Any]) -> Awaitable[Answer]:
+        env, env_allowlist = given["env"], given["env_allowlist"]
+        input_dir, output_dir = given["input_dir"], given["output_dir"]
+        opts = self._options(
+            span, env=dict(env or {}), stdin=given["stdin"], timeout_ms=_seconds_ms(given["timeout"]),
+            memory_bytes=given["memory_bytes"], rationale=given["rationale"],
+            env_allowlist=list(env_allowlist) if env_allowlist is not None else None,
+            input_dir=os.fspath(input_dir) if input_dir is not None else None,
+            output_dir=os.fspath(output_dir) if output_dir is not None else None,
+            network={"mode": "full"} if given["network"] else None,
+        )
+        return self._s.run_code(language, code, opts)
 
     async def stream(
         self,
@@ -264,8 +289,8 @@ class Sandbox:
             otel.finish(span, out.record, capture_code=capture)
 
     async def read_file(self, path: str) -> bytes:
-        async def call(span: Any) -> str | _outcome.Outcome:
-            return await self._s.read_file(path, otel.traceparent(span))
+        def call(span: Any) -> Awaitable[Answer]:
+            return self._s.read_file(path, otel.traceparent(span))
 
         out = await self._op("file_read", call)
         v = out.tool_output or {}
@@ -281,14 +306,14 @@ class Sandbox:
     async def write_file(self, path: str, data: str | bytes) -> AuditEvent:
         content = data.encode() if isinstance(data, str) else bytes(data)
 
-        async def call(span: Any) -> str | _outcome.Outcome:
-            return await self._s.write_file(path, content, otel.traceparent(span))
+        def call(span: Any) -> Awaitable[Answer]:
+            return self._s.write_file(path, content, otel.traceparent(span))
 
         return (await self._op("file_write", call)).record
 
     async def list_files(self, path: str = ".") -> list[FileEntry]:
-        async def call(span: Any) -> str | _outcome.Outcome:
-            return await self._s.list_files(path, otel.traceparent(span))
+        def call(span: Any) -> Awaitable[Answer]:
+            return self._s.list_files(path, otel.traceparent(span))
 
         out = await self._op("file_list", call)
         v = out.tool_output or {}
@@ -297,8 +322,8 @@ class Sandbox:
         return [FileEntry(str(e["name"]), bool(e["is_dir"]), int(e.get("size", 0))) for e in v["entries"]]
 
     async def delete_file(self, path: str) -> AuditEvent:
-        async def call(span: Any) -> str | _outcome.Outcome:
-            return await self._s.delete_file(path, otel.traceparent(span))
+        def call(span: Any) -> Awaitable[Answer]:
+            return self._s.delete_file(path, otel.traceparent(span))
 
         return (await self._op("file_delete", call)).record
 

@@ -1,5 +1,6 @@
 //! An operation's outcome as the package's own Python values, made from the gateway's
-//! structs on the event loop's thread: `(AuditEvent, ExecResult | None, tool_output)`.
+//! structs on the event loop's thread: an `_outcome.Outcome` whose record is made an
+//! `AuditEvent` on first use ([`LazyRecord`]), with its `ExecResult` and tool output.
 //!
 //! The answer used to cross as the outcome's JSON (3.4 KB for a `run_code`: the record
 //! and the result, each with the sandbox's enforcement), serialised on the worker, then
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The Python classes and values the answer is made of, looked up once.
 struct Names {
     object_new: Py<PyAny>,
+    outcome: Py<PyAny>,
     audit_event: Py<PyAny>,
     exec_result: Py<PyAny>,
     tiers: Py<PyAny>,
@@ -43,6 +45,10 @@ fn names(py: Python<'_>) -> PyResult<&Names> {
                 .import("builtins")?
                 .getattr("object")?
                 .getattr("__new__")?
+                .unbind(),
+            outcome: py
+                .import("sandboxio._outcome")?
+                .getattr("Outcome")?
                 .unbind(),
             audit_event: events.getattr("AuditEvent")?.unbind(),
             exec_result: py
@@ -75,17 +81,24 @@ pub enum Reply {
     Values {
         outcome: Box<Outcome>,
         capture_code: bool,
+        /// The record made at once: the operation answers it (`write_file`).
+        record_now: bool,
     },
 }
 
 impl Reply {
-    pub fn of(outcome: Outcome, capture_code: bool) -> Result<Reply, serde_json::Error> {
+    pub fn of(
+        outcome: Outcome,
+        capture_code: bool,
+        record_now: bool,
+    ) -> Result<Reply, serde_json::Error> {
         if JSON_ANSWER.load(Ordering::Relaxed) {
             return serde_json::to_string(&outcome).map(Reply::Json);
         }
         Ok(Reply::Values {
             outcome: Box::new(outcome),
             capture_code,
+            record_now,
         })
     }
 }
@@ -101,6 +114,7 @@ impl<'py> IntoPyObject<'py> for Reply {
             Reply::Values {
                 outcome,
                 capture_code,
+                record_now,
             } => {
                 let n = names(py)?;
                 let Outcome {
@@ -108,18 +122,75 @@ impl<'py> IntoPyObject<'py> for Reply {
                     result,
                     tool_output,
                 } = *outcome;
-                let event = audit_event(py, n, &record, capture_code)?;
+                // What `_outcome.check` reads on every operation, so that the record
+                // itself is made only if something reads it.
+                let decision = PyString::new(py, record.verdict.as_str()).into_any();
+                let status = PyString::new(py, record.status.as_str()).into_any();
+                let error_code = record.error_code.as_deref().into_bound_py_any(py)?;
                 let result = match result {
-                    Some(r) => exec_result(py, n, r, &record, &event)?,
+                    Some(r) => Some(exec_result(py, n, r, &record)?),
+                    None => None,
+                };
+                let (lazy, key) = if record_now {
+                    (
+                        audit_event(py, n, &record, capture_code)?,
+                        intern!(py, "record"),
+                    )
+                } else {
+                    let lazy = LazyRecord {
+                        record,
+                        capture_code,
+                        built: PyOnceLock::new(),
+                    };
+                    (Bound::new(py, lazy)?.into_any(), intern!(py, "_record"))
+                };
+                let result = match result {
+                    Some((obj, d)) => {
+                        d.set_item(key, &lazy)?;
+                        obj
+                    }
                     None => py.None().into_bound(py),
                 };
                 let tool_output = match tool_output {
                     Some(v) => json_value(py, v)?,
                     None => py.None().into_bound(py),
                 };
-                Ok(PyTuple::new(py, [event, result, tool_output])?.into_any())
+                // `_outcome.Outcome(lazy, result, tool_output, decision, status,
+                // error_code)`, its slots set here rather than by its `__init__`.
+                let out = n.object_new.bind(py).call1((n.outcome.bind(py),))?;
+                out.setattr(intern!(py, "_record"), lazy)?;
+                out.setattr(intern!(py, "result"), result)?;
+                out.setattr(intern!(py, "tool_output"), tool_output)?;
+                out.setattr(intern!(py, "decision"), decision)?;
+                out.setattr(intern!(py, "status"), status)?;
+                out.setattr(intern!(py, "error_code"), error_code)?;
+                Ok(out)
             }
         }
+    }
+}
+
+/// An operation's record, made the package's `AuditEvent` when first asked for
+/// (`get()`; the same object after): `Outcome.record` and `ExecResult.record` ask. A
+/// `run_code` whose caller reads only the output never makes it. Making it was most of
+/// the ~78 us the answer's values took on the event loop's thread, which runs them cold
+/// right after it woke for the answer.
+#[pyclass(frozen, module = "sandboxio._native")]
+pub struct LazyRecord {
+    record: OperationRecord,
+    capture_code: bool,
+    built: PyOnceLock<Py<PyAny>>,
+}
+
+#[pymethods]
+impl LazyRecord {
+    /// The record as an `AuditEvent` (`AuditEvent.from_dict` of its JSON).
+    fn get(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.built
+            .get_or_try_init(py, || {
+                audit_event(py, names(py)?, &self.record, self.capture_code).map(Bound::unbind)
+            })
+            .map(|e| e.clone_ref(py))
     }
 }
 
@@ -238,14 +309,16 @@ fn money<'py>(
     }
 }
 
-/// `ExecResult.from_outcome(result JSON, record)`, from the result itself.
+/// `ExecResult.from_outcome(result JSON, record)`, from the result itself, but for its
+/// `record`: the caller puts the [`LazyRecord`] under `_record` in the instance's
+/// `__dict__` (`results.py` makes the field from it on first use). Answers the instance
+/// and its `__dict__`.
 fn exec_result<'py>(
     py: Python<'py>,
     n: &Names,
     r: ExecResult,
     record: &OperationRecord,
-    event: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
     let (obj, d) = instance(py, n, &n.exec_result)?;
     let (stdout, stdout_raw) = text_and_bytes(py, &r.stdout)?;
     let (stderr, stderr_raw) = text_and_bytes(py, &r.stderr)?;
@@ -267,10 +340,9 @@ fn exec_result<'py>(
         record.sandbox_id.as_deref().unwrap_or("")
     };
     d.set_item(intern!(py, "sandbox_id"), sandbox_id)?;
-    d.set_item(intern!(py, "record"), event)?;
     d.set_item(intern!(py, "stdout_raw"), stdout_raw)?;
     d.set_item(intern!(py, "stderr_raw"), stderr_raw)?;
-    Ok(obj)
+    Ok((obj, d))
 }
 
 /// The bytes, and their text as `bytes.decode("utf-8", "replace")` gives it.

@@ -23,6 +23,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt as _;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt as _;
@@ -104,12 +105,20 @@ where
 /// What the loop's thread runs to complete one future: the result made a Python object.
 type Deliver = Box<dyn for<'py> FnOnce(Python<'py>) -> (bool, Py<PyAny>) + Send>;
 
+/// One result waiting in a [`Mailbox`]: the Python future, its [`Done`] callback (taken
+/// off before the result is set) and the result.
+struct Posted {
+    fut: Py<PyAny>,
+    done: Py<PyAny>,
+    deliver: Deliver,
+}
+
 /// Results waiting for the event loop's thread, and the socket pair that tells it.
 struct Mailbox {
     /// Watched by the loop (`add_reader`); drained before the queue is taken.
     rx: UnixStream,
     tx: UnixStream,
-    queue: Mutex<Vec<(Py<PyAny>, Deliver)>>,
+    queue: Mutex<Vec<Posted>>,
 }
 
 impl Mailbox {
@@ -126,10 +135,10 @@ impl Mailbox {
 
     /// From any thread, without Python: queues the result and, if the queue was empty (the
     /// loop not yet told), writes one byte. No GIL is taken here.
-    fn post(&self, fut: Py<PyAny>, deliver: Deliver) {
+    fn post(&self, posted: Posted) {
         let first = {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            q.push((fut, deliver));
+            q.push(posted);
             q.len() == 1
         };
         if first {
@@ -150,15 +159,16 @@ struct Inbox {
 #[pymethods]
 impl Inbox {
     fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        // Drain first: a result queued after this point writes a new byte.
+        // Drain first: a result queued after this point writes a new byte. A short read
+        // emptied the socket (one system call, not a second one to see it empty).
         let mut buf = [0u8; 64];
-        while matches!((&self.mailbox.rx).read(&mut buf), Ok(n) if n > 0) {}
+        while matches!((&self.mailbox.rx).read(&mut buf), Ok(n) if n == buf.len()) {}
         let items =
             std::mem::take(&mut *self.mailbox.queue.lock().unwrap_or_else(|e| e.into_inner()));
         let mut first_error = None;
-        for (fut, deliver) in items {
+        for Posted { fut, done, deliver } in items {
             let (ok, value) = deliver(py);
-            if let Err(e) = complete(fut.bind(py), ok, value.bind(py)) {
+            if let Err(e) = complete_posted(fut.bind(py), done.bind(py), ok, value.bind(py)) {
                 first_error.get_or_insert(e);
             }
         }
@@ -166,8 +176,65 @@ impl Inbox {
     }
 }
 
+/// [`complete`] for a result that came through the inbox: the future's [`Done`] callback
+/// is taken off first, since a future that gets its result was not cancelled. Left on, it
+/// was one more handle for the loop to schedule and run (a call of `cancelled()`) on
+/// every operation, between the result and the awaiting task's resumption. It also
+/// tells whether the future is done: a future that is done (cancelled: nothing else
+/// completes it) has handed its callbacks to the loop already, so none is taken off.
+fn complete_posted(
+    fut: &Bound<'_, PyAny>,
+    done: &Bound<'_, PyAny>,
+    ok: bool,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let removed = fut.call_method1(intern!(fut.py(), "remove_done_callback"), (done,))?;
+    if removed.extract::<usize>()? == 0 {
+        return Ok(());
+    }
+    let method = if ok {
+        intern!(fut.py(), "set_result")
+    } else {
+        intern!(fut.py(), "set_exception")
+    };
+    fut.call_method1(method, (value,))?;
+    Ok(())
+}
+
 /// The loops' inboxes, by loop (a `weakref.WeakKeyDictionary`).
 static INBOXES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The mailbox of the loop seen last, with a weak reference to that loop: most programs
+/// run one loop, and the dictionary's lookup (a Python method making a weak reference
+/// per call) ran on the loop's thread before every operation. Holds the mailbox (its two
+/// sockets) of a loop that is gone until another loop's replaces it.
+static LAST: Mutex<Option<(Py<PyAny>, Arc<Mailbox>)>> = Mutex::new(None);
+
+/// `weakref.ref`.
+static WEAKREF: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// [`mailbox`], through [`LAST`] when `event_loop` is the loop seen last.
+fn mailbox_of(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Option<Arc<Mailbox>> {
+    if let Ok(last) = LAST.lock() {
+        if let Some((loop_ref, m)) = last.as_ref() {
+            if loop_ref.bind(py).call0().is_ok_and(|l| l.is(event_loop)) {
+                return Some(m.clone());
+            }
+        }
+    }
+    let m = mailbox(py, event_loop)?;
+    let weak = WEAKREF
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("weakref")?.getattr("ref")?.unbind())
+        })
+        .ok()
+        .and_then(|r| r.bind(py).call1((event_loop,)).ok());
+    if let (Some(weak), Ok(mut last)) = (weak, LAST.lock()) {
+        // The one it replaces is dropped here, attached.
+        let _old = last.replace((weak.unbind(), m.clone()));
+    }
+    Some(m)
+}
 
 /// The mailbox of `event_loop`, made and watched on first use; `None` if that loop cannot
 /// watch a socket (`add_reader` unsupported) or be a weak key: its results then go
@@ -218,16 +285,19 @@ where
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
     let event_loop = locals.event_loop(py);
-    let py_fut = event_loop.call_method0("create_future")?;
+    let py_fut = event_loop.call_method0(intern!(py, "create_future"))?;
     let (tx, rx) = oneshot::channel();
-    py_fut.call_method1(
-        "add_done_callback",
-        (Done {
+    let done = Bound::new(
+        py,
+        Done {
             cancel: Mutex::new(Some(tx)),
-        },),
-    )?;
+        },
+    )?
+    .into_any();
+    py_fut.call_method1(intern!(py, "add_done_callback"), (&done,))?;
+    let done = done.unbind();
     let target: Py<PyAny> = py_fut.clone().unbind();
-    let mailbox = mailbox(py, &event_loop);
+    let mailbox = mailbox_of(py, &event_loop);
     let event_loop: Py<PyAny> = event_loop.unbind();
     let task = crate::rt::scope(locals, async move {
         let outcome = tokio::select! {
@@ -242,7 +312,11 @@ where
             ))
         });
         match mailbox {
-            Some(m) => m.post(target, Box::new(move |py| as_python(py, result))),
+            Some(m) => m.post(Posted {
+                fut: target,
+                done,
+                deliver: Box::new(move |py| as_python(py, result)),
+            }),
             // After the exit hook no loop runs and nothing attaches to Python (`rt::attach`).
             None => {
                 let _ = crate::rt::attach(|py| hand_over(py, &event_loop, &target, result));

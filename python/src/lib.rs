@@ -34,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<backend::NativeRuntime>()?;
     m.add_class::<session::NativeSandbox>()?;
     m.add_class::<stream::NativeStream>()?;
+    m.add_class::<answer::LazyRecord>()?;
     m.add("NativeError", m.py().get_type::<error::NativeError>())?;
     error::add_codes(m)?;
     // What the benchmark reports: a dev build's overhead is not the package's.

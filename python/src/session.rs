@@ -149,12 +149,19 @@ impl NativeSandbox {
         let redactor = self.redactor.clone();
         let last = self.last_call_us.clone();
         let capture_code = self.capture_code;
+        // These answer the record itself: made at once, not on first use.
+        let record_now = matches!(
+            args,
+            OperationArgs::FileWrite { .. } | OperationArgs::FileDelete { .. }
+        );
         crate::rt::future_into_py(py, async move {
             let t = std::time::Instant::now();
             let r = sbx.call(args, exec, content, extra).await;
             last.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
             match r {
-                Ok(out) => Reply::of(out, capture_code).map_err(|e| invalid(e.to_string())),
+                Ok(out) => {
+                    Reply::of(out, capture_code, record_now).map_err(|e| invalid(e.to_string()))
+                }
                 Err(e) => Err(coded(&e, |s| redactor.redact_str(s).into_owned())),
             }
         })

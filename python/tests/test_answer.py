@@ -128,3 +128,30 @@ def test_a_concurrent_burst_answers_each_call_its_own_values(backend: LocalBacke
             assert len({r.record.operation_id for r in rs}) == 4
 
     run(main())
+
+
+def test_the_record_is_made_on_first_use_and_is_then_an_ordinary_field(state_dir: Path) -> None:
+    import copy
+    import pickle
+
+    async def main() -> None:
+        async with await Sandbox.create(LocalBackend(state_dir=state_dir)) as sbx:
+            r, other = await sbx.run_code("print(1)"), await sbx.run_code("print(1)")
+        # Checked here: `asyncio.run` reprs its task's result (so, its record) at exit.
+        # Not made yet: the instance holds the native record instead of the field.
+        assert "record" not in vars(r) and type(vars(r)["_record"]) is _native.LazyRecord
+        rec = r.record
+        assert type(rec) is AuditEvent and rec.event == "run_code" and rec.decision == "allow"
+        assert r.record is rec and vars(r)["record"] is rec and "_record" not in vars(r)
+        assert all(f.name in vars(r) for f in dataclasses.fields(ExecResult))
+        # Copies and pickles of one not yet made carry the record.
+        assert "_record" in vars(other)
+        assert copy.copy(other).record == other.record and "_record" not in vars(copy.copy(other))
+        assert pickle.loads(pickle.dumps(other)) == other
+        assert dataclasses.replace(r, stdout="x").record is rec
+        assert r != other and r.record.operation_id != other.record.operation_id
+        assert not hasattr(ExecResult, "record")  # no class-level default appeared
+        made = ExecResult("", "", 0, None, False, False, 1, "s", rec)
+        assert made.record is rec and vars(made)["record"] is rec
+
+    run(main())

@@ -58,3 +58,34 @@ def test_a_cancelled_call_leaves_the_loop_able_to_take_the_next_result(backend: 
             assert await sbx.read_text("after.txt") == "ok"
 
     asyncio.run(main())
+
+
+def test_two_loops_in_two_threads_each_get_their_own_results(tmp_path: Any) -> None:
+    # The binding keeps the mailbox of the loop it saw last: calls from two loops in turn
+    # must each still reach their own loop (a result set from another loop's thread, or
+    # never set, fails or hangs here).
+    import threading
+
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        async def main() -> None:
+            d = tmp_path / name
+            d.mkdir(mode=0o700)
+            async with await Sandbox.create(LocalBackend(state_dir=d)) as sbx:
+                for i in range(15):
+                    await sbx.write_file(f"{name}{i}.txt", f"{name}{i}")
+                    assert await sbx.read_text(f"{name}{i}.txt") == f"{name}{i}"
+                assert (await sbx.run_code(f"print('{name}')")).stdout == f"{name}\n"
+
+        try:
+            asyncio.run(asyncio.wait_for(main(), 120))
+        except BaseException as e:  # noqa: BLE001 (reported by the test's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -109,3 +109,29 @@ def test_attribute_names_live_in_one_module() -> None:
             continue
         text = f.read_text()
         assert "sandboxio.exit_code" not in text and "gen_ai." not in text, f
+
+
+def test_a_provider_named_by_the_environment_is_seen_without_asking_the_api(tmp_path: Path) -> None:
+    # `_no_provider` reads the environment's mapping itself (not `os.environ`'s raising
+    # lookup): a provider named there must still make the operation's span a recording
+    # one, exactly as `get_tracer_provider()` would.
+    p = _python(
+        """
+        import os
+        from opentelemetry import trace
+        from sandboxio import otel
+
+        assert otel._no_provider(trace) and otel._ENV_DATA is not None
+        os.environ["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
+        assert not otel._no_provider(trace)
+        with otel.operation_span("probe", "local") as span:
+            assert span.is_recording(), span
+        assert type(trace.get_tracer_provider()).__name__ == "TracerProvider"
+        del os.environ["OTEL_PYTHON_TRACER_PROVIDER"]
+        assert not otel._no_provider(trace)  # set now, in code
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "ok\n"
