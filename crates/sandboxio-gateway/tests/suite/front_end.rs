@@ -53,10 +53,23 @@ fn gateway(
     cfg: GatewayConfig,
     approver: Approver,
 ) -> (Gateway, Arc<SqliteStore>, tempfile::TempDir) {
+    gateway_with(
+        cfg,
+        approver,
+        Redaction::from_env(vec![]),
+        AuditConfig::default(),
+    )
+}
+
+fn gateway_with(
+    cfg: GatewayConfig,
+    approver: Approver,
+    redaction: Redaction,
+    audit: AuditConfig,
+) -> (Gateway, Arc<SqliteStore>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
-    let redaction = Redaction::from_env(vec![]);
-    let auditor = Auditor::new(AuditConfig::default(), redaction.base().unwrap());
+    let auditor = Auditor::new(audit, redaction.base().unwrap());
     let gw = Gateway::new(
         cfg,
         store.clone(),
@@ -259,25 +272,14 @@ async fn redactions_made_by_the_chain_reach_the_metrics() {
     let canary = "redaction-canary-5d1c0b9e7a24";
     let own = "request-canary-0a9b8c7d6e5f";
     let tap = Arc::new(RedactionTap::default());
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
     let redaction =
         Redaction::from_env(vec![]).with_secrets(vec![sandboxio_audit::Secret::new(canary)]);
     let audit = AuditConfig {
         metrics_tap: Some(tap.clone()),
         ..AuditConfig::default()
     };
-    let auditor = Auditor::new(audit, redaction.base().unwrap());
-    let gw = Gateway::new(
-        GatewayConfig::default(),
-        store,
-        Arc::new(ByName),
-        auditor,
-        redaction,
-        SandboxConfig::default(),
-        Approver::Nobody,
-    )
-    .with_tool("ok_tool", Arc::new(Echo));
+    let (gw, _store, _dir) =
+        gateway_with(GatewayConfig::default(), Approver::Nobody, redaction, audit);
     let count = || tap.0.load(std::sync::atomic::Ordering::Relaxed);
 
     let out = gw
