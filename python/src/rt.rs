@@ -118,6 +118,20 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
+    future_into_py_from(py, fut, false)
+}
+
+/// [`future_into_py`], the future's first poll made on this thread when `start_here` (see
+/// [`crate::handoff::spawn`]).
+pub fn future_into_py_from<F, T>(
+    py: Python<'_>,
+    fut: F,
+    start_here: bool,
+) -> PyResult<Bound<'_, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+{
     if stopped() {
         return Err(stopped_error());
     }
@@ -126,7 +140,7 @@ where
         return generic::future_into_py::<Native, F, T>(py, fut);
     }
     let locals = current_locals(py)?;
-    crate::handoff::spawn(py, &rt, locals, fut)
+    crate::handoff::spawn(py, &rt, locals, fut, start_here)
 }
 
 /// For the benchmark only: hand futures over through pyo3-async-runtimes' generic path

@@ -29,6 +29,10 @@ pub struct NativeSandbox {
     capture_code: bool,
 }
 
+/// Largest request (content, standard input and code together) whose operation starts on
+/// the caller's thread: its digests there take a few microseconds at most.
+const START_HERE_MAX_BYTES: usize = 16 * 1024;
+
 /// What Python may set on a run: the program's environment, its input, limits, network.
 #[derive(serde::Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -154,17 +158,33 @@ impl NativeSandbox {
             args,
             OperationArgs::FileWrite { .. } | OperationArgs::FileDelete { .. }
         );
-        crate::rt::future_into_py(py, async move {
-            let t = std::time::Instant::now();
-            let r = sbx.call(args, exec, content, extra).await;
-            last.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-            match r {
-                Ok(out) => {
-                    Reply::of(out, capture_code, record_now).map_err(|e| invalid(e.to_string()))
+        // A small request starts on the caller's thread (`handoff::spawn`); a large one
+        // (its content or input digested before the first wait) on the runtime.
+        let size = content.as_ref().map_or(0, Vec::len)
+            + exec
+                .as_ref()
+                .and_then(|e| e.stdin.as_ref())
+                .map_or(0, Vec::len)
+            + match &args {
+                OperationArgs::RunCode { code, .. } => code.len(),
+                _ => 0,
+            };
+        let start_here = size <= START_HERE_MAX_BYTES;
+        crate::rt::future_into_py_from(
+            py,
+            async move {
+                let t = std::time::Instant::now();
+                let r = sbx.call(args, exec, content, extra).await;
+                last.store(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                match r {
+                    Ok(out) => {
+                        Reply::of(out, capture_code, record_now).map_err(|e| invalid(e.to_string()))
+                    }
+                    Err(e) => Err(coded(&e, |s| redactor.redact_str(s).into_owned())),
                 }
-                Err(e) => Err(coded(&e, |s| redactor.redact_str(s).into_owned())),
-            }
-        })
+            },
+            start_here,
+        )
     }
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sandboxio import LocalBackend, Sandbox
+from sandboxio.errors import SandboxioError
 
 
 class NoReaderLoop(asyncio.SelectorEventLoop):
@@ -89,3 +90,26 @@ def test_two_loops_in_two_threads_each_get_their_own_results(tmp_path: Any) -> N
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_small_and_large_requests_both_complete(backend: LocalBackend) -> None:
+    """A small request's operation starts on the loop's thread, a large one (over 16 KiB of
+    content or code) on the runtime (python/src/session.rs): both answer, in any order,
+    and a denial made before the first wait (a path outside the workspace) still reaches
+    its future."""
+
+    async def main() -> None:
+        async with await Sandbox.create(backend) as sbx:
+            big = "x" * (100 * 1024)
+            small = "y" * 10
+            await asyncio.gather(sbx.write_file("big.txt", big), sbx.write_file("small.txt", small))
+            assert await sbx.read_text("big.txt") == big
+            assert await sbx.read_text("small.txt") == small
+            code = "# " + "z" * (20 * 1024) + "\nprint(6 * 7)"
+            assert (await sbx.run_code(code)).stdout.strip() == "42"
+            assert (await sbx.run_code("print(6 * 7)")).stdout.strip() == "42"
+            with pytest.raises(SandboxioError) as denied:
+                await sbx.write_file("/etc/sandboxio-handoff-test", "no")
+            assert denied.value.code.startswith("SBX_E"), denied.value
+
+    asyncio.run(main())
