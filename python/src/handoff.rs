@@ -310,7 +310,7 @@ where
     let target: Py<PyAny> = py_fut.clone().unbind();
     let mailbox = mailbox_of(py, &event_loop);
     let event_loop: Py<PyAny> = event_loop.unbind();
-    let task = crate::rt::scope(locals, async move {
+    let mut task = crate::rt::scope(locals, async move {
         let outcome = tokio::select! {
             r = AssertUnwindSafe(fut).catch_unwind() => r,
             _ = rx => return,
@@ -334,7 +334,6 @@ where
             }
         }
     });
-    let mut task = task;
     if start_here {
         let done = py.detach(|| {
             let _in_runtime = rt.enter();
