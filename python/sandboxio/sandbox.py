@@ -161,7 +161,7 @@ class Sandbox:
         r = out.result
         if r is None:
             raise SandboxioError(f"operation {out.record.operation_id} answered no result", code="SBX_E2105")
-        if isinstance(r, ExecResult):  # made in process (`_outcome.native`)
+        if isinstance(r, ExecResult):  # made in process (`python/src/answer.rs`)
             return r
         return ExecResult.from_outcome(r, out.record)
 

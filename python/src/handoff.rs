@@ -69,7 +69,16 @@ fn complete(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyRes
     if fut.call_method0("done")?.is_truthy()? {
         return Ok(());
     }
-    let method = if ok { "set_result" } else { "set_exception" };
+    settle(fut, ok, value)
+}
+
+/// Sets the future's result (`ok`) or exception.
+fn settle(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    let method = if ok {
+        intern!(fut.py(), "set_result")
+    } else {
+        intern!(fut.py(), "set_exception")
+    };
     fut.call_method1(method, (value,))?;
     Ok(())
 }
@@ -193,13 +202,7 @@ fn complete_posted(
     if removed.extract::<usize>()? == 0 {
         return Ok(());
     }
-    let method = if ok {
-        intern!(fut.py(), "set_result")
-    } else {
-        intern!(fut.py(), "set_exception")
-    };
-    fut.call_method1(method, (value,))?;
-    Ok(())
+    settle(fut, ok, value)
 }
 
 /// The loops' inboxes, by loop (a `weakref.WeakKeyDictionary`).

@@ -438,17 +438,17 @@ impl Gateway {
         // Sinks that must run on this task (an embedding's, bound to its event loop) are
         // awaited here, before the closing call, as always; the others write in it.
         let blocking = self.auditor.records_blocking();
-        let early = if blocking {
-            None
+        let (early, closing_record) = if blocking {
+            (None, Some((redacted, parent.clone())))
         } else {
-            Some(
-                self.auditor
-                    .record_redacted_with_parent(redacted.clone(), &parent)
-                    .await,
-            )
+            let r = self
+                .auditor
+                .record_redacted_with_parent(redacted, &parent)
+                .await;
+            (Some(r), None)
         };
         let closing = Closing {
-            record: blocking.then(|| (redacted.clone(), parent.clone())),
+            record: closing_record,
             finish,
             scopes: if ctx.admitted {
                 self.metric_scopes(&sub.op)
@@ -470,9 +470,14 @@ impl Gateway {
                 tracing::warn!(operation_id = %id, code = e.code(), "closing the operation off the async workers failed; recovery will mark it interrupted: {e}");
                 let recorded = match early {
                     Some(r) => r,
+                    // The closing call took the redacted record with it: the copy in
+                    // the outcome goes (a pass over redacted text finds nothing more, so
+                    // this rare path counts no redactions).
                     None => {
+                        let again =
+                            sandboxio_audit::RedactedRecord::new(&redactor, out.record.clone());
                         self.auditor
-                            .record_redacted_with_parent(redacted, &parent)
+                            .record_redacted_with_parent(again, &parent)
                             .await
                     }
                 };
