@@ -38,6 +38,39 @@ pub struct SqliteStore {
     mode: SyncMode,
     /// Whether the connection is currently at `synchronous=NORMAL` (changed under `conn`).
     relaxed: std::sync::atomic::AtomicBool,
+    /// Opened for reading only: closing it writes nothing.
+    read_only: bool,
+}
+
+impl Drop for SqliteStore {
+    /// Leaves the WAL short for the next opener. A WAL restarts (its frames overwritten
+    /// from the start) only when a writer finds it wholly checkpointed, and an opening
+    /// that finds no other connection rebuilds the WAL's index from every valid frame. A
+    /// process that commits once and closes (the one-shot CLI) never restarts it: its
+    /// checkpoint comes with its last commit, so the valid frames grew by a run's frames
+    /// at every run, and every opening read all of them. So a closing connection whose
+    /// WAL file holds more than [`WAL_CHECKPOINT_FRAMES`] frames truncates it: nothing to
+    /// copy when the last commit's checkpoint did it (else one sync of the database), and
+    /// it never waits: another connection's reader or writer makes it give up (that
+    /// connection closes later and does it).
+    fn drop(&mut self) {
+        if self.read_only {
+            return;
+        }
+        let conn = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(wal) = conn.path().map(|p| format!("{p}-wal")) else {
+            return;
+        };
+        let long = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
+        if !long || conn.busy_timeout(Duration::ZERO).is_err() {
+            return;
+        }
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            r.get::<_, i64>(0)
+        }) {
+            tracing::debug!(target: "sandboxio::store", "closing checkpoint not done: {e}");
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -108,6 +141,11 @@ fn run_tx<T>(
 
 /// WAL frames (pages) after which a commit checkpoints the WAL into the database.
 pub(super) const WAL_CHECKPOINT_FRAMES: i64 = 64;
+
+/// The WAL file's size past which a closing connection truncates it: its header and
+/// [`WAL_CHECKPOINT_FRAMES`] frames of SQLite's default 4 KiB page (a database with
+/// larger pages truncates a little earlier, which costs nothing but the truncation).
+const WAL_TRUNCATE_BYTES: u64 = 32 + WAL_CHECKPOINT_FRAMES as u64 * (24 + 4096);
 
 /// The schema's version: a hash of its text (both parts), kept in `PRAGMA user_version`.
 /// Any change to the schema text changes it, so a database is never taken as current by a
@@ -201,6 +239,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             mode: SyncMode::Full,
             relaxed: std::sync::atomic::AtomicBool::new(false),
+            read_only: true,
             conn: Mutex::new(conn),
         })
     }
@@ -248,6 +287,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             mode: sync,
             relaxed: std::sync::atomic::AtomicBool::new(sync == SyncMode::Normal),
+            read_only: false,
             conn: Mutex::new(conn),
         })
     }

@@ -743,6 +743,53 @@ fn a_lost_or_garbage_state_db_next_to_a_trail_is_refused() {
     assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
 }
 
+/// Valid frames at the start of a WAL file: what the next process to open the database
+/// alone reads and checksums to rebuild the WAL's index (frames whose salts match the
+/// header's; a restarted WAL's older frames no longer do).
+fn valid_wal_frames(db: &std::path::Path) -> usize {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-wal");
+    let Ok(wal) = std::fs::read(std::path::PathBuf::from(p)) else {
+        return 0;
+    };
+    let be = |b: &[u8], i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+    if wal.len() < 32 {
+        return 0;
+    }
+    let (page, salts) = (be(&wal, 8) as usize, (be(&wal, 16), be(&wal, 20)));
+    wal[32..]
+        .chunks_exact(24 + page)
+        .take_while(|f| (be(f, 8), be(f, 12)) == salts)
+        .count()
+}
+
+#[test]
+fn one_commit_per_opening_leaves_a_short_wal_for_the_next_opener() {
+    // A one-shot CLI opens the database, commits a few times and closes. Each opening
+    // rebuilds the WAL's index from every valid frame, and a WAL restarts only when a
+    // writer of the same process finds it checkpointed: with one commit per opening the
+    // valid frames grew by one a run, forever (each run slower than the last).
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let mut most = 0;
+    for i in 0..300 {
+        let store = SqliteStore::open(&db, SyncMode::Full).unwrap();
+        store
+            .set_kill(&format!("drill {i}"), "test", Utc::now())
+            .unwrap();
+        drop(store);
+        most = most.max(valid_wal_frames(&db));
+    }
+    assert!(
+        most <= 80,
+        "{most} valid WAL frames after 300 one-commit openings (a checkpoint every 64 frames \
+         keeps it under 80)"
+    );
+    // The state is all there.
+    let store = SqliteStore::open(&db, SyncMode::Full).unwrap();
+    assert_eq!(store.kill_state().unwrap().unwrap().reason, "drill 299");
+}
+
 #[test]
 fn a_closed_sqlite_store_leaves_a_short_wal_for_the_next_opener() {
     // The next process to open the database alone re-reads every WAL frame since the last
