@@ -1,5 +1,7 @@
-//! Decision latency with 10 and 1,000 rules. Plain `std::time::Instant`, no framework:
-//! `cargo bench -p sandboxio-policy --bench decide`. Prints p50/p99/max per scenario.
+//! Decision latency with 10 and 1,000 rules, and the time to load (parse, compile and
+//! check the examples of) the built-in default policy, which every one-shot CLI run pays.
+//! Plain `std::time::Instant`, no framework: `cargo bench -p sandboxio-policy --bench
+//! decide`. Prints p50/p99/max per scenario.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -141,4 +143,28 @@ fn main() {
     }
     let set = PolicySet::builtin_default().unwrap();
     measure("builtin default", &set, &ops);
+    load_default();
+}
+
+/// Loading the built-in default policy, as each CLI process does once.
+fn load_default() {
+    for _ in 0..20 {
+        black_box(PolicySet::builtin_default().unwrap());
+    }
+    let mut samples: Vec<u128> = (0..400)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(PolicySet::builtin_default().unwrap());
+            t.elapsed().as_nanos()
+        })
+        .collect();
+    samples.sort_unstable();
+    let q = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    println!(
+        "{:<28} loads={:<7} p50={:>7.1} us  p90={:>7.1} us",
+        "load builtin default",
+        samples.len(),
+        q(0.5) as f64 / 1000.0,
+        q(0.9) as f64 / 1000.0
+    );
 }

@@ -948,8 +948,14 @@ pub fn cleanup_stale() -> Vec<PathBuf> {
             continue;
         };
         for entry in entries.flatten() {
+            // The entry's type from the directory listing: a controller's directory holds
+            // a few dozen files for each cgroup, and a `stat` of each was most of the
+            // sweep's time (every run that starts a sandbox sweeps once, beside its set-up).
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let dir = entry.path();
-            if !dir.is_dir() || !procs(&dir).is_empty() {
+            if !procs(&dir).is_empty() {
                 continue;
             }
             let old = entry
