@@ -2,12 +2,14 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
+
 use chrono::{DateTime, TimeZone, Utc};
 use sandboxio_core::{IsolationTier, Language, Money, Operation, OperationKind, Verdict};
 use toml::Spanned;
 
 use crate::context::{Context, NetAccess};
-use crate::error::{Location, PolicyError, PolicyWarning};
+use crate::error::{LineIndex, Location, PolicyError, PolicyWarning};
 use crate::raw::{ExampleWrapper, FileRaw, RuleRaw, StrList};
 use crate::rule::{
     name_pattern, parse_weekday, path_globset, Facts, HostPattern, KindSet, Rule, TimeWindow,
@@ -59,14 +61,24 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
             return out;
         }
     };
-    let raw: FileRaw = match toml::from_str(text) {
+    // Parsed once: the typed rules (with their spans) and the plain tables (for the
+    // canonical keys) are both read from the one document.
+    let doc = match toml_edit::ImDocument::parse(text) {
+        Ok(d) => d,
+        Err(e) => {
+            out.errors.push(toml_error(file, text, &e.into()));
+            return out;
+        }
+    };
+    let raw = match FileRaw::deserialize(toml_edit::de::Deserializer::from(doc.clone())) {
         Ok(r) => r,
         Err(e) => {
             out.errors.push(toml_error(file, text, &e));
             return out;
         }
     };
-    let table: toml::Table = toml::from_str(text).unwrap_or_default();
+    let table =
+        toml::Table::deserialize(toml_edit::de::Deserializer::from(doc)).unwrap_or_default();
     let rule_tables: Vec<toml::Value> = match table.get("rule") {
         Some(toml::Value::Array(a)) => a.clone(),
         _ => Vec::new(),
@@ -78,9 +90,10 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
             message: "file has no rules".into(),
         });
     }
+    let lines = LineIndex::new(file, text);
     let mut ids: HashMap<String, Location> = HashMap::new();
     for (i, spanned) in raw.rule.iter().enumerate() {
-        let at = Location::at(file, text, spanned.span().start);
+        let at = lines.at(spanned.span().start);
         let r = spanned.get_ref();
         let id = r.id.get_ref().clone();
         if let Some(first) = ids.get(&id) {
@@ -93,7 +106,7 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
         }
         ids.insert(id.clone(), at.clone());
         let key = rule_tables.get(i).map(canonical_key).unwrap_or_default();
-        match compile_rule(file, text, at.clone(), r, &mut out.warnings) {
+        match compile_rule(&lines, at.clone(), r, &mut out.warnings) {
             Ok(rule) => out.rules.push(Compiled { rule, at, key }),
             Err(e) => out.errors.push(e),
         }
@@ -125,7 +138,7 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
     out
 }
 
-fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> PolicyError {
+fn toml_error(file: &str, text: &str, e: &toml_edit::de::Error) -> PolicyError {
     let at = Location::at(file, text, e.span().map(|s| s.start).unwrap_or(0));
     let msg = e.message().trim().trim_end_matches('.').to_string();
     if let Some(rest) = msg.strip_prefix("unknown field `") {
@@ -145,7 +158,7 @@ fn canonical_key(v: &toml::Value) -> String {
         match v {
             toml::Value::Array(a) => {
                 let mut items: Vec<toml::Value> = a.iter().map(canon).collect();
-                items.sort_by_key(|x| x.to_string());
+                items.sort_by_cached_key(|x| x.to_string());
                 items.dedup();
                 toml::Value::Array(items)
             }
@@ -180,14 +193,13 @@ fn canonical_key(v: &toml::Value) -> String {
 }
 
 struct Ctx<'a> {
-    file: &'a str,
-    text: &'a str,
+    lines: &'a LineIndex<'a>,
     rule: String,
 }
 
 impl Ctx<'_> {
     fn loc<T>(&self, s: &Spanned<T>) -> Location {
-        Location::at(self.file, self.text, s.span().start)
+        self.lines.at(s.span().start)
     }
     fn invalid<T>(&self, s: &Spanned<T>, key: &str, why: impl Into<String>) -> PolicyError {
         PolicyError::InvalidValue {
@@ -253,15 +265,13 @@ fn valid_id(id: &str) -> bool {
 }
 
 fn compile_rule(
-    file: &str,
-    text: &str,
+    lines: &LineIndex<'_>,
     at: Location,
     r: &RuleRaw,
     warnings: &mut Vec<PolicyWarning>,
 ) -> Result<Rule, PolicyError> {
     let c = Ctx {
-        file,
-        text,
+        lines,
         rule: r.id.get_ref().clone(),
     };
     if !valid_id(r.id.get_ref()) {
@@ -564,7 +574,7 @@ fn compile_rule(
         id: c.rule.clone(),
         effect,
         reason: r.reason.get_ref().trim().to_string(),
-        file: file.to_string(),
+        file: at.file.clone(),
         line: at.line,
         kinds,
         tool: c.names(&r.tool, "tool")?,

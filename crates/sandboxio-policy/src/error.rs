@@ -34,6 +34,45 @@ impl Location {
     }
 }
 
+/// The line starts of one file's text: many [`Location`]s of one file without scanning the
+/// text from its start for each (a policy load asks for dozens).
+pub(crate) struct LineIndex<'a> {
+    file: &'a str,
+    text: &'a str,
+    /// Byte offset of each line's first byte; the first is 0.
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub(crate) fn new(file: &'a str, text: &'a str) -> LineIndex<'a> {
+        let mut starts = vec![0];
+        starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        LineIndex { file, text, starts }
+    }
+
+    /// The same as [`Location::at`] for this file.
+    pub(crate) fn at(&self, offset: usize) -> Location {
+        let offset = floor_char_boundary(self.text, offset.min(self.text.len()));
+        let line = self.starts.partition_point(|s| *s <= offset);
+        let line_start = self.starts.get(line.wrapping_sub(1)).copied().unwrap_or(0);
+        let column = self
+            .text
+            .get(line_start..offset)
+            .map_or(0, |l| l.chars().count())
+            + 1;
+        Location {
+            file: self.file.to_string(),
+            line: u32::try_from(line).unwrap_or(u32::MAX),
+            column: u32::try_from(column).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
     while i > 0 && !s.is_char_boundary(i) {
         i -= 1;
@@ -211,6 +250,32 @@ impl std::fmt::Display for PolicyWarning {
         match &self.rule {
             Some(r) => write!(f, "{}: rule `{}`: {}", self.at, r, self.message),
             None => write!(f, "{}: {}", self.at, self.message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_index_places_every_offset_where_a_scan_from_the_start_does() {
+        for text in [
+            "",
+            "\n",
+            "a = 1\n[[rule]]\nid = \"é→x\"\r\n\n  reason = \"ü\"",
+            "no newline at all, but ✓ wide chars",
+            "\n\n\nthree blank lines first\n",
+        ] {
+            let lines = LineIndex::new("f.toml", text);
+            // Past the end and inside a multi-byte character too.
+            for offset in 0..=text.len() + 2 {
+                assert_eq!(
+                    lines.at(offset),
+                    Location::at("f.toml", text, offset),
+                    "{text:?} at {offset}"
+                );
+            }
         }
     }
 }
