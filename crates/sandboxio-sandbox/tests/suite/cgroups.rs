@@ -83,13 +83,36 @@ async fn pids_limit_stops_a_bounded_fork_loop() {
 }
 
 #[tokio::test]
-async fn cleanup_stale_keeps_live_cgroups() {
+async fn cleanup_stale_removes_old_empty_cgroups_and_keeps_young_ones() {
     if !cgroups_usable() {
         return;
     }
+    // A crashed run's leftover (empty, two minutes old) and a young empty one, in every
+    // controller's directory.
+    use sandboxio_sandbox::cgroup::{base_dirs, host_layout};
+    let mut made = Vec::new();
+    for base in base_dirs(host_layout()) {
+        if std::fs::create_dir_all(&base).is_err() {
+            continue;
+        }
+        let stale = base.join(format!("test-stale-{}", std::process::id()));
+        let young = base.join(format!("test-young-{}", std::process::id()));
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::create_dir(&young).unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(&stale)
+            .and_then(|f| f.set_modified(old))
+            .unwrap();
+        made.push((stale, young));
+    }
     let removed = sandboxio_sandbox::cgroup::cleanup_stale();
-    // Nothing this test suite creates is 30 s old and empty while in use.
     for d in &removed {
         assert!(!d.exists());
     }
+    for (stale, young) in &made {
+        assert!(removed.contains(stale), "{stale:?} not swept: {removed:?}");
+        assert!(young.exists(), "{young:?} is younger than the stale age");
+        let _ = std::fs::remove_dir(young);
+    }
+    assert!(!made.is_empty(), "no cgroup directory to sweep");
 }
