@@ -3,7 +3,8 @@
 
 Usage: bench-server.py BASE_URL API_KEY [TIER [SERVER_PID]]
 Prints one JSON object: sequential time to interactive (create, then `node -v` done) p50/p95,
-a burst of 100 concurrent creates + `node -v` (median, p95), the exec round trip of `true`
+a burst of 100 concurrent creates + `node -v` (median, p95), both beside the same
+sequence and burst of `bwrap --unshare-all ... node -v` with no server, the exec round trip of `true`
 minus the sandbox's own time (what HTTP, the server and the gateway add; see `overhead`), a Python code
 context's call round trip beside a fresh `run_code`, and the bounded load test: 100
 sandboxes at once, 20 commands each, errors counted, the server's memory (VmRSS before,
@@ -172,6 +173,50 @@ def overhead(n=60, warm=10):
     }
 
 
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+         "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
+         "--tmpfs", "/tmp", "node", "-v"]
+
+
+def bwrap_reference():
+    """The same sequence and burst with no server at all: `bwrap --unshare-all ... node -v`
+    started by this script, timed the same way (each thread its own start to its own end).
+    What one fresh namespace sandbox per `node -v` costs on this machine, beside the
+    server's time to interactive (which also creates a workspace, cgroups and records)."""
+    import shutil
+    import subprocess
+    if shutil.which("bwrap") is None:
+        return {"skipped": "bwrap is not installed"}
+
+    def once():
+        t0 = time.perf_counter()
+        r = subprocess.run(BWRAP, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        took = (time.perf_counter() - t0) * 1000
+        assert r.returncode == 0 and r.stdout.startswith(b"v"), r
+        return took
+
+    for _ in range(3):
+        once()
+    seq = [once() for _ in range(30)]
+    burst, lock = [], threading.Lock()
+
+    def one():
+        t = once()
+        with lock:
+            burst.append(t)
+
+    threads = [threading.Thread(target=one) for _ in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"sequential_ms": {"p50": round(statistics.median(seq), 1),
+                              "p95": round(pct(seq, 95), 1)},
+            "burst100_ms": {"p50": round(statistics.median(burst), 1),
+                            "p95": round(pct(burst, 95), 1)}}
+
+
 def main():
     # SBX_BENCH_PHASES: a comma list of tti,overhead,contexts,load (default: all of them).
     import os
@@ -207,6 +252,7 @@ def main():
                                      "p50": round(statistics.median(burst), 1) if burst else None,
                                      "p95": round(pct(burst, 95), 1) if burst else None}
         report["first_errors"] = errors[:3]
+        report["bwrap_node_v_reference"] = bwrap_reference()
     if "overhead" in phases:
         report.update(overhead())
     if "contexts" in phases:

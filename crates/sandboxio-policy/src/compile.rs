@@ -2,10 +2,9 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
-
 use chrono::{DateTime, TimeZone, Utc};
 use sandboxio_core::{IsolationTier, Language, Money, Operation, OperationKind, Verdict};
+use serde::Deserialize;
 use toml::Spanned;
 
 use crate::context::{Context, NetAccess};
@@ -77,10 +76,10 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
             return out;
         }
     };
-    let table =
+    let mut table =
         toml::Table::deserialize(toml_edit::de::Deserializer::from(doc)).unwrap_or_default();
-    let rule_tables: Vec<toml::Value> = match table.get("rule") {
-        Some(toml::Value::Array(a)) => a.clone(),
+    let rule_tables: Vec<toml::Value> = match table.remove("rule") {
+        Some(toml::Value::Array(a)) => a,
         _ => Vec::new(),
     };
     if raw.rule.is_empty() {
