@@ -35,7 +35,28 @@ pub(crate) struct FileOutcome {
 }
 
 /// Compiles one file, collecting every error it can find (a syntax error stops early).
-pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
+/// Whether a file's examples and counterexamples are run while it compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Examples {
+    Check,
+    /// Not run: the text is the built-in default policy, whose examples this crate's tests
+    /// run on these same bytes (`the_builtin_policy_passes_its_own_examples`), so running
+    /// them again at every load (which also built every matcher they touch) proves
+    /// nothing new.
+    Trusted,
+}
+
+impl Examples {
+    pub(crate) fn for_source(bytes: &[u8]) -> Examples {
+        if bytes == crate::set::DEFAULT_POLICY.as_bytes() {
+            Examples::Trusted
+        } else {
+            Examples::Check
+        }
+    }
+}
+
+pub(crate) fn compile_source(file: &str, bytes: &[u8], examples: Examples) -> FileOutcome {
     let mut out = FileOutcome {
         rules: Vec::new(),
         errors: Vec::new(),
@@ -105,7 +126,7 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8]) -> FileOutcome {
         }
         ids.insert(id.clone(), at.clone());
         let key = rule_tables.get(i).map(canonical_key).unwrap_or_default();
-        match compile_rule(&lines, at.clone(), r, &mut out.warnings) {
+        match compile_rule(&lines, at.clone(), r, examples, &mut out.warnings) {
             Ok(rule) => out.rules.push(Compiled { rule, at, key }),
             Err(e) => out.errors.push(e),
         }
@@ -267,6 +288,7 @@ fn compile_rule(
     lines: &LineIndex<'_>,
     at: Location,
     r: &RuleRaw,
+    examples: Examples,
     warnings: &mut Vec<PolicyWarning>,
 ) -> Result<Rule, PolicyError> {
     let c = Ctx {
@@ -620,6 +642,9 @@ fn compile_rule(
         });
     }
 
+    if examples == Examples::Trusted {
+        return Ok(rule);
+    }
     for (i, ex) in r.examples.iter().enumerate() {
         if !run_example(&c, &rule, ex, i + 1)? {
             return Err(PolicyError::ExampleNotMatched {
@@ -741,4 +766,41 @@ fn run_example(
         }
     }
     Ok(rule.matches(&Facts::new(&op, &ctx)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::set::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
+
+    #[test]
+    fn the_builtin_policy_passes_its_own_examples() {
+        // What a load of the built-in text trusts instead of running them.
+        assert_eq!(
+            Examples::for_source(DEFAULT_POLICY.as_bytes()),
+            Examples::Trusted
+        );
+        let out = compile_source(
+            DEFAULT_POLICY_NAME,
+            DEFAULT_POLICY.as_bytes(),
+            Examples::Check,
+        );
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert!(out.rules.len() >= 8);
+        assert!(DEFAULT_POLICY.matches("examples = [").count() >= 8);
+    }
+
+    #[test]
+    fn a_changed_copy_of_the_builtin_policy_runs_its_examples() {
+        // One byte of difference and the examples run again: here one no longer holds.
+        let broken =
+            DEFAULT_POLICY.replacen("path = \"data/input.csv\"", "path = \"../input.csv\"", 1);
+        assert_ne!(broken, DEFAULT_POLICY);
+        assert_eq!(Examples::for_source(broken.as_bytes()), Examples::Check);
+        let e = crate::PolicySet::from_str("copy.toml", &broken).unwrap_err();
+        assert!(
+            matches!(e, PolicyError::ExampleNotMatched { ref rule, .. } if rule == "files-in-workspace"),
+            "{e}"
+        );
+    }
 }

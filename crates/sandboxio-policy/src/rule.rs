@@ -195,12 +195,48 @@ pub(crate) fn parse_weekday(s: &str) -> Result<u8, String> {
     Ok(1 << i)
 }
 
-/// Path globs of one matcher: the globs themselves (for the set-wide prefilter) and a
-/// set of them (for evaluating one rule alone, e.g. its examples).
+/// Path globs of one matcher: the globs themselves (for the set-wide prefilter) and one
+/// matcher of them all (for evaluating one rule alone: mounts, a kind without a path
+/// index, examples), built at its first use: a process that never asks this matcher (a
+/// one-shot CLI run of another kind) does not pay for compiling it.
 #[derive(Debug, Clone)]
 pub(crate) struct PathGlobs {
     pub globs: Vec<globset::Glob>,
-    pub set: GlobSet,
+    matcher: std::sync::OnceLock<GlobsMatcher>,
+}
+
+#[derive(Debug, Clone)]
+enum GlobsMatcher {
+    Set(GlobSet),
+    /// Each glob alone: the same answers as a set, for the case where building the set
+    /// fails (its combined automaton past a size limit). Every glob compiled alone when
+    /// the rule was (`path_globset`), so this cannot fail.
+    Each(Vec<globset::GlobMatcher>),
+}
+
+impl PathGlobs {
+    /// Whether any of the globs matches `path` (already normalised).
+    pub fn is_match(&self, path: &str) -> bool {
+        let m = self.matcher.get_or_init(|| {
+            let mut b = GlobSetBuilder::new();
+            for g in &self.globs {
+                b.add(g.clone());
+            }
+            match b.build() {
+                Ok(set) => GlobsMatcher::Set(set),
+                Err(_) => GlobsMatcher::Each(
+                    self.globs
+                        .iter()
+                        .map(globset::Glob::compile_matcher)
+                        .collect(),
+                ),
+            }
+        });
+        match m {
+            GlobsMatcher::Set(set) => set.is_match(path),
+            GlobsMatcher::Each(each) => each.iter().any(|g| g.is_match(path)),
+        }
+    }
 }
 
 /// Which rules' `path` / `path_not` globs match one form of the operation's path,
@@ -538,16 +574,12 @@ impl Rule {
             }
         }
         if let Some(g) = &self.mount {
-            if !f.mounts.iter().any(|(p, _)| g.set.is_match(p.as_str())) {
+            if !f.mounts.iter().any(|(p, _)| g.is_match(p.as_str())) {
                 return false;
             }
         }
         if let Some(g) = &self.mount_rw {
-            if !f
-                .mounts
-                .iter()
-                .any(|(p, rw)| *rw && g.set.is_match(p.as_str()))
-            {
+            if !f.mounts.iter().any(|(p, rw)| *rw && g.is_match(p.as_str())) {
                 return false;
             }
         }
@@ -663,7 +695,7 @@ impl Rule {
         if let Some(g) = &self.path {
             let m = match hits {
                 Some(h) => bit(&h.path, self.index),
-                None => g.set.is_match(p.as_str()),
+                None => g.is_match(p.as_str()),
             };
             if !m {
                 return false;
@@ -672,7 +704,7 @@ impl Rule {
         if let Some(g) = &self.path_not {
             let m = match hits {
                 Some(h) => bit(&h.path_not, self.index),
-                None => g.set.is_match(p.as_str()),
+                None => g.is_match(p.as_str()),
             };
             if m {
                 return false;
@@ -685,7 +717,6 @@ impl Rule {
 /// Builds the glob set for path patterns: `*` stays within one component, `**` crosses
 /// components. Patterns are normalised like paths.
 pub(crate) fn path_globset(patterns: &[String]) -> Result<PathGlobs, (String, String)> {
-    let mut b = GlobSetBuilder::new();
     let mut globs = Vec::new();
     for p in patterns {
         let comps: Vec<&str> = p
@@ -701,9 +732,10 @@ pub(crate) fn path_globset(patterns: &[String]) -> Result<PathGlobs, (String, St
             .literal_separator(true)
             .build()
             .map_err(|e| (p.clone(), e.kind().to_string()))?;
-        b.add(g.clone());
         globs.push(g);
     }
-    let set = b.build().map_err(|e| (String::new(), e.to_string()))?;
-    Ok(PathGlobs { globs, set })
+    Ok(PathGlobs {
+        globs,
+        matcher: std::sync::OnceLock::new(),
+    })
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use sandboxio_core::{Decision, Layer, Operation, OperationArgs, RuleRef, Verdict};
 use serde::Serialize;
 
-use crate::compile::{compile_source, Compiled, MAX_POLICY_FILE_BYTES};
+use crate::compile::{compile_source, Compiled, Examples, MAX_POLICY_FILE_BYTES};
 use crate::context::Context;
 use crate::error::{PolicyError, PolicyWarning};
 use crate::rule::{kind_index, Facts, PathIndex, Rule};
@@ -67,8 +67,9 @@ pub struct PolicySet {
     rules: Vec<Rule>,
     /// Per kind: rule indices, deny rules first, then ask, then allow; file order within.
     index: [Vec<u32>; 9],
-    /// Per kind: all path globs of that kind's rules in one set.
-    path_index: [Option<PathIndex>; 9],
+    /// Per kind: all path globs of that kind's rules in one index, built at the first
+    /// decision of that kind with a path (a process deciding only execs builds none).
+    path_index: [std::sync::OnceLock<Option<PathIndex>>; 9],
     files: Vec<String>,
     warnings: Vec<PolicyWarning>,
 }
@@ -116,7 +117,7 @@ fn compile_all(sources: &[PolicySource]) -> (Vec<Compiled>, Vec<PolicyError>, Ve
         errors.push(PolicyError::NoFiles);
     }
     for src in sources {
-        let mut out = compile_source(&src.name, &src.bytes);
+        let mut out = compile_source(&src.name, &src.bytes, Examples::for_source(&src.bytes));
         errors.append(&mut out.errors);
         warnings.append(&mut out.warnings);
         // Across files: duplicate ids are errors (rule references must be unambiguous);
@@ -217,12 +218,10 @@ impl PolicySet {
                 )
             });
         }
-        let path_index: [Option<PathIndex>; 9] =
-            std::array::from_fn(|k| PathIndex::build(&rules, &index[k]));
         PolicySet {
             rules,
             index,
-            path_index,
+            path_index: std::array::from_fn(|_| std::sync::OnceLock::new()),
             files,
             warnings,
         }
@@ -244,7 +243,16 @@ impl PolicySet {
 
     fn facts<'a>(&self, op: &'a Operation, ctx: &Context<'_>) -> Facts<'a> {
         let mut facts = Facts::new(op, ctx);
-        if let Some(ix) = &self.path_index[kind_index(facts.kind)] {
+        if facts.paths.is_empty() {
+            return facts;
+        }
+        let k = kind_index(facts.kind);
+        let built = self.path_index.get(k).map(|ix| {
+            ix.get_or_init(|| {
+                PathIndex::build(&self.rules, self.index.get(k).map_or(&[][..], |v| v))
+            })
+        });
+        if let Some(Some(ix)) = built {
             facts.hits = Some(facts.paths.iter().map(|p| ix.hits(p)).collect());
         }
         facts
