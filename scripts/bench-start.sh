@@ -9,7 +9,11 @@
 #
 #   scripts/bench-start.sh BEFORE_BIN AFTER_BIN [ROUNDS] [RUNS_PER_ROUND]
 #
-# Each binary gets its own fresh state directory (warmed up first). Needs perf and strace.
+# Each binary gets its own fresh state directory (warmed up first). Both binaries (and the
+# `sandboxio-helper` beside each, when there is one) are first copied into the script's
+# own directory, the same way and just before the runs: two byte-identical copies of one
+# CLI differed by a quarter when one of them had been read by `perf report` (BENCHMARKS.md,
+# 2026-12-06). Needs perf and strace.
 set -euo pipefail
 before=${1:?usage: $0 BEFORE_BIN AFTER_BIN [ROUNDS] [RUNS]}
 after=${2:?usage: $0 BEFORE_BIN AFTER_BIN [ROUNDS] [RUNS]}
@@ -20,6 +24,16 @@ for t in perf strace; do
 done
 work=$(mktemp -d /tmp/sbx-bench-start.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+fresh() { # source binary, label -> path of a fresh copy (with its helper, if beside it)
+    mkdir "$work/bin-$2"
+    cp "$1" "$work/bin-$2/sandboxio"
+    if [ -e "$(dirname "$1")/sandboxio-helper" ]; then
+        cp "$(dirname "$1")/sandboxio-helper" "$work/bin-$2/"
+    fi
+    echo "$work/bin-$2/sandboxio"
+}
+before=$(fresh "$before" before)
+after=$(fresh "$after" after)
 
 case_args() {
     case "$1" in
