@@ -1,5 +1,5 @@
-//! Decision latency with 10 and 1,000 rules, and the time to load (parse, compile and
-//! check the examples of) the built-in default policy, which every one-shot CLI run pays.
+//! Decision latency with 10 and 1,000 rules, and the time to load (parse and compile) the
+//! built-in default policy, which every one-shot CLI run pays.
 //! Plain `std::time::Instant`, no framework: `cargo bench -p sandboxio-policy --bench
 //! decide`. Prints p50/p99/max per scenario.
 
