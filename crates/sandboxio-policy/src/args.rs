@@ -99,6 +99,7 @@ impl ArgCond {
         let test = if let Some(v) = &raw.equals {
             Test::Equals(serde_json::to_value(v).map_err(|e| format!("`equals`: {e}"))?)
         } else if let Some(g) = &raw.glob {
+            crate::rule::glob_size(g).map_err(|why| format!("the glob on `{p}`: {why}"))?;
             let glob = GlobBuilder::new(g)
                 .literal_separator(true)
                 .backslash_escape(true)

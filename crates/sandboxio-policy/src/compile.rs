@@ -417,15 +417,17 @@ fn compile_rule(
             }
             let mut gs = Vec::new();
             for p in &v {
+                let bad = |why: String| PolicyError::InvalidGlob {
+                    at: c.loc(s),
+                    rule: c.rule.clone(),
+                    pattern: p.clone(),
+                    why,
+                };
+                crate::rule::glob_size(p).map_err(bad)?;
                 let g = globset::GlobBuilder::new(p)
                     .literal_separator(false)
                     .build()
-                    .map_err(|e| PolicyError::InvalidGlob {
-                        at: c.loc(s),
-                        rule: c.rule.clone(),
-                        pattern: p.clone(),
-                        why: e.kind().to_string(),
-                    })?;
+                    .map_err(|e| bad(e.kind().to_string()))?;
                 gs.push(g.compile_matcher());
             }
             Some((gs, rest))
@@ -529,6 +531,7 @@ fn compile_rule(
         Some(s) => {
             let mut out = Vec::new();
             for n in c.nonempty(s, "env")? {
+                crate::rule::glob_size(n).map_err(|why| c.invalid(s, "env", why))?;
                 out.push(
                     globset::Glob::new(n)
                         .map_err(|e| c.invalid(s, "env", e.kind().to_string()))?
@@ -788,6 +791,47 @@ mod tests {
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         assert!(out.rules.len() >= 8);
         assert!(DEFAULT_POLICY.matches("examples = [").count() >= 8);
+    }
+
+    #[test]
+    fn an_overlong_glob_in_any_matcher_is_refused_at_load_without_a_panic() {
+        // 200,000 `?` compile past the regex engine's size limit: `globset` panicked on it
+        // (an `argv_glob` took `policy check` down), and a path glob would have panicked
+        // at its first use once matchers were built lazily.
+        for n in [crate::rule::MAX_GLOB_BYTES + 1, 200_000] {
+            let q = "?".repeat(n);
+            for (kind, matcher) in [
+                ("file_read", format!("path = [\"/{q}\"]")),
+                ("exec", format!("mount = [\"/{q}\"]")),
+                ("exec", format!("mount_rw = [\"/{q}\"]")),
+                ("exec", format!("argv_glob = [\"{q}\"]")),
+                ("exec", format!("env = [\"{q}\"]")),
+                ("tool_call", format!("tool = [\"{q}\"]")),
+                (
+                    "tool_call",
+                    format!("args = [{{ pointer = \"/p\", glob = \"{q}\" }}]"),
+                ),
+            ] {
+                let text = format!(
+                    "[[rule]]\nid = \"long\"\neffect = \"deny\"\nkind = \"{kind}\"\n{matcher}\nreason = \"r\"\n"
+                );
+                let got =
+                    std::panic::catch_unwind(|| crate::PolicySet::from_str("long.toml", &text));
+                let Ok(result) = got else {
+                    panic!("{n} bytes in `{}` panicked", &matcher[..12]);
+                };
+                let e = result
+                    .err()
+                    .unwrap_or_else(|| panic!("{n} bytes in `{}` loaded", &matcher[..12]));
+                assert!(e.to_string().contains("4096"), "{e}");
+            }
+        }
+        // At the cap, a glob still loads and decides.
+        let q = "?".repeat(crate::rule::MAX_GLOB_BYTES - 1);
+        let text = format!(
+            "[[rule]]\nid = \"cap\"\neffect = \"deny\"\nkind = \"file_read\"\npath = [\"/{q}\"]\nreason = \"r\"\n"
+        );
+        assert!(crate::PolicySet::from_str("cap.toml", &text).is_ok());
     }
 
     #[test]

@@ -65,12 +65,30 @@ impl NamePattern {
     }
 }
 
+/// The longest glob a policy may hold, in bytes. A glob compiles to a regex, and a long
+/// enough one passes the regex engine's size limit, where `globset`'s matcher panics (about
+/// 200,000 `?` did; 100,000 did not): refused at load instead, with a margin of 25x, and far
+/// above any real pattern. Every matcher built later (at first use) is of such globs.
+pub(crate) const MAX_GLOB_BYTES: usize = 4096;
+
+/// Refuses a glob longer than [`MAX_GLOB_BYTES`].
+pub(crate) fn glob_size(p: &str) -> Result<(), String> {
+    if p.len() > MAX_GLOB_BYTES {
+        return Err(format!(
+            "the pattern is {} bytes long, more than {MAX_GLOB_BYTES}",
+            p.len()
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn has_glob_meta(s: &str) -> bool {
     s.contains(['*', '?', '[', ']', '{', '}'])
 }
 
 pub(crate) fn name_pattern(p: &str) -> Result<NamePattern, String> {
     if has_glob_meta(p) {
+        glob_size(p)?;
         GlobBuilder::new(p)
             .literal_separator(false)
             .build()
@@ -209,8 +227,8 @@ pub(crate) struct PathGlobs {
 enum GlobsMatcher {
     Set(GlobSet),
     /// Each glob alone: the same answers as a set, for the case where building the set
-    /// fails (its combined automaton past a size limit). Every glob compiled alone when
-    /// the rule was (`path_globset`), so this cannot fail.
+    /// fails (its combined automaton past a size limit). Each glob is at most
+    /// [`MAX_GLOB_BYTES`] long, which compiles alone far under the limit.
     Each(Vec<globset::GlobMatcher>),
 }
 
@@ -727,6 +745,7 @@ pub(crate) fn path_globset(patterns: &[String]) -> Result<PathGlobs, (String, St
         if comps.iter().skip(leading_dots).any(|c| *c == "..") {
             return Err((p.clone(), "`..` may only lead a pattern".into()));
         }
+        glob_size(p).map_err(|why| (p.clone(), why))?;
         let n = normalize(p);
         let g = GlobBuilder::new(n.as_str())
             .literal_separator(true)
