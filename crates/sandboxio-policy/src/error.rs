@@ -73,6 +73,17 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// At most 200 bytes of a value quoted in a message (a refused glob may be 1 MiB long),
+/// with how long it was when cut.
+fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    const MAX: usize = 200;
+    if s.len() <= MAX {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let cut = floor_char_boundary(s, MAX);
+    std::borrow::Cow::Owned(format!("{}... ({} bytes)", &s[..cut], s.len()))
+}
+
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
     while i > 0 && !s.is_char_boundary(i) {
         i -= 1;
@@ -87,7 +98,7 @@ pub enum PolicyError {
     Syntax { at: Location, message: String },
     #[error("{at}: unknown key `{key}` in policy file")]
     UnknownKey { at: Location, key: String },
-    #[error("{at}: rule `{rule}`: invalid glob `{pattern}`: {why}")]
+    #[error("{at}: rule `{rule}`: invalid glob `{}`: {why}", clip(pattern))]
     InvalidGlob {
         at: Location,
         rule: String,
@@ -257,6 +268,26 @@ impl std::fmt::Display for PolicyWarning {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_refused_glob_is_quoted_cut_in_its_message() {
+        let e = PolicyError::InvalidGlob {
+            at: Location::default(),
+            rule: "r".into(),
+            pattern: "é".repeat(100_000),
+            why: "too long".into(),
+        };
+        let m = e.to_string();
+        assert!(m.len() < 400, "{} bytes", m.len());
+        assert!(m.contains("... (200000 bytes)"), "{m}");
+        let short = PolicyError::InvalidGlob {
+            at: Location::default(),
+            rule: "r".into(),
+            pattern: "/a/[".into(),
+            why: "unclosed".into(),
+        };
+        assert!(short.to_string().contains("invalid glob `/a/[`: unclosed"));
+    }
 
     #[test]
     fn the_line_index_places_every_offset_where_a_scan_from_the_start_does() {
