@@ -20,17 +20,9 @@ impl std::fmt::Display for Location {
 
 impl Location {
     /// The location of byte `offset` in `text` (clamped to the text).
+    /// One location only; many of one file: [`LineIndex`].
     pub fn at(file: &str, text: &str, offset: usize) -> Location {
-        let offset = floor_char_boundary(text, offset.min(text.len()));
-        let before = &text[..offset];
-        let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
-        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let column = before[line_start..].chars().count() + 1;
-        Location {
-            file: file.to_string(),
-            line: u32::try_from(line).unwrap_or(u32::MAX),
-            column: u32::try_from(column).unwrap_or(u32::MAX),
-        }
+        LineIndex::new(file, text).at(offset)
     }
 }
 
@@ -55,7 +47,8 @@ impl<'a> LineIndex<'a> {
         LineIndex { file, text, starts }
     }
 
-    /// The same as [`Location::at`] for this file.
+    /// The location of byte `offset` (clamped to the text, and back to a character's
+    /// first byte): 1-based line, and column in characters.
     pub(crate) fn at(&self, offset: usize) -> Location {
         let offset = floor_char_boundary(self.text, offset.min(self.text.len()));
         let line = self.starts.partition_point(|s| *s <= offset);
@@ -289,6 +282,16 @@ mod tests {
         assert!(short.to_string().contains("invalid glob `/a/[`: unclosed"));
     }
 
+    /// A scan of the text before `offset` (what every location cost before the index).
+    fn scanned(text: &str, offset: usize) -> (u32, u32) {
+        let offset = floor_char_boundary(text, offset.min(text.len()));
+        let before = &text[..offset];
+        let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let column = before[line_start..].chars().count() + 1;
+        (line as u32, column as u32)
+    }
+
     #[test]
     fn the_line_index_places_every_offset_where_a_scan_from_the_start_does() {
         for text in [
@@ -301,11 +304,13 @@ mod tests {
             let lines = LineIndex::new("f.toml", text);
             // Past the end and inside a multi-byte character too.
             for offset in 0..=text.len() + 2 {
+                let at = lines.at(offset);
                 assert_eq!(
-                    lines.at(offset),
-                    Location::at("f.toml", text, offset),
+                    (at.line, at.column),
+                    scanned(text, offset),
                     "{text:?} at {offset}"
                 );
+                assert_eq!(at, Location::at("f.toml", text, offset));
             }
         }
     }

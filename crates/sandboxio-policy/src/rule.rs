@@ -758,3 +758,32 @@ pub(crate) fn path_globset(patterns: &[String]) -> Result<PathGlobs, (String, St
         matcher: std::sync::OnceLock::new(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_whose_set_cannot_be_built_are_matched_one_by_one_with_the_same_answers() {
+        // Sixty globs at the size cap pass the combined set's size limit (thirty do not):
+        // the matcher falls back to each glob alone, and still answers.
+        let long = "?".repeat(MAX_GLOB_BYTES - 8);
+        let patterns: Vec<String> = (0..60).map(|i| format!("/{long}/x{i}")).collect();
+        let globs = path_globset(&patterns).unwrap();
+        let a = "a".repeat(long.len());
+        assert!(globs.is_match(&format!("/{a}/x59")));
+        assert!(globs.is_match(&format!("/{a}/x0")));
+        assert!(!globs.is_match(&format!("/{a}/x60")));
+        assert!(!globs.is_match(&format!("/{}/x1", "a".repeat(long.len() - 1))));
+        // `?` stays within one component.
+        assert!(!globs.is_match(&format!("/{}/b/x1", "a".repeat(long.len() - 2))));
+        assert!(
+            matches!(globs.matcher.get(), Some(GlobsMatcher::Each(each)) if each.len() == 60),
+            "the set was built after all: the test no longer reaches the fallback"
+        );
+        // A few short globs build one set, with the same kind of answers.
+        let short = path_globset(&["/a/**".to_string(), "/b/?".to_string()]).unwrap();
+        assert!(short.is_match("/a/x/y") && short.is_match("/b/c") && !short.is_match("/b/cd"));
+        assert!(matches!(short.matcher.get(), Some(GlobsMatcher::Set(_))));
+    }
+}
