@@ -254,7 +254,7 @@ def main():
         report["first_errors"] = errors[:3]
         report["bwrap_node_v_reference"] = bwrap_reference()
     if "overhead" in phases:
-        report.update(overhead())
+        report.update(overhead(int(os.environ.get("SBX_BENCH_EXECS", "60"))))
     if "contexts" in phases:
         report["contexts"] = contexts()
     if "load" in phases:

@@ -5,6 +5,7 @@
 #   SBX_BENCH_PROFILE=debug scripts/bench-server.sh process
 #   SBX_BENCH_PHASES=load SBX_BENCH_SANDBOXES=100 SBX_BENCH_COMMANDS=20 scripts/bench-server.sh process
 #   SBX_BENCH_PHASES=overhead scripts/bench-server.sh process   # only the exec round trip
+#   SBX_BENCH_EXECS=200 ...                                     # its execs (default 60)
 #   SBX_BENCH_BIN=/path/to/sandboxio scripts/bench-server.sh    # another build, not rebuilt
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -89,6 +89,11 @@ struct Fx {
 }
 
 fn fx(cfg: GatewayConfig, approver: Approver) -> Fx {
+    fx_in(cfg, approver, None)
+}
+
+/// `work_root`: where the sandboxes' workspaces go (a test that counts what is left there).
+fn fx_in(cfg: GatewayConfig, approver: Approver, work_root: Option<&std::path::Path>) -> Fx {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
@@ -112,6 +117,7 @@ fn fx(cfg: GatewayConfig, approver: Approver) -> Fx {
         redaction,
         SandboxConfig {
             helper_path: Some(env!("CARGO_BIN_EXE_sandboxio").into()),
+            work_root: work_root.map(Into::into),
             ..SandboxConfig::default()
         },
         approver,
@@ -501,4 +507,151 @@ async fn admin_actions_are_operations_with_records() {
             .await
             .unwrap();
     assert_eq!(ok.record.status, OperationStatus::Ok);
+}
+
+/// What the sandboxes left in a work root.
+fn left_in(root: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// How many times the payloads appended to `mark`.
+fn runs_in(mark: &std::path::Path) -> usize {
+    std::fs::read_to_string(mark)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// The sandbox starts beside its admission, held at its release until the admission is
+/// durable (`chain/launch.rs`). Every way an admission refuses (rate limit, budget, kill
+/// switch, a replayed key) must withdraw it: the payload never runs, and its workspace is
+/// gone when the refusal is answered.
+#[tokio::test]
+async fn a_refused_admission_runs_nothing_of_the_sandbox_started_beside_it() {
+    let marks = tempfile::tempdir().unwrap();
+    let mark = marks.path().join("ran");
+    let script = format!("echo ran >> {}", mark.display());
+    let rated = GatewayConfig {
+        rate_limits: sandboxio_budget::RateLimitsConfig {
+            limit: vec![sandboxio_budget::RateLimitRule {
+                action: "exec".into(),
+                limit: "1/minute".parse().unwrap(),
+                tenant: None,
+                agent: None,
+                per: Default::default(),
+            }],
+        },
+        ..GatewayConfig::default()
+    };
+    let cases: Vec<(&str, GatewayConfig, Layer)> = vec![
+        ("rate limit", rated, Layer::RateLimit),
+        ("budget", budget_cfg(), Layer::Budget),
+        ("kill switch", GatewayConfig::default(), Layer::KillSwitch),
+        ("replayed key", GatewayConfig::default(), Layer::Idempotency),
+    ];
+    for (case, cfg, layer) in cases {
+        let _ = std::fs::remove_file(&mark);
+        let root = tempfile::tempdir().unwrap();
+        let f = fx_in(cfg, Approver::Nobody, Some(root.path()));
+        let sub = |key: &str| keyed(sh(&script, ExecRequest::new(Vec::<String>::new())), key);
+        // What the refusal needs: one run before it, or the switch engaged, or a ceiling
+        // the estimate passes.
+        let refused = match case {
+            "rate limit" => {
+                let first = f.gw.submit(sub("a")).await.unwrap();
+                assert_eq!(first.record.status, OperationStatus::Ok, "{case}");
+                sub("b")
+            }
+            "replayed key" => {
+                let first = f.gw.submit(sub("a")).await.unwrap();
+                assert_eq!(first.record.status, OperationStatus::Ok, "{case}");
+                sub("a")
+            }
+            "kill switch" => {
+                f.store
+                    .set_kill("test", "tester", chrono::Utc::now())
+                    .unwrap();
+                sub("a")
+            }
+            _ => {
+                let mut s = sub("a");
+                s.op.estimated_cost = Some("50.00".parse::<Money>().unwrap());
+                s
+            }
+        };
+        let before = runs_in(&mark);
+        let out = f.gw.submit(refused).await.unwrap();
+        assert_eq!(out.record.layer, layer, "{case}: {:?}", out.record);
+        assert!(out.result.is_none() || case == "replayed key", "{case}");
+        assert_eq!(left_in(root.path()), Vec::<String>::new(), "{case}");
+        // A payload that had been let go would have appended by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(runs_in(&mark), before, "{case}: the refused payload ran");
+    }
+}
+
+/// The payload starts only once the admission is durable: while another connection holds
+/// the database's write lock, the admission waits, and so does the sandbox started beside
+/// it; released, the run goes on and answers as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_payload_waits_for_the_admission_to_be_durable() {
+    let marks = tempfile::tempdir().unwrap();
+    let mark = marks.path().join("ran");
+    let root = tempfile::tempdir().unwrap();
+    let f = fx_in(
+        GatewayConfig::default(),
+        Approver::Nobody,
+        Some(root.path()),
+    );
+    // Warm up: the first run sweeps, opens what it needs.
+    let warm =
+        f.gw.submit(sh("true", ExecRequest::new(Vec::<String>::new())))
+            .await
+            .unwrap();
+    assert_eq!(warm.record.status, OperationStatus::Ok);
+    let db = f._dir.path().join("s.db");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut c = rusqlite::Connection::open(&db).unwrap();
+        let t = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        free_rx.recv().unwrap();
+        t.commit().unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let gw = f.gw.clone();
+    let script = format!("echo ran >> {}", mark.display());
+    let run = tokio::spawn(async move {
+        gw.submit(sh(&script, ExecRequest::new(Vec::<String>::new())))
+            .await
+    });
+    // The sandbox is prepared (a workspace exists) while its admission waits for the lock.
+    let mut prepared = false;
+    for _ in 0..200 {
+        if !left_in(root.path()).is_empty() {
+            prepared = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(prepared, "the sandbox was not started beside the admission");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runs_in(&mark),
+        0,
+        "the payload ran before its admission was durable"
+    );
+    assert!(!run.is_finished());
+    free_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let out = run.await.unwrap().unwrap();
+    assert_eq!(out.record.status, OperationStatus::Ok, "{:?}", out.record);
+    assert_eq!(runs_in(&mark), 1);
+    assert_eq!(left_in(root.path()), Vec::<String>::new());
 }

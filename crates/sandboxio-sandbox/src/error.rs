@@ -167,6 +167,8 @@ pub enum SandboxError {
     },
     #[error("standard input given both as bytes and as a stream")]
     StdinConflict,
+    #[error("the run was prepared but its caller withdrew it before it started")]
+    NotReleased,
     #[error("invalid mount `{sandbox}`: {why}")]
     InvalidMount { sandbox: PathBuf, why: String },
     #[error("invalid working directory `{path}`: {why}")]
@@ -329,6 +331,10 @@ pub const CODES: &[(&str, &str)] = &[
         "invalid mount (host path missing or unusable, or sandbox path reserved)",
     ),
     ("SBX_E1443", "invalid working directory"),
+    (
+        "SBX_E1444",
+        "the run was withdrawn by its caller before it started (nothing of it ran)",
+    ),
 ];
 
 impl SandboxError {
@@ -382,6 +388,7 @@ impl ErrorCode for SandboxError {
             SandboxError::FallbackSetup { .. } => "SBX_E1434",
             SandboxError::Pty { .. } => "SBX_E1440",
             SandboxError::StdinConflict => "SBX_E1441",
+            SandboxError::NotReleased => "SBX_E1444",
             SandboxError::InvalidMount { .. } => "SBX_E1442",
             SandboxError::InvalidWorkdir { .. } => "SBX_E1443",
             SandboxError::Namespace(e) => e.code(),

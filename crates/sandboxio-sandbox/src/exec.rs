@@ -352,7 +352,7 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
         tier,
         cfg,
         cancel,
-        started,
+        mut started,
     } = run;
     let Setup {
         sandbox_id,
@@ -477,6 +477,17 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
         });
     }
     guard.helper_pid = Some(helper.pid);
+    // Everything above is this sandbox's own (its directories, its waiting helper); the
+    // plan below is the request. A caller's go-ahead comes in between (`StreamIo::release`).
+    if let Some(release) = io.release.take() {
+        let waiting = Instant::now();
+        if !wait_release(release, cancel.as_ref()).await {
+            withdraw(helper, &mut guard).await;
+            return Err(SandboxError::NotReleased);
+        }
+        // The wait was the caller's, not this run's.
+        started += waiting.elapsed();
+    }
     let rest = match helper.plan_w.take() {
         Some(w) => match write_now(&w, &plan_bytes) {
             Ok(n) if n == plan_bytes.len() => None,
@@ -1117,6 +1128,47 @@ fn write_now(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<usize> {
 
 /// Wait (asynchronously, woken by a pidfd) until the helper exits; reap it and return its
 /// raw wait status.
+/// Whether the caller released the run: `true` sent. `false`, a dropped sender or the
+/// run's cancellation withdraw it.
+async fn wait_release(
+    release: tokio::sync::oneshot::Receiver<bool>,
+    cancel: Option<&CancelToken>,
+) -> bool {
+    let cancelled = async {
+        match cancel {
+            Some(c) => {
+                c.cancelled().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        go = release => go.unwrap_or(false),
+        () = cancelled => false,
+    }
+}
+
+/// Ends a run that was never released, in order: the waiting helper sees the end of its
+/// plan and exits (killed if it has not within the grace), it is reaped, and the run's
+/// cgroup and workspace go before this returns (not on a detached cleanup thread, which a
+/// one-shot process could outlive).
+async fn withdraw(helper: HelperProc, guard: &mut Inflight) {
+    let pid = helper.pid;
+    drop(helper);
+    guard.control = None;
+    if tokio::time::timeout(BACKSTOP_GRACE, wait_helper(pid))
+        .await
+        .is_err()
+    {
+        hard_kill(Some(pid), guard.cgroup.as_ref());
+        let _ = wait_helper(pid).await;
+    }
+    guard.helper_pid = None;
+    // Nothing ran in it: a workspace the request asked to keep goes too.
+    guard.keep = false;
+    guard.finish();
+}
+
 async fn wait_helper(pid: i32) -> std::io::Result<i32> {
     let afd = sys::proc::pidfd_open(pid)
         .ok()

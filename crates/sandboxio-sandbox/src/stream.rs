@@ -36,6 +36,13 @@ pub struct StreamIo {
     /// namespace) for the egress proxy to serve. Without it such a request is refused
     /// (`SBX_E1450`): nothing would serve the listener.
     pub egress: Option<tokio::sync::oneshot::Sender<std::net::TcpListener>>,
+    /// The caller's go-ahead. With it, the run prepares everything of its own (workspace,
+    /// cgroup, the helper started and waiting for its plan) and then waits: `true` sends the
+    /// plan and the run goes on; `false`, or the sender dropped, ends it before anything of
+    /// the request has run (`SBX_E1444`), its helper reaped and its directories removed.
+    /// The wait is not counted in the result's duration. The gateway starts a sandbox this
+    /// way while its admission is being made durable.
+    pub release: Option<tokio::sync::oneshot::Receiver<bool>>,
 }
 
 /// Bytes kept from one output stream, and how many the program wrote in all.

@@ -2,8 +2,7 @@
 //! operation confined beneath the session's workspace.
 
 use sandboxio_core::{
-    ErrorCode, ExecRequest, ExecResult, Layer, OperationArgs, OperationRecord, OperationStatus,
-    Verdict,
+    ErrorCode, ExecResult, Layer, OperationArgs, OperationRecord, OperationStatus, Verdict,
 };
 use sandboxio_sandbox::CancelToken;
 
@@ -12,12 +11,15 @@ use super::stop::{RunCtx, Stop};
 use super::{Gateway, Submission};
 
 impl Gateway {
+    /// The side effect. `launched`: the sandbox run the chain set up (and started, held at
+    /// its release) during the admission; `None` sets it up here.
     pub(super) async fn run(
         &self,
         id: &str,
         sub: &Submission,
         rec: &mut OperationRecord,
         ctx: &mut RunCtx,
+        launched: Option<super::launch::Launch>,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
         let op = &sub.op;
         ctx.ran = true;
@@ -25,76 +27,43 @@ impl Gateway {
             OperationArgs::Exec { .. }
             | OperationArgs::RunCode { .. }
             | OperationArgs::Browse { .. } => {
-                // Leftovers of crashed runs: swept beside this process's first sandbox.
-                self.sweep.start_once();
-                // The request as resolved (defaults, ceilings, derived argv): exactly what
-                // was decided, fingerprinted and approved.
-                let mut req = op
-                    .exec
-                    .clone()
-                    .unwrap_or_else(|| ExecRequest::new(Vec::<String>::new()));
-                // A browse's screenshot lands in a private scratch directory, removed when
-                // this returns (the browser's profile and cache die with the sandbox's /tmp).
-                let scratch = match &op.args {
-                    OperationArgs::Browse { .. } => {
-                        let s = crate::browse::answer::Scratch::new().map_err(|e| {
-                            let mut s = Stop::deny(
-                                Layer::Sandbox,
-                                format!("cannot create the browse's scratch directory: {e}"),
-                            )
-                            .code(crate::browse::BROWSE_SCRATCH);
-                            s.status = OperationStatus::Error;
-                            s
-                        })?;
-                        req.output_dir = Some(s.output_dir());
-                        Some(s)
-                    }
-                    _ => None,
+                let mut l = match launched {
+                    Some(l) => l,
+                    None => self.launch(sub, ctx, false)?,
                 };
+                let req = l.req.clone();
+                let tier = l.tier;
+                let token = l.token.clone();
+                let scratch = l.scratch.take();
+                let forward = l.forward.take();
                 rec.bytes_in = req.stdin.as_ref().map(|s| s.len() as u64).unwrap_or(0)
                     + req.files.values().map(|f| f.len() as u64).sum::<u64>();
-                let tier = op.tier.unwrap_or(self.cfg.default_tier);
-                let token = sub.cancel.clone().unwrap_or_default();
                 if let Ok(mut r) = self.running.lock() {
                     r.insert(id.to_string(), token.clone());
                 }
                 let watcher = self.watch_kill_switch(token.clone());
-                let mut io = ctx.stream.take().unwrap_or_default();
-                // Output leaves redacted: the sandbox sends to the forwarder, which sends on.
-                let forward = match (io.events.take(), ctx.redactor.clone()) {
-                    (Some(out), _) if sub.protocol_output => {
-                        io.events = Some(out);
-                        None
-                    }
-                    (Some(out), Some(r)) => {
-                        let (tx, task) = crate::stream::redacting_forwarder(r, out);
-                        io.events = Some(tx);
-                        Some(task)
-                    }
-                    _ => None,
-                };
                 let mut structured = None;
-                let res = match &sub.executor {
-                    Some(x) => match x.run(&req, io, token).await {
+                let io = l.io.take().unwrap_or_default();
+                let res = match (l.plain.take(), &sub.executor) {
+                    (Some(plain), _) => super::launch::Launch::plain_result(plain)
+                        .await
+                        .map_err(|e| (e.code(), format!("the sandbox could not run this: {e}"))),
+                    (None, Some(x)) => match x.run(&req, io, token).await {
                         Ok((r, v)) => {
                             structured = v;
                             Ok(r)
                         }
                         Err(u) => Err((u.code, u.message)),
                     },
-                    // Network: the sandbox's egress proxy serves it while it runs.
-                    None if Self::needs_egress(&req, tier) => {
+                    // Neither plain nor an executor: network, served by the sandbox's
+                    // egress proxy while it runs.
+                    (None, None) => {
                         match self.run_with_egress(id, sub, &req, tier, token, io).await {
                             Ok(r) => r.map_err(|e| {
                                 (e.code(), format!("the sandbox could not run this: {e}"))
                             }),
                             Err(stop) => Err((stop.code.unwrap_or("SBX_E1513"), stop.reason)),
                         }
-                    }
-                    None => {
-                        sandboxio_sandbox::run_streaming(&req, tier, &self.sandbox, Some(token), io)
-                            .await
-                            .map_err(|e| (e.code(), format!("the sandbox could not run this: {e}")))
                     }
                 };
                 if let Some(task) = forward {

@@ -13,6 +13,7 @@ mod close;
 mod cost;
 mod egress;
 mod execute;
+mod launch;
 mod mounts;
 mod offload;
 mod record;
@@ -596,18 +597,39 @@ impl Gateway {
         let rate = self.rate_limits_for(op);
         let reserve = cost::reserve_request(op, id.to_string(), Some(estimate));
         let claim_now = if needs_approval { None } else { idem.clone() };
-        let admitted = self
-            .on_store("admitting the operation", move |s, cfg| {
-                s.admit(&Admission {
-                    journal,
-                    rate,
-                    budget: &cfg.budget,
-                    reserve,
-                    idem: claim_now,
-                    now: Utc::now(),
-                })
+        // A sandbox starts beside the admission, held at its release until the chain gets
+        // to the run (`launch.rs`); one that waits for a person starts after the approval.
+        // A set-up that fails here is set up again at the run, which reports it.
+        let mut launched = if !needs_approval
+            && matches!(
+                op.args,
+                OperationArgs::Exec { .. }
+                    | OperationArgs::RunCode { .. }
+                    | OperationArgs::Browse { .. }
+            ) {
+            self.launch(sub, ctx, true).ok()
+        } else {
+            None
+        };
+        let admission = self.on_store("admitting the operation", move |s, cfg| {
+            s.admit(&Admission {
+                journal,
+                rate,
+                budget: &cfg.budget,
+                reserve,
+                idem: claim_now,
+                now: Utc::now(),
             })
-            .await;
+        });
+        let admitted = match launched.as_mut() {
+            Some(l) => l.alongside(admission).await,
+            None => admission.await,
+        };
+        if !matches!(admitted, Ok(Admitted::Proceed(_))) {
+            if let Some(l) = launched.take() {
+                l.withdraw().await;
+            }
+        }
         if !matches!(admitted, Ok(Admitted::KillSwitch(_))) {
             rec.rules = decision.rules.clone();
             rec.reason = decision.reason.clone();
@@ -687,6 +709,9 @@ impl Gateway {
             intent_rec.status = OperationStatus::Warning;
             intent_rec.reason = "about to run".into();
             if self.auditor.record(intent_rec).await.is_err() {
+                if let Some(l) = launched.take() {
+                    l.withdraw().await;
+                }
                 return Err(Stop::deny(
                     Layer::Record,
                     "the audit trail could not record the intent, so the operation was not run",
@@ -697,7 +722,7 @@ impl Gateway {
         // run
         rec.verdict = Verdict::Allow;
         rec.layer = Layer::Sandbox;
-        let ran = self.run(id, sub, rec, ctx).await;
+        let ran = self.run(id, sub, rec, ctx, launched).await;
         let (result, tool_output) = ran?;
         // Settle charges the measured cost, all of it. The reservation was the most the
         // operation could cost, so this passes it only when a measurement exceeds the bound;

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::{cfg, sh};
 
 /// Each tier this host can run, with its config; prints why one is skipped.
-fn tiers() -> Vec<(IsolationTier, SandboxConfig)> {
+pub(super) fn tiers() -> Vec<(IsolationTier, SandboxConfig)> {
     let mut v = vec![(IsolationTier::Process, cfg(CgroupUsage::Auto))];
     let host = sandboxio_sandbox::probe();
     if host.user_namespaces.available {

@@ -4,6 +4,7 @@ mod cgroups;
 mod drain;
 mod landlock;
 mod process;
+mod release;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
