@@ -40,8 +40,19 @@ enum Job {
 pub struct FileSink {
     trail: Arc<FileTrail>,
     name: String,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    writer: Mutex<Writer>,
+}
+
+/// The writer thread, started by the first record handed to it: a process that writes
+/// only on its own threads (`emit_blocking`, as the gateway's closing call does) never
+/// starts one, and closes the trail on the thread that closes the sink.
+enum Writer {
+    NotStarted,
+    Running {
+        jobs: mpsc::Sender<Job>,
+        thread: JoinHandle<()>,
+    },
+    Closed,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -82,20 +93,13 @@ impl FileSink {
         )?)
     }
 
-    /// Starts the writer thread of an open trail.
+    /// The sink of an open trail (its writer thread starts with the first handed record).
     fn start(trail: FileTrail) -> Result<FileSink, AuditError> {
         let trail = Arc::new(trail);
-        let (tx, rx) = mpsc::channel::<Job>();
-        let owned = trail.clone();
-        let thread = std::thread::Builder::new()
-            .name("sandboxio-audit-writer".into())
-            .spawn(move || write_loop(&owned, rx))
-            .map_err(|e| AuditError::io(trail.path(), e))?;
         Ok(FileSink {
             name: trail.name().to_string(),
             trail,
-            jobs: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
+            writer: Mutex::new(Writer::NotStarted),
         })
     }
 
@@ -120,34 +124,50 @@ impl FileSink {
         }
     }
 
-    /// Hands `job` to the writer thread; `Err` (the sink's closed error) when it is gone.
+    /// Hands a record to the writer thread (started here the first time); `Err` (the
+    /// sink's closed error) when the sink is closed.
     fn send(&self, job: Job) -> Result<(), AuditError> {
-        let jobs = self.jobs.lock().map_err(|_| self.closed())?;
-        match jobs.as_ref() {
-            Some(tx) => tx.send(job).map_err(|_| self.closed()),
-            None => Err(self.closed()),
+        let mut w = self.writer.lock().map_err(|_| self.closed())?;
+        if matches!(*w, Writer::NotStarted) {
+            let (jobs, rx) = mpsc::channel::<Job>();
+            let owned = self.trail.clone();
+            let thread = std::thread::Builder::new()
+                .name("sandboxio-audit-writer".into())
+                .spawn(move || write_loop(&owned, rx))
+                .map_err(|e| AuditError::io(self.trail.path(), e))?;
+            *w = Writer::Running { jobs, thread };
+        }
+        match &*w {
+            Writer::Running { jobs, .. } => jobs.send(job).map_err(|_| self.closed()),
+            _ => Err(self.closed()),
         }
     }
 
-    /// Writes the closing checkpoint and syncs (on the writer thread, waited for here),
-    /// then ends the thread. Later emits fail with `SinkClosed`. Idempotent.
+    /// Writes the closing checkpoint and syncs (on the writer thread when there is one,
+    /// waited for here, after every record handed to it), then ends the thread. Later
+    /// emits fail with `SinkClosed`. Idempotent.
     pub fn close_sync(&self) -> Result<(), AuditError> {
-        let (tx, rx) = mpsc::channel();
-        let sent = self.send(Job::Close(Box::new(move |r| {
-            let _ = tx.send(r);
-        })));
-        let answer = match sent {
-            Ok(()) => rx.recv().unwrap_or_else(|_| Err(self.closed())),
-            // Already closed: nothing left to do.
-            Err(_) => Ok(()),
+        let was = match self.writer.lock() {
+            Ok(mut w) => std::mem::replace(&mut *w, Writer::Closed),
+            Err(_) => return Err(self.closed()),
         };
-        if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.take();
+        match was {
+            Writer::Closed => Ok(()),
+            Writer::NotStarted => self.trail.close_sync(),
+            Writer::Running { jobs, thread } => {
+                let (tx, rx) = mpsc::channel();
+                let answer = match jobs.send(Job::Close(Box::new(move |r| {
+                    let _ = tx.send(r);
+                }))) {
+                    Ok(()) => rx.recv().unwrap_or_else(|_| Err(self.closed())),
+                    // The thread is gone (it closed the trail on its way out).
+                    Err(_) => Ok(()),
+                };
+                drop(jobs);
+                let _ = thread.join();
+                answer
+            }
         }
-        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
-            let _ = t.join();
-        }
-        answer
     }
 }
 
@@ -213,12 +233,27 @@ impl AuditSink for FileSink {
     }
     async fn close(&self) -> Result<(), AuditError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        match self.send(Job::Close(Box::new(move |r| {
+        let job = Job::Close(Box::new(move |r| {
             let _ = tx.send(r);
-        }))) {
-            Ok(()) => rx.await.unwrap_or_else(|_| Err(self.closed())),
-            Err(_) => Ok(()),
+        }));
+        {
+            let mut w = self.writer.lock().map_err(|_| self.closed())?;
+            match &*w {
+                // No thread was ever needed: close here (one write, synced per the policy).
+                Writer::NotStarted => {
+                    *w = Writer::Closed;
+                    drop(w);
+                    return self.trail.close_sync();
+                }
+                Writer::Closed => return Ok(()),
+                Writer::Running { jobs, .. } => {
+                    if jobs.send(job).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
         }
+        rx.await.unwrap_or_else(|_| Err(self.closed()))
     }
     fn head(&self) -> Option<SignedHead> {
         FileSink::head(self)

@@ -469,6 +469,48 @@ fn a_blocking_write_gives_up_at_the_timeout_while_the_lock_is_held_elsewhere() {
     assert_eq!(rep.records, 1);
 }
 
+/// A sink written only on its callers' threads has no writer thread (it starts with the
+/// first record handed to it): closed either way, synchronously or awaited, the trail
+/// still ends with its closing checkpoint and verifies, and a later record is refused as
+/// closed, not lost silently.
+#[test]
+fn a_sink_never_handed_a_record_closes_on_the_closing_thread() {
+    use sandboxio_audit::{AuditError, BlockingEmit};
+    use std::time::Duration;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for awaited in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let key = Arc::new(AuditKey::generate());
+        let sink = FileSink::open(opts(&path), key.clone()).unwrap();
+        let r = sink.emit_blocking(&ev(1), Duration::from_secs(5));
+        assert!(matches!(r, BlockingEmit::Done(Ok(()))), "{r:?}");
+        if awaited {
+            rt.block_on(AuditSink::close(&sink)).unwrap();
+        } else {
+            sink.close_sync().unwrap();
+        }
+        let closing = checkpoint_lines(&path);
+        assert!(
+            closing.last().is_some_and(|l| l.contains("\"close\"")),
+            "awaited={awaited}: {closing:?}"
+        );
+        let late = rt.block_on(sink.emit(&ev(2)));
+        assert!(
+            matches!(late, Err(AuditError::SinkClosed { .. })),
+            "awaited={awaited}: {late:?}"
+        );
+        // Closing again changes nothing.
+        sink.close_sync().unwrap();
+        let rep = verify(&trail_files(&path).unwrap(), Some(&key.verifying_key()));
+        assert!(rep.ok, "awaited={awaited}: {rep:?}");
+        assert_eq!(rep.records, 1, "awaited={awaited}");
+    }
+}
+
 fn checkpoint_lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
