@@ -1126,8 +1126,6 @@ fn write_now(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<usize> {
     Ok(done)
 }
 
-/// Wait (asynchronously, woken by a pidfd) until the helper exits; reap it and return its
-/// raw wait status.
 /// Whether the caller released the run: `true` sent. `false`, a dropped sender or the
 /// run's cancellation withdraw it.
 async fn wait_release(
@@ -1169,6 +1167,8 @@ async fn withdraw(helper: HelperProc, guard: &mut Inflight) {
     guard.finish();
 }
 
+/// Wait (asynchronously, woken by a pidfd) until the helper exits; reap it and return its
+/// raw wait status.
 async fn wait_helper(pid: i32) -> std::io::Result<i32> {
     let afd = sys::proc::pidfd_open(pid)
         .ok()

@@ -55,7 +55,7 @@ pub(super) struct Plain {
 
 impl Gateway {
     /// Sets up the sandbox run of an exec, run_code or browse. With `early`, a plain
-    /// sandbox run is held at its release until [`Launch::result`]; without it, it starts
+    /// sandbox run is held at its release until [`Launch::plain_result`]; without it, it starts
     /// when first awaited.
     pub(super) fn launch(
         &self,
