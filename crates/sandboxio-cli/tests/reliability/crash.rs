@@ -184,7 +184,32 @@ fn sigkill_at_random_points_loses_nothing_and_reruns_nothing() {
         ran.len()
     );
 
-    // 5. No live state left behind after recovery.
+    // 5. Every admitted operation (a journal row) has a record in the trail: the one that
+    // closed it, or recovery's `interrupted`, which is written before its intent is settled
+    // (settled first, a recovery killed half-way lost the record for good).
+    let db = rusqlite::Connection::open(env.state().join("state.db")).unwrap();
+    let admitted: Vec<String> = db
+        .prepare("SELECT operation_id FROM journal")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let recorded: BTreeSet<&str> = events
+        .iter()
+        .map(|e| e.event.operation_id.as_str())
+        .collect();
+    let unrecorded: Vec<&String> = admitted
+        .iter()
+        .filter(|id| !recorded.contains(id.as_str()))
+        .collect();
+    assert!(
+        unrecorded.is_empty(),
+        "{} admitted operations have no record in the trail: {unrecorded:?}",
+        unrecorded.len()
+    );
+
+    // 6. No live state left behind after recovery.
     let live = env.live_counts();
     assert_eq!(
         live,
@@ -192,7 +217,7 @@ fn sigkill_at_random_points_loses_nothing_and_reruns_nothing() {
         "state left behind after recovery"
     );
 
-    // 6. No payload survived its killed CLI; no cgroup left behind.
+    // 7. No payload survived its killed CLI; no cgroup left behind.
     let left = wait_no_procs(&env.marker, Duration::from_secs(2));
     assert!(
         left.is_empty(),

@@ -269,19 +269,19 @@ impl Gateway {
     /// Returns how many operations it marked. [`Gateway::recover`] calls it at start;
     /// a server calls it periodically (`Runtime::start_sweeper`).
     pub async fn recover_interrupted(&self) -> Result<usize, GatewayError> {
-        let now = Utc::now();
-        let entries = self
-            .on_store("recovering interrupted operations", move |s, cfg| {
-                s.recover(now, &cfg.budget, &owner_alive, &|e| {
-                    let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
-                    rec.status = OperationStatus::Interrupted;
-                    rec.layer = Layer::Journal;
-                    rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
-                    serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
-                })
+        // Recorded first, settled after: a process that dies in between leaves the intents
+        // open, and the next recovery records them (again) and settles them. Settled
+        // first, a death in between lost their records for good (the intents were no
+        // longer open): seen with CLI runs killed at random points.
+        let dead = self
+            .on_store("reading interrupted operations", |s, _| {
+                s.dead_intents(&owner_alive)
             })
             .await?;
-        for e in &entries {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        for e in &dead {
             let mut rec = match serde_json::from_str::<Operation>(&e.intent) {
                 Ok(op) => base_record(&e.operation_id, &op),
                 Err(_) => OperationRecord::new(e.operation_id.clone(), "unknown"),
@@ -290,13 +290,26 @@ impl Gateway {
             rec.verdict = Verdict::Allow;
             rec.layer = Layer::Journal;
             rec.reason = "interrupted: the process running this operation stopped before recording its outcome".into();
-            // Recovery records are best effort in warn mode and required in fail mode.
+            // Recovery records are best effort in warn mode and required in fail mode
+            // (then nothing is settled, and the next start tries again).
             self.auditor
                 .record(rec)
                 .await
                 .map_err(|_| GatewayError::Unrecorded)?;
         }
-        Ok(entries.len())
+        let now = Utc::now();
+        let settled = self
+            .on_store("recovering interrupted operations", move |s, _| {
+                s.settle_interrupted(now, &dead, &|e| {
+                    let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
+                    rec.status = OperationStatus::Interrupted;
+                    rec.layer = Layer::Journal;
+                    rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
+                    serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
+                })
+            })
+            .await?;
+        Ok(settled.len())
     }
 
     fn cancel_all(&self, reason: &str) {

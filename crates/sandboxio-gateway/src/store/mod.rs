@@ -261,17 +261,35 @@ pub trait Store: Send + Sync {
     /// Expires one approval that is still pending or approved-but-unused.
     fn expire_approval(&self, id: &str) -> StoreResult<()>;
 
-    /// Intents with no outcome whose process is gone: marks them interrupted, releases
-    /// their reservations, expires their approvals, settles their idempotency keys (to `interrupted_outcome(entry)`,
-    /// or forgets the key when the operation is idempotent, so a retry runs it) and
-    /// returns them. One transaction: a crash during recovery loses nothing.
+    /// Intents with no outcome whose process is gone (with a shared store, also those of
+    /// replicas whose lease expired), oldest first. Reads only: recovery records them in
+    /// the trail first, then settles them ([`Store::settle_interrupted`]), so a crash in
+    /// between leaves them open for the next recovery instead of settled and unrecorded.
+    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>>;
+
+    /// Of `dead`, the intents still open: marks them interrupted, releases their
+    /// reservations, expires their approvals, settles their idempotency keys (to
+    /// `interrupted_outcome(entry)`, or forgets the key when the operation is idempotent,
+    /// so a retry runs it) and returns them. One transaction.
+    fn settle_interrupted(
+        &self,
+        now: DateTime<Utc>,
+        dead: &[JournalEntry],
+        interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
+    ) -> StoreResult<Vec<JournalEntry>>;
+
+    /// [`Store::dead_intents`] then [`Store::settle_interrupted`], with nothing recorded
+    /// in between (the gateway's recovery records between the two).
     fn recover(
         &self,
         now: DateTime<Utc>,
-        budget: &BudgetConfig,
+        _budget: &BudgetConfig,
         is_alive: &dyn Fn(&str) -> bool,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
-    ) -> StoreResult<Vec<JournalEntry>>;
+    ) -> StoreResult<Vec<JournalEntry>> {
+        let dead = self.dead_intents(is_alive)?;
+        self.settle_interrupted(now, &dead, interrupted_outcome)
+    }
 
     fn live_counts(&self) -> StoreResult<LiveCounts>;
 

@@ -393,27 +393,31 @@ impl Store for PgStore {
         })
     }
 
-    fn recover(
-        &self,
-        now: DateTime<Utc>,
-        _budget: &BudgetConfig,
-        is_alive: &dyn Fn(&str) -> bool,
-        interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
-    ) -> StoreResult<Vec<JournalEntry>> {
+    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>> {
         // Which open intents belong to no live replica (read without locks), decided here
-        // where the callbacks live; then settled in one transaction that re-checks each.
+        // where the callback lives; `settle_interrupted` re-checks each in its transaction.
         let (host, me) = (&self.replica.host, &self.replica.id);
         let open = self.tx("reading open intents", |tx| {
             Ok((ops::open_intents(tx, host, me)?, false))
         })?;
-        let chosen: Vec<(JournalEntry, String)> = open
+        Ok(open
             .into_iter()
             .filter(|o| o.lease_expired || (o.same_host && !is_alive(&o.entry.owner)))
-            .map(|o| {
-                let outcome = interrupted_outcome(&o.entry);
-                (o.entry, outcome)
-            })
+            .map(|o| o.entry)
+            .collect())
+    }
+
+    fn settle_interrupted(
+        &self,
+        now: DateTime<Utc>,
+        dead: &[JournalEntry],
+        interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        let chosen: Vec<(JournalEntry, String)> = dead
+            .iter()
+            .map(|e| (e.clone(), interrupted_outcome(e)))
             .collect();
+        let me = &self.replica.id;
         self.tx("recovering interrupted work", |tx| {
             ops::interrupt(tx, &chosen, me, now).map(|v| (v, true))
         })

@@ -827,44 +827,58 @@ impl Store for SqliteStore {
         })
     }
 
-    fn recover(
+    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare_cached("SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key FROM journal WHERE status IS NULL ORDER BY started_ms, operation_id")
+            .map_err(db("reading open intents"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(JournalEntry {
+                    operation_id: r.get(0)?,
+                    intent: r.get(1)?,
+                    started_at: from_ms(r.get(2)?),
+                    owner: r.get(3)?,
+                    idempotent: r.get::<_, i64>(4)? != 0,
+                    idem: match (
+                        r.get::<_, Option<String>>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                    ) {
+                        (Some(t), Some(k)) => Some((t, k)),
+                        _ => None,
+                    },
+                })
+            })
+            .map_err(db("reading open intents"))?;
+        let mut dead = Vec::new();
+        for r in rows {
+            let e = r.map_err(db("reading open intents"))?;
+            if !is_alive(&e.owner) {
+                dead.push(e);
+            }
+        }
+        Ok(dead)
+    }
+
+    fn settle_interrupted(
         &self,
         now: DateTime<Utc>,
-        _budget: &BudgetConfig,
-        is_alive: &dyn Fn(&str) -> bool,
+        dead: &[JournalEntry],
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
         self.with_tx("recovering interrupted work", |tx| {
-            let mut stmt = tx
-                .prepare("SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key FROM journal WHERE status IS NULL")
-                .map_err(db("reading open intents"))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok(JournalEntry {
-                        operation_id: r.get(0)?,
-                        intent: r.get(1)?,
-                        started_at: from_ms(r.get(2)?),
-                        owner: r.get(3)?,
-                        idempotent: r.get::<_, i64>(4)? != 0,
-                        idem: match (r.get::<_, Option<String>>(5)?, r.get::<_, Option<String>>(6)?) {
-                            (Some(t), Some(k)) => Some((t, k)),
-                            _ => None,
-                        },
-                    })
-                })
-                .map_err(db("reading open intents"))?;
-            let mut open = Vec::new();
-            for r in rows {
-                let e = r.map_err(db("reading open intents"))?;
-                if !is_alive(&e.owner) {
-                    open.push(e);
-                }
-            }
-            drop(stmt);
-            for e in &open {
-                Self::release_in(tx, &e.operation_id, now)?;
-                tx.prepare_cached("UPDATE journal SET status = 'interrupted', ended_ms = ?2 WHERE operation_id = ?1").and_then(|mut stmt| stmt.execute(params![e.operation_id, ms(now)]))
+            let mut done = Vec::new();
+            for e in dead {
+                // Only an intent still open: another process may have settled it since.
+                let n = tx.prepare_cached("UPDATE journal SET status = 'interrupted', ended_ms = ?2 WHERE operation_id = ?1 AND status IS NULL").and_then(|mut stmt| stmt.execute(params![e.operation_id, ms(now)]))
                 .map_err(db("marking an intent interrupted"))?;
+                if n != 1 {
+                    continue;
+                }
+                Self::release_in(tx, &e.operation_id, now)?;
                 tx.prepare_cached("UPDATE approvals SET state = 'expired' WHERE id = ?1 AND state IN ('pending', 'approved')").and_then(|mut stmt| stmt.execute(params![approval_id_for(&e.operation_id)]))
                 .map_err(db("expiring an interrupted approval"))?;
                 if let Some((tenant, key)) = &e.idem {
@@ -877,8 +891,9 @@ impl Store for SqliteStore {
                         .map_err(db("settling an interrupted key"))?;
                     }
                 }
+                done.push(e.clone());
             }
-            Ok(open)
+            Ok(done)
         })
     }
 

@@ -465,14 +465,19 @@ impl Store for Watched {
     fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
         self.inner.expire_approval(id)
     }
-    fn recover(
+    fn dead_intents(
+        &self,
+        a: &dyn Fn(&str) -> bool,
+    ) -> store::StoreResult<Vec<store::JournalEntry>> {
+        self.inner.dead_intents(a)
+    }
+    fn settle_interrupted(
         &self,
         n: DateTime<Utc>,
-        b: &sandboxio_budget::BudgetConfig,
-        a: &dyn Fn(&str) -> bool,
+        d: &[store::JournalEntry],
         i: &dyn Fn(&store::JournalEntry) -> String,
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
-        self.inner.recover(n, b, a, i)
+        self.inner.settle_interrupted(n, d, i)
     }
     fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
         self.inner.live_counts()
@@ -763,4 +768,101 @@ async fn a_sink_without_a_blocking_path_is_awaited_on_the_callers_task() {
     assert!(seen.iter().all(|s| s.starts_with("py-loop:")), "{seen:?}");
     let id = &out.record.operation_id;
     assert_eq!(seen.iter().filter(|s| s.ends_with(id.as_str())).count(), 2);
+}
+
+/// A sink that refuses every record (a full disk, say).
+struct RefusingSink;
+
+#[async_trait]
+impl AuditSink for RefusingSink {
+    async fn emit(&self, _e: &AuditEvent) -> Result<(), AuditError> {
+        Err(AuditError::Render {
+            why: "refused by the test".into(),
+        })
+    }
+    fn name(&self) -> &str {
+        "refusing"
+    }
+}
+
+/// Recovery records an interrupted operation before it settles it: a recovery that could
+/// not record (here a sink that refuses, in fail mode; a process killed mid-recovery is
+/// the same window) leaves the intent open, and the next recovery records and settles it.
+/// The other order settled it first, and a death before its record lost the record for
+/// good (seen with CLI runs killed at random points: intents settled, no record).
+#[tokio::test]
+async fn recovery_records_an_interrupted_operation_before_settling_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&dir.path().join("s.db"), SyncMode::Normal).unwrap());
+    let cfg = GatewayConfig::default();
+    // An intent whose process is gone (an owner no live process has).
+    let op = call("ok_tool", "x").op;
+    let admitted = store
+        .admit(&store::Admission {
+            journal: store::JournalEntry {
+                operation_id: "op-dead".into(),
+                intent: serde_json::to_string(&op).unwrap(),
+                started_at: Utc::now(),
+                owner: "999999999:1".into(),
+                idempotent: false,
+                idem: None,
+            },
+            rate: vec![],
+            budget: &cfg.budget,
+            reserve: sandboxio_budget::ReserveRequest {
+                id: "op-dead".into(),
+                tenant: "acme".into(),
+                session: None,
+                category: sandboxio_core::CostCategory::Compute,
+                estimate: Some(Money::ZERO),
+                agent: None,
+                at: None,
+            },
+            idem: None,
+            now: Utc::now(),
+        })
+        .unwrap();
+    assert!(matches!(admitted, store::Admitted::Proceed(_)));
+    let gateway = |sink: Arc<dyn AuditSink>| {
+        let redaction = Redaction::from_env(vec![]);
+        let auditor = Auditor::new(
+            AuditConfig::default()
+                .with_sinks(vec![sink])
+                .on_sink_failure(sandboxio_audit::OnSinkFailure::Fail),
+            redaction.base().unwrap(),
+        );
+        Gateway::new(
+            GatewayConfig::default(),
+            store.clone(),
+            Arc::new(ByName),
+            auditor,
+            redaction,
+            SandboxConfig::default(),
+            Approver::Nobody,
+        )
+    };
+    let refused = gateway(Arc::new(RefusingSink)).recover_interrupted().await;
+    assert!(refused.is_err(), "{refused:?}");
+    let still_open = store.dead_intents(&owner_alive).unwrap();
+    assert_eq!(
+        still_open
+            .iter()
+            .map(|e| e.operation_id.as_str())
+            .collect::<Vec<_>>(),
+        ["op-dead"],
+        "an unrecorded recovery must leave the intent open"
+    );
+    let sink = Arc::new(MemSink::default());
+    assert_eq!(
+        gateway(sink.clone()).recover_interrupted().await.unwrap(),
+        1
+    );
+    let json = sink.json();
+    assert!(
+        json.contains("op-dead") && json.contains("interrupted"),
+        "{json}"
+    );
+    assert!(store.dead_intents(&owner_alive).unwrap().is_empty());
+    assert_eq!(store.live_counts().unwrap().open_intents, 0);
 }
