@@ -89,6 +89,7 @@ conformance!(
     approval_is_single_use_and_bound_to_fingerprint,
     expired_approval_cannot_be_used_or_decided,
     recovery_marks_dead_intents_interrupted_and_releases_everything,
+    dead_intents_only_reads_and_settling_takes_each_intent_once,
     prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents,
     prune_deletes_expired_idempotency_keys_only,
     a_trail_head_only_moves_forward,
@@ -426,6 +427,41 @@ fn expired_approval_cannot_be_used_or_decided(b: Backend) {
         s.claim(Some(("a2", "fp")), None, "op", now).unwrap(),
         Some(Claimed::ApprovalInvalid)
     );
+}
+
+/// Recovery's two halves: listing the dead intents changes nothing (the gateway records
+/// them before it settles them), and settling takes only intents still open, so a list
+/// settled twice (two recoveries at once, or one retried) settles each intent once.
+fn dead_intents_only_reads_and_settling_takes_each_intent_once(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let cfg = budget("10");
+    for (id, owner) in [("d1", "dead"), ("d2", "dead"), ("a1", "alive")] {
+        let mut a = admission(id, &cfg, "1");
+        a.journal.owner = owner.into();
+        assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
+    }
+    let alive = |o: &str| o == "alive";
+    let dead = s.dead_intents(&alive).unwrap();
+    let ids: Vec<_> = dead.iter().map(|e| e.operation_id.as_str()).collect();
+    assert_eq!(ids, ["d1", "d2"]);
+    // Listing again finds the same: nothing was settled, nothing released.
+    assert_eq!(s.dead_intents(&alive).unwrap().len(), 2);
+    assert_eq!(s.live_counts().unwrap().open_intents, 3);
+    assert_eq!(s.live_counts().unwrap().reservations, 3);
+    let first = s
+        .settle_interrupted(Utc::now(), &dead, &|_| String::new())
+        .unwrap();
+    assert_eq!(first.len(), 2);
+    let again = s
+        .settle_interrupted(Utc::now(), &dead, &|_| String::new())
+        .unwrap();
+    assert!(again.is_empty(), "settled twice: {again:?}");
+    let live = s.live_counts().unwrap();
+    assert_eq!((live.open_intents, live.reservations), (1, 1));
+    assert!(s.dead_intents(&alive).unwrap().is_empty());
 }
 
 fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {
