@@ -655,3 +655,58 @@ async fn the_payload_waits_for_the_admission_to_be_durable() {
     assert_eq!(runs_in(&mark), 1);
     assert_eq!(left_in(root.path()), Vec::<String>::new());
 }
+
+/// A refused admission holds back the tenant's next early starts: a flood bound to be
+/// refused (here by a rate limit) prepares no sandbox each. Watched from outside: the work
+/// root stays empty while twenty more requests are refused (a sandbox started for any of
+/// them would leave its workspace there for milliseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_refused_lately_prepares_no_sandbox_for_its_next_refusals() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let root = tempfile::tempdir().unwrap();
+    let rated = GatewayConfig {
+        rate_limits: sandboxio_budget::RateLimitsConfig {
+            limit: vec![sandboxio_budget::RateLimitRule {
+                action: "exec".into(),
+                limit: "1/minute".parse().unwrap(),
+                tenant: None,
+                agent: None,
+                per: Default::default(),
+            }],
+        },
+        ..GatewayConfig::default()
+    };
+    let f = fx_in(rated, Approver::Nobody, Some(root.path()));
+    let run = || sh("true", ExecRequest::new(Vec::<String>::new()));
+    assert_eq!(
+        f.gw.submit(run()).await.unwrap().record.status,
+        OperationStatus::Ok
+    );
+    // The first refusal: its sandbox was started beside the admission and withdrawn.
+    let first = f.gw.submit(run()).await.unwrap();
+    assert_eq!(first.record.layer, Layer::RateLimit);
+    let seen = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = std::thread::spawn({
+        let (seen, stop, root) = (seen.clone(), stop.clone(), root.path().to_path_buf());
+        move || {
+            while !stop.load(Ordering::SeqCst) {
+                if !left_in(&root).is_empty() {
+                    seen.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    });
+    for _ in 0..20 {
+        let o = f.gw.submit(run()).await.unwrap();
+        assert_eq!(o.record.layer, Layer::RateLimit, "{:?}", o.record);
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    assert!(
+        !seen.load(Ordering::SeqCst),
+        "a sandbox was prepared for a tenant refused moments before"
+    );
+}

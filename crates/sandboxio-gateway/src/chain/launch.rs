@@ -10,11 +10,17 @@
 //! the intent's record). An admission that refuses (rate limit, budget, kill switch, a
 //! replayed key) withdraws the run: the helper sees the end of its plan and exits, and its
 //! directories are removed before the refusal is answered. The price of a refusal is a
-//! helper started for nothing; what the overlap saves is the shorter of the two waits.
+//! helper started for nothing; what the overlap saves is the shorter of the two waits. So
+//! that a flood of requests bound to be refused does not pay a helper each, a tenant whose
+//! admission was refused (rate limit, budget, kill switch) starts its next sandboxes after
+//! the admission again, for the rate limit's retry time or [`HOLD_AFTER_REFUSAL`]
+//! ([`Refusals`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sandboxio_core::{
     ExecRequest, ExecResult, IsolationTier, Layer, OperationArgs, OperationStatus,
@@ -179,5 +185,63 @@ impl Launch {
             Some(r) => r,
             None => run.await,
         }
+    }
+}
+
+/// How long a tenant's sandboxes wait for their admission after a budget or kill-switch
+/// refusal (a rate limit's own retry time is used for a rate limit, up to [`HOLD_MAX`]).
+pub(super) const HOLD_AFTER_REFUSAL: Duration = Duration::from_secs(5);
+
+/// The longest hold after a rate limit's refusal.
+pub(super) const HOLD_MAX: Duration = Duration::from_secs(60);
+
+/// Tenants whose last admission was refused, and until when their sandboxes start after
+/// their admission instead of beside it.
+#[derive(Default)]
+pub(super) struct Refusals(Mutex<HashMap<String, Instant>>);
+
+impl Refusals {
+    /// Whether `tenant`'s next sandbox should wait for its admission.
+    pub(super) fn holds(&self, tenant: &str) -> bool {
+        let now = Instant::now();
+        self.0
+            .lock()
+            .map(|m| m.get(tenant).is_some_and(|until| *until > now))
+            .unwrap_or(true)
+    }
+
+    /// `tenant` was refused: hold its early starts for `hold` (capped at [`HOLD_MAX`]).
+    pub(super) fn note(&self, tenant: &str, hold: Duration) {
+        let now = Instant::now();
+        if let Ok(mut m) = self.0.lock() {
+            m.retain(|_, until| *until > now);
+            m.insert(tenant.to_string(), now + hold.min(HOLD_MAX));
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_holds_back_its_own_tenant_for_its_time_only() {
+        let r = Refusals::default();
+        assert!(!r.holds("a"));
+        r.note("a", Duration::from_secs(30));
+        assert!(r.holds("a"));
+        assert!(!r.holds("b"), "another tenant is not held back");
+        r.note("b", Duration::ZERO);
+        assert!(!r.holds("b"), "a hold that has run out holds nothing");
+        // Holds that ran out are dropped at the next refusal: the map stays small.
+        r.note("c", Duration::from_secs(30));
+        let mut kept: Vec<String> = r.0.lock().unwrap().keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["a", "c"]);
+        // A rate limit's retry time is capped.
+        r.note("d", Duration::from_secs(3600));
+        let until = r.0.lock().unwrap()["d"];
+        assert!(until <= Instant::now() + HOLD_MAX);
     }
 }

@@ -160,6 +160,8 @@ pub struct Gateway {
     edge_secrets: Arc<crate::edge::EdgeSecrets>,
     /// Leftovers of crashed runs, swept before this process's first sandbox.
     sweep: Arc<crate::sweep::StartSweep>,
+    /// Tenants refused lately: their sandboxes start after the admission (`launch.rs`).
+    refusals: launch::Refusals,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -200,6 +202,7 @@ impl Gateway {
             latency: Mutex::new(LatencyTracker::new(cfg_latency)),
             edge_secrets: Arc::new(crate::edge::EdgeSecrets::default()),
             sweep: Arc::new(crate::sweep::StartSweep::default()),
+            refusals: launch::Refusals::default(),
         }
     }
 
@@ -612,14 +615,19 @@ impl Gateway {
         let claim_now = if needs_approval { None } else { idem.clone() };
         // A sandbox starts beside the admission, held at its release until the chain gets
         // to the run (`launch.rs`); one that waits for a person starts after the approval.
-        // A set-up that fails here is set up again at the run, which reports it.
+        // A set-up that fails here is set up again at the run, which reports it. A tenant
+        // refused lately waits for its admission (a flood bound to be refused starts no
+        // helpers).
+        let tenant = op.principal.tenant.as_str();
         let mut launched = if !needs_approval
             && matches!(
                 op.args,
                 OperationArgs::Exec { .. }
                     | OperationArgs::RunCode { .. }
                     | OperationArgs::Browse { .. }
-            ) {
+            )
+            && !self.refusals.holds(tenant)
+        {
             self.launch(sub, ctx, true).ok()
         } else {
             None
@@ -638,6 +646,15 @@ impl Gateway {
             Some(l) => l.alongside(admission).await,
             None => admission.await,
         };
+        match &admitted {
+            Ok(Admitted::RateLimited { retry_after_ms, .. }) => self
+                .refusals
+                .note(tenant, std::time::Duration::from_millis(*retry_after_ms)),
+            Ok(Admitted::Budget(_) | Admitted::KillSwitch(_)) => {
+                self.refusals.note(tenant, launch::HOLD_AFTER_REFUSAL)
+            }
+            _ => {}
+        }
         if !matches!(admitted, Ok(Admitted::Proceed(_))) {
             if let Some(l) = launched.take() {
                 l.withdraw().await;
