@@ -160,6 +160,41 @@ pub(super) fn schema_version() -> i32 {
     ((h & 0x7fff_ffff) | 1) as i32
 }
 
+/// The longest [`enable_wal`] keeps retrying a busy answer (the busy timeout's length).
+const WAL_SWITCH_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Puts the database in WAL mode, which it already is but on its first opening. A new
+/// connection does not know the file's mode until it reads it, so setting WAL first
+/// starts a write transaction to switch; with other processes committing, that write can
+/// find its read snapshot stale (`SQLITE_BUSY_SNAPSHOT`), which SQLite answers at once,
+/// without the busy handler: seen as "state store is busy while enabling WAL" with eight
+/// CLI processes on one state. So the header is read first (then setting WAL changes
+/// nothing), and a busy answer is retried with a fresh snapshot, up to
+/// [`WAL_SWITCH_PATIENCE`].
+fn enable_wal(conn: &Connection) -> StoreResult<()> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let attempt = conn
+            .query_row("PRAGMA schema_version", [], |r| r.get::<_, i64>(0))
+            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"));
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy)
+                        | Some(rusqlite::ErrorCode::DatabaseLocked)
+                ) && started.elapsed() < WAL_SWITCH_PATIENCE =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(db("enabling WAL")(e)),
+        }
+    }
+}
+
 /// Creates the tables a database lacks, once: a database whose `user_version` is this
 /// schema's version is taken as is (one read of the header instead of parsing and running
 /// every `CREATE ... IF NOT EXISTS` at each open).
@@ -252,8 +287,7 @@ impl SqliteStore {
     fn init(conn: Connection, sync: SyncMode) -> StoreResult<SqliteStore> {
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(db("setting busy timeout"))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(db("enabling WAL"))?;
+        enable_wal(&conn)?;
         let s = match sync {
             SyncMode::Full => "FULL",
             SyncMode::Normal => "NORMAL",
