@@ -509,6 +509,22 @@ async fn admin_actions_are_operations_with_records() {
     assert_eq!(ok.record.status, OperationStatus::Ok);
 }
 
+/// One exec a minute: the second is refused at the admission's rate limit.
+fn one_exec_a_minute() -> GatewayConfig {
+    GatewayConfig {
+        rate_limits: sandboxio_budget::RateLimitsConfig {
+            limit: vec![sandboxio_budget::RateLimitRule {
+                action: "exec".into(),
+                limit: "1/minute".parse().unwrap(),
+                tenant: None,
+                agent: None,
+                per: Default::default(),
+            }],
+        },
+        ..GatewayConfig::default()
+    }
+}
+
 /// What the sandboxes left in a work root.
 fn left_in(root: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(root)
@@ -534,18 +550,7 @@ async fn a_refused_admission_runs_nothing_of_the_sandbox_started_beside_it() {
     let marks = tempfile::tempdir().unwrap();
     let mark = marks.path().join("ran");
     let script = format!("echo ran >> {}", mark.display());
-    let rated = GatewayConfig {
-        rate_limits: sandboxio_budget::RateLimitsConfig {
-            limit: vec![sandboxio_budget::RateLimitRule {
-                action: "exec".into(),
-                limit: "1/minute".parse().unwrap(),
-                tenant: None,
-                agent: None,
-                per: Default::default(),
-            }],
-        },
-        ..GatewayConfig::default()
-    };
+    let rated = one_exec_a_minute();
     let cases: Vec<(&str, GatewayConfig, Layer)> = vec![
         ("rate limit", rated, Layer::RateLimit),
         ("budget", budget_cfg(), Layer::Budget),
@@ -665,18 +670,7 @@ async fn a_tenant_refused_lately_prepares_no_sandbox_for_its_next_refusals() {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     let root = tempfile::tempdir().unwrap();
-    let rated = GatewayConfig {
-        rate_limits: sandboxio_budget::RateLimitsConfig {
-            limit: vec![sandboxio_budget::RateLimitRule {
-                action: "exec".into(),
-                limit: "1/minute".parse().unwrap(),
-                tenant: None,
-                agent: None,
-                per: Default::default(),
-            }],
-        },
-        ..GatewayConfig::default()
-    };
+    let rated = one_exec_a_minute();
     let f = fx_in(rated, Approver::Nobody, Some(root.path()));
     let run = || sh("true", ExecRequest::new(Vec::<String>::new()));
     assert_eq!(

@@ -170,16 +170,17 @@ const WAL_SWITCH_PATIENCE: Duration = Duration::from_secs(30);
 /// without the busy handler: seen as "state store is busy while enabling WAL" with eight
 /// CLI processes on one state. So the header is read first (then setting WAL changes
 /// nothing), and a busy answer is retried with a fresh snapshot, up to
-/// [`WAL_SWITCH_PATIENCE`].
-fn enable_wal(conn: &Connection) -> StoreResult<()> {
+/// [`WAL_SWITCH_PATIENCE`]. The header read is `user_version`, returned for
+/// [`ensure_schema`] (one read at each opening, not two).
+fn enable_wal(conn: &Connection) -> StoreResult<i32> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
         let attempt = conn
-            .query_row("PRAGMA schema_version", [], |r| r.get::<_, i64>(0))
-            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"));
+            .query_row("PRAGMA user_version", [], |r| r.get::<_, i32>(0))
+            .and_then(|v| conn.pragma_update(None, "journal_mode", "WAL").map(|()| v));
         match attempt {
-            Ok(()) => return Ok(()),
+            Ok(v) => return Ok(v),
             Err(e)
                 if matches!(
                     e.sqlite_error_code(),
@@ -198,11 +199,8 @@ fn enable_wal(conn: &Connection) -> StoreResult<()> {
 /// Creates the tables a database lacks, once: a database whose `user_version` is this
 /// schema's version is taken as is (one read of the header instead of parsing and running
 /// every `CREATE ... IF NOT EXISTS` at each open).
-fn ensure_schema(conn: &Connection) -> StoreResult<()> {
+fn ensure_schema(conn: &Connection, have: i32) -> StoreResult<()> {
     let want = schema_version();
-    let have: i32 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(db("reading the schema version"))?;
     if have == want {
         return Ok(());
     }
@@ -287,7 +285,7 @@ impl SqliteStore {
     fn init(conn: Connection, sync: SyncMode) -> StoreResult<SqliteStore> {
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(db("setting busy timeout"))?;
-        enable_wal(&conn)?;
+        let version = enable_wal(&conn)?;
         let s = match sync {
             SyncMode::Full => "FULL",
             SyncMode::Normal => "NORMAL",
@@ -317,7 +315,7 @@ impl SqliteStore {
         // file per that many frames (a run writes a few), on the commit that crosses it.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_FRAMES)
             .map_err(db("setting the checkpoint size"))?;
-        ensure_schema(&conn)?;
+        ensure_schema(&conn, version)?;
         Ok(SqliteStore {
             mode: sync,
             relaxed: std::sync::atomic::AtomicBool::new(sync == SyncMode::Normal),
