@@ -45,6 +45,7 @@ use crate::redaction::Redaction;
 use crate::retry::RetryBudget;
 use crate::store::{
     Admission, Admitted, Claimed, IdemClaim, IdemEnd, JournalEntry, LedgerLine, Store,
+    RECOVERY_HOLD,
 };
 use crate::tool::Tool;
 use close::{Closing, Finishing};
@@ -162,6 +163,9 @@ pub struct Gateway {
     sweep: Arc<crate::sweep::StartSweep>,
     /// Tenants refused lately: their sandboxes start after the admission (`launch.rs`).
     refusals: launch::Refusals,
+    /// One recovery at a time in this process: its claims are this process's
+    /// (`Store::claim_dead_intents`), which two overlapping recoveries would share.
+    recovering: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -203,6 +207,7 @@ impl Gateway {
             edge_secrets: Arc::new(crate::edge::EdgeSecrets::default()),
             sweep: Arc::new(crate::sweep::StartSweep::default()),
             refusals: launch::Refusals::default(),
+            recovering: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -272,13 +277,16 @@ impl Gateway {
     /// Returns how many operations it marked. [`Gateway::recover`] calls it at start;
     /// a server calls it periodically (`Runtime::start_sweeper`).
     pub async fn recover_interrupted(&self) -> Result<usize, GatewayError> {
-        // Recorded first, settled after: a process that dies in between leaves the intents
-        // open, and the next recovery records them (again) and settles them. Settled
-        // first, a death in between lost their records for good (the intents were no
-        // longer open): seen with CLI runs killed at random points.
+        // Claimed, recorded, then settled: a process that dies after recording leaves the
+        // intents open, and the next recovery records them (again) and settles them.
+        // Settled first, a death in between lost their records for good (the intents were
+        // no longer open): seen with CLI runs killed at random points. The claim keeps
+        // two recoveries at once (two replicas' sweepers) from both recording one.
+        let _one = self.recovering.lock().await;
+        let owner = self.owner.clone();
         let dead = self
-            .on_store("reading interrupted operations", |s, _| {
-                s.dead_intents(&owner_alive)
+            .on_store("claiming interrupted operations", move |s, _| {
+                s.claim_dead_intents(&owner, RECOVERY_HOLD, &owner_alive)
             })
             .await?;
         if dead.is_empty() {

@@ -261,11 +261,22 @@ pub trait Store: Send + Sync {
     /// Expires one approval that is still pending or approved-but-unused.
     fn expire_approval(&self, id: &str) -> StoreResult<()>;
 
-    /// Intents with no outcome whose process is gone (with a shared store, also those of
-    /// replicas whose lease expired), oldest first. Reads only: recovery records them in
-    /// the trail first, then settles them ([`Store::settle_interrupted`]), so a crash in
-    /// between leaves them open for the next recovery instead of settled and unrecorded.
-    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>>;
+    /// Claims, for `claimant` until `hold` from now, the intents with no outcome whose
+    /// process is gone (with a shared store, also those of replicas whose lease expired)
+    /// that no other live recovery holds, and returns them, oldest first. Recovery records
+    /// them in the trail first, then settles them ([`Store::settle_interrupted`]): a crash
+    /// in between leaves them open (and their claim lapses), so the next recovery records
+    /// them instead of finding them settled and unrecorded; the claim keeps two recoveries
+    /// running at once (two replicas' sweepers, two CLI processes starting) from recording
+    /// one operation twice. A claim is free again once it expires, once its claimant is
+    /// dead (or, with a shared store, its replica lost), or when its own claimant asks
+    /// again (a recovery retried after its record failed). Writes only when it claims.
+    fn claim_dead_intents(
+        &self,
+        claimant: &str,
+        hold: std::time::Duration,
+        is_alive: &dyn Fn(&str) -> bool,
+    ) -> StoreResult<Vec<JournalEntry>>;
 
     /// Of `dead`, the intents still open: marks them interrupted, releases their
     /// reservations, expires their approvals, settles their idempotency keys (to
@@ -278,8 +289,9 @@ pub trait Store: Send + Sync {
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>>;
 
-    /// [`Store::dead_intents`] then [`Store::settle_interrupted`], with nothing recorded
-    /// in between (the gateway's recovery records between the two).
+    /// [`Store::claim_dead_intents`] (for this process) then
+    /// [`Store::settle_interrupted`], with nothing recorded in between (the gateway's
+    /// recovery records between the two).
     fn recover(
         &self,
         now: DateTime<Utc>,
@@ -287,7 +299,8 @@ pub trait Store: Send + Sync {
         is_alive: &dyn Fn(&str) -> bool,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
-        let dead = self.dead_intents(is_alive)?;
+        let owner = crate::chain::process_owner();
+        let dead = self.claim_dead_intents(&owner, RECOVERY_HOLD, is_alive)?;
         self.settle_interrupted(now, &dead, interrupted_outcome)
     }
 
@@ -374,3 +387,9 @@ pub enum Claimed {
 
 /// The `decided_by` of approvals that the kill switch ended.
 pub const KILL_SWITCH_APPROVER: &str = "kill switch";
+
+/// How long a recovery's claim on an interrupted operation holds
+/// ([`Store::claim_dead_intents`]): ample for recording it (one audit record each), and
+/// what a recovery that dies holding claims delays the next one by at most (a dead
+/// claimant on this host frees its claims at once).
+pub const RECOVERY_HOLD: std::time::Duration = std::time::Duration::from_secs(60);

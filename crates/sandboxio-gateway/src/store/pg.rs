@@ -393,18 +393,41 @@ impl Store for PgStore {
         })
     }
 
-    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>> {
-        // Which open intents belong to no live replica (read without locks), decided here
-        // where the callback lives; `settle_interrupted` re-checks each in its transaction.
+    fn claim_dead_intents(
+        &self,
+        claimant: &str,
+        hold: std::time::Duration,
+        is_alive: &dyn Fn(&str) -> bool,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        // Which open intents belong to no live replica and are held by no live recovery
+        // (read without locks), decided here where the callback lives; then each is
+        // claimed in one transaction by compare and set, so of two replicas sweeping at
+        // once, one records it. `settle_interrupted` re-checks each in its own.
         let (host, me) = (&self.replica.host, &self.replica.id);
         let open = self.tx("reading open intents", |tx| {
-            Ok((ops::open_intents(tx, host, me)?, false))
+            Ok((ops::open_intents(tx, host, me, claimant)?, false))
         })?;
-        Ok(open
+        let candidates: Vec<_> = open
             .into_iter()
             .filter(|o| o.lease_expired || (o.same_host && !is_alive(&o.entry.owner)))
-            .map(|o| o.entry)
-            .collect())
+            .filter(|o| {
+                o.claim_free
+                    || (o.claim_same_host && o.claim.as_ref().is_some_and(|c| !is_alive(&c.0)))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX / 2);
+        self.tx("claiming interrupted operations", |tx| {
+            let mut claimed = Vec::new();
+            for o in &candidates {
+                if ops::claim_intent(tx, &o.entry, claimant, me, hold_ms, o.claim.as_ref())? {
+                    claimed.push(o.entry.clone());
+                }
+            }
+            Ok((claimed, true))
+        })
     }
 
     fn settle_interrupted(

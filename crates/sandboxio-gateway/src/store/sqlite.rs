@@ -116,6 +116,9 @@ CREATE TABLE IF NOT EXISTS journal (
     idem_tenant TEXT, idem_key TEXT
 );
 CREATE INDEX IF NOT EXISTS journal_open ON journal (status);
+CREATE TABLE IF NOT EXISTS recovery_claims (
+    operation_id TEXT PRIMARY KEY, claimant TEXT NOT NULL, until_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS trail_heads (
     trail TEXT PRIMARY KEY, size INTEGER NOT NULL, head TEXT NOT NULL, updated_ms INTEGER NOT NULL
 );
@@ -859,37 +862,89 @@ impl Store for SqliteStore {
         })
     }
 
-    fn dead_intents(&self, is_alive: &dyn Fn(&str) -> bool) -> StoreResult<Vec<JournalEntry>> {
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let mut stmt = conn
-            .prepare_cached("SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key FROM journal WHERE status IS NULL ORDER BY started_ms, operation_id")
-            .map_err(db("reading open intents"))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(JournalEntry {
-                    operation_id: r.get(0)?,
-                    intent: r.get(1)?,
-                    started_at: from_ms(r.get(2)?),
-                    owner: r.get(3)?,
-                    idempotent: r.get::<_, i64>(4)? != 0,
-                    idem: match (
-                        r.get::<_, Option<String>>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                    ) {
-                        (Some(t), Some(k)) => Some((t, k)),
-                        _ => None,
-                    },
+    fn claim_dead_intents(
+        &self,
+        claimant: &str,
+        hold: std::time::Duration,
+        is_alive: &dyn Fn(&str) -> bool,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        // Read without a write lock (the common answer is "none"), then claimed in one
+        // transaction that takes each only if it is still open and its claim is still
+        // what was read (compare and set): two recoveries at once each take some or none.
+        let candidates = {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent,
+                            j.idem_tenant, j.idem_key, c.claimant, c.until_ms
+                     FROM journal j LEFT JOIN recovery_claims c ON c.operation_id = j.operation_id
+                     WHERE j.status IS NULL ORDER BY j.started_ms, j.operation_id",
+                )
+                .map_err(db("reading open intents"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    let entry = JournalEntry {
+                        operation_id: r.get(0)?,
+                        intent: r.get(1)?,
+                        started_at: from_ms(r.get(2)?),
+                        owner: r.get(3)?,
+                        idempotent: r.get::<_, i64>(4)? != 0,
+                        idem: match (
+                            r.get::<_, Option<String>>(5)?,
+                            r.get::<_, Option<String>>(6)?,
+                        ) {
+                            (Some(t), Some(k)) => Some((t, k)),
+                            _ => None,
+                        },
+                    };
+                    let claim = r
+                        .get::<_, Option<String>>(7)?
+                        .zip(r.get::<_, Option<i64>>(8)?);
+                    Ok((entry, claim))
                 })
-            })
-            .map_err(db("reading open intents"))?;
-        let mut dead = Vec::new();
-        for r in rows {
-            let e = r.map_err(db("reading open intents"))?;
-            if !is_alive(&e.owner) {
-                dead.push(e);
+                .map_err(db("reading open intents"))?;
+            let now = ms(Utc::now());
+            let mut out = Vec::new();
+            for r in rows {
+                let (e, claim) = r.map_err(db("reading open intents"))?;
+                let free = match &claim {
+                    None => true,
+                    Some((by, until)) => *until <= now || by == claimant || !is_alive(by),
+                };
+                if free && !is_alive(&e.owner) {
+                    out.push((e, claim));
+                }
             }
+            out
+        };
+        if candidates.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(dead)
+        let until =
+            ms(Utc::now()).saturating_add(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX));
+        self.with_tx("claiming interrupted operations", |tx| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO recovery_claims (operation_id, claimant, until_ms)
+                     SELECT ?1, ?2, ?3
+                     WHERE EXISTS (SELECT 1 FROM journal WHERE operation_id = ?1 AND status IS NULL)
+                     ON CONFLICT (operation_id) DO UPDATE
+                       SET claimant = excluded.claimant, until_ms = excluded.until_ms
+                       WHERE recovery_claims.claimant = ?4 AND recovery_claims.until_ms = ?5",
+                )
+                .map_err(db("claiming an interrupted operation"))?;
+            let mut claimed = Vec::new();
+            for (e, seen) in candidates {
+                let (by, was) = seen.unzip();
+                let n = stmt
+                    .execute(params![e.operation_id, claimant, until, by, was])
+                    .map_err(db("claiming an interrupted operation"))?;
+                if n == 1 {
+                    claimed.push(e);
+                }
+            }
+            Ok(claimed)
+        })
     }
 
     fn settle_interrupted(
@@ -968,6 +1023,15 @@ impl Store for SqliteStore {
                     params![cutoff],
                 )
                 .map_err(db("pruning the journal"))?;
+            // A claim outlives its settled intent (a recovery that read the intent open
+            // just before it was settled must still find it claimed); it goes with the
+            // intent's journal row.
+            tx.execute(
+                "DELETE FROM recovery_claims WHERE NOT EXISTS
+                   (SELECT 1 FROM journal j WHERE j.operation_id = recovery_claims.operation_id)",
+                [],
+            )
+            .map_err(db("pruning recovery claims"))?;
             let keys = tx
                 .execute(
                     "DELETE FROM idempotency WHERE state = 'done' AND expires_ms <= ?1",

@@ -465,11 +465,13 @@ impl Store for Watched {
     fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
         self.inner.expire_approval(id)
     }
-    fn dead_intents(
+    fn claim_dead_intents(
         &self,
+        c: &str,
+        h: std::time::Duration,
         a: &dyn Fn(&str) -> bool,
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
-        self.inner.dead_intents(a)
+        self.inner.claim_dead_intents(c, h, a)
     }
     fn settle_interrupted(
         &self,
@@ -844,7 +846,10 @@ async fn recovery_records_an_interrupted_operation_before_settling_it() {
     };
     let refused = gateway(Arc::new(RefusingSink)).recover_interrupted().await;
     assert!(refused.is_err(), "{refused:?}");
-    let still_open = store.dead_intents(&owner_alive).unwrap();
+    // Still open, and this process's retry may take it again (its own claim).
+    let still_open = store
+        .claim_dead_intents(&process_owner(), store::RECOVERY_HOLD, &owner_alive)
+        .unwrap();
     assert_eq!(
         still_open
             .iter()
@@ -863,6 +868,9 @@ async fn recovery_records_an_interrupted_operation_before_settling_it() {
         json.contains("op-dead") && json.contains("interrupted"),
         "{json}"
     );
-    assert!(store.dead_intents(&owner_alive).unwrap().is_empty());
+    assert!(store
+        .claim_dead_intents(&process_owner(), store::RECOVERY_HOLD, &owner_alive)
+        .unwrap()
+        .is_empty());
     assert_eq!(store.live_counts().unwrap().open_intents, 0);
 }

@@ -89,7 +89,8 @@ conformance!(
     approval_is_single_use_and_bound_to_fingerprint,
     expired_approval_cannot_be_used_or_decided,
     recovery_marks_dead_intents_interrupted_and_releases_everything,
-    dead_intents_only_reads_and_settling_takes_each_intent_once,
+    dead_intents_are_claimed_by_one_recovery_and_settled_once,
+    concurrent_recoveries_claim_each_dead_intent_once,
     prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents,
     prune_deletes_expired_idempotency_keys_only,
     a_trail_head_only_moves_forward,
@@ -429,10 +430,13 @@ fn expired_approval_cannot_be_used_or_decided(b: Backend) {
     );
 }
 
-/// Recovery's two halves: listing the dead intents changes nothing (the gateway records
-/// them before it settles them), and settling takes only intents still open, so a list
-/// settled twice (two recoveries at once, or one retried) settles each intent once.
-fn dead_intents_only_reads_and_settling_takes_each_intent_once(b: Backend) {
+/// Recovery's halves: claiming the dead intents settles nothing (the gateway records them
+/// before it settles them); a live recovery's claim keeps any other from taking them (two
+/// replicas sweeping at once record each once), while the holder's own retry, the
+/// successor of a dead holder, or anyone once the claim lapsed takes them; settling takes
+/// only intents still open, so a list settled twice settles each intent once, and a
+/// settled intent is claimed by nobody.
+fn dead_intents_are_claimed_by_one_recovery_and_settled_once(b: Backend) {
     let Some((_p, s)) = b.store(module_path!()) else {
         return;
     };
@@ -443,25 +447,105 @@ fn dead_intents_only_reads_and_settling_takes_each_intent_once(b: Backend) {
         a.journal.owner = owner.into();
         assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
     }
-    let alive = |o: &str| o == "alive";
-    let dead = s.dead_intents(&alive).unwrap();
-    let ids: Vec<_> = dead.iter().map(|e| e.operation_id.as_str()).collect();
-    assert_eq!(ids, ["d1", "d2"]);
-    // Listing again finds the same: nothing was settled, nothing released.
-    assert_eq!(s.dead_intents(&alive).unwrap().len(), 2);
+    let hold = std::time::Duration::from_secs(60);
+    let all_alive = |o: &str| o == "alive" || o.starts_with("rec-");
+    let ids =
+        |v: Vec<JournalEntry>| -> Vec<String> { v.into_iter().map(|e| e.operation_id).collect() };
+    let first = s.claim_dead_intents("rec-1", hold, &all_alive).unwrap();
+    assert_eq!(ids(first.clone()), ["d1", "d2"]);
+    // Nothing settled, nothing released.
     assert_eq!(s.live_counts().unwrap().open_intents, 3);
     assert_eq!(s.live_counts().unwrap().reservations, 3);
-    let first = s
-        .settle_interrupted(Utc::now(), &dead, &|_| String::new())
+    // Held: another live recovery takes nothing; the holder's retry takes them again.
+    assert!(s
+        .claim_dead_intents("rec-2", hold, &all_alive)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.claim_dead_intents("rec-1", hold, &all_alive)
+            .unwrap()
+            .len(),
+        2
+    );
+    // The holder died: its successor takes them (here with a claim that lapses at once).
+    let rec1_dead = |o: &str| o == "alive" || o == "rec-2" || o == "rec-3";
+    let zero = std::time::Duration::ZERO;
+    assert_eq!(
+        s.claim_dead_intents("rec-2", zero, &rec1_dead)
+            .unwrap()
+            .len(),
+        2
+    );
+    // A lapsed claim is free, though its holder lives.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(
+        s.claim_dead_intents("rec-3", hold, &all_alive)
+            .unwrap()
+            .len(),
+        2
+    );
+    let settled = s
+        .settle_interrupted(Utc::now(), &first, &|_| String::new())
         .unwrap();
-    assert_eq!(first.len(), 2);
+    assert_eq!(settled.len(), 2);
     let again = s
-        .settle_interrupted(Utc::now(), &dead, &|_| String::new())
+        .settle_interrupted(Utc::now(), &first, &|_| String::new())
         .unwrap();
     assert!(again.is_empty(), "settled twice: {again:?}");
     let live = s.live_counts().unwrap();
     assert_eq!((live.open_intents, live.reservations), (1, 1));
-    assert!(s.dead_intents(&alive).unwrap().is_empty());
+    // Settled: nobody claims them, not even with every claimant dead.
+    let none_alive = |o: &str| o == "alive";
+    assert!(s
+        .claim_dead_intents("rec-4", hold, &none_alive)
+        .unwrap()
+        .is_empty());
+}
+
+/// Recoveries in several processes (stores) at once, all alive: each dead intent is
+/// claimed by exactly one of them.
+fn concurrent_recoveries_claim_each_dead_intent_once(b: Backend) {
+    let Some(place) = b.place(module_path!()) else {
+        return;
+    };
+    let cfg = budget("100");
+    let stores: Vec<Box<dyn Store>> = (0..6).map(|_| place.open()).collect();
+    for i in 0..40 {
+        let mut a = admission(&format!("d{i:02}"), &cfg, "1");
+        a.journal.owner = "dead".into();
+        assert!(matches!(stores[0].admit(&a).unwrap(), Admitted::Proceed(_)));
+    }
+    let alive = |o: &str| o.starts_with("rec-");
+    let hold = std::time::Duration::from_secs(60);
+    let claimed: Vec<Vec<String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(t, s)| {
+                sc.spawn(move || {
+                    let mut mine = Vec::new();
+                    // Several rounds each, so the reads and the claims interleave.
+                    for _ in 0..5 {
+                        let got = s.claim_dead_intents(&format!("rec-{t}"), hold, &alive);
+                        mine.extend(got.unwrap().into_iter().map(|e| e.operation_id));
+                    }
+                    mine.sort();
+                    mine.dedup();
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<String> = claimed.concat();
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 40, "every dead intent claimed: {claimed:?}");
+    assert_eq!(
+        total, 40,
+        "an intent claimed by two recoveries: {claimed:?}"
+    );
 }
 
 fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {

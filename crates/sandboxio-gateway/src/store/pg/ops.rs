@@ -410,22 +410,42 @@ pub(super) struct OpenIntent {
     /// Its replica runs on this host (same boot and pid namespace): its owner can be
     /// checked like a local process.
     pub same_host: bool,
+    /// The recovery claim on it, if any: (claimant, until), as read.
+    pub claim: Option<(String, i64)>,
+    /// No claim, or one that expired, is the asker's own, or whose replica is lost.
+    pub claim_free: bool,
+    /// The claim's replica runs on this host: its claimant can be checked like a local
+    /// process.
+    pub claim_same_host: bool,
 }
 
-pub(super) fn open_intents(tx: &mut Tx<'_>, host: &str, me: &str) -> StoreResult<Vec<OpenIntent>> {
+pub(super) fn open_intents(
+    tx: &mut Tx<'_>,
+    host: &str,
+    me: &str,
+    claimant: &str,
+) -> StoreResult<Vec<OpenIntent>> {
     let rows = tx.rows(
-        "SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent, j.idem_tenant, j.idem_key,
-                j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL
-                  OR r.lease_until_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint),
-                COALESCE(r.host = $1, FALSE)
-         FROM journal j LEFT JOIN replicas r ON r.id = j.replica
+        "WITH now AS (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS ms)
+         SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent, j.idem_tenant, j.idem_key,
+                j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL OR r.lease_until_ms < now.ms),
+                COALESCE(r.host = $1, FALSE),
+                c.claimant, c.until_ms,
+                c.operation_id IS NULL OR c.until_ms <= now.ms OR c.claimant = $3
+                  OR cr.id IS NULL OR cr.lost_ms IS NOT NULL OR cr.lease_until_ms < now.ms,
+                COALESCE(cr.host = $1, FALSE)
+         FROM now, journal j LEFT JOIN replicas r ON r.id = j.replica
+              LEFT JOIN recovery_claims c ON c.operation_id = j.operation_id
+              LEFT JOIN replicas cr ON cr.id = c.replica
          WHERE j.status IS NULL ORDER BY j.started_ms, j.operation_id",
-        &[&host, &me],
+        &[&host, &me, &claimant],
     )?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let t: Option<String> = col(r, 5, "journal", "idem_tenant")?;
         let k: Option<String> = col(r, 6, "journal", "idem_key")?;
+        let by: Option<String> = col(r, 9, "recovery_claims", "claimant")?;
+        let until: Option<i64> = col(r, 10, "recovery_claims", "until_ms")?;
         out.push(OpenIntent {
             entry: JournalEntry {
                 operation_id: col(r, 0, "journal", "operation_id")?,
@@ -437,9 +457,35 @@ pub(super) fn open_intents(tx: &mut Tx<'_>, host: &str, me: &str) -> StoreResult
             },
             lease_expired: col(r, 7, "replicas", "lease_until_ms")?,
             same_host: col(r, 8, "replicas", "host")?,
+            claim: by.zip(until),
+            claim_free: col(r, 11, "recovery_claims", "until_ms")?,
+            claim_same_host: col(r, 12, "replicas", "host")?,
         });
     }
     Ok(out)
+}
+
+/// Claims `e` for `claimant` of `replica` until `hold_ms` from the database's clock, if it
+/// is still open and its claim is still `seen` (compare and set). True when claimed.
+pub(super) fn claim_intent(
+    tx: &mut Tx<'_>,
+    e: &JournalEntry,
+    claimant: &str,
+    replica: &str,
+    hold_ms: i64,
+    seen: Option<&(String, i64)>,
+) -> StoreResult<bool> {
+    let (by, was) = (seen.map(|s| s.0.as_str()), seen.map(|s| s.1));
+    let n = tx.exec(
+        "INSERT INTO recovery_claims (operation_id, claimant, replica, until_ms)
+         SELECT $1, $2, $3, (extract(epoch from clock_timestamp()) * 1000)::bigint + $4
+         WHERE EXISTS (SELECT 1 FROM journal WHERE operation_id = $1 AND status IS NULL)
+         ON CONFLICT (operation_id) DO UPDATE
+           SET claimant = excluded.claimant, replica = excluded.replica, until_ms = excluded.until_ms
+           WHERE recovery_claims.claimant = $5 AND recovery_claims.until_ms = $6",
+        &[&e.operation_id, &claimant, &replica, &hold_ms, &by, &was],
+    )?;
+    Ok(n == 1)
 }
 
 /// Marks the chosen intents interrupted (those still open), releases their reservations,

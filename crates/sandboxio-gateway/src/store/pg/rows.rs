@@ -261,6 +261,13 @@ pub(super) fn prune(
         "DELETE FROM journal WHERE status IS NOT NULL AND ended_ms < $1",
         &[&cutoff],
     )?;
+    // A claim outlives its settled intent (a recovery that read the intent open just
+    // before it was settled must still find it claimed); it goes with the journal row.
+    tx.exec(
+        "DELETE FROM recovery_claims c WHERE NOT EXISTS
+           (SELECT 1 FROM journal j WHERE j.operation_id = c.operation_id)",
+        &[],
+    )?;
     let idempotency = tx.exec(
         "DELETE FROM idempotency WHERE state = 'done' AND expires_ms <= $1",
         &[&ms(now)],

@@ -8,10 +8,11 @@ use super::locks::MIGRATE;
 use crate::store::StoreResult;
 
 /// (version, what it does, SQL). Append only: a released migration never changes.
-pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "the state store: kill switch, rate events, budget, approvals, keys, journal, heads, credentials, replicas",
-    r#"
+pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "the state store: kill switch, rate events, budget, approvals, keys, journal, heads, credentials, replicas",
+        r#"
 CREATE TABLE kill_switch (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     reason TEXT NOT NULL, by_whom TEXT NOT NULL, at_ms BIGINT NOT NULL
@@ -66,7 +67,18 @@ CREATE TABLE replicas (
     started_ms BIGINT NOT NULL, lease_until_ms BIGINT NOT NULL, lost_ms BIGINT
 );
 "#,
-)];
+    ),
+    (
+        2,
+        "recovery claims: one replica records each interrupted operation",
+        r#"
+CREATE TABLE recovery_claims (
+    operation_id TEXT PRIMARY KEY, claimant TEXT NOT NULL, replica TEXT NOT NULL,
+    until_ms BIGINT NOT NULL
+);
+"#,
+    ),
+];
 
 /// Applies the migrations this database lacks; returns how many ran.
 pub(super) fn migrate(tx: &mut Tx<'_>) -> StoreResult<usize> {
