@@ -1507,14 +1507,24 @@ fn step_target(step: &Step) -> &CStr {
 
 /// Drops every capability: bounding set, ambient, then effective/permitted/inheritable.
 fn drop_capabilities() -> StepResult {
-    for cap in 0..64 {
-        if sys::caps::capbset_read(cap).is_err() {
-            break; // past the last capability this kernel knows
-        }
-        check(sys::caps::capbset_drop(cap), Stage::DropBoundingSet)?;
-    }
+    drop_bounding_set()?;
     crate::caps::clear_ambient().map_err(|e| (Stage::ClearAmbient, e))?;
     crate::caps::zero_sets().map_err(|e| (Stage::CapSet, e))
+}
+
+/// Empties the capability bounding set: what any later exec can gain. A capability no
+/// longer in it is not dropped again (each drop replaces the credentials), so a process
+/// whose parent emptied it (a pre-built init does before it waits) pays one read each.
+fn drop_bounding_set() -> StepResult {
+    for cap in 0..64 {
+        match sys::caps::capbset_read(cap) {
+            // Past the last capability this kernel knows.
+            Err(_) => break,
+            Ok(false) => {}
+            Ok(true) => check(sys::caps::capbset_drop(cap), Stage::DropBoundingSet)?,
+        }
+    }
+    Ok(())
 }
 
 /// The init's pipes (its own copies; the helper holds the other ends).
@@ -1622,6 +1632,12 @@ fn init_main(
     let payload = match (payload, &ctx.base_plan, request, ready) {
         (Some(p), _, _, _) => p,
         (None, Some(base), Some(request), Some(ready)) => {
+            // Nothing this init runs may gain a capability by exec: empty the bounding set
+            // now, off the request's path (its effective set still does the remounts; the
+            // payload clears that and finds the bounding set already empty).
+            if let Err(e) = drop_bounding_set() {
+                fail_at(e, c"bounding set");
+            }
             // One byte to our ready pipe, which we then close.
             let _ = sys::fd::write(ready.as_fd(), b"r");
             drop(ready);
