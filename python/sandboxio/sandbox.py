@@ -39,6 +39,16 @@ def default_backend() -> Backend:
     return _default_backend
 
 
+def _stdin_wire(stdin: str | bytes | bytearray | memoryview | None) -> tuple[str | None, str | None]:
+    """Standard input as the options carry it: text as it is, bytes as base64 with
+    ``stdin_encoding`` (the flag the answers' output uses)."""
+    if stdin is None or isinstance(stdin, str):
+        return stdin, None
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(stdin)).decode("ascii"), "base64"
+    raise InvalidArgument(f"stdin must be str or bytes, not {type(stdin).__name__}")
+
+
 def _seconds_ms(seconds: float | None) -> int | None:
     if seconds is None:
         return None
@@ -170,19 +180,21 @@ class Sandbox:
         cmd: str | Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
+        stdin: str | bytes | None = None,
         timeout: float | None = None,
         memory_bytes: int | None = None,
         rationale: str | None = None,
     ) -> ExecResult:
-        """Runs a command: a string goes to ``sh -c``, a sequence is the argv."""
+        """Runs a command: a string goes to ``sh -c``, a sequence is the argv. ``stdin`` is
+        text or bytes (any bytes, passed exactly)."""
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv:
             raise InvalidArgument("a command needs at least a program name")
 
         def call(span: Any) -> Awaitable[Answer]:
+            text, encoding = _stdin_wire(stdin)
             opts = self._options(
-                span, env=dict(env or {}), stdin=stdin, timeout_ms=_seconds_ms(timeout),
+                span, env=dict(env or {}), stdin=text, stdin_encoding=encoding, timeout_ms=_seconds_ms(timeout),
                 memory_bytes=memory_bytes, rationale=rationale,
             )
             return self._s.exec(argv, opts)
@@ -195,7 +207,7 @@ class Sandbox:
         *,
         language: str = "python",
         env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
+        stdin: str | bytes | None = None,
         timeout: float | None = None,
         memory_bytes: int | None = None,
         env_allowlist: Sequence[str] | None = None,
@@ -231,8 +243,9 @@ class Sandbox:
     def _run_code_options(self, span: Any, language: str, code: str, given: dict[str, Any]) -> Awaitable[Answer]:
         env, env_allowlist = given["env"], given["env_allowlist"]
         input_dir, output_dir = given["input_dir"], given["output_dir"]
+        text, encoding = _stdin_wire(given["stdin"])
         opts = self._options(
-            span, env=dict(env or {}), stdin=given["stdin"], timeout_ms=_seconds_ms(given["timeout"]),
+            span, env=dict(env or {}), stdin=text, stdin_encoding=encoding, timeout_ms=_seconds_ms(given["timeout"]),
             memory_bytes=given["memory_bytes"], rationale=given["rationale"],
             env_allowlist=list(env_allowlist) if env_allowlist is not None else None,
             input_dir=os.fspath(input_dir) if input_dir is not None else None,

@@ -41,6 +41,9 @@ pub struct RunOptions {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub stdin: Option<String>,
+    /// `base64` when `stdin` is base64 of bytes (Python's `bytes`); text otherwise.
+    #[serde(default)]
+    pub stdin_encoding: Option<sandboxio_core::wire::ByteEncoding>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]
@@ -65,17 +68,32 @@ pub struct RunOptions {
     pub traceparent: Option<String>,
     #[serde(default)]
     pub rationale: Option<String>,
+    /// `stdin` decoded (`parse`).
+    #[serde(skip)]
+    stdin_bytes: Option<Vec<u8>>,
 }
 
 impl RunOptions {
     pub fn parse(json: &str) -> PyResult<RunOptions> {
-        serde_json::from_str(json).map_err(|e| invalid(format!("invalid run options: {e}")))
+        let mut o: RunOptions =
+            serde_json::from_str(json).map_err(|e| invalid(format!("invalid run options: {e}")))?;
+        o.stdin_bytes = match o.stdin.take() {
+            Some(text) => Some(
+                sandboxio_core::wire::decode(text, o.stdin_encoding)
+                    .map_err(|e| invalid(format!("invalid stdin: {e}")))?,
+            ),
+            None if o.stdin_encoding.is_some() => {
+                return Err(invalid("stdin_encoding given without stdin"))
+            }
+            None => None,
+        };
+        Ok(o)
     }
 
     pub fn request(&self) -> ExecRequest {
         let mut req = ExecRequest::new(Vec::<String>::new());
         req.env = self.env.clone();
-        req.stdin = self.stdin.clone().map(String::into_bytes);
+        req.stdin = self.stdin_bytes.clone();
         if let Some(t) = self.timeout_ms {
             req.limits.timeout = Duration::from_millis(t);
         }

@@ -146,6 +146,28 @@ def test_bad_input_is_a_coded_error_that_changes_nothing(backend: LocalBackend) 
         run(Sandbox.create(backend, tier="warp-drive"))
 
 
+BINARY_STDIN = bytes(range(256)) + b"\x00\xff\xfe\r\n"
+
+
+def test_stdin_takes_bytes_and_passes_them_exactly(backend: LocalBackend) -> None:
+    async def main() -> tuple[ExecResult, ExecResult, ExecResult]:
+        async with await Sandbox.create(backend) as sbx:
+            raw = await sbx.run(["cat"], stdin=BINARY_STDIN)
+            view = await sbx.run(["cat"], stdin=memoryview(bytearray(b"\x00view")))
+            code = await sbx.run_code(
+                "import sys; d = sys.stdin.buffer.read(); print(len(d), d[:2].hex(), d[-3:].hex())",
+                stdin=BINARY_STDIN,
+            )
+            with pytest.raises(InvalidArgument):
+                await sbx.run(["cat"], stdin=42)  # type: ignore[arg-type]
+            return raw, view, code
+
+    raw, view, code = run(main())
+    assert raw.ok and raw.stdout_raw == BINARY_STDIN
+    assert view.stdout_raw == b"\x00view"
+    assert code.stdout.split() == [str(len(BINARY_STDIN)), "0001", "fe0d0a"]
+
+
 def test_repr_and_capabilities_follow_the_seed_shape(backend: LocalBackend) -> None:
     async def main() -> Sandbox:
         sbx = await Sandbox.create(backend)

@@ -110,6 +110,21 @@ def test_a_bad_key_is_a_coded_error(server: tuple[str, str]) -> None:
     assert e.value.code.startswith("SBX_E")
 
 
+def test_the_server_backend_passes_bytes_as_stdin_exactly(server: tuple[str, str]) -> None:
+    url, key = server
+    data = bytes(range(256)) + b"\x00\xff"
+
+    async def main() -> tuple[bytes, str]:
+        async with await Sandbox.create(ServerBackend(url, api_key=key)) as sbx:
+            raw = await sbx.run(["cat"], stdin=data)
+            text = await sbx.run(["cat"], stdin="plain text")
+            return raw.stdout_raw, text.stdout
+
+    raw, text = run(main())
+    assert raw == data
+    assert text == "plain text"
+
+
 # A program whose output comes in pieces, on both streams, some of it not UTF-8.
 PIECES = (
     "import os, sys, time\n"

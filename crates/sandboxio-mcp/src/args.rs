@@ -31,9 +31,13 @@ pub struct Exec {
     pub sandbox_id: Option<String>,
     /// The program and its arguments, e.g. `["ls", "-l"]`.
     pub argv: Vec<String>,
-    /// Text given to the program on standard input.
+    /// Given to the program on standard input: text, or base64 when `stdin_encoding` is
+    /// `base64` (any bytes).
     #[serde(default)]
     pub stdin: Option<String>,
+    /// `utf8` (default) or `base64`.
+    #[serde(default)]
+    pub stdin_encoding: Option<String>,
     /// Wall-clock limit such as `30s` or `2m` (default and ceiling from the configuration).
     #[serde(default)]
     pub timeout: Option<String>,

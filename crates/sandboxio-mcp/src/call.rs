@@ -122,7 +122,16 @@ impl SandboxioMcp {
                 }
                 let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
                 let mut req = self.opts.exec.clone();
-                req.stdin = a.stdin.map(String::into_bytes);
+                req.stdin = match a.stdin {
+                    Some(text) => Some(
+                        decode_bytes(text, a.stdin_encoding.as_deref(), "stdin", "stdin_encoding")
+                            .map_err(|why| bad(tool, why))?,
+                    ),
+                    None if a.stdin_encoding.is_some() => {
+                        return Err(bad(tool, "`stdin_encoding` is given without `stdin`"))
+                    }
+                    None => None,
+                };
                 if let Some(t) = a.timeout {
                     req.limits.timeout = t
                         .parse::<HumanDuration>()
@@ -172,21 +181,8 @@ impl SandboxioMcp {
             }
             ToolName::WriteFile => {
                 let a: args::WriteFile = parse(tool, arguments)?;
-                let bytes = match a.encoding.as_deref() {
-                    None | Some("utf8") | Some("utf-8") => a.content.into_bytes(),
-                    Some("base64") => {
-                        use base64::Engine as _;
-                        base64::engine::general_purpose::STANDARD
-                            .decode(a.content.as_bytes())
-                            .map_err(|e| bad(tool, format!("`content` is not base64: {e}")))?
-                    }
-                    Some(other) => {
-                        return Err(bad(
-                            tool,
-                            format!("`encoding` is `{other}`; expected `utf8` or `base64`"),
-                        ))
-                    }
-                };
+                let bytes = decode_bytes(a.content, a.encoding.as_deref(), "content", "encoding")
+                    .map_err(|why| bad(tool, why))?;
                 let sbx = self.sandboxes.get(&who, a.sandbox_id.as_deref())?;
                 let args = OperationArgs::FileWrite {
                     path: a.path,
@@ -309,5 +305,27 @@ impl SandboxioMcp {
                 "recording an MCP sandbox event failed: {e}"
             );
         }
+    }
+}
+
+/// The bytes of a text field whose sibling `encoding_field` says how it is written:
+/// `utf8` (the default: the text itself) or `base64`.
+fn decode_bytes(
+    text: String,
+    encoding: Option<&str>,
+    field: &str,
+    encoding_field: &str,
+) -> Result<Vec<u8>, String> {
+    match encoding {
+        None | Some("utf8") | Some("utf-8") => Ok(text.into_bytes()),
+        Some("base64") => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| format!("`{field}` is not base64: {e}"))
+        }
+        Some(other) => Err(format!(
+            "`{encoding_field}` is `{other}`; expected `utf8` or `base64`"
+        )),
     }
 }

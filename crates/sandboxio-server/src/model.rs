@@ -155,8 +155,12 @@ pub struct ExecBody {
     /// Added to (and overriding) the sandbox's environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Standard input, as text.
+    /// Standard input: text, or base64 with `stdin_encoding: "base64"` (any bytes).
     pub stdin: Option<String>,
+    /// `utf8` (the default: `stdin` is the text itself) or `base64`, as the answer's
+    /// `stdout_encoding`.
+    #[schema(value_type = Option<String>, example = "base64")]
+    pub stdin_encoding: Option<sandboxio_core::wire::ByteEncoding>,
     /// This command's timeout, e.g. `5s` (at most the server's request timeout).
     #[schema(value_type = Option<String>)]
     pub timeout: Option<HumanDuration>,
@@ -179,8 +183,12 @@ pub struct RunCodeBody {
     /// Added to (and overriding) the sandbox's environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Standard input, as text.
+    /// Standard input: text, or base64 with `stdin_encoding: "base64"` (any bytes).
     pub stdin: Option<String>,
+    /// `utf8` (the default: `stdin` is the text itself) or `base64`, as the answer's
+    /// `stdout_encoding`.
+    #[schema(value_type = Option<String>, example = "base64")]
+    pub stdin_encoding: Option<sandboxio_core::wire::ByteEncoding>,
     /// This command's timeout, e.g. `5s` (at most the server's request timeout).
     #[schema(value_type = Option<String>)]
     pub timeout: Option<HumanDuration>,
@@ -198,8 +206,9 @@ pub struct RunCodeBody {
 pub struct RunCommon {
     /// Added to (and overriding) the sandbox's environment.
     pub env: BTreeMap<String, String>,
-    /// Standard input, as text.
+    /// Standard input: text, or base64 when `stdin_encoding` says so.
     pub stdin: Option<String>,
+    pub stdin_encoding: Option<sandboxio_core::wire::ByteEncoding>,
     /// This command's timeout, e.g. `5s` (at most the server's request timeout).
     pub timeout: Option<HumanDuration>,
     /// Same key and same request: the recorded outcome; different request: an error.
@@ -213,6 +222,7 @@ impl ExecBody {
         RunCommon {
             env: self.env.clone(),
             stdin: self.stdin.clone(),
+            stdin_encoding: self.stdin_encoding,
             timeout: self.timeout,
             idempotency_key: self.idempotency_key.clone(),
             rationale: self.rationale.clone(),
@@ -225,6 +235,7 @@ impl RunCodeBody {
         RunCommon {
             env: self.env.clone(),
             stdin: self.stdin.clone(),
+            stdin_encoding: self.stdin_encoding,
             timeout: self.timeout,
             idempotency_key: self.idempotency_key.clone(),
             rationale: self.rationale.clone(),

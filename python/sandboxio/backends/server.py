@@ -214,12 +214,12 @@ class _ServerSession:
     def _run_body(options: str) -> tuple[dict[str, Any], str | None]:
         o = json.loads(options)
         body: dict[str, Any] = {}
-        for k in ("env", "stdin", "rationale"):
+        for k in ("env", "stdin", "stdin_encoding", "rationale"):
             if o.get(k):
                 body[k] = o[k]
         if o.get("timeout_ms"):
             body["timeout"] = f"{int(o['timeout_ms'])}ms"
-        unsupported = sorted(set(o) - {"env", "stdin", "rationale", "timeout_ms", "traceparent"})
+        unsupported = sorted(set(o) - {"env", "stdin", "stdin_encoding", "rationale", "timeout_ms", "traceparent"})
         if unsupported:
             raise InvalidArgument(f"the server backend does not take {', '.join(unsupported)}")
         return body, o.get("traceparent")

@@ -39,15 +39,43 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
             422,
             "SBX_E1810",
         ),
+        // Binary stdin: base64 that is not, an encoding without stdin, an unknown one.
+        (
+            b"{\"argv\": [\"true\"], \"stdin\": \"!!\", \"stdin_encoding\": \"base64\"}".to_vec(),
+            422,
+            "SBX_E1810",
+        ),
+        (
+            b"{\"argv\": [\"true\"], \"stdin_encoding\": \"base64\"}".to_vec(),
+            422,
+            "SBX_E1810",
+        ),
+        (
+            b"{\"argv\": [\"true\"], \"stdin\": \"x\", \"stdin_encoding\": \"rot13\"}".to_vec(),
+            422,
+            "SBX_E1806",
+        ),
     ];
     for (body, status, code) in cases {
         let shown = String::from_utf8_lossy(&body).into_owned();
+        let before = s.audit().len();
         let (st, p) = problem(send(body));
         assert_eq!(
             (st, p["code"].as_str().unwrap()),
             (status, code),
             "{shown}: {p}"
         );
+        // A body the server cannot read never reaches the chain (the chain's own refusal
+        // of a readable but invalid operation, SBX_E1005, is recorded).
+        if code != "SBX_E1005" {
+            let audit = s.audit();
+            assert_eq!(
+                audit.len(),
+                before,
+                "{shown} was recorded: {:?}",
+                &audit[before..]
+            );
+        }
     }
     // Oversized: more than the 1 MiB JSON limit.
     let mut big = b"{\"argv\": [\"".to_vec();

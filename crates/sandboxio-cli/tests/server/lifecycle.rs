@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::Server;
+use crate::harness::{problem, Server};
 
 #[test]
 fn sandbox_lifecycle_exec_files_code_extend_delete() {
@@ -179,4 +179,65 @@ fn an_idle_sandbox_is_reaped_and_recorded() {
         seen = recorded();
     }
     assert!(seen, "the reap has no record");
+}
+
+/// Standard input is bytes over the JSON API too: base64 with `stdin_encoding`, the same
+/// flag the answer's output carries. Every byte value reaches the program and comes back
+/// exactly; the bytes (not their spelling) are what an idempotency key binds, so the same
+/// bytes sent as text replay the outcome and other bytes are refused.
+#[test]
+fn binary_stdin_round_trips_byte_exact_and_its_bytes_are_what_a_key_binds() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let path = format!("/v1/sandboxes/{id}/exec");
+    let mut bytes: Vec<u8> = (0..=255u8).collect();
+    bytes.extend_from_slice(b"\0\xff\xfe\r\n\x1b]52;c;AAAA\x07");
+    let v: Value = s
+        .post(
+            &key,
+            &path,
+            &json!({"argv": ["cat"], "stdin": b64.encode(&bytes), "stdin_encoding": "base64"}),
+        )
+        .json()
+        .unwrap();
+    let r = &v["result"];
+    assert_eq!(r["exit"]["code"], 0, "{v}");
+    assert_eq!(r["stdout_encoding"], "base64", "{v}");
+    let back = b64.decode(r["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(back, bytes, "stdin did not come back byte for byte");
+    assert_eq!(r["stdout_bytes"], bytes.len() as u64);
+
+    // Text and base64 of the same bytes are one request for a key; other bytes are not.
+    let first: Value = s
+        .post(
+            &key,
+            &path,
+            &json!({"argv": ["sh", "-c", "cat; echo \" $$\""], "stdin": "hi", "idempotency_key": "bin-1"}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(first["result"]["exit"]["code"], 0, "{first}");
+    let again: Value = s
+        .post(
+            &key,
+            &path,
+            &json!({"argv": ["sh", "-c", "cat; echo \" $$\""], "stdin": b64.encode("hi"),
+                    "stdin_encoding": "base64", "idempotency_key": "bin-1"}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(
+        again["result"]["stdout"], first["result"]["stdout"],
+        "the same bytes in base64 did not replay the outcome: {again}"
+    );
+    let (st, p) = problem(s.post(
+        &key,
+        &path,
+        &json!({"argv": ["sh", "-c", "cat; echo \" $$\""], "stdin": b64.encode(b"hi\xff"),
+                "stdin_encoding": "base64", "idempotency_key": "bin-1"}),
+    ));
+    assert_eq!(p["code"], "SBX_E1505", "{st}: {p}");
 }

@@ -72,6 +72,27 @@ async fn run_code_runs_in_the_sandbox_and_leaves_one_record() {
     client.cancel().await.unwrap();
 }
 
+/// `exec`'s standard input takes any bytes, as base64 with `stdin_encoding` (the
+/// encoding `write_file` takes for its content).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_stdin_takes_bytes_as_base64() {
+    let env = Env::new(WAIT);
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let r = client
+        .call_tool(call(
+            "exec",
+            // 00 ff fe 0a: a NUL, two bytes that are not UTF-8, a newline.
+            serde_json::json!({"argv": ["od", "-An", "-tx1"], "stdin": "AP/+Cg==", "stdin_encoding": "base64"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let v = structured(&r);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout"].as_str().unwrap().trim(), "00 ff fe 0a", "{v}");
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_round_trip_in_a_created_sandbox_and_escapes_are_refused() {
     let env = Env::new(WAIT);
@@ -382,6 +403,16 @@ async fn bad_arguments_are_tool_errors_with_a_code_and_run_nothing() {
         (
             "write_file",
             serde_json::json!({"path": "a", "content": "%%", "encoding": "base64"}),
+            "SBX_E1901",
+        ),
+        (
+            "exec",
+            serde_json::json!({"argv": ["cat"], "stdin": "%%", "stdin_encoding": "base64"}),
+            "SBX_E1901",
+        ),
+        (
+            "exec",
+            serde_json::json!({"argv": ["cat"], "stdin_encoding": "base64"}),
             "SBX_E1901",
         ),
         (

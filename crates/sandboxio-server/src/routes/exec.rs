@@ -38,11 +38,29 @@ pub(crate) fn extras(st: &AppState, c: RunCommon) -> Result<SubmitExtras, Server
             });
         }
     }
+    let idempotency_key = c.key()?;
+    let stdin = match c.stdin {
+        Some(text) => Some(
+            sandboxio_core::wire::decode(text, c.stdin_encoding).map_err(|why| {
+                ServerError::BadValue {
+                    field: "stdin",
+                    why,
+                }
+            })?,
+        ),
+        None if c.stdin_encoding.is_some() => {
+            return Err(ServerError::BadValue {
+                field: "stdin_encoding",
+                why: "given without `stdin`".into(),
+            })
+        }
+        None => None,
+    };
     Ok(SubmitExtras {
-        idempotency_key: c.key()?,
+        idempotency_key,
         rationale: c.rationale,
         env: c.env,
-        stdin: c.stdin.map(String::into_bytes),
+        stdin,
         timeout,
         content: None,
     })
