@@ -477,8 +477,42 @@ impl Operation {
         }
         if let Some(req) = &self.exec {
             crate::mount::check_request(&req.mounts, req.workdir.as_deref())?;
+            for (name, value) in &req.env {
+                if let Some(why) = env_problem(name, value) {
+                    return bad(&format!("environment variable {name:?}: {why}"));
+                }
+            }
+            for name in &req.env_allowlist {
+                if let Some(why) = env_name_problem(name) {
+                    return bad(&format!("env_allowlist entry {name:?}: {why}"));
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// Why `name=value` cannot be in a program's environment, if it cannot. The sandbox checks
+/// again where it builds the environment; caught at validation (and by front ends that take
+/// an environment ahead of any operation), the request is refused as bad input before any
+/// state changes.
+pub fn env_problem(name: &str, value: &str) -> Option<&'static str> {
+    match env_name_problem(name) {
+        Some(why) => Some(why),
+        None if value.contains('\0') => Some("value contains a NUL byte"),
+        None => None,
+    }
+}
+
+fn env_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("empty name")
+    } else if name.contains('=') {
+        Some("name contains `=`")
+    } else if name.contains('\0') {
+        Some("name contains a NUL byte")
+    } else {
+        None
     }
 }
 
@@ -494,6 +528,36 @@ mod tests {
                 screenshot: true,
             },
         )
+    }
+
+    #[test]
+    fn an_environment_the_sandbox_cannot_build_is_an_invalid_operation() {
+        let op = |env: &[(&str, &str)], allow: &[&str]| {
+            let mut req = crate::exec::ExecRequest::new(["true"]);
+            req.env = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            req.env_allowlist = allow.iter().map(|s| s.to_string()).collect();
+            Operation::new(
+                Principal::default(),
+                OperationArgs::Exec {
+                    argv: vec!["true".into()],
+                },
+            )
+            .with_exec(req)
+        };
+        assert!(op(&[("GOOD", "v a l u e")], &["HOME"]).validate().is_ok());
+        for (env, allow, want) in [
+            (vec![("", "x")], vec![], "empty name"),
+            (vec![("A=B", "x")], vec![], "contains `=`"),
+            (vec![("A\0B", "x")], vec![], "NUL"),
+            (vec![("A", "x\0y")], vec![], "value contains a NUL"),
+            (vec![], vec!["X=1"], "env_allowlist"),
+        ] {
+            let e = op(&env, &allow).validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{env:?} {allow:?}: {e}");
+        }
     }
 
     #[test]

@@ -39,6 +39,23 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
             422,
             "SBX_E1810",
         ),
+        // An environment no program can have: refused as bad input (not a sandbox
+        // failure), before any state changes (the chain's refusal is recorded).
+        (
+            b"{\"argv\": [\"true\"], \"env\": {\"A\": \"x\\u0000y\"}}".to_vec(),
+            422,
+            "SBX_E1005",
+        ),
+        (
+            b"{\"argv\": [\"true\"], \"env\": {\"A=B\": \"x\"}}".to_vec(),
+            422,
+            "SBX_E1005",
+        ),
+        (
+            b"{\"argv\": [\"true\"], \"env\": {\"\": \"x\"}}".to_vec(),
+            422,
+            "SBX_E1005",
+        ),
         // Binary stdin: base64 that is not, an encoding without stdin, an unknown one.
         (
             b"{\"argv\": [\"true\"], \"stdin\": \"!!\", \"stdin_encoding\": \"base64\"}".to_vec(),
@@ -77,6 +94,9 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
             );
         }
     }
+    // The same environment given to a new sandbox: refused there.
+    let (st, p) = problem(s.post(&key, "/v1/sandboxes", &json!({"env": {"A=B": "x"}})));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
     // Oversized: more than the 1 MiB JSON limit.
     let mut big = b"{\"argv\": [\"".to_vec();
     big.extend(std::iter::repeat_n(b'a', 2 << 20));

@@ -91,6 +91,14 @@ pub async fn create(
             ),
         });
     }
+    for (name, value) in &body.env {
+        if let Some(why) = sandboxio_core::operation::env_problem(name, value) {
+            return Err(ServerError::BadValue {
+                field: "env",
+                why: format!("{name:?}: {why}"),
+            });
+        }
+    }
     let spec = SessionSpec {
         tier: body
             .tier
