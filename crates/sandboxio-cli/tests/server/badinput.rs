@@ -94,6 +94,15 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
             );
         }
     }
+    // A tier this build cannot run: refused at create, not at every exec after it.
+    for tier in ["microvm", "remote"] {
+        let (st, p) = problem(s.post(&key, "/v1/sandboxes", &json!({ "tier": tier })));
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (422, "SBX_E1810"),
+            "{tier}: {p}"
+        );
+    }
     // The same environment given to a new sandbox: refused there.
     let (st, p) = problem(s.post(&key, "/v1/sandboxes", &json!({"env": {"A=B": "x"}})));
     assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");

@@ -234,6 +234,14 @@ impl Gateway {
         &self.store
     }
 
+    /// Whether this build can run sandboxes of `tier` (`Err`: why not), for front ends that
+    /// take a tier ahead of any operation (a sandbox created over HTTP).
+    pub fn tier_supported(tier: sandboxio_core::IsolationTier) -> Result<(), String> {
+        sandboxio_sandbox::TierRequest::for_host(tier)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     pub fn config(&self) -> &GatewayConfig {
         &self.cfg
     }

@@ -187,6 +187,13 @@ fn check_options(b: &NewSandbox) -> Result<(), E2bError> {
         ));
     }
     let _ = b.secure;
+    for (name, value) in b.env_vars.iter().flatten() {
+        if let Some(why) = sandboxio_core::operation::env_problem(name, value) {
+            return Err(E2bError::BadRequest {
+                why: format!("envVars {name:?}: {why}"),
+            });
+        }
+    }
     Ok(())
 }
 

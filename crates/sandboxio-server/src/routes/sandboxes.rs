@@ -99,10 +99,14 @@ pub async fn create(
             });
         }
     }
+    let tier = body
+        .tier
+        .unwrap_or(st.backend.gateway().config().default_tier);
+    if let Err(why) = sandboxio_gateway::Gateway::tier_supported(tier) {
+        return Err(ServerError::BadValue { field: "tier", why });
+    }
     let spec = SessionSpec {
-        tier: body
-            .tier
-            .unwrap_or(st.backend.gateway().config().default_tier),
+        tier,
         limits,
         env: body.env,
         labels: body.labels,

@@ -68,3 +68,14 @@ def test_a_budget_stop_reaches_run_code(server):
         assert "402" in str(e.value) and "budget" in str(e.value), str(e.value)
     finally:
         sbx.kill()
+
+
+def test_an_environment_no_program_can_have_is_refused_at_create(server):
+    before = len(server.events())
+    for envs in ({"A=B": "x"}, {"A": "x\x00y"}, {"": "x"}):
+        with pytest.raises(SandboxException) as e:
+            Sandbox.create(envs=envs)
+        assert "envVars" in str(e.value), str(e.value)
+    # Refused before any sandbox was made: no sandbox was created for it.
+    created = [e for e in server.events()[before:] if e.get("event") == "sandbox.create"]
+    assert created == [], created
