@@ -116,3 +116,39 @@ async fn cleanup_stale_removes_old_empty_cgroups_and_keeps_young_ones() {
     }
     assert!(!made.is_empty(), "no cgroup directory to sweep");
 }
+
+/// Removing a sandbox's cgroup: an empty one goes at once; one that still holds a process
+/// (a run whose helper died before killing its tree) is emptied by the kill method first,
+/// and every directory goes either way.
+#[test]
+fn remove_empties_what_is_left_and_removes_every_directory() {
+    if !cgroups_usable() {
+        return;
+    }
+    use sandboxio_sandbox::cgroup;
+    let limits = sandboxio_core::Limits::default();
+    let id = |what: &str| format!("test-remove-{what}-{}", std::process::id());
+
+    let empty = cgroup::plan(cgroup::host_layout(), &id("empty"), &limits).unwrap();
+    cgroup::create(&empty).unwrap();
+    assert!(empty.dirs.iter().all(|d| d.is_dir()));
+    cgroup::remove(&empty).unwrap();
+    assert!(empty.dirs.iter().all(|d| !d.exists()), "{:?}", empty.dirs);
+
+    let held = cgroup::plan(cgroup::host_layout(), &id("held"), &limits).unwrap();
+    cgroup::create(&held).unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    cgroup::join(&held.dirs, child.id() as i32).unwrap();
+    assert!(!cgroup::is_empty(&held));
+    cgroup::remove(&held).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "the process left in the cgroup was not killed: {status:?}"
+    );
+    assert!(held.dirs.iter().all(|d| !d.exists()), "{:?}", held.dirs);
+}
