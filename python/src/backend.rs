@@ -139,6 +139,11 @@ impl NativeRuntime {
                     .map_err(|e| coded(&e, |s| s.into()))?,
             ),
         };
+        // A tier this build cannot run is refused here, not at every operation after.
+        if let Some(t) = tier {
+            sandboxio_gateway::Gateway::tier_supported(t)
+                .map_err(|why| invalid(format!("tier `{t}`: {why}")))?;
+        }
         let mut principal = Principal::tenant(tenant);
         principal.agent = agent;
         let secrets = secrets_of(secrets);

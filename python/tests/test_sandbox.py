@@ -144,6 +144,10 @@ def test_bad_input_is_a_coded_error_that_changes_nothing(backend: LocalBackend) 
     run(main())
     with pytest.raises(InvalidArgument):
         run(Sandbox.create(backend, tier="warp-drive"))
+    # A tier this build has no backend for: refused at create, with the reason.
+    with pytest.raises(InvalidArgument) as e:
+        run(Sandbox.create(backend, tier="microvm"))
+    assert "microvm" in str(e.value)
 
 
 BINARY_STDIN = bytes(range(256)) + b"\x00\xff\xfe\r\n"
