@@ -450,6 +450,12 @@ impl Operation {
             OperationArgs::Exec { argv } if argv.iter().any(|a| a.contains('\0')) => {
                 return bad("argv contains a NUL byte")
             }
+            OperationArgs::Exec { argv } if argv.iter().any(|a| a.len() > MAX_ARG_BYTES) => {
+                return bad(&format!(
+                    "an argument is longer than the {MAX_ARG_BYTES} bytes a program can be given \
+                     (pass large input on stdin or in a file)"
+                ))
+            }
             OperationArgs::FileRead { path }
             | OperationArgs::FileWrite { path, .. }
             | OperationArgs::FileDelete { path }
@@ -481,6 +487,12 @@ impl Operation {
                 if let Some(why) = env_problem(name, value) {
                     return bad(&format!("environment variable {name:?}: {why}"));
                 }
+                if name.len() + 1 + value.len() > MAX_ARG_BYTES {
+                    return bad(&format!(
+                        "environment variable {name:?} is longer than the {MAX_ARG_BYTES} bytes \
+                         a program can be given"
+                    ));
+                }
             }
             for name in &req.env_allowlist {
                 if let Some(why) = env_name_problem(name) {
@@ -491,6 +503,11 @@ impl Operation {
         Ok(())
     }
 }
+
+/// The longest single argument or `NAME=value` string `execve` takes (Linux's
+/// `MAX_ARG_STRLEN`, 32 pages of 4 KiB, less the terminating NUL). Longer, the program
+/// cannot start (`E2BIG`): refused at validation as bad input instead.
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 
 /// Why `name=value` cannot be in a program's environment, if it cannot. The sandbox checks
 /// again where it builds the environment; caught at validation (and by front ends that take
@@ -548,6 +565,9 @@ mod tests {
             .with_exec(req)
         };
         assert!(op(&[("GOOD", "v a l u e")], &["HOME"]).validate().is_ok());
+        let long = "x".repeat(MAX_ARG_BYTES);
+        let e = op(&[("L", &long)], &[]).validate().unwrap_err().to_string();
+        assert!(e.contains("longer than"), "{e}");
         for (env, allow, want) in [
             (vec![("", "x")], vec![], "empty name"),
             (vec![("A=B", "x")], vec![], "contains `=`"),
@@ -558,6 +578,22 @@ mod tests {
             let e = op(&env, &allow).validate().unwrap_err().to_string();
             assert!(e.contains(want), "{env:?} {allow:?}: {e}");
         }
+    }
+
+    #[test]
+    fn an_argument_execve_cannot_take_is_an_invalid_operation() {
+        let exec = |arg: String| {
+            Operation::new(
+                Principal::default(),
+                OperationArgs::Exec {
+                    argv: vec!["echo".into(), arg],
+                },
+            )
+            .validate()
+        };
+        assert!(exec("x".repeat(MAX_ARG_BYTES)).is_ok());
+        let e = exec("x".repeat(MAX_ARG_BYTES + 1)).unwrap_err().to_string();
+        assert!(e.contains("longer than") && e.contains("stdin"), "{e}");
     }
 
     #[test]

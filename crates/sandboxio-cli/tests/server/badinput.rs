@@ -106,6 +106,26 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
     // The same environment given to a new sandbox: refused there.
     let (st, p) = problem(s.post(&key, "/v1/sandboxes", &json!({"env": {"A=B": "x"}})));
     assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+    // One argument longer than execve takes: refused as bad input (it was a 500 from the
+    // sandbox with a bare errno); the longest it takes runs.
+    let arg =
+        |n: usize| json!({"argv": ["sh", "-c", "printf %s \"$1\" | wc -c", "sh", "x".repeat(n)]});
+    let (st, p) = problem(s.post(&key, &format!("/v1/sandboxes/{id}/exec"), &arg(32 * 4096)));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1005"), "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("longer than"), "{p}");
+    let v: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/exec"),
+            &arg(32 * 4096 - 1),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(
+        v["result"]["stdout"].as_str().unwrap().trim(),
+        "131071",
+        "{v}"
+    );
     // Oversized: more than the 1 MiB JSON limit.
     let mut big = b"{\"argv\": [\"".to_vec();
     big.extend(std::iter::repeat_n(b'a', 2 << 20));

@@ -104,13 +104,16 @@ pub enum NsError {
     MalformedReport,
     #[error("seccomp filter could not be compiled: {why}")]
     SeccompCompile { why: &'static str },
-    #[error("sandbox setup failed inside the namespaces at {stage} `{target}`: errno {errno}")]
+    #[error(
+        "sandbox setup failed inside the namespaces at {stage} `{target}`: {}",
+        os_error(*errno)
+    )]
     ChildSetup {
         stage: crate::stage::Stage,
         target: String,
         errno: i32,
     },
-    #[error("could not start `{program}` inside the sandbox: errno {errno}")]
+    #[error("could not start `{program}` inside the sandbox: {}", os_error(*errno))]
     Exec { program: String, errno: i32 },
     #[error(
         "landlock is not available on this kernel, and the plan requires it; fix: use Linux \
@@ -188,6 +191,11 @@ impl ErrorCode for NsError {
             _ => ErrorClass::Internal,
         }
     }
+}
+
+/// An errno as the system names it, with its number: "Argument list too long (os error 7)".
+fn os_error(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
 }
 
 #[cfg(test)]
