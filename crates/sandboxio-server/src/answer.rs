@@ -37,6 +37,11 @@ fn status_of(rec: &OperationRecord, code: &str) -> StatusCode {
         "SBX_E1482" => return StatusCode::NOT_FOUND,
         "SBX_E1483" => return StatusCode::PAYLOAD_TOO_LARGE,
         "SBX_E1485" => return StatusCode::CONFLICT,
+        // The program the caller named could not be started (not found, not executable):
+        // the request's fault, not the server's.
+        // (Process and Landlock tiers: SBX_E1421 not in PATH, SBX_E1422 execve refused;
+        // namespace tier: SBX_E1468.)
+        "SBX_E1421" | "SBX_E1422" | "SBX_E1468" => return StatusCode::UNPROCESSABLE_ENTITY,
         // Idempotency: a different request, still running, interrupted.
         "SBX_E1505" | "SBX_E1506" | "SBX_E1512" => return StatusCode::CONFLICT,
         _ => {}

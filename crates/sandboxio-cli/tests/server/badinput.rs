@@ -126,6 +126,23 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
         "131071",
         "{v}"
     );
+    // A program that is not there, or not executable: the request's fault (422, with the
+    // system's reason), not a server error.
+    for argv in ["no-such-program", "/no/such/path", "/etc/passwd"] {
+        let (st, p) = problem(s.post(
+            &key,
+            &format!("/v1/sandboxes/{id}/exec"),
+            &json!({ "argv": [argv] }),
+        ));
+        assert_eq!(st, 422, "{argv}: {p}");
+        // The code says which step refused it (it differs by tier).
+        let code = p["code"].as_str().unwrap();
+        assert!(
+            ["SBX_E1421", "SBX_E1422", "SBX_E1468"].contains(&code),
+            "{argv}: {p}"
+        );
+        assert!(p["detail"].as_str().unwrap().contains(argv), "{argv}: {p}");
+    }
     // Oversized: more than the 1 MiB JSON limit.
     let mut big = b"{\"argv\": [\"".to_vec();
     big.extend(std::iter::repeat_n(b'a', 2 << 20));
