@@ -7,7 +7,7 @@
 //! else.
 
 use sandboxio_core::fingerprint::sha256_hex;
-use sandboxio_core::{ExecRequest, Layer, Operation, OperationArgs, OperationKind};
+use sandboxio_core::{ErrorCode, ExecRequest, Layer, Operation, OperationArgs, OperationKind};
 
 use super::mounts;
 use super::stop::Stop;
@@ -29,8 +29,11 @@ pub(crate) fn resolve(
 ) -> Result<(), Stop> {
     match op.kind() {
         OperationKind::Exec | OperationKind::RunCode => {
-            if op.tier.is_none() {
-                op.tier = Some(cfg.default_tier);
+            let tier = *op.tier.get_or_insert(cfg.default_tier);
+            // A tier this build cannot run is bad input, refused before the policy (whose
+            // answer would name a rule that has nothing to do with it).
+            if let Err(e) = sandboxio_sandbox::TierRequest::for_host(tier) {
+                return Err(Stop::deny(Layer::Admit, e.to_string()).code(e.code()));
             }
             let mut req = op
                 .exec

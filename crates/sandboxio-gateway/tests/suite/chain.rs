@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use sandboxio_audit::{AuditConfig, AuditError, AuditEvent, AuditSink, Auditor, Secret};
 use sandboxio_budget::{RateLimitRule, RateLimitsConfig};
 use sandboxio_core::{
-    Decision, IdempotencyKey, Layer, Money, Operation, OperationArgs, OperationStatus, Principal,
-    Verdict,
+    Decision, IdempotencyKey, IsolationTier, Layer, Money, Operation, OperationArgs,
+    OperationStatus, Principal, Verdict,
 };
 use sandboxio_gateway::config::RetrySettings;
 use sandboxio_gateway::store::{SqliteStore, Store, SyncMode};
@@ -168,6 +168,39 @@ async fn allowed_call_runs_once_and_is_recorded_once() {
     assert_eq!(out.record.status, OperationStatus::Ok);
     assert_eq!(calls(&f), 1);
     assert_eq!(f.sink.len(), 1);
+}
+
+/// A sandbox of a tier this build cannot run is refused as bad input, before the policy
+/// (whose rule would have nothing to do with it), and changes nothing.
+#[tokio::test]
+async fn a_tier_this_build_cannot_run_is_refused_at_admit_before_policy() {
+    let f = fixture();
+    for tier in [IsolationTier::Microvm, IsolationTier::Remote] {
+        let mut op = Operation::new(
+            Principal::tenant("acme"),
+            OperationArgs::Exec {
+                argv: vec!["true".into()],
+            },
+        );
+        op.tier = Some(tier);
+        let out = f.gw.submit(Submission::new(op)).await.unwrap();
+        assert!(out.result.is_none(), "{tier}: something ran");
+        assert_eq!(out.record.status, OperationStatus::Denied, "{tier}");
+        assert_eq!(
+            out.record.layer,
+            Layer::Admit,
+            "{tier}: {}",
+            out.record.reason
+        );
+        assert_eq!(
+            out.record.error_code.as_deref(),
+            Some("SBX_E1429"),
+            "{tier}"
+        );
+    }
+    let live = f.gw.store().live_counts().unwrap();
+    assert_eq!((live.open_intents, live.reservations), (0, 0));
+    assert_eq!(f.sink.len(), 2, "one record each");
 }
 
 #[tokio::test]
