@@ -46,7 +46,11 @@ pub(crate) fn write_new_private(path: &Path, bytes: &[u8]) -> Result<(), AuditEr
         .mode(PRIVATE_FILE_MODE)
         .open(path)
         .map_err(|e| AuditError::io(path, e))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| AuditError::io(path, e))
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| {
+        // All or nothing: a file this call created and could not fill (a full disk)
+        // goes, so that retries do not leave one empty file each.
+        drop(f);
+        let _ = std::fs::remove_file(path);
+        AuditError::io(path, e)
+    })
 }

@@ -536,3 +536,111 @@ fn a_lost_audit_key_is_an_error_naming_rotate_key_until_rotated() {
     let keys = sandboxio_audit::load_public_keys(&newest).unwrap();
     assert!(!sandboxio_audit::verify_keys(&files, &keys).ok);
 }
+
+// ---------------------------------------------------------------------------------------
+// A full disk
+
+/// Unmounts the small file system under a test's state directory, whatever the test did.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The state directory on a file system that fills up: runs fail closed with a code (never
+/// a panic), the trail's torn last line is not multiplied into one empty file per retry,
+/// and once there is room again the next run succeeds, the trail verifies and every
+/// operation in the journal has its record.
+#[test]
+fn a_full_disk_fails_closed_and_recovers_once_there_is_room() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        eprintln!("SKIP: mounting a small tmpfs for the state directory needs root");
+        return;
+    }
+    let env = Env::new("full", "process");
+    std::fs::create_dir_all(env.state()).unwrap();
+    let mount = |opts: &str| {
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+            .arg(env.state())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(mount("size=400k,mode=0700"), "cannot mount a tmpfs here");
+    let _mounted = Mounted(env.state());
+    let (mut ok, mut failed, mut in_a_row) = (0, 0, 0);
+    for i in 0..60 {
+        let out = env
+            .run_cmd(None, &[], &["sh", "-c", &format!("echo run-{i}")])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "run {i}: {err}");
+        if out.status.success() {
+            ok += 1;
+            in_a_row = 0;
+        } else {
+            failed += 1;
+            in_a_row += 1;
+            assert!(
+                err.contains("SBX_E"),
+                "run {i} failed without a code: {err}"
+            );
+            if in_a_row == 8 {
+                break;
+            }
+        }
+    }
+    assert!(
+        ok > 0 && failed > 0,
+        "the disk never filled ({ok} ok, {failed} failed)"
+    );
+    let torn = || {
+        std::fs::read_dir(env.state())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".torn-"))
+            .count()
+    };
+    assert!(torn() <= 1, "{} files set aside for one torn line", torn());
+
+    // Room again (the same file system, larger): the next run works and nothing is lost.
+    assert!(mount("remount,size=16m"), "cannot grow the tmpfs");
+    run_ok(&env, None, &[], &["sh", "-c", "echo after"]);
+    let trail = env.state().join("audit.jsonl");
+    let v = verify(&env, &trail);
+    assert!(v.status.success(), "{}", stderr(&v));
+    let recorded: std::collections::BTreeSet<String> = std::fs::read_to_string(&trail)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|e| e["operation_id"].as_str().map(str::to_string))
+        .collect();
+    let conn = rusqlite::Connection::open(env.state().join("state.db")).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT operation_id, status FROM journal")
+        .unwrap();
+    let rows: Vec<(String, Option<String>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!rows.is_empty());
+    for (op, status) in &rows {
+        assert!(status.is_some(), "{op} is still open after recovery");
+        assert!(
+            recorded.contains(op),
+            "{op} ({status:?}) has no record in the trail"
+        );
+    }
+}
