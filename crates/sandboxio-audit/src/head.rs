@@ -205,6 +205,41 @@ pub fn check_head<P: AsRef<Path>>(paths: &[P], head: &SignedHead) -> HeadCheck {
     }
 }
 
+/// The records of a trail (its files oldest first) from record number `from` on, oldest
+/// first: what was written after a head of `from` records. Reads files newest first and
+/// stops at the one that starts at or before `from`; lines that are not records are skipped
+/// (the chain's own check reports them). Never panics on any input.
+pub fn records_from<P: AsRef<Path>>(
+    paths: &[P],
+    from: u64,
+) -> Result<Vec<crate::event::AuditEvent>, String> {
+    let mut out = Vec::new();
+    for p in paths.iter().rev() {
+        let path = p.as_ref();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("`{}`: {e}", path.display())),
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut first_seq = None;
+        for l in text.lines() {
+            let Ok(TrailLine::Record(r)) = parse_line(l) else {
+                continue;
+            };
+            first_seq.get_or_insert(r.seq);
+            if r.seq >= from {
+                out.push((r.seq, r.event));
+            }
+        }
+        if first_seq.is_some_and(|s| s <= from) {
+            break;
+        }
+    }
+    out.sort_by_key(|(seq, _)| *seq);
+    Ok(out.into_iter().map(|(_, e)| e).collect())
+}
+
 fn trail_size_of<P: AsRef<Path>>(paths: &[P]) -> Result<u64, String> {
     for p in paths.iter().rev() {
         let path = p.as_ref();

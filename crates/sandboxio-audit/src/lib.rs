@@ -36,7 +36,7 @@ pub use checkpoint::{
 pub use ed25519_dalek::VerifyingKey;
 pub use error::AuditError;
 pub use event::{meter_of, AuditEvent};
-pub use head::{check_head, trail_id, HeadCheck, SignedHead};
+pub use head::{check_head, records_from, trail_id, HeadCheck, SignedHead};
 pub use otel::{emit_span, parent_from_record, parent_from_traceparent, Metrics};
 pub use reader::{
     query, read_events, tail, trail_files, trail_has_records, Follower, Query, TrailEntry,

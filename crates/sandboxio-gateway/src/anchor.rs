@@ -46,6 +46,7 @@ impl Gateway {
             let files = sandboxio_audit::trail_files(Path::new(&old.trail)).unwrap_or_default();
             let check = sandboxio_audit::check_head(&files, old);
             if check.ok() {
+                self.check_no_lost_work(old, files).await?;
                 continue;
             }
             let found = check.describe();
@@ -93,6 +94,41 @@ impl Gateway {
             self.store_heads_async().await;
         }
         Ok(breaks)
+    }
+
+    /// The other direction of the anchor (`store::lost_work`): the trail holds its head
+    /// and more after it, and the journal must hold every operation those later records
+    /// show as admitted. One it lacks means the store lost committed work: nothing runs
+    /// until an operator rebuilds the state from the trail (`SBX_E1533`).
+    async fn check_no_lost_work(
+        &self,
+        head: &sandboxio_audit::SignedHead,
+        files: Vec<std::path::PathBuf>,
+    ) -> Result<(), GatewayError> {
+        let h = head.clone();
+        let lost = self
+            .on_store("reading the journal", move |s, _| {
+                crate::store::lost_after(s, &h, &files)
+            })
+            .await?;
+        let Some(lost) = lost else {
+            return Ok(());
+        };
+        tracing::error!(
+            code = "SBX_E1533",
+            trail = %head.trail,
+            lost = lost.count,
+            "the state store lacks operations its audit trail records as admitted"
+        );
+        Err(GatewayError::StateCorrupt {
+            db: format!("the {} state store", self.store().describe().backend),
+            why: format!(
+                "it lacks {} operation(s) that the audit trail `{}` records as admitted after \
+                 its last signed head, the first `{}`: committed work was lost (a damaged \
+                 write-ahead log, or an older copy of the database)",
+                lost.count, head.trail, lost.first
+            ),
+        })
     }
 
     /// Stores the sinks' current signed heads (after records written outside an

@@ -7,7 +7,7 @@ use anyhow::Result;
 use chrono::Utc;
 use sandboxio_core::{ErrorCode as _, Layer, OperationRecord, OperationStatus, Verdict};
 use sandboxio_gateway::layers::audit::Tamper;
-use sandboxio_gateway::store::{rebuild_from_trail, SyncMode};
+use sandboxio_gateway::store::{rebuild_from_trail, Store as _, SyncMode};
 use sandboxio_gateway::GatewayError;
 
 use crate::args::Common;
@@ -29,14 +29,24 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
     }
     // Only a lost or damaged database is rebuilt: a working one keeps what the trail lacks.
     match files.open_store(SyncMode::Full) {
-        Ok(_) => {
-            return Err(GatewayError::RecoverRefused {
-                why: format!(
-                    "the state database `{}` opens and is not damaged; nothing to recover",
-                    files.db.display()
-                ),
+        // It opens, but may have lost committed work the trail records (SBX_E1533 from
+        // `store::lost_work`): then it is rebuilt like a damaged one.
+        Ok(store) => {
+            let mut lost = None;
+            for head in store.heads()? {
+                if head.trail == files.trail.display().to_string() {
+                    lost = sandboxio_gateway::store::lost_work(&store, &head)?;
+                }
             }
-            .into())
+            if lost.is_none() {
+                return Err(GatewayError::RecoverRefused {
+                    why: format!(
+                        "the state database `{}` opens and is not damaged; nothing to recover",
+                        files.db.display()
+                    ),
+                }
+                .into());
+            }
         }
         Err(GatewayError::StateLost { .. } | GatewayError::StateCorrupt { .. }) => {}
         Err(e) => return Err(e.into()),

@@ -19,6 +19,12 @@ async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outc
     let loaded = setup::load(common)?;
     let rt = loaded.runtime(common, None)?;
     let name = action.name();
+    // Checked against the trail first, like every run (a store that lost work, or a trail
+    // that lost its head, answers here instead of being blessed by this action's new
+    // head). Not for engaging the kill switch: the brake works whatever the state.
+    if !matches!(action, AdminAction::Kill { .. }) {
+        rt.gateway().check_anchor().await?;
+    }
     let out = rt.gateway().admin("default", actor, action).await?;
     if out.record.verdict != Verdict::Allow {
         let code = out.record.error_code.as_deref().unwrap_or("SBX_E1501");

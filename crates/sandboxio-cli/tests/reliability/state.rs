@@ -324,6 +324,77 @@ fn lost_state_is_refused_until_recovered(tag: &str, damage: fn(&Path), code: &st
     }
 }
 
+/// A database that opens but went back in time (an older copy put back; SQLite cutting
+/// a damaged write-ahead log short looks the same): the trail records operations as
+/// admitted that its journal lacks. Refused with the code and the recovery command (not
+/// blessed by an operator action's new head), until the state is rebuilt from the trail:
+/// then the spend and keys of the lost operations are back.
+#[test]
+fn a_state_db_that_lost_committed_work_is_refused_until_recovered() {
+    let env = Env::new("lostwork", "process");
+    let cfg = priced(&env);
+    run_ok(&env, Some(&cfg), &[], &["true"]);
+    // A copy of the database as it is now (no process has it open).
+    let older = env.path().join("older");
+    std::fs::create_dir(&older).unwrap();
+    let files = ["state.db", "state.db-wal", "state.db-shm"];
+    for f in files {
+        if env.state().join(f).exists() {
+            std::fs::copy(env.state().join(f), older.join(f)).unwrap();
+        }
+    }
+    run_ok(&env, Some(&cfg), &["--idempotency-key", "job-2"], &["true"]);
+    run_ok(&env, Some(&cfg), &[], &["true"]);
+    let before = spent(&env);
+    // The older copy put back.
+    for f in files {
+        let _ = std::fs::remove_file(env.state().join(f));
+        if older.join(f).exists() {
+            std::fs::copy(older.join(f), env.state().join(f)).unwrap();
+        }
+    }
+    assert!(spent(&env) < before, "the copy is older");
+    for round in 0..2 {
+        for (what, out) in [
+            (
+                "run",
+                env.run_cmd(Some(&cfg), &[], &["true"]).output().unwrap(),
+            ),
+            ("resume", env.cmd("resume", Some(&cfg)).output().unwrap()),
+        ] {
+            let err = stderr(&out);
+            assert_ne!(out.status.code(), Some(0), "round {round}: {what} ran");
+            assert!(err.contains("SBX_E1533"), "round {round}: {what}: {err}");
+            assert!(err.contains(RECOVER), "round {round}: {what}: {err}");
+        }
+    }
+    let out = env
+        .cmd("state", Some(&cfg))
+        .args(["recover", "--from-trail"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(spent(&env), before, "the lost spend is back from the trail");
+    assert!(env
+        .cmd("resume", Some(&cfg))
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let out = env
+        .run_cmd(Some(&cfg), &["--idempotency-key", "job-2"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(123),
+        "the lost key is known again: {out:?}"
+    );
+    run_ok(&env, Some(&cfg), &[], &["true"]);
+    let v = verify(&env, &env.state().join("audit.jsonl"));
+    assert_eq!(v.status.code(), Some(0), "{v:?}");
+}
+
 #[test]
 fn a_truncated_state_db_is_refused_until_recovered() {
     lost_state_is_refused_until_recovered("trunc", damage_truncate, "SBX_E1532");

@@ -15,6 +15,7 @@ mod anchors;
 mod change;
 pub(crate) mod guard;
 mod heads;
+mod lost;
 mod perms;
 mod pg;
 mod rebuild;
@@ -25,6 +26,7 @@ pub use anchors::{read_trail_anchors, AnchorSource, KeptBreak, KeptHead, TrailAn
 pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
 pub use heads::AnchorBreak;
+pub use lost::{lost_after, lost_work, LostWork};
 pub use perms::{prepare_state_dir, STATE_DIR_MODE, STATE_FILE_MODE};
 pub(crate) use pg::pg_transient;
 pub use pg::{PgOptions, PgStore, DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};
@@ -303,6 +305,10 @@ pub trait Store: Send + Sync {
         let dead = self.claim_dead_intents(&owner, RECOVERY_HOLD, is_alive)?;
         self.settle_interrupted(now, &dead, interrupted_outcome)
     }
+
+    /// Of `ids`, those the journal holds (open or settled): an operation the audit trail
+    /// records as admitted must be here, or the store has lost committed work.
+    fn journal_has(&self, ids: &[String]) -> StoreResult<Vec<String>>;
 
     fn live_counts(&self) -> StoreResult<LiveCounts>;
 

@@ -446,6 +446,24 @@ impl Store for PgStore {
         })
     }
 
+    fn journal_has(&self, ids: &[String]) -> StoreResult<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = ids.to_vec();
+        self.tx("reading the journal", |tx| {
+            let rows = tx.rows(
+                "SELECT operation_id FROM journal WHERE operation_id = ANY($1)",
+                &[&ids],
+            )?;
+            let mut found = Vec::with_capacity(rows.len());
+            for r in &rows {
+                found.push(conn::col(r, 0, "journal", "operation_id")?);
+            }
+            Ok((found, false))
+        })
+    }
+
     fn live_counts(&self) -> StoreResult<LiveCounts> {
         self.tx("counting live state", |tx| {
             Ok((rows::live_counts(tx)?, false))

@@ -1052,6 +1052,23 @@ impl Store for SqliteStore {
         })
     }
 
+    fn journal_has(&self, ids: &[String]) -> StoreResult<Vec<String>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare_cached("SELECT 1 FROM journal WHERE operation_id = ?1")
+            .map_err(db("reading the journal"))?;
+        let mut found = Vec::new();
+        for id in ids {
+            if stmt
+                .exists(params![id])
+                .map_err(db("reading the journal"))?
+            {
+                found.push(id.clone());
+            }
+        }
+        Ok(found)
+    }
+
     fn live_counts(&self) -> StoreResult<LiveCounts> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let count = |sql: &str| -> StoreResult<u64> {

@@ -498,6 +498,9 @@ impl Store for Watched {
     fn expire_approval(&self, id: &str) -> store::StoreResult<()> {
         self.inner.expire_approval(id)
     }
+    fn journal_has(&self, ids: &[String]) -> store::StoreResult<Vec<String>> {
+        self.inner.journal_has(ids)
+    }
     fn claim_dead_intents(
         &self,
         c: &str,
