@@ -106,9 +106,10 @@ impl Gateway {
         files: Vec<std::path::PathBuf>,
     ) -> Result<(), GatewayError> {
         let h = head.clone();
+        let since = crate::store::not_before(Utc::now(), self.config().journal_retention);
         let lost = self
             .on_store("reading the journal", move |s, _| {
-                crate::store::lost_after(s, &h, &files)
+                crate::store::lost_after(s, &h, &files, since)
             })
             .await?;
         let Some(lost) = lost else {

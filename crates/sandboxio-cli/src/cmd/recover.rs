@@ -32,10 +32,12 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
         // It opens, but may have lost committed work the trail records (SBX_E1533 from
         // `store::lost_work`): then it is rebuilt like a damaged one.
         Ok(store) => {
+            let retention = setup::gateway_config(&loaded, None)?.journal_retention;
+            let since = sandboxio_gateway::store::not_before(Utc::now(), retention);
             let mut lost = None;
             for head in store.heads()? {
                 if head.trail == files.trail.display().to_string() {
-                    lost = sandboxio_gateway::store::lost_work(&store, &head)?;
+                    lost = sandboxio_gateway::store::lost_work(&store, &head, since)?;
                 }
             }
             if lost.is_none() {

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use chrono::{DateTime, Utc};
 use sandboxio_audit::{check_head, records_from, trail_files, SignedHead};
 
 use super::{Store, StoreResult};
@@ -21,14 +22,32 @@ pub struct LostWork {
 }
 
 /// Of the records `head`'s trail holds after `head`, the admitted operations `store`'s
-/// journal lacks. `None` when it lacks none, or when the trail does not extend the head
-/// (cut, replaced or unreadable: the anchor's own check reports that).
-pub fn lost_work(store: &dyn Store, head: &SignedHead) -> StoreResult<Option<LostWork>> {
+/// journal lacks, among those recorded since `not_before`. `None` when it lacks none, or
+/// when the trail does not extend the head (cut, replaced or unreadable: the anchor's own
+/// check reports that).
+///
+/// `not_before`: the journal keeps a settled operation for its retention only (a replica
+/// down for longer finds its last operations, settled by the others, pruned): records older
+/// than that prove nothing and are not checked ([`not_before`]).
+pub fn lost_work(
+    store: &dyn Store,
+    head: &SignedHead,
+    not_before: DateTime<Utc>,
+) -> StoreResult<Option<LostWork>> {
     let files = trail_files(Path::new(&head.trail)).unwrap_or_default();
     if files.is_empty() || !check_head(&files, head).ok() {
         return Ok(None);
     }
-    lost_after(store, head, &files)
+    lost_after(store, head, &files, not_before)
+}
+
+/// The oldest record [`lost_work`] checks, for a journal kept `retention`: an hour inside
+/// it, for clocks that differ between replicas.
+pub fn not_before(now: DateTime<Utc>, retention: std::time::Duration) -> DateTime<Utc> {
+    let kept = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    now.checked_sub_signed(kept)
+        .and_then(|t| t.checked_add_signed(chrono::Duration::hours(1)))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// [`lost_work`] for a trail (`files`, oldest first) already found to extend `head`.
@@ -36,13 +55,14 @@ pub fn lost_after(
     store: &dyn Store,
     head: &SignedHead,
     files: &[PathBuf],
+    not_before: DateTime<Utc>,
 ) -> StoreResult<Option<LostWork>> {
     let Ok(after) = records_from(files, head.size) else {
         return Ok(None);
     };
     let admitted: Vec<String> = after
         .into_iter()
-        .filter(|e| e.cost_reserved.is_some() && !e.replayed)
+        .filter(|e| e.cost_reserved.is_some() && !e.replayed && e.ts >= not_before)
         .map(|e| e.operation_id)
         .collect();
     if admitted.is_empty() {
@@ -54,4 +74,26 @@ pub fn lost_after(
         count: lost.len(),
         first: (*first).clone(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_older_than_the_journal_keeps_are_not_checked() {
+        let now = DateTime::parse_from_rfc3339("2026-12-06T10:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        let week = std::time::Duration::from_secs(7 * 24 * 3600);
+        assert_eq!(
+            not_before(now, week).to_rfc3339(),
+            "2026-11-29T11:00:00+00:00"
+        );
+        // A retention too long to subtract checks everything.
+        assert_eq!(
+            not_before(now, std::time::Duration::MAX),
+            DateTime::<Utc>::MIN_UTC
+        );
+    }
 }

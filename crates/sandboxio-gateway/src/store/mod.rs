@@ -26,7 +26,7 @@ pub use anchors::{read_trail_anchors, AnchorSource, KeptBreak, KeptHead, TrailAn
 pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
 pub use heads::AnchorBreak;
-pub use lost::{lost_after, lost_work, LostWork};
+pub use lost::{lost_after, lost_work, not_before, LostWork};
 pub use perms::{prepare_state_dir, STATE_DIR_MODE, STATE_FILE_MODE};
 pub(crate) use pg::pg_transient;
 pub use pg::{PgOptions, PgStore, DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};
