@@ -68,8 +68,9 @@ pub fn lost_after(
     if admitted.is_empty() {
         return Ok(None);
     }
-    let known = store.journal_has(&admitted)?;
-    let lost: Vec<&String> = admitted.iter().filter(|id| !known.contains(id)).collect();
+    let known: std::collections::HashSet<String> =
+        store.journal_has(&admitted)?.into_iter().collect();
+    let lost: Vec<&String> = admitted.iter().filter(|id| !known.contains(*id)).collect();
     Ok(lost.first().map(|first| LostWork {
         count: lost.len(),
         first: (*first).clone(),
