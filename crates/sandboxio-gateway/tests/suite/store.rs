@@ -91,6 +91,7 @@ conformance!(
     recovery_marks_dead_intents_interrupted_and_releases_everything,
     dead_intents_are_claimed_by_one_recovery_and_settled_once,
     concurrent_recoveries_claim_each_dead_intent_once,
+    the_journal_says_which_operations_it_holds,
     prune_deletes_finished_journal_rows_past_retention_and_keeps_open_intents,
     prune_deletes_expired_idempotency_keys_only,
     a_trail_head_only_moves_forward,
@@ -546,6 +547,28 @@ fn concurrent_recoveries_claim_each_dead_intent_once(b: Backend) {
         total, 40,
         "an intent claimed by two recoveries: {claimed:?}"
     );
+}
+
+/// `journal_has` answers the operations the journal holds, open or settled, and no
+/// other (the lost-work check asks it about the trail's admitted operations).
+fn the_journal_says_which_operations_it_holds(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let cfg = budget("10");
+    for id in ["open-1", "done-1"] {
+        assert!(matches!(
+            s.admit(&admission(id, &cfg, "1")).unwrap(),
+            Admitted::Proceed(_)
+        ));
+    }
+    s.finish(&finish("done-1", &cfg, Some("1"))).unwrap();
+    let ids: Vec<String> = ["open-1", "done-1", "never"].map(String::from).to_vec();
+    let mut has = s.journal_has(&ids).unwrap();
+    has.sort();
+    assert_eq!(has, ["done-1", "open-1"]);
+    assert!(s.journal_has(&[]).unwrap().is_empty());
 }
 
 fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {
