@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what sandboxio needs to build and test on Debian: a C toolchain (for the
 # bundled SQLite), Python and Node (for run-code), gcc for the escape suite's payloads,
-# and a Rust toolchain when none is present. Safe to run again.
+# strace (a crash test kills the CLI at a chosen sync) and a Rust toolchain when none is
+# present. Safe to run again.
 set -euo pipefail
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()
-  for p in gcc python3 nodejs bubblewrap iproute2 ca-certificates curl pkg-config; do
+  for p in gcc python3 nodejs bubblewrap iproute2 ca-certificates curl pkg-config strace; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
   done
   if [ ${#need[@]} -gt 0 ]; then

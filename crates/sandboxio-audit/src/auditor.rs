@@ -1,7 +1,7 @@
 //! The `Auditor`: record -> redact once -> every sink, span, metrics, meter.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,6 +178,9 @@ pub struct Auditor {
     redactor: Arc<Redactor>,
     metrics: Metrics,
     sink_failures: AtomicU64,
+    /// Set once a check found the store behind the trail: no head is handed out to be
+    /// stored from then on ([`Auditor::heads_to_anchor`]).
+    heads_frozen: AtomicBool,
 }
 
 impl std::fmt::Debug for Auditor {
@@ -197,6 +200,7 @@ impl Auditor {
             config,
             redactor,
             sink_failures: AtomicU64::new(0),
+            heads_frozen: AtomicBool::new(false),
         }
     }
 
@@ -406,6 +410,21 @@ impl Auditor {
     /// outside the trail after each record.
     pub fn heads(&self) -> Vec<crate::head::SignedHead> {
         self.config.sinks.iter().filter_map(|s| s.head()).collect()
+    }
+
+    /// The heads to store outside the trail now: [`Auditor::heads`], or none once
+    /// [`Auditor::freeze_heads`] was called.
+    pub fn heads_to_anchor(&self) -> Vec<crate::head::SignedHead> {
+        if self.heads_frozen.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        self.heads()
+    }
+
+    /// Stops handing out heads to store (the store was found to lack work the trail
+    /// records: a new head would hide the loss from the next start's check).
+    pub fn freeze_heads(&self) {
+        self.heads_frozen.store(true, Ordering::SeqCst);
     }
 
     /// Closes every sink (the file sink writes its closing checkpoint). Returns the first error.

@@ -17,6 +17,8 @@ mod concurrency;
 mod crash;
 #[path = "reliability/killswitch.rs"]
 mod killswitch;
+#[path = "reliability/lost.rs"]
+mod lost;
 #[path = "reliability/sigterm.rs"]
 mod sigterm;
 #[path = "reliability/state.rs"]

@@ -33,7 +33,19 @@ impl Gateway {
         let mut moved_on = false;
         for current in self.auditor().heads() {
             let Some(old) = stored.iter().find(|h| h.trail == current.trail) else {
+                // No head kept for this trail: a new one, or a state directory moved or
+                // restored elsewhere (heads are kept by the trail's path), maybe with an
+                // older database. Every record it holds is then checked against the store.
                 moved_on = true;
+                if current.size > 0 {
+                    let from_start = sandboxio_audit::SignedHead {
+                        size: 0,
+                        ..current.clone()
+                    };
+                    let files =
+                        sandboxio_audit::trail_files(Path::new(&current.trail)).unwrap_or_default();
+                    self.check_no_lost_work(&from_start, files).await?;
+                }
                 continue;
             };
             // The sink opened the trail and found exactly the stored head at its end (the
@@ -72,7 +84,7 @@ impl Gateway {
                 .map_err(|_| GatewayError::Unrecorded)?;
             let new_head = self
                 .auditor()
-                .heads()
+                .heads_to_anchor()
                 .into_iter()
                 .find(|h| h.trail == old.trail);
             let b = AnchorBreak {
@@ -115,19 +127,22 @@ impl Gateway {
         let Some(lost) = lost else {
             return Ok(());
         };
+        // Nothing this process does may store a head over the loss (an engaged kill
+        // switch is still recorded, in the trail): the next start must find it too.
+        self.auditor().freeze_heads();
         tracing::error!(
             code = "SBX_E1533",
             trail = %head.trail,
-            lost = lost.count,
-            "the state store lacks operations its audit trail records as admitted"
+            "the state store lacks work its audit trail records: {}",
+            lost.describe()
         );
         Err(GatewayError::StateCorrupt {
             db: format!("the {} state store", self.store().describe().backend),
             why: format!(
-                "it lacks {} operation(s) that the audit trail `{}` records as admitted after \
-                 its last signed head, the first `{}`: committed work was lost (a damaged \
-                 write-ahead log, or an older copy of the database)",
-                lost.count, head.trail, lost.first
+                "{} (trail `{}`): committed work was lost (a damaged write-ahead log, or an \
+                 older copy of the database)",
+                lost.describe(),
+                head.trail
             ),
         })
     }
@@ -135,7 +150,7 @@ impl Gateway {
     /// Stores the sinks' current signed heads (after records written outside an
     /// operation). A failure is logged: the next operation stores them again.
     pub fn store_heads(&self) {
-        let heads = self.auditor().heads();
+        let heads = self.auditor().heads_to_anchor();
         if let Err(e) = self.store().put_heads(&heads, Utc::now()) {
             use sandboxio_core::ErrorCode as _;
             tracing::warn!(code = e.code(), "storing the trail head failed: {e}");
@@ -144,7 +159,7 @@ impl Gateway {
 
     /// [`Gateway::store_heads`] off the async workers.
     pub(crate) async fn store_heads_async(&self) {
-        let heads = self.auditor().heads();
+        let heads = self.auditor().heads_to_anchor();
         let put = self
             .on_store("storing the trail head", move |s, _| {
                 s.put_heads(&heads, Utc::now())

@@ -34,12 +34,24 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
         Ok(store) => {
             let retention = setup::gateway_config(&loaded, None)?.journal_retention;
             let since = sandboxio_gateway::store::not_before(Utc::now(), retention);
-            let mut lost = None;
-            for head in store.heads()? {
-                if head.trail == files.trail.display().to_string() {
-                    lost = sandboxio_gateway::store::lost_work(&store, &head, since)?;
-                }
-            }
+            // Heads are kept by the trail's canonical path (a state directory named
+            // through a symlink or `..` is the same trail); a trail without one (a state
+            // directory moved or restored elsewhere) is checked from its first record, as
+            // the start does.
+            let id = sandboxio_gateway::layers::audit::trail_id(&files.trail);
+            let head = store
+                .heads()?
+                .into_iter()
+                .find(|h| h.trail == id)
+                .unwrap_or_else(|| sandboxio_gateway::layers::audit::SignedHead {
+                    trail: id,
+                    size: 0,
+                    last_hash: "0".repeat(64),
+                    origin: String::new(),
+                    key_id: String::new(),
+                    signature: String::new(),
+                });
+            let lost = sandboxio_gateway::store::lost_work(&store, &head, since)?;
             if lost.is_none() {
                 return Err(GatewayError::RecoverRefused {
                     why: format!(

@@ -11,7 +11,7 @@ use sandboxio_gateway::Outcome;
 use crate::args::{ApprovalsCmd, Common};
 use crate::error::CliError;
 use crate::exit;
-use crate::out::outln;
+use crate::out::{errln, outln};
 use crate::setup;
 
 /// Runs an operator action through the gateway (so it leaves its record) and reports it.
@@ -21,9 +21,16 @@ async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outc
     let name = action.name();
     // Checked against the trail first, like every run (a store that lost work, or a trail
     // that lost its head, answers here instead of being blessed by this action's new
-    // head). Not for engaging the kill switch: the brake works whatever the state.
-    if !matches!(action, AdminAction::Kill { .. }) {
-        rt.gateway().check_anchor().await?;
+    // head). Engaging the kill switch goes on whatever the check says (the brake works
+    // whatever the state); a loss it found keeps the engagement from storing a head
+    // over it (`Auditor::freeze_heads`), so the next start still refuses.
+    let checked = rt.gateway().check_anchor().await;
+    match (checked, &action) {
+        (Err(e), AdminAction::Kill { .. }) => {
+            errln!("warning: {e:#}; engaging the kill switch anyway");
+        }
+        (Err(e), _) => return Err(e.into()),
+        (Ok(_), _) => {}
     }
     let out = rt.gateway().admin("default", actor, action).await?;
     if out.record.verdict != Verdict::Allow {

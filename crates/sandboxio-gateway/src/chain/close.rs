@@ -68,7 +68,7 @@ pub(super) fn close(
         .map(|(rec, parent)| auditor.record_redacted_blocking(rec, &parent));
     // The trail's signed head after this record, kept in the store (the trail anchored
     // outside itself): in the closing transaction, or on its own when nothing was admitted.
-    let heads = auditor.heads();
+    let heads = auditor.heads_to_anchor();
     let (finished, heads_stored) = match c.finish {
         Some(f) => {
             let finished = store.finish(&Finish {

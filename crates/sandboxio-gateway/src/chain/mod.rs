@@ -19,6 +19,7 @@ mod offload;
 mod record;
 mod resolve;
 mod secrets;
+mod settle_recorded;
 mod stop;
 
 pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME, LABEL_SECRETS};
@@ -297,8 +298,11 @@ impl Gateway {
                 s.claim_dead_intents(&owner, RECOVERY_HOLD, &owner_alive)
             })
             .await?;
+        // A dead intent whose own record this process's trail already holds ran: settled
+        // from that record, not recorded again (`settle_recorded.rs`).
+        let (from_records, dead) = self.settle_recorded(dead).await?;
         if dead.is_empty() {
-            return Ok(0);
+            return Ok(from_records);
         }
         for e in &dead {
             let mut rec = match serde_json::from_str::<Operation>(&e.intent) {
@@ -328,7 +332,7 @@ impl Gateway {
                 })
             })
             .await?;
-        Ok(settled.len())
+        Ok(from_records + settled.len())
     }
 
     fn cancel_all(&self, reason: &str) {

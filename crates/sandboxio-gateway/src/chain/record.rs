@@ -78,6 +78,11 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
         }
         OperationArgs::Admin { action } => {
             rec.reason = format!("admin action `{}`", action.name());
+            // The key a revocation names, for the start's check that the store still
+            // knows it revoked (`store::lost_after`).
+            if let sandboxio_core::AdminAction::KeyRevoke { key_id } = action {
+                rec.arguments = Some(serde_json::json!({ "key_id": key_id }));
+            }
         }
         other => rec.path = other.path().map(str::to_string),
     }

@@ -10,15 +10,50 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use sandboxio_audit::{check_head, records_from, trail_files, SignedHead};
+use sandboxio_audit::{check_head, records_from, trail_files, AuditEvent, SignedHead};
+use sandboxio_core::OperationStatus;
 
 use super::{Store, StoreResult};
 
-/// What the store lacks: how many admitted operations, and the first of them.
+/// What the store lacks: how many admitted operations, and the first of them; or an
+/// operator's safety action it no longer reflects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostWork {
-    pub count: usize,
-    pub first: String,
+pub enum LostWork {
+    Operations {
+        count: usize,
+        first: String,
+    },
+    /// The trail records the kill switch engaged (its last kill or resume) after the
+    /// stored head; the store has it released.
+    KillSwitch {
+        operation: String,
+    },
+    /// The trail records an API key revoked after the stored head; the store has it live
+    /// (or has never heard of it).
+    Revocation {
+        key: String,
+        operation: String,
+    },
+}
+
+impl LostWork {
+    /// For the refusal's text: what the trail records that the store lacks.
+    pub fn describe(&self) -> String {
+        match self {
+            LostWork::Operations { count, first } => format!(
+                "it lacks {count} operation(s) that the audit trail records as admitted after \
+                 its last signed head, the first `{first}`"
+            ),
+            LostWork::KillSwitch { operation } => format!(
+                "the audit trail records the kill switch engaged after its last signed head \
+                 (operation `{operation}`), and the store has it released"
+            ),
+            LostWork::Revocation { key, operation } => format!(
+                "the audit trail records API key `{key}` revoked after its last signed head \
+                 (operation `{operation}`), and the store has it live"
+            ),
+        }
+    }
 }
 
 /// Of the records `head`'s trail holds after `head`, the admitted operations `store`'s
@@ -41,16 +76,24 @@ pub fn lost_work(
     lost_after(store, head, &files, not_before)
 }
 
-/// The oldest record [`lost_work`] checks, for a journal kept `retention`: an hour inside
-/// it, for clocks that differ between replicas.
+/// The oldest record [`lost_work`] checks, for a journal kept `retention`: inside it by an
+/// hour, for clocks that differ between replicas, or by half a retention shorter than two
+/// hours (an hour off a retention under an hour was a cut-off in the future: nothing
+/// checked at all).
 pub fn not_before(now: DateTime<Utc>, retention: std::time::Duration) -> DateTime<Utc> {
     let kept = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    let slack = std::cmp::min(chrono::Duration::hours(1), kept / 2);
     now.checked_sub_signed(kept)
-        .and_then(|t| t.checked_add_signed(chrono::Duration::hours(1)))
+        .and_then(|t| t.checked_add_signed(slack))
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// [`lost_work`] for a trail (`files`, oldest first) already found to extend `head`.
+///
+/// Besides the admitted operations, the operator's two safety actions, which no journal
+/// row stands for: a kill switch the trail last records engaged must be engaged in the
+/// store, and a key the trail records revoked must be revoked there. Whatever else an
+/// older store forgot (a policy reload, an approval) fails safe or is in the journal.
 pub fn lost_after(
     store: &dyn Store,
     head: &SignedHead,
@@ -61,20 +104,55 @@ pub fn lost_after(
         return Ok(None);
     };
     let admitted: Vec<String> = after
-        .into_iter()
+        .iter()
         .filter(|e| e.cost_reserved.is_some() && !e.replayed && e.ts >= not_before)
-        .map(|e| e.operation_id)
+        .map(|e| e.operation_id.clone())
         .collect();
-    if admitted.is_empty() {
-        return Ok(None);
+    if !admitted.is_empty() {
+        let known: std::collections::HashSet<String> =
+            store.journal_has(&admitted)?.into_iter().collect();
+        let lost: Vec<&String> = admitted.iter().filter(|id| !known.contains(*id)).collect();
+        if let Some(first) = lost.first() {
+            return Ok(Some(LostWork::Operations {
+                count: lost.len(),
+                first: (*first).clone(),
+            }));
+        }
     }
-    let known: std::collections::HashSet<String> =
-        store.journal_has(&admitted)?.into_iter().collect();
-    let lost: Vec<&String> = admitted.iter().filter(|id| !known.contains(*id)).collect();
-    Ok(lost.first().map(|first| LostWork {
-        count: lost.len(),
-        first: (*first).clone(),
-    }))
+    let done = |e: &&AuditEvent, name: &str| {
+        e.event == "admin" && e.tool_name == name && e.status == OperationStatus::Ok
+    };
+    let last_brake = after
+        .iter()
+        .rev()
+        .find(|e| done(e, "kill") || done(e, "resume"));
+    if let Some(e) = last_brake.filter(|e| e.tool_name == "kill") {
+        if store.kill_state()?.is_none() {
+            return Ok(Some(LostWork::KillSwitch {
+                operation: e.operation_id.clone(),
+            }));
+        }
+    }
+    for e in after.iter().filter(|e| done(e, "key_revoke")) {
+        let Some(key) = e
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("key_id"))
+            .and_then(|k| k.as_str())
+        else {
+            continue;
+        };
+        let revoked = store
+            .credential(key)?
+            .is_some_and(|c| c.revoked_at.is_some());
+        if !revoked {
+            return Ok(Some(LostWork::Revocation {
+                key: key.to_string(),
+                operation: e.operation_id.clone(),
+            }));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -91,6 +169,14 @@ mod tests {
             not_before(now, week).to_rfc3339(),
             "2026-11-29T11:00:00+00:00"
         );
+        // Under two hours the slack is half the retention: 30 minutes checks the last 15
+        // (an hour's slack put the cut-off in the future: nothing was checked).
+        let half_hour = std::time::Duration::from_secs(30 * 60);
+        assert_eq!(
+            not_before(now, half_hour).to_rfc3339(),
+            "2026-12-06T09:45:00+00:00"
+        );
+        assert!(not_before(now, std::time::Duration::from_secs(60)) < now);
         // A retention too long to subtract checks everything.
         assert_eq!(
             not_before(now, std::time::Duration::MAX),

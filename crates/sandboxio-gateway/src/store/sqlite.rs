@@ -330,7 +330,9 @@ impl SqliteStore {
     /// With `SyncMode::Full`, commits that must be durable before a side effect fsync the
     /// WAL; `finish` commits relaxed (no fsync of its own) and becomes durable with the
     /// next durable commit or checkpoint. A process crash loses neither; a power loss may
-    /// lose a relaxed `finish`, which recovery then reports as interrupted (never re-run).
+    /// lose a relaxed `finish`: recovery then settles the operation from its record, which
+    /// the trail synced before it (`chain/settle_recorded.rs`), or reports it interrupted
+    /// when the trail lacks it (never re-run).
     fn set_durable(&self, conn: &Connection, durable: bool) -> StoreResult<()> {
         use std::sync::atomic::Ordering;
         if self.mode == SyncMode::Normal || self.relaxed.load(Ordering::Relaxed) != durable {

@@ -1,0 +1,395 @@
+//! A store that went back in time, in every way a hostile test found one slipping past the
+//! start's check: an operator's kill switch or key revocation forgotten (no journal row
+//! stands for them), a new kill blessing the loss with its head, a short retention, a
+//! state directory named through a symlink or moved elsewhere, and an operation killed
+//! between its record and its outcome (settled from its record, not charged nothing).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use sandboxio_core::Money;
+use sandboxio_gateway::store::Store;
+
+use crate::common::*;
+
+const FILES: [&str; 3] = ["state.db", "state.db-wal", "state.db-shm"];
+
+/// A copy of the state database as it is now (no process has it open).
+fn snapshot(state: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in FILES {
+        if state.join(f).exists() {
+            std::fs::copy(state.join(f), to.join(f)).unwrap();
+        }
+    }
+}
+
+/// The older copy put back in place of the database.
+fn put_back(from: &Path, state: &Path) {
+    for f in FILES {
+        let _ = std::fs::remove_file(state.join(f));
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), state.join(f)).unwrap();
+        }
+    }
+}
+
+/// `sandboxio <sub>` on the state directory `state` (however it is spelled).
+fn cmd_at(env: &Env, state: &Path, sub: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg(sub)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--policy")
+        .arg(env.path().join("policy.toml"))
+        .arg("--config")
+        .arg(env.path().join("config.toml"))
+        .env_remove("SBX_STATE_DIR")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run_at(env: &Env, state: &Path, extra: &[&str], argv: &[&str]) -> Output {
+    cmd_at(env, state, "run")
+        .arg("--tier")
+        .arg(&env.tier)
+        .args(extra)
+        .arg("--")
+        .args(argv)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The command is refused as a store that lost work, and (for a run) ran nothing.
+fn assert_lost(o: &Output, what: &str) {
+    assert_ne!(o.status.code(), Some(0), "{what} went ahead: {}", text(o));
+    assert!(text(o).contains("SBX_E1533"), "{what}: {}", text(o));
+    assert!(
+        !text(o).contains("RAN-"),
+        "{what} ran its program: {}",
+        text(o)
+    );
+}
+
+fn ok(o: Output, what: &str) -> Output {
+    assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o));
+    o
+}
+
+#[test]
+fn a_kill_switch_the_store_forgot_is_refused_and_a_new_kill_does_not_hide_a_loss() {
+    let env = Env::new("lostkill", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        cmd_at(&env, &state, "kill")
+            .args(["--reason", "incident"])
+            .output()
+            .unwrap(),
+        "kill",
+    );
+    put_back(&older, &state);
+    // The older copy has the kill switch released: nothing may run on it.
+    assert_lost(
+        &run_at(&env, &state, &[], &["echo", "RAN-after-kill"]),
+        "run",
+    );
+    assert_lost(&cmd_at(&env, &state, "resume").output().unwrap(), "resume");
+
+    // Lost operations, then the brake: it engages (exit 0), and stores no head over the
+    // loss, so what comes next is still refused.
+    let env = Env::new("lostkill2", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    put_back(&older, &state);
+    let k = ok(
+        cmd_at(&env, &state, "kill")
+            .args(["--reason", "incident"])
+            .output()
+            .unwrap(),
+        "kill on a store that lost work",
+    );
+    assert!(
+        text(&k).contains("SBX_E1533"),
+        "the kill says what it found: {}",
+        text(&k)
+    );
+    for round in 0..2 {
+        assert_lost(
+            &cmd_at(&env, &state, "resume").output().unwrap(),
+            &format!("resume {round}"),
+        );
+        assert_lost(
+            &run_at(
+                &env,
+                &state,
+                &["--idempotency-key", "job-1"],
+                &["echo", "RAN-again"],
+            ),
+            &format!("keyed run {round}"),
+        );
+    }
+}
+
+#[test]
+fn a_key_revocation_the_store_forgot_is_refused() {
+    let env = Env::new("lostrevoke", "process");
+    let state = env.state();
+    let created = ok(
+        cmd_at(&env, &state, "keys")
+            .args(["create", "--tenant", "acme", "--scopes", "exec"])
+            .output()
+            .unwrap(),
+        "keys create",
+    );
+    let err = String::from_utf8_lossy(&created.stderr).into_owned();
+    let id = err
+        .split_whitespace()
+        .skip_while(|w| *w != "key")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no key id in {err}"))
+        .to_string();
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        cmd_at(&env, &state, "keys")
+            .args(["revoke", &id])
+            .output()
+            .unwrap(),
+        "keys revoke",
+    );
+    put_back(&older, &state);
+    let listed = cmd_at(&env, &state, "keys").arg("list").output().unwrap();
+    assert!(
+        text(&listed).contains("live"),
+        "the older copy has the key live: {}",
+        text(&listed)
+    );
+    assert_lost(&run_at(&env, &state, &[], &["echo", "RAN-x"]), "run");
+    let out = cmd_at(&env, &state, "state")
+        .args(["recover", "--from-trail"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "recover: {}", text(&out));
+}
+
+#[test]
+fn a_retention_under_an_hour_still_checks_recent_work() {
+    let env = Env::new("lostshort", "process");
+    std::fs::write(
+        env.path().join("config.toml"),
+        "[state]\nretention = \"30m\"\n",
+    )
+    .unwrap();
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    put_back(&older, &state);
+    assert_lost(
+        &run_at(
+            &env,
+            &state,
+            &["--idempotency-key", "job-1"],
+            &["echo", "RAN-again"],
+        ),
+        "keyed run on the older copy",
+    );
+}
+
+#[test]
+fn a_state_dir_named_through_a_symlink_is_recovered_and_one_moved_is_checked() {
+    let env = Env::new("lostpath", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    put_back(&older, &state);
+    let link = env.path().join("link");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    assert_lost(
+        &run_at(&env, &link, &[], &["echo", "RAN-x"]),
+        "run through the link",
+    );
+    let out = cmd_at(&env, &link, "state")
+        .args(["recover", "--from-trail"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "recover through the link: {}",
+        text(&out)
+    );
+
+    // A state directory moved elsewhere with an older database: its trail has no head
+    // kept under its new path, and is checked from its first record.
+    let env = Env::new("lostmoved", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(&state, &older);
+    ok(
+        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    let moved: PathBuf = env.path().join("moved");
+    std::fs::rename(&state, &moved).unwrap();
+    put_back(&older, &moved);
+    assert_lost(
+        &run_at(
+            &env,
+            &moved,
+            &["--idempotency-key", "job-1"],
+            &["echo", "RAN-again"],
+        ),
+        "keyed run in the moved directory",
+    );
+    // Moved whole (database and trail together), it just works.
+    let env = Env::new("movedwhole", "process");
+    let state = env.state();
+    ok(
+        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    let moved = env.path().join("moved");
+    std::fs::rename(&state, &moved).unwrap();
+    ok(
+        run_at(&env, &moved, &[], &["true"]),
+        "run in the moved directory",
+    );
+}
+
+/// SIGKILL between the operation's record and its `finish` (strace kills the CLI at the
+/// trail's sync): the trail holds the operation's own record, its intent is open. The
+/// next start settles it from the record: one final record, the cost charged, the key
+/// done. It was recorded again as `interrupted` and its reservation released (ran free).
+#[test]
+fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_record() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let env = Env::new("recordedkill", "process");
+    let cfg = env.write_config(
+        "priced.toml",
+        "[budget.rate_card]\ncpu_second = \"0\"\ngib_second = \"0\"\nper_call = \"0.01\"\n",
+    );
+    ok(
+        env.run_cmd(Some(&cfg), &[], &["true"]).output().unwrap(),
+        "first run",
+    );
+    let trail = env.state().join("audit.jsonl");
+    // The trail syncs its records with fdatasync, the store its transactions with fsync:
+    // a SIGKILL at the run's first fdatasync lands after its record is written, before
+    // its `finish`.
+    let key = "job-1".to_string();
+    let c = env.run_cmd(Some(&cfg), &["--idempotency-key", &key], &["true"]);
+    let out = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-e", "trace=fdatasync"])
+        .args(["-e", "inject=fdatasync:signal=KILL:when=1"])
+        .arg(c.get_program())
+        .args(c.get_args())
+        .env_remove("SBX_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the run was not killed: {}",
+        text(&out)
+    );
+    let written = std::fs::read_to_string(&trail).unwrap();
+    assert!(
+        written.contains(&format!("\"{key}\"")),
+        "the record was not written before the kill"
+    );
+    assert_eq!(env.live_counts().open_intents, 1, "its intent is open");
+    let spend_before = env
+        .store()
+        .ledger(
+            chrono::Utc::now() - chrono::Duration::days(1),
+            chrono::Utc::now() + chrono::Duration::days(1),
+        )
+        .unwrap()
+        .iter()
+        .fold(Money::ZERO, |a, l| a.checked_add(l.amount).unwrap());
+    // The next start recovers.
+    ok(
+        env.run_cmd(Some(&cfg), &[], &["true"]).output().unwrap(),
+        "the next run",
+    );
+    let text = std::fs::read_to_string(&trail).unwrap();
+    let mine: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["idempotency_key"] == key.as_str())
+        .collect();
+    assert_eq!(
+        mine.len(),
+        1,
+        "one final record for the operation: {mine:?}"
+    );
+    assert_ne!(mine[0]["status"], "interrupted", "{mine:?}");
+    let op = mine[0]["operation_id"].as_str().unwrap().to_string();
+    let ledger = env
+        .store()
+        .ledger(
+            chrono::Utc::now() - chrono::Duration::days(1),
+            chrono::Utc::now() + chrono::Duration::days(1),
+        )
+        .unwrap();
+    let charged: Vec<_> = ledger.iter().filter(|l| l.operation_id == op).collect();
+    assert_eq!(
+        charged.len(),
+        1,
+        "the operation is charged once: {ledger:?}"
+    );
+    assert_eq!(
+        charged[0].amount.to_string(),
+        mine[0]["cost_settled"].as_str().unwrap()
+    );
+    let spend_after = ledger
+        .iter()
+        .fold(Money::ZERO, |a, l| a.checked_add(l.amount).unwrap());
+    assert!(
+        spend_after > spend_before,
+        "{spend_before} -> {spend_after}"
+    );
+    // Its key answers with the recorded outcome; nothing runs again.
+    let _ = env
+        .run_cmd(Some(&cfg), &["--idempotency-key", &key], &["true"])
+        .output()
+        .unwrap();
+    let ran = std::fs::read_to_string(&trail)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["idempotency_key"] == key.as_str() && v["replayed"] != true)
+        .count();
+    assert_eq!(ran, 1, "no second run under the key");
+}
