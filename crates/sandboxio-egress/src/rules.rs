@@ -202,13 +202,55 @@ impl Rule {
             }
         }
         if !self.paths.is_empty() {
-            match &t.path {
+            // Matched as the upstream will read it: `/simple/../admin` and
+            // `/simple/%2e%2e/admin` are `/admin`; a path that cannot be read one way only
+            // (an encoded slash or backslash, a `..` above the root) matches nothing.
+            match t.path.as_deref().and_then(canonical_path) {
                 Some(p) if self.paths.iter().any(|x| p.starts_with(x.as_str())) => {}
                 _ => return false,
             }
         }
         true
     }
+}
+
+/// `raw` (a request target's path, with or without its query) with `%2e` decoded and its
+/// dot segments removed (RFC 3986, section 5.2.4). `None` for a path servers read in
+/// different ways: an encoded `/` or `\\`, a raw `\\`, a NUL, or `..` past the root.
+pub fn canonical_path(raw: &str) -> Option<String> {
+    let path = raw.split(['?', '#']).next().unwrap_or("");
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") || lower.contains("%00") {
+        return None;
+    }
+    if path.contains('\\') || path.contains('\0') {
+        return None;
+    }
+    let decoded = path.replace("%2e", ".").replace("%2E", ".");
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = decoded.split('/').collect();
+    let last = segments.len().saturating_sub(1);
+    for (i, seg) in segments.iter().enumerate() {
+        match *seg {
+            "." => {
+                if i == last {
+                    out.push("");
+                }
+            }
+            ".." => {
+                // The root's empty first segment stays: `..` past it is refused.
+                if out.len() <= 1 {
+                    return None;
+                }
+                out.pop();
+                if i == last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    Some(out.join("/"))
 }
 
 fn tenant_glob(glob: &str, tenant: &str) -> bool {
@@ -401,6 +443,41 @@ mod tests {
         ));
         assert!(!r.allows(&Target::http("index.example", 80, "GET", "/admin"), "t"));
         assert!(!r.allows(&Target::tunnel("index.example", 443), "t"));
+    }
+
+    #[test]
+    fn paths_match_as_the_upstream_reads_them() {
+        let section = EgressRuleSection {
+            host: vec!["index.example".into()],
+            ports: vec![80],
+            paths: vec!["/simple/".into()],
+            ..Default::default()
+        };
+        let r = Rules {
+            full: false,
+            rules: vec![Rule::from_section(1, &section).unwrap()],
+            allow_private: vec![],
+        };
+        let get = |p: &str| r.allows(&Target::http("index.example", 80, "GET", p), "t");
+        assert!(get("/simple/numpy/"));
+        assert!(get("/simple/./numpy/?q=1"));
+        assert!(get("/admin/../simple/numpy/"));
+        for bypass in [
+            "/simple/../admin/secret.txt",
+            "/simple/%2e%2e/admin/secret.txt",
+            "/simple/%2E%2e/admin/secret.txt",
+            "/simple/.%2e/admin/secret.txt",
+            "/simple/..",
+            "/simple/%2fadmin",
+            "/simple/..%5cadmin",
+            "/simple\\..\\admin",
+            "/../simple/x",
+        ] {
+            assert!(!get(bypass), "{bypass} matched /simple/");
+        }
+        assert_eq!(canonical_path("/a/b/../c/./d").as_deref(), Some("/a/c/d"));
+        assert_eq!(canonical_path("/a/b/..").as_deref(), Some("/a/"));
+        assert_eq!(canonical_path("/.."), None);
     }
 
     #[test]

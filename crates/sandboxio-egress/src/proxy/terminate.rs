@@ -107,25 +107,72 @@ impl Proxy {
         if let Ok(v) = HeaderValue::from_str(&authority) {
             parts.headers.insert(header::HOST, v);
         }
+        // The answer is scrubbed as bytes: it must come back as it is, not compressed in
+        // an encoding the program asked for (a value echoed gzipped passed the scrubber).
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
         match sender.send_request(Request::from_parts(parts, body)).await {
             Ok(resp) => {
                 // What comes back carries placeholders, never values (its length may
                 // change, so it goes back chunked).
                 let (mut parts, body) = resp.into_parts();
-                strip_hop_headers(&mut parts.headers);
-                let pairs = edge.pairs();
-                for (_, v) in parts.headers.iter_mut() {
-                    let (out, _) = scrub::scrub(v.as_bytes(), &pairs, true);
-                    if out != v.as_bytes() {
-                        if let Ok(new) = HeaderValue::from_bytes(&out) {
-                            *v = new;
-                        }
-                    }
+                if let Some(enc) = encoded(&parts.headers) {
+                    return upstream_unreachable(
+                        &target,
+                        format!(
+                            "the upstream answered in the `{enc}` encoding, which the proxy \
+                             cannot scrub of the secrets it injected (it asked for identity)"
+                        ),
+                    );
                 }
+                strip_hop_headers(&mut parts.headers);
+                scrub_headers(&mut parts.headers, &edge.pairs());
                 parts.headers.remove(header::CONTENT_LENGTH);
-                Response::from_parts(parts, scrub::Scrub::new(body, pairs).boxed())
+                Response::from_parts(parts, scrub::Scrub::new(body, edge.pairs()).boxed())
             }
             Err(e) => upstream_unreachable(&target, e.to_string()),
         }
+    }
+}
+
+/// A `Content-Encoding` other than `identity` (what the scrubber cannot read through).
+fn encoded(h: &hyper::HeaderMap) -> Option<String> {
+    h.get_all(header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .find(|e| !e.is_empty() && e != "identity")
+}
+
+/// Every header of an answer with the secrets' values replaced by their placeholders, in
+/// values and names; a header that cannot be rewritten (the result is not a valid name or
+/// value) is dropped, never passed on with the value in it.
+fn scrub_headers(h: &mut hyper::HeaderMap, pairs: &scrub::Pairs) {
+    let old = std::mem::take(h);
+    // Names arrive lowercased: so are the values looked for in them.
+    let lower: scrub::Pairs = pairs
+        .iter()
+        .map(|(v, p)| (v.to_ascii_lowercase(), p.to_ascii_lowercase()))
+        .collect();
+    let mut name = None;
+    for (n, v) in old {
+        if let Some(n) = n {
+            name = Some(n);
+        }
+        let Some(n) = name.clone() else { continue };
+        let (new_name, _) = scrub::scrub(n.as_str().as_bytes(), &lower, true);
+        let (new_value, _) = scrub::scrub(v.as_bytes(), pairs, true);
+        let (Ok(n), Ok(v)) = (
+            header::HeaderName::from_bytes(&new_name),
+            HeaderValue::from_bytes(&new_value),
+        ) else {
+            continue;
+        };
+        h.append(n, v);
     }
 }

@@ -72,8 +72,23 @@ async fn tls_upstream() -> (SocketAddr, String, Seen) {
                     .find_map(|l| l.strip_prefix("authorization: "))
                     .unwrap_or("none")
                     .to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let wants_gzip = head
+                    .lines()
+                    .any(|l| l.starts_with("accept-encoding:") && l.contains("gzip"));
+                // `/gz`: compressed when asked for; `/gz-always`: whatever was asked;
+                // `/name`: the token echoed in a header's name.
+                let extra = match path.as_str() {
+                    "/gz" if wants_gzip => "content-encoding: gzip\r\n".to_string(),
+                    "/gz-always" => "content-encoding: gzip\r\n".to_string(),
+                    "/name" => format!(
+                        "x-{}: name-echo\r\n",
+                        auth.trim_start_matches("Bearer ").to_ascii_lowercase()
+                    ),
+                    _ => String::new(),
+                };
                 let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\n{extra}connection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = s.write_all(resp.as_bytes()).await;
@@ -166,6 +181,17 @@ fn placeholder(edge: &Edge, name: &str) -> String {
 /// CONNECT to `host` through the proxy, TLS trusting only the sandbox's CA, one request
 /// with `authorization`; returns the whole response.
 async fn via_tunnel(s: &Setup, host: &str, authorization: &str) -> String {
+    via_tunnel_to(s, host, "/v1/me", "", authorization).await
+}
+
+/// [`via_tunnel`] for `path`, with `extra` header lines (each ending in CRLF).
+async fn via_tunnel_to(
+    s: &Setup,
+    host: &str,
+    path: &str,
+    extra: &str,
+    authorization: &str,
+) -> String {
     let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
     let connect = format!(
         "CONNECT {host}:{p} HTTP/1.1\r\nhost: {host}:{p}\r\n\r\n",
@@ -188,7 +214,7 @@ async fn via_tunnel(s: &Setup, host: &str, authorization: &str) -> String {
         .await
         .expect("the proxy's leaf verifies against the sandbox's CA");
     let req = format!(
-        "GET /v1/me HTTP/1.1\r\nhost: {host}\r\nauthorization: {authorization}\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\n{extra}authorization: {authorization}\r\nconnection: close\r\n\r\n"
     );
     tls.write_all(req.as_bytes()).await.unwrap();
     read_all(&mut tls).await
@@ -228,6 +254,41 @@ async fn the_placeholder_becomes_the_value_for_the_bound_host_only() {
         "{got}"
     );
     assert_eq!(s.proxy.summary().denials, 0);
+}
+
+/// The program chooses the answer's encoding: a value echoed gzipped passed the byte
+/// scrubber and reached it, and one echoed in a header's name was never looked for.
+#[tokio::test]
+async fn an_echoed_value_comes_back_scrubbed_whatever_encoding_or_header_name() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let bearer = format!("Bearer {p}");
+    // The program asks for gzip: the upstream is asked for identity, and answers so.
+    let got = via_tunnel_to(&s, "up.test", "/gz", "accept-encoding: gzip\r\n", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(!got.contains("content-encoding"), "{got}");
+    assert!(
+        !got.contains(VALUE),
+        "the value came back to the sandbox: {got}"
+    );
+    let heads = s.seen.lock().unwrap().clone();
+    assert!(
+        heads[0].contains("accept-encoding: identity") && !heads[0].contains("gzip"),
+        "{heads:?}"
+    );
+    // An upstream that compresses anyway: refused, nothing of its answer passed on.
+    let got = via_tunnel_to(&s, "up.test", "/gz-always", "", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    assert!(got.contains("SBX_E2415"), "{got}");
+    assert!(!got.contains(VALUE), "{got}");
+    // The value in a header's name.
+    let got = via_tunnel_to(&s, "up.test", "/name", "", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        !got.to_ascii_lowercase()
+            .contains(&VALUE.to_ascii_lowercase()),
+        "the value came back in a header name: {got}"
+    );
 }
 
 #[tokio::test]
