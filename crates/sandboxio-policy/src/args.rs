@@ -162,8 +162,24 @@ impl ArgCond {
                 }
             }
             (Test::Glob(g), Some(v)) => match v.as_str() {
-                Some(s) if g.is_match(s) => Judged::Yes,
-                Some(_) => Judged::No,
+                // A path with `.`, `..` or `//` in it names what its normal form names
+                // for a reader that resolves it, and itself for one that does not: a
+                // deny or ask rule holds when either form matches, an allow rule only
+                // when both do (`/data/./private/x` dodged a deny of `/data/private/**`).
+                Some(s) => {
+                    let plain = g.is_match(s);
+                    let normal = lexical_normal(s).map_or(plain, |n| g.is_match(&n));
+                    let hit = if strict {
+                        plain || normal
+                    } else {
+                        plain && normal
+                    };
+                    if hit {
+                        Judged::Yes
+                    } else {
+                        Judged::No
+                    }
+                }
                 None => Judged::Unknown,
             },
             (Test::Regex(re), Some(v)) => match v.as_str() {
@@ -192,6 +208,45 @@ impl ArgCond {
     }
 }
 
+/// `s` with `//` collapsed and `.` and `..` segments resolved (`..` at the root stays at
+/// the root, as the filesystem does), when that changes it. In a URI (`file:///data/x`,
+/// `https://host/a/../b`) only the path after the authority is resolved.
+fn lexical_normal(s: &str) -> Option<String> {
+    if let Some(i) = s.find("://") {
+        let (head, rest) = s.split_at(i + 3);
+        let j = rest.find('/')?;
+        let (authority, path) = rest.split_at(j);
+        let n = lexical_normal(path)?;
+        return Some(format!("{head}{authority}{n}"));
+    }
+    if !s.contains('/') {
+        return None;
+    }
+    let absolute = s.starts_with('/');
+    let mut out: Vec<&str> = Vec::new();
+    for seg in s.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if out.last().is_some_and(|l| *l != "..") {
+                    out.pop();
+                } else if !absolute {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    let mut n = out.join("/");
+    if absolute {
+        n.insert(0, '/');
+    }
+    if s.ends_with('/') && !n.ends_with('/') {
+        n.push('/');
+    }
+    (n != s).then_some(n)
+}
+
 /// JSON equality where numbers compare by value (`1` equals `1.0`).
 fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     match (a, b) {
@@ -218,6 +273,36 @@ mod tests {
         assert!(!c.holds(&json!({"path": "/data/a/b"}), false));
         assert!(!c.holds(&json!({"path": "/etc/passwd"}), true));
         assert!(!c.holds(&json!({}), true), "absent never matches a glob");
+    }
+
+    #[test]
+    fn a_path_matches_in_both_its_spellings_for_deny_and_in_both_for_allow() {
+        let c = cond("pointer = \"/path\"\nglob = \"/data/private/**\"").unwrap();
+        for sneaky in [
+            "/data/./private/secret.txt",
+            "/data/public/../private/secret.txt",
+            "/data//private/secret.txt",
+            "/../data/private/secret.txt",
+        ] {
+            assert!(
+                c.holds(&json!({ "path": sneaky }), true),
+                "{sneaky} dodged a deny"
+            );
+        }
+        let allow = cond("pointer = \"/path\"\nglob = \"/data/public/**\"").unwrap();
+        assert!(allow.holds(&json!({"path": "/data/public/a.txt"}), false));
+        assert!(!allow.holds(&json!({"path": "/data/public/../private/a.txt"}), false));
+        assert!(!allow.holds(&json!({"path": "/data/public/../../etc/passwd"}), false));
+        assert_eq!(lexical_normal("a/../../b").as_deref(), Some("../b"));
+        assert_eq!(lexical_normal("/a/b/"), None);
+        assert_eq!(lexical_normal("plain"), None);
+        assert_eq!(lexical_normal("file:///data/x"), None);
+        assert_eq!(
+            lexical_normal("file:///data/./private/x").as_deref(),
+            Some("file:///data/private/x")
+        );
+        let uri = cond("pointer = \"/uri\"\nglob = \"file:///data/private/**\"").unwrap();
+        assert!(uri.holds(&json!({"uri": "file:///data/pub/../private/k"}), true));
     }
 
     #[test]
