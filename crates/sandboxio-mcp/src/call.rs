@@ -266,12 +266,7 @@ impl SandboxioMcp {
             extra.stream.events = Some(tx);
             task
         });
-        let asker = crate::ask::asker(
-            cx,
-            sbx.principal().tenant.clone(),
-            self.opts.gateway.clone(),
-            self.opts.approval_timeout,
-        );
+        let asker = self.asker(cx, sbx.principal().tenant.clone());
         let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         extra.approval_pending = Some(pending);
         let out = crate::ask::watched(

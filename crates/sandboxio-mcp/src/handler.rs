@@ -39,6 +39,11 @@ pub struct McpOptions {
     pub approval_timeout: std::time::Duration,
     /// The upstream MCP servers whose tools are offered too (`[[mcp.upstream]]`).
     pub proxy: Option<Arc<Proxy>>,
+    /// Whether a stdio client's answer to an elicitation may approve an ask
+    /// (`[mcp] elicitation_approvals`: a client a person operates; off by default, as the
+    /// agent asking would otherwise approve itself). Over HTTP the key's `approve` scope
+    /// decides instead.
+    pub elicitation_approvals: bool,
 }
 
 impl McpOptions {
@@ -63,6 +68,7 @@ impl McpOptions {
             work_root: rt.config().sandbox.work_root.clone(),
             approval_timeout: rt.gateway().config().approval_timeout,
             proxy,
+            elicitation_approvals: rt.config().mcp.elicitation_approvals,
         })
     }
 }
