@@ -88,6 +88,8 @@ pub struct SandboxioMcp {
     pub(crate) sandboxes: Arc<Sandboxes>,
     /// Tells this MCP session apart from the others (its resource subscriptions).
     pub(crate) session: u64,
+    /// Held while the session lives (HTTP: its owner is forgotten when it is dropped).
+    pub(crate) lease: Option<Arc<()>>,
 }
 
 impl SandboxioMcp {
@@ -99,6 +101,7 @@ impl SandboxioMcp {
             front,
             sandboxes,
             session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            lease: None,
         }
     }
 }

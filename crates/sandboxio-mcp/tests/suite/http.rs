@@ -60,3 +60,84 @@ async fn a_key_with_the_approve_scope_approves_through_elicitation_and_is_named(
     );
     client.cancel().await.unwrap();
 }
+
+/// A raw `/mcp` request with the key `token` (and the session `session`, if any).
+async fn post(
+    url: &str,
+    token: &str,
+    session: Option<&str>,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    let mut r = reqwest::Client::new()
+        .post(url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(s) = session {
+        r = r
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    r.send().await.unwrap()
+}
+
+/// Opens a session with the key `token`: its id.
+async fn open_session(url: &str, token: &str) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "raw", "version": "1"}}});
+    let r = post(url, token, None, init).await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let _ = r.text().await;
+    let done = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(url, token, Some(&id), done).await.status(), 202);
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_answers_only_the_key_that_opened_it() {
+    let env = Env::new(Duration::from_secs(30));
+    let server = env.serve_http(|_| {}).await;
+    let acme = env.key("acme", &[Scope::Exec, Scope::Files]);
+    let acme2 = env.key("acme", &[Scope::Exec, Scope::Files]);
+    let evil = env.key("evil", &[Scope::Exec, Scope::Files]);
+    let url = server.mcp();
+    let id = open_session(&url, &acme).await;
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let create = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "create_sandbox", "arguments": {}}});
+    for other in [&evil, &acme2] {
+        // Another tenant's key, or another key of the same tenant: no such session.
+        for body in [&list, &create] {
+            let r = post(&url, other, Some(&id), body.clone()).await;
+            assert_eq!(r.status(), 404, "{:?}", r.text().await);
+        }
+        let r = reqwest::Client::new()
+            .get(&url)
+            .header("authorization", format!("Bearer {other}"))
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let r = reqwest::Client::new()
+            .delete(&url)
+            .header("authorization", format!("Bearer {other}"))
+            .header("mcp-session-id", &id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    // The owner still has it, whole.
+    let r = post(&url, &acme, Some(&id), list).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("create_sandbox"));
+    assert!(!env
+        .events()
+        .iter()
+        .any(|e| e["event"] == "mcp.sandbox_create"));
+}
