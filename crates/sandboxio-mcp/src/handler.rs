@@ -44,6 +44,13 @@ pub struct McpOptions {
     /// agent asking would otherwise approve itself). Over HTTP the key's `approve` scope
     /// decides instead.
     pub elicitation_approvals: bool,
+    /// The tenants' sandbox quota the sessions share (HTTP: with the HTTP API's).
+    pub quota: Option<Arc<crate::sessions::Quota>>,
+    /// The most MCP sessions over HTTP one tenant, and the server, may hold at once.
+    pub max_sessions_per_tenant: usize,
+    pub max_sessions: usize,
+    /// How long an HTTP MCP session may stay unused before it is closed.
+    pub session_idle: std::time::Duration,
 }
 
 impl McpOptions {
@@ -69,6 +76,10 @@ impl McpOptions {
             approval_timeout: rt.gateway().config().approval_timeout,
             proxy,
             elicitation_approvals: rt.config().mcp.elicitation_approvals,
+            quota: None,
+            max_sessions_per_tenant: crate::http::MAX_SESSIONS_PER_TENANT,
+            max_sessions: crate::http::MAX_SESSIONS,
+            session_idle: crate::http::SESSION_IDLE,
         })
     }
 }
@@ -95,7 +106,10 @@ pub struct SandboxioMcp {
 impl SandboxioMcp {
     pub fn new(opts: McpOptions, front: Front) -> SandboxioMcp {
         static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let sandboxes = Arc::new(Sandboxes::new(opts.gateway.clone(), opts.work_root.clone()));
+        let sandboxes = Arc::new(
+            Sandboxes::new(opts.gateway.clone(), opts.work_root.clone())
+                .with_quota(opts.quota.clone()),
+        );
         SandboxioMcp {
             opts,
             front,

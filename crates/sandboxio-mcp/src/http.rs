@@ -27,6 +27,13 @@ use crate::handler::{Front, McpOptions, SandboxioMcp};
 /// Where the service is mounted.
 pub const PATH: &str = "/mcp";
 
+/// The most MCP sessions one tenant may hold at once (by default).
+pub const MAX_SESSIONS_PER_TENANT: usize = 64;
+/// The most MCP sessions the server holds at once (by default).
+pub const MAX_SESSIONS: usize = 1024;
+/// How long a session may stay unused before it is closed (its sandboxes with it).
+pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The header naming a session.
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -44,13 +51,37 @@ pub(crate) fn opening_lease() -> Option<Arc<()>> {
 /// Who opened a session, and whether its handler still lives.
 struct Owned {
     credential: String,
+    tenant: String,
     alive: Weak<()>,
 }
 
 /// The sessions of `/mcp` and the key that opened each.
 pub(crate) struct Owners {
     map: Mutex<HashMap<String, Owned>>,
+    /// Sessions being opened now, per tenant (counted against the limits).
+    opening: Mutex<HashMap<String, usize>>,
     manager: Arc<LocalSessionManager>,
+    per_tenant: usize,
+    total: usize,
+}
+
+/// A place taken for a session being opened, given back when the request ends.
+struct Opening<'a> {
+    owners: &'a Owners,
+    tenant: String,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut o) = self.owners.opening.lock() {
+            if let Some(n) = o.get_mut(&self.tenant) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    o.remove(&self.tenant);
+                }
+            }
+        }
+    }
 }
 
 impl Owners {
@@ -80,10 +111,48 @@ impl Owners {
         map.get(id).is_some_and(|o| o.credential == credential)
     }
 
-    fn insert(&self, id: String, credential: String, alive: Weak<()>) {
+    fn insert(&self, id: String, credential: String, tenant: String, alive: Weak<()>) {
         if let Ok(mut map) = self.map.lock() {
-            map.insert(id, Owned { credential, alive });
+            map.insert(
+                id,
+                Owned {
+                    credential,
+                    tenant,
+                    alive,
+                },
+            );
         }
+    }
+
+    /// A place for one more session of `tenant`, or why there is none.
+    fn open(&self, tenant: &str) -> Result<Opening<'_>, String> {
+        let Ok(mut map) = self.map.lock() else {
+            return Err("the MCP sessions' state is unusable".into());
+        };
+        self.prune(&mut map);
+        let Ok(mut opening) = self.opening.lock() else {
+            return Err("the MCP sessions' state is unusable".into());
+        };
+        let mine = map.values().filter(|o| o.tenant == tenant).count()
+            + opening.get(tenant).copied().unwrap_or(0);
+        let all = map.len() + opening.values().sum::<usize>();
+        if mine >= self.per_tenant {
+            return Err(format!(
+                "tenant `{tenant}` holds the most MCP sessions it may ({}); close one (DELETE /mcp) or let an idle one expire",
+                self.per_tenant
+            ));
+        }
+        if all >= self.total {
+            return Err(format!(
+                "the server holds the most MCP sessions it may ({}); try again later",
+                self.total
+            ));
+        }
+        *opening.entry(tenant.to_string()).or_insert(0) += 1;
+        Ok(Opening {
+            owners: self,
+            tenant: tenant.to_string(),
+        })
     }
 }
 
@@ -92,6 +161,7 @@ impl Owners {
 /// another key opened is answered like one naming no session that exists (404).
 async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: Next) -> Response {
     let credential = caller.credential.id.clone();
+    let tenant = caller.tenant().to_string();
     let session = req
         .headers()
         .get(SESSION_HEADER)
@@ -109,6 +179,18 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
         return next.run(req).await;
     }
     // No session named: this may open one (an `initialize`), owned by this key.
+    let place = match owners.open(&tenant) {
+        Ok(p) => p,
+        Err(why) => {
+            return sandboxio_server::problem::Problem::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "too many MCP sessions",
+                "SBX_E1918",
+                why,
+            )
+            .into_response()
+        }
+    };
     let lease = Arc::new(());
     let res = OPENING.scope(lease.clone(), next.run(req)).await;
     if let Some(id) = res
@@ -116,8 +198,9 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     {
-        owners.insert(id.to_string(), credential, Arc::downgrade(&lease));
+        owners.insert(id.to_string(), credential, tenant, Arc::downgrade(&lease));
     }
+    drop(place);
     res
 }
 
@@ -130,16 +213,26 @@ pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Option<Caller> {
 }
 
 /// The `/mcp` route set, for `sandboxio_server::app::router`'s `extra` list.
-pub fn routes(opts: McpOptions, state: AppState) -> OpenApiRouter<AppState> {
+pub fn routes(mut opts: McpOptions, state: AppState) -> OpenApiRouter<AppState> {
     let front = Front::Http(state.clone());
+    // MCP sandboxes count against the tenant's quota together with the HTTP API's.
+    let sessions = state.sessions.clone();
+    opts.quota = Some(Arc::new(crate::sessions::Quota::new(move |tenant| {
+        (sessions.max_for(tenant), sessions.list(tenant).len())
+    })));
     // Every request carries a bearer credential, which a page that rebinds a name to this
     // address cannot supply: the `Host` allowlist (a defence for unauthenticated local
     // servers) would only refuse legitimate names of this host.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
-    let manager = Arc::new(LocalSessionManager::default());
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(opts.session_idle);
+    let manager = Arc::new(manager);
     let owners = Arc::new(Owners {
         map: Mutex::new(HashMap::new()),
+        opening: Mutex::new(HashMap::new()),
         manager: manager.clone(),
+        per_tenant: opts.max_sessions_per_tenant,
+        total: opts.max_sessions,
     });
     let service = StreamableHttpService::new(
         move || {

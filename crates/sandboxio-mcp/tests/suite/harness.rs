@@ -279,6 +279,15 @@ impl Env {
         &self,
         tune: impl FnOnce(&mut sandboxio_server::ServeOptions),
     ) -> HttpServer {
+        self.serve_http_with(tune, |_| {}).await
+    }
+
+    /// As `serve_http`, with `tune_mcp` adjusting the MCP options.
+    pub async fn serve_http_with(
+        &self,
+        tune: impl FnOnce(&mut sandboxio_server::ServeOptions),
+        tune_mcp: impl FnOnce(&mut McpOptions),
+    ) -> HttpServer {
         let root = self.dir.path().join("sandboxes");
         let mut opts = sandboxio_server::ServeOptions::new(
             sandboxio_server::options::Listen::Tcp("127.0.0.1:0".parse().unwrap()),
@@ -289,10 +298,9 @@ impl Env {
             self.runtime.gateway().clone(),
         ));
         let state = sandboxio_server::AppState::new(backend, opts);
-        let mcp = sandboxio_mcp::http::routes(
-            McpOptions::from_runtime(&self.runtime).unwrap(),
-            state.clone(),
-        );
+        let mut mcp_opts = McpOptions::from_runtime(&self.runtime).unwrap();
+        tune_mcp(&mut mcp_opts);
+        let mcp = sandboxio_mcp::http::routes(mcp_opts, state.clone());
         let router = sandboxio_server::app::router(state.clone(), vec![mcp]);
         let listener = sandboxio_server::serve::Listener::bind(&state.opts)
             .await

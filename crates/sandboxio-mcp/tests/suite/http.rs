@@ -141,3 +141,92 @@ async fn a_session_answers_only_the_key_that_opened_it() {
         .iter()
         .any(|e| e["event"] == "mcp.sandbox_create"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sandboxes_count_against_the_tenants_quota_across_sessions() {
+    let env = Env::new(Duration::from_secs(30));
+    let server = env.serve_http(|o| o.max_sandboxes_per_tenant = 2).await;
+    let key = env.key("acme", &[Scope::Exec, Scope::Files]);
+    let other = env.key("other", &[Scope::Exec, Scope::Files]);
+    let a = env
+        .connect_http(&server, &key, TestClient::new(User::Absent))
+        .await;
+    let b = env
+        .connect_http(&server, &key, TestClient::new(User::Absent))
+        .await;
+    let create = || call("create_sandbox", serde_json::json!({}));
+    let first = a.call_tool(create()).await.unwrap();
+    assert_eq!(first.is_error, Some(false), "{first:?}");
+    let r = a.call_tool(create()).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    for s in [&a, &b] {
+        let r = s.call_tool(create()).await.unwrap();
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert_eq!(structured(&r)["code"], "SBX_E1811", "{r:?}");
+    }
+    // Another tenant has a quota of its own.
+    let c = env
+        .connect_http(&server, &other, TestClient::new(User::Absent))
+        .await;
+    let r = c.call_tool(create()).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    // A place given back is taken again.
+    let id = structured(&first)["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = a
+        .call_tool(call("close_sandbox", serde_json::json!({"sandbox_id": id})))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let r = b.call_tool(create()).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    for s in [a, b, c] {
+        s.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_bounded_per_tenant_and_a_closed_one_gives_its_place_back() {
+    let env = Env::new(Duration::from_secs(30));
+    let server = env
+        .serve_http_with(|_| {}, |m| m.max_sessions_per_tenant = 3)
+        .await;
+    let url = server.mcp();
+    let acme = env.key("acme", &[Scope::Exec]);
+    let other = env.key("other", &[Scope::Exec]);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(open_session(&url, &acme).await);
+    }
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}});
+    let r = post(&url, &acme, None, init.clone()).await;
+    assert_eq!(r.status(), 429);
+    assert!(r.text().await.unwrap().contains("SBX_E1918"));
+    // Another tenant is not held back.
+    open_session(&url, &other).await;
+    // Closing one gives its place back.
+    let r = reqwest::Client::new()
+        .delete(&url)
+        .header("authorization", format!("Bearer {acme}"))
+        .header("mcp-session-id", &ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let mut status = 0;
+    for _ in 0..40 {
+        status = post(&url, &acme, None, init.clone())
+            .await
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200);
+}
