@@ -86,6 +86,11 @@ impl SandboxioMcp {
                     .map(|t| t.parse::<IsolationTier>())
                     .transpose()
                     .map_err(|e| bad(tool, e))?;
+                // A tier this build cannot run is refused here, like the HTTP API does: a
+                // sandbox of it would fail every call made in it.
+                let effective = tier.unwrap_or(self.opts.gateway.config().default_tier);
+                sandboxio_gateway::Gateway::tier_supported(effective)
+                    .map_err(|why| bad(tool, format!("tier `{effective}`: {why}")))?;
                 let s = self.sandboxes.create(&who, tier)?;
                 self.lifecycle_record("mcp.sandbox_create", &who, s.id())
                     .await;

@@ -464,3 +464,25 @@ async fn bad_arguments_are_tool_errors_with_a_code_and_run_nothing() {
     );
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_this_build_cannot_run_is_refused_at_create() {
+    let env = Env::new(WAIT);
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let r = client
+        .call_tool(call(
+            "create_sandbox",
+            serde_json::json!({"tier": "microvm"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let d = structured(&r);
+    assert_eq!(d["code"], "SBX_E1901", "{d}");
+    assert!(d.to_string().contains("microvm"), "{d}");
+    assert!(!env
+        .events()
+        .iter()
+        .any(|e| e["event"] == "mcp.sandbox_create"));
+    client.cancel().await.unwrap();
+}
