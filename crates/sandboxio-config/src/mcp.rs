@@ -21,11 +21,17 @@ pub struct McpSection {
     /// The MCP servers whose tools are re-offered, each call through the chain.
     #[serde(default, deserialize_with = "upstreams")]
     pub upstream: Vec<UpstreamSection>,
+    /// Whether `sandboxio mcp` (stdio) offers an `ask` to its client through elicitation,
+    /// the client's answer approving it. Only for a client a person operates: an agent's
+    /// own client would approve its own requests. Off by default (the approval waits for
+    /// `sandboxio approvals approve ID`). Over HTTP the key's `approve` scope decides.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub elicitation_approvals: bool,
 }
 
 impl McpSection {
     pub fn is_empty(&self) -> bool {
-        self.upstream.is_empty()
+        self.upstream.is_empty() && !self.elicitation_approvals
     }
 }
 

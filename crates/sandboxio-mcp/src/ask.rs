@@ -1,10 +1,13 @@
 //! An `ask` over MCP. The gateway creates the pending approval (bound to the request's
 //! fingerprint) and waits for a decision in the store until the approval timeout. While it
-//! waits: when the client supports elicitation, its user is asked (approve or deny, with a
-//! reason) and the answer is written as a recorded admin action, like a person's from the
-//! CLI; otherwise (or when the user dismisses the form) the approval stays pending for
-//! `sandboxio approvals approve ID` or the HTTP API. When the client cancels the call the
-//! pending approval is denied, so the wait ends at once.
+//! waits, the client's user may be asked through elicitation (approve or deny, with a
+//! reason), the answer written as a recorded admin action like a person's from the CLI,
+//! but only when whoever answers may approve: over HTTP the session's API key must hold the
+//! `approve` scope (the session is bound to that key), over stdio the operator must have
+//! set `[mcp] elicitation_approvals = true` (a client a person operates). Otherwise the
+//! agent asking would approve itself: nothing is offered, and the approval stays pending for
+//! `sandboxio approvals approve ID` or the HTTP API (the id is in the call's answer). When
+//! the client cancels the call the pending approval is denied, so the wait ends at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +15,14 @@ use std::time::Duration;
 use rmcp::service::{ElicitationError, ElicitationMode, RequestContext};
 use rmcp::RoleServer;
 use sandboxio_core::AdminAction;
+use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::store::Approval;
 use sandboxio_gateway::Gateway;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::mpsc;
+
+use crate::handler::Front;
 
 /// What the user answers in the elicitation form.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -55,27 +61,38 @@ pub struct Asker {
     tenant: String,
     gw: Arc<Gateway>,
     timeout: Duration,
+    /// Who an answer through elicitation is recorded as; none: this client may not
+    /// approve, and is not asked.
+    approver: Option<String>,
 }
 
-/// The asker of the call `cx`.
-pub fn asker(
-    cx: &RequestContext<RoleServer>,
-    tenant: String,
-    gw: Arc<Gateway>,
-    timeout: Duration,
-) -> Asker {
-    let peer = cx.peer.clone();
-    let client = peer
-        .peer_info()
-        .map(|i| i.client_info.name.clone())
-        .unwrap_or_else(|| "unknown".into());
-    Asker {
-        peer,
-        ct: cx.ct.clone(),
-        client,
-        tenant,
-        gw,
-        timeout,
+impl crate::handler::SandboxioMcp {
+    /// The asker of the call `cx` by `tenant`.
+    pub(crate) fn asker(&self, cx: &RequestContext<RoleServer>, tenant: String) -> Asker {
+        let peer = cx.peer.clone();
+        let client = peer
+            .peer_info()
+            .map(|i| i.client_info.name.clone())
+            .unwrap_or_else(|| "unknown".into());
+        let approver = match &self.front {
+            Front::Local(_) => self
+                .opts
+                .elicitation_approvals
+                .then(|| format!("mcp client `{client}` (elicitation)")),
+            // The session is bound to the key that opened it: whoever answers holds it.
+            Front::Http(_) => crate::http::caller(cx)
+                .filter(|c| !c.is_capability() && c.credential.scopes.contains(Scope::Approve))
+                .map(|c| format!("{} through mcp client `{client}` (elicitation)", c.name())),
+        };
+        Asker {
+            peer,
+            ct: cx.ct.clone(),
+            client,
+            tenant,
+            gw: self.opts.gateway.clone(),
+            timeout: self.opts.approval_timeout,
+            approver,
+        }
     }
 }
 
@@ -126,11 +143,13 @@ impl Asker {
             tenant,
             gw,
             timeout,
+            approver,
         } = self;
         tokio::spawn(async move {
-            let elicit = peer
-                .supported_elicitation_modes()
-                .contains(&ElicitationMode::Form);
+            let elicit = approver.is_some()
+                && peer
+                    .supported_elicitation_modes()
+                    .contains(&ElicitationMode::Form);
             let decide = |approve: bool, actor: String, reason: Option<String>| {
                 let gw = gw.clone();
                 let tenant = tenant.clone();
@@ -176,7 +195,7 @@ impl Asker {
                     Ok(None) | Err(_) => None,
                 }
             };
-            let actor = format!("mcp client `{client}` (elicitation)");
+            let actor = approver.unwrap_or_default();
             tokio::select! {
                 got = answer => {
                     if let Some((approve, reason)) = got {

@@ -86,6 +86,11 @@ impl SandboxioMcp {
                     .map(|t| t.parse::<IsolationTier>())
                     .transpose()
                     .map_err(|e| bad(tool, e))?;
+                // A tier this build cannot run is refused here, like the HTTP API does: a
+                // sandbox of it would fail every call made in it.
+                let effective = tier.unwrap_or(self.opts.gateway.config().default_tier);
+                sandboxio_gateway::Gateway::tier_supported(effective)
+                    .map_err(|why| bad(tool, format!("tier `{effective}`: {why}")))?;
                 let s = self.sandboxes.create(&who, tier)?;
                 self.lifecycle_record("mcp.sandbox_create", &who, s.id())
                     .await;
@@ -266,12 +271,7 @@ impl SandboxioMcp {
             extra.stream.events = Some(tx);
             task
         });
-        let asker = crate::ask::asker(
-            cx,
-            sbx.principal().tenant.clone(),
-            self.opts.gateway.clone(),
-            self.opts.approval_timeout,
-        );
+        let asker = self.asker(cx, sbx.principal().tenant.clone());
         let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         extra.approval_pending = Some(pending);
         let out = crate::ask::watched(

@@ -14,6 +14,8 @@ pub enum McpError {
     NoSandbox { id: String },
     #[error("this MCP session already holds {max} sandboxes; close one first")]
     TooManySandboxes { max: usize },
+    #[error("tenant `{tenant}` holds the most sandboxes its quota allows ({limit}, MCP sessions and the HTTP API together); close one first")]
+    Quota { tenant: String, limit: usize },
     #[error("{why}")]
     Gateway { code: &'static str, why: String },
     #[error("internal state of the MCP session is unusable")]
@@ -44,6 +46,7 @@ impl ErrorCode for McpError {
             McpError::UnknownTool { .. } => "SBX_E1902",
             McpError::NoSandbox { .. } => "SBX_E1903",
             McpError::TooManySandboxes { .. } => "SBX_E1904",
+            McpError::Quota { .. } => "SBX_E1811",
             McpError::Gateway { code, .. } => code,
             McpError::Poisoned => "SBX_E1905",
             McpError::Transport { .. } => "SBX_E1906",
@@ -59,6 +62,7 @@ impl ErrorCode for McpError {
             | McpError::UnknownTool { .. }
             | McpError::NoSandbox { .. }
             | McpError::TooManySandboxes { .. }
+            | McpError::Quota { .. }
             | McpError::NoPin { .. } => ErrorClass::Usage,
             McpError::Forbidden { .. } => ErrorClass::Denied,
             McpError::Gateway { .. }

@@ -39,6 +39,18 @@ pub struct McpOptions {
     pub approval_timeout: std::time::Duration,
     /// The upstream MCP servers whose tools are offered too (`[[mcp.upstream]]`).
     pub proxy: Option<Arc<Proxy>>,
+    /// Whether a stdio client's answer to an elicitation may approve an ask
+    /// (`[mcp] elicitation_approvals`: a client a person operates; off by default, as the
+    /// agent asking would otherwise approve itself). Over HTTP the key's `approve` scope
+    /// decides instead.
+    pub elicitation_approvals: bool,
+    /// The tenants' sandbox quota the sessions share (HTTP: with the HTTP API's).
+    pub quota: Option<Arc<crate::sessions::Quota>>,
+    /// The most MCP sessions over HTTP one tenant, and the server, may hold at once.
+    pub max_sessions_per_tenant: usize,
+    pub max_sessions: usize,
+    /// How long an HTTP MCP session may stay unused before it is closed.
+    pub session_idle: std::time::Duration,
 }
 
 impl McpOptions {
@@ -63,6 +75,11 @@ impl McpOptions {
             work_root: rt.config().sandbox.work_root.clone(),
             approval_timeout: rt.gateway().config().approval_timeout,
             proxy,
+            elicitation_approvals: rt.config().mcp.elicitation_approvals,
+            quota: None,
+            max_sessions_per_tenant: crate::http::MAX_SESSIONS_PER_TENANT,
+            max_sessions: crate::http::MAX_SESSIONS,
+            session_idle: crate::http::SESSION_IDLE,
         })
     }
 }
@@ -82,17 +99,23 @@ pub struct SandboxioMcp {
     pub(crate) sandboxes: Arc<Sandboxes>,
     /// Tells this MCP session apart from the others (its resource subscriptions).
     pub(crate) session: u64,
+    /// Held while the session lives (HTTP: its owner is forgotten when it is dropped).
+    pub(crate) lease: Option<Arc<()>>,
 }
 
 impl SandboxioMcp {
     pub fn new(opts: McpOptions, front: Front) -> SandboxioMcp {
         static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let sandboxes = Arc::new(Sandboxes::new(opts.gateway.clone(), opts.work_root.clone()));
+        let sandboxes = Arc::new(
+            Sandboxes::new(opts.gateway.clone(), opts.work_root.clone())
+                .with_quota(opts.quota.clone()),
+        );
         SandboxioMcp {
             opts,
             front,
             sandboxes,
             session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            lease: None,
         }
     }
 }

@@ -14,6 +14,59 @@ use crate::error::McpError;
 /// Sandboxes one MCP session may hold at once.
 pub const MAX_SANDBOXES: usize = 16;
 
+/// A tenant's most sandboxes, and how many it holds elsewhere (the HTTP API).
+type Room = dyn Fn(&str) -> (usize, usize) + Send + Sync;
+
+/// The sandbox quota of tenants over HTTP: the sandboxes every MCP session of a server
+/// holds count, with the HTTP API's, against the tenant's `max_sandboxes`.
+pub struct Quota {
+    held: Mutex<HashMap<String, usize>>,
+    room: Box<Room>,
+}
+
+impl Quota {
+    pub fn new(room: impl Fn(&str) -> (usize, usize) + Send + Sync + 'static) -> Quota {
+        Quota {
+            held: Mutex::new(HashMap::new()),
+            room: Box::new(room),
+        }
+    }
+
+    /// Takes a place for one more sandbox of `tenant`, or refuses.
+    fn take(&self, tenant: &str) -> Result<(), McpError> {
+        let mut held = self.held.lock().map_err(|_| McpError::Poisoned)?;
+        let (max, elsewhere) = (self.room)(tenant);
+        let n = held.entry(tenant.to_string()).or_insert(0);
+        if *n + elsewhere >= max {
+            return Err(McpError::Quota {
+                tenant: tenant.to_string(),
+                limit: max,
+            });
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    fn give(&self, tenant: &str) {
+        if let Ok(mut held) = self.held.lock() {
+            if let Some(n) = held.get_mut(tenant) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    held.remove(tenant);
+                }
+            }
+        }
+    }
+
+    /// Sandboxes `tenant` holds through MCP sessions.
+    pub fn held(&self, tenant: &str) -> usize {
+        self.held
+            .lock()
+            .map(|h| h.get(tenant).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+}
+
 struct Entry {
     tenant: String,
     sandbox: Arc<Sandbox>,
@@ -25,6 +78,8 @@ pub struct Sandboxes {
     by_id: Mutex<HashMap<String, Entry>>,
     /// The default sandbox per tenant (calls that name none).
     defaults: Mutex<HashMap<String, String>>,
+    /// The tenants' quota shared with the other sessions (HTTP).
+    quota: Option<Arc<Quota>>,
 }
 
 impl Sandboxes {
@@ -34,7 +89,14 @@ impl Sandboxes {
             work_root,
             by_id: Mutex::new(HashMap::new()),
             defaults: Mutex::new(HashMap::new()),
+            quota: None,
         }
+    }
+
+    /// Sandboxes counted against `quota` too.
+    pub fn with_quota(mut self, quota: Option<Arc<Quota>>) -> Sandboxes {
+        self.quota = quota;
+        self
     }
 
     pub fn create(
@@ -46,15 +108,23 @@ impl Sandboxes {
         if map.len() >= MAX_SANDBOXES {
             return Err(McpError::TooManySandboxes { max: MAX_SANDBOXES });
         }
+        if let Some(q) = &self.quota {
+            q.take(&principal.tenant)?;
+        }
         let sandbox = Sandbox::create(
             self.gw.clone(),
             principal.clone(),
             tier,
             self.work_root.as_deref(),
         )
-        .map_err(|e| McpError::Gateway {
-            code: sandboxio_core::ErrorCode::code(&e),
-            why: e.to_string(),
+        .map_err(|e| {
+            if let Some(q) = &self.quota {
+                q.give(&principal.tenant);
+            }
+            McpError::Gateway {
+                code: sandboxio_core::ErrorCode::code(&e),
+                why: e.to_string(),
+            }
         })?;
         let sandbox = Arc::new(sandbox);
         map.insert(
@@ -98,6 +168,9 @@ impl Sandboxes {
         }
         if let Some(e) = map.remove(id) {
             e.sandbox.close();
+            if let Some(q) = &self.quota {
+                q.give(&e.tenant);
+            }
         }
         if let Ok(mut d) = self.defaults.lock() {
             d.retain(|_, v| v != id);
@@ -119,6 +192,9 @@ impl Drop for Sandboxes {
         if let Ok(map) = self.by_id.get_mut() {
             for e in map.values() {
                 e.sandbox.close();
+                if let Some(q) = &self.quota {
+                    q.give(&e.tenant);
+                }
             }
         }
     }

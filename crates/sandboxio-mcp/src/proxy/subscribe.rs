@@ -121,12 +121,7 @@ impl SandboxioMcp {
             peer: cx.peer.clone(),
             cancel: token.clone(),
         }));
-        let asker = crate::ask::asker(
-            &cx,
-            who.tenant.clone(),
-            self.opts.gateway.clone(),
-            self.opts.approval_timeout,
-        );
+        let asker = self.asker(&cx, who.tenant.clone());
         let (pending, asks) = tokio::sync::mpsc::unbounded_channel();
         sub.approval_pending = Some(pending);
         let out =

@@ -252,3 +252,92 @@ pub fn call(name: &str, args: serde_json::Value) -> CallToolRequestParams {
 pub fn structured(r: &CallToolResult) -> serde_json::Value {
     r.structured_content.clone().unwrap_or_default()
 }
+
+/// `sandboxio serve`'s router (the `/v1` API and `/mcp`) for this runtime, in process on a
+/// loopback port.
+pub struct HttpServer {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HttpServer {
+    pub fn mcp(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+}
+
+impl Env {
+    /// Serves the HTTP API and `/mcp`; `tune` adjusts the server's options.
+    pub async fn serve_http(
+        &self,
+        tune: impl FnOnce(&mut sandboxio_server::ServeOptions),
+    ) -> HttpServer {
+        self.serve_http_with(tune, |_| {}).await
+    }
+
+    /// As `serve_http`, with `tune_mcp` adjusting the MCP options.
+    pub async fn serve_http_with(
+        &self,
+        tune: impl FnOnce(&mut sandboxio_server::ServeOptions),
+        tune_mcp: impl FnOnce(&mut McpOptions),
+    ) -> HttpServer {
+        let root = self.dir.path().join("sandboxes");
+        let mut opts = sandboxio_server::ServeOptions::new(
+            sandboxio_server::options::Listen::Tcp("127.0.0.1:0".parse().unwrap()),
+            root,
+        );
+        tune(&mut opts);
+        let backend = Arc::new(sandboxio_server::backend::Backend::new(
+            self.runtime.gateway().clone(),
+        ));
+        let state = sandboxio_server::AppState::new(backend, opts);
+        let mut mcp_opts = McpOptions::from_runtime(&self.runtime).unwrap();
+        tune_mcp(&mut mcp_opts);
+        let mcp = sandboxio_mcp::http::routes(mcp_opts, state.clone());
+        let router = sandboxio_server::app::router(state.clone(), vec![mcp]);
+        let listener = sandboxio_server::serve::Listener::bind(&state.opts)
+            .await
+            .unwrap();
+        let base = format!("http://{}", listener.address());
+        let task = tokio::spawn(async move {
+            let _ = sandboxio_server::serve(listener, router, state, std::future::pending()).await;
+        });
+        HttpServer { base, task }
+    }
+
+    /// A new API key of `tenant` with `scopes` (the token).
+    pub fn key(&self, tenant: &str, scopes: &[sandboxio_gateway::credential::Scope]) -> String {
+        let m = sandboxio_gateway::credential::mint_api_key(
+            tenant,
+            sandboxio_gateway::credential::Scopes::new(scopes.iter().copied()),
+            "test",
+        );
+        self.runtime
+            .store()
+            .create_credential(&m.credential)
+            .unwrap();
+        m.token
+    }
+
+    /// An `rmcp` client of `/mcp` with the API key `token`.
+    pub async fn connect_http(
+        &self,
+        server: &HttpServer,
+        token: &str,
+        client: TestClient,
+    ) -> RunningService<RoleClient, TestClient> {
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        use rmcp::transport::StreamableHttpClientTransport;
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(server.mcp()).auth_header(token),
+        );
+        client.serve(transport).await.unwrap()
+    }
+}

@@ -1,4 +1,5 @@
 mod harness;
+mod http;
 mod proxy;
 mod server;
 mod subscribe;

@@ -225,7 +225,15 @@ async fn secrets_in_results_and_arguments_are_redacted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_on_an_argument_is_approved_through_elicitation() {
-    let env = proxy_env("");
+    // The operator lets this (person-operated) client answer asks.
+    let env = Env::with(
+        WAIT,
+        &format!(
+            "[mcp]\nelicitation_approvals = true\n{}",
+            stdio_upstream("up", "20s")
+        ),
+        POLICY,
+    );
     let client = env.connect(TestClient::new(User::Approves)).await;
     let r = client
         .call_tool(call("up__echo", serde_json::json!({"text": "ask: may I"})))

@@ -9,6 +9,9 @@ use super::harness::{call, structured, Env, TestClient, User};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The operator lets this (person-operated) stdio client answer asks.
+const ELICIT: &str = "[mcp]\nelicitation_approvals = true\n";
+
 fn records_of<'a>(events: &'a [serde_json::Value], op: &str) -> Vec<&'a serde_json::Value> {
     events
         .iter()
@@ -239,8 +242,8 @@ async fn an_ask_waits_for_a_person_and_runs_once_approved() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ask_is_answered_through_elicitation_when_the_client_offers_it() {
-    let env = Env::new(WAIT);
+async fn an_ask_is_answered_through_elicitation_when_the_operator_enabled_it() {
+    let env = Env::with(WAIT, ELICIT, "");
     let c = TestClient::new(User::Approves);
     let asked = c.elicitations.clone();
     let client = env.connect(c).await;
@@ -262,8 +265,32 @@ async fn an_ask_is_answered_through_elicitation_when_the_client_offers_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_is_not_offered_to_the_client_unless_the_operator_enabled_it() {
+    // The agent's own client would approve what the agent asks: by default it is not
+    // asked, and the approval waits for a person (here: none, so it times out).
+    let env = Env::new(Duration::from_millis(1500));
+    let c = TestClient::new(User::Approves);
+    let asked = c.elicitations.clone();
+    let client = env.connect(c).await;
+    let r = client
+        .call_tool(call("exec", serde_json::json!({"argv": ["touch", "made"]})))
+        .await
+        .unwrap();
+    let d = structured(&r);
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(d["code"], "SBX_E1555", "{d}");
+    assert!(d["approval_id"].as_str().is_some(), "{d}");
+    assert!(asked.lock().unwrap().is_empty());
+    assert!(
+        !env.events().iter().any(|e| e["tool_name"] == "approve"),
+        "nothing may be approved"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_declined_through_elicitation_is_denied_with_its_approval_id() {
-    let env = Env::new(WAIT);
+    let env = Env::with(WAIT, ELICIT, "");
     let client = env.connect(TestClient::new(User::Declines)).await;
     let r = client
         .call_tool(call("exec", serde_json::json!({"argv": ["touch", "made"]})))
@@ -435,5 +462,27 @@ async fn bad_arguments_are_tool_errors_with_a_code_and_run_nothing() {
         before,
         "bad input must not run or record anything"
     );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_this_build_cannot_run_is_refused_at_create() {
+    let env = Env::new(WAIT);
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let r = client
+        .call_tool(call(
+            "create_sandbox",
+            serde_json::json!({"tier": "microvm"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let d = structured(&r);
+    assert_eq!(d["code"], "SBX_E1901", "{d}");
+    assert!(d.to_string().contains("microvm"), "{d}");
+    assert!(!env
+        .events()
+        .iter()
+        .any(|e| e["event"] == "mcp.sandbox_create"));
     client.cancel().await.unwrap();
 }
