@@ -566,7 +566,7 @@ pub async fn set_timeout(
         let b: TimeoutBody = parse(&body)?;
         let t = timeout_of(b.timeout.unwrap_or(0), st.opts.max_lifetime)?;
         let end = s.set_end(
-            Utc::now() + chrono::Duration::from_std(t).unwrap_or_default(),
+            crate::sessions::add_saturating(Utc::now(), t),
             st.opts.max_lifetime,
         );
         record(
@@ -605,7 +605,7 @@ pub async fn connect(
         crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
         if let Some(secs) = b.timeout {
             let t = timeout_of(secs, st.opts.max_lifetime)?;
-            let want = Utc::now() + chrono::Duration::from_std(t).unwrap_or_default();
+            let want = crate::sessions::add_saturating(Utc::now(), t);
             if want > s.expires_at() {
                 s.set_end(want, st.opts.max_lifetime);
             }

@@ -71,10 +71,13 @@ pub async fn create(
         .idle_timeout
         .map(|d| d.as_duration())
         .unwrap_or(o.idle_timeout);
-    if idle.is_zero() {
+    if idle.is_zero() || idle > o.max_lifetime {
         return Err(ServerError::BadValue {
             field: "idle_timeout",
-            why: "must be more than 0".into(),
+            why: format!(
+                "must be more than 0 and at most {} s (the longest lifetime)",
+                o.max_lifetime.as_secs()
+            ),
         });
     }
     let limits = body
@@ -227,7 +230,17 @@ pub async fn extend(
 ) -> Result<Json<SandboxView>, ServerError> {
     require_any(&st, &caller, &ACT).await?;
     let s = session_for(&st, &caller, &id)?;
-    s.extend(body.by.as_duration(), st.opts.max_lifetime);
+    let by = body.by.as_duration();
+    if by.is_zero() || by > st.opts.max_lifetime {
+        return Err(ServerError::BadValue {
+            field: "by",
+            why: format!(
+                "must be more than 0 and at most {} s (a sandbox lives at most that long from its creation)",
+                st.opts.max_lifetime.as_secs()
+            ),
+        });
+    }
+    s.extend(by, st.opts.max_lifetime);
     s.touch();
     Ok(Json(SandboxView::of(&s)))
 }
@@ -329,8 +342,7 @@ pub async fn mint_token(
             ),
         });
     }
-    let expires_at =
-        Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::zero());
+    let expires_at = crate::sessions::add_saturating(Utc::now(), ttl);
     let m = credential::mint_capability(
         &caller.credential,
         CapabilitySpec {
