@@ -21,7 +21,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::Utc;
 use sandboxio_core::{Limits, Verdict};
-use sandboxio_gateway::credential::Scope;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -129,11 +128,7 @@ async fn acting(
 }
 
 async fn may_act(st: &AppState, caller: &Caller) -> Result<(), E2bError> {
-    let any = [Scope::Exec, Scope::RunCode, Scope::Files];
-    if any.iter().any(|s| caller.credential.scopes.contains(*s)) {
-        return Ok(());
-    }
-    caller.require(st, Scope::Exec).await?;
+    caller.require_whole_sandbox(st).await?;
     Ok(())
 }
 

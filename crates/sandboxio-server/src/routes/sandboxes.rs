@@ -179,7 +179,7 @@ pub async fn delete_one(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = match session_for(&st, &caller, &id) {
         Err(ServerError::Lost { .. }) => {
             // A lost sandbox's report is acknowledged: it is forgotten.
@@ -228,7 +228,7 @@ pub async fn extend(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExtendBody>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
     let by = body.by.as_duration();
     if by.is_zero() || by > st.opts.max_lifetime {
@@ -256,7 +256,7 @@ pub async fn pause(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
     crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await?;
     Ok(Json(SandboxView::of(&s)))
@@ -272,7 +272,7 @@ pub async fn resume(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
     crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
     Ok(Json(SandboxView::of(&s)))
