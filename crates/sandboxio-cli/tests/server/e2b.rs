@@ -1,0 +1,93 @@
+//! The E2B-compatible API driven over HTTP directly (the Python SDK's suite is in
+//! `crates/sandboxio-server/tests/e2b`): what the SDK can only hint at.
+
+use serde_json::{json, Value};
+
+use crate::harness::Server;
+
+/// A server with the E2B API on, its `base` template in the process tier.
+pub fn e2b_server(extra_config: &str) -> Server {
+    let extra = extra_config.to_string();
+    Server::start_with(&[], move |dir| {
+        let p = dir.join("config.toml");
+        let mut c = std::fs::read_to_string(&p).unwrap();
+        c.push_str(&extra);
+        c.push_str("\n[e2b]\nenabled = true\n[e2b.templates.base]\ntier = \"process\"\n");
+        std::fs::write(p, c).unwrap();
+    })
+}
+
+/// An E2B sandbox of the `base` template: (id, envd access token).
+pub fn e2b_sandbox(s: &Server, key: &str) -> (String, String) {
+    let r = s
+        .client
+        .post(s.url("/sandboxes"))
+        .header("X-API-Key", key)
+        .json(&json!({"templateID": "base"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    (
+        v["sandboxID"].as_str().unwrap().to_string(),
+        v["envdAccessToken"].as_str().unwrap().to_string(),
+    )
+}
+
+/// A Connect unary call to envd: (status, answer).
+pub fn envd(s: &Server, sbx: &(String, String), method: &str, body: &Value) -> (u16, Value) {
+    let r = s
+        .client
+        .post(s.url(&format!("/{method}")))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "application/json")
+        .json(body)
+        .send()
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_move_onto_the_same_file_under_another_spelling_keeps_it() {
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let file = |name: &str| format!("/v1/sandboxes/{}/files?path={name}", sbx.0);
+    assert_eq!(
+        s.put_bytes(&key, &file("keep.txt"), b"precious".to_vec())
+            .status(),
+        200
+    );
+    for dest in [
+        "/home/user/./keep.txt",
+        "/home/user//keep.txt",
+        "./keep.txt",
+        "keep.txt/",
+        "/home/user/keep.txt",
+    ] {
+        let (st, v) = envd(
+            &s,
+            &sbx,
+            "filesystem.Filesystem/Move",
+            &json!({"source": "/home/user/keep.txt", "destination": dest}),
+        );
+        assert_eq!(st, 200, "{dest}: {v}");
+        assert_eq!(v["entry"]["path"], "/home/user/keep.txt", "{dest}: {v}");
+        let r = s.get(&key, &file("keep.txt"));
+        assert_eq!(r.status(), 200, "{dest}: the file is gone");
+        assert_eq!(r.text().unwrap(), "precious");
+    }
+    // A real move still moves.
+    let (st, v) = envd(
+        &s,
+        &sbx,
+        "filesystem.Filesystem/Move",
+        &json!({"source": "/home/user/keep.txt", "destination": "/home/user/./moved.txt"}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["entry"]["path"], "/home/user/moved.txt", "{v}");
+    assert_eq!(s.get(&key, &file("keep.txt")).status(), 404);
+    assert_eq!(s.get(&key, &file("moved.txt")).text().unwrap(), "precious");
+}
