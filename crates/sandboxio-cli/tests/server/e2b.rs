@@ -91,3 +91,25 @@ fn a_move_onto_the_same_file_under_another_spelling_keeps_it() {
     assert_eq!(s.get(&key, &file("keep.txt")).status(), 404);
     assert_eq!(s.get(&key, &file("moved.txt")).text().unwrap(), "precious");
 }
+
+#[test]
+fn an_e2b_sandbox_gets_the_configured_limits() {
+    let s = e2b_server("\n[limits]\nmemory = \"128MiB\"\noutput_size = \"3MiB\"\n");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let r = s
+        .client
+        .get(s.url(&format!("/sandboxes/{}", sbx.0)))
+        .header("X-API-Key", &key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["memoryMB"], 128, "{v}");
+    assert_eq!(v["diskSizeMB"], 3, "{v}");
+    let v: Value = s
+        .get(&key, &format!("/v1/sandboxes/{}", sbx.0))
+        .json()
+        .unwrap();
+    assert_eq!(v["limits"]["memory"], 128u64 << 20, "{v}");
+}

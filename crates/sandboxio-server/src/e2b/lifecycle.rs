@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::Utc;
-use sandboxio_core::{Limits, Verdict};
+use sandboxio_core::Verdict;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -366,19 +366,16 @@ async fn create_inner(
             })?;
     let o = &st.opts;
     let lifetime = timeout_of(b.timeout.unwrap_or(DEFAULT_TIMEOUT_S), o.max_lifetime)?;
-    let mut limits = Limits::default();
-    if let Some(t) = template.timeout {
-        limits.timeout = t.as_duration();
+    // The template's limits, else the configured `[limits]`, under `[limits.max]`.
+    let cfg = st.backend.gateway().config();
+    let limits = crate::model::LimitsBody {
+        timeout: template.timeout,
+        memory: template.memory,
+        cpu_quota_millis: template.cpu_millis,
+        pids: template.pids,
+        ..Default::default()
     }
-    if let Some(m) = template.memory {
-        limits.memory = m;
-    }
-    if let Some(c) = template.cpu_millis {
-        limits.cpu_quota_millis = c;
-    }
-    if let Some(p) = template.pids {
-        limits.pids = p;
-    }
+    .resolve(&cfg.limits_default, &cfg.limits_max)?;
     let metadata = b.metadata.unwrap_or_default();
     let mut labels = metadata.clone();
     labels.insert(TEMPLATE_LABEL.into(), b.template_id.clone());

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
-use sandboxio_core::{Limits, Verdict};
+use sandboxio_core::Verdict;
 use sandboxio_gateway::credential::{self, CapabilitySpec, Scope, Scopes};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -80,11 +80,13 @@ pub async fn create(
             ),
         });
     }
-    let limits = body
-        .limits
-        .as_ref()
-        .map(|l| l.apply(Limits::default()))
-        .unwrap_or_default();
+    let cfg = st.backend.gateway().config();
+    let asked = body.limits.clone().unwrap_or_default();
+    let mut limits = asked.resolve(&cfg.limits_default, &cfg.limits_max)?;
+    if asked.timeout.is_none() {
+        // The configured default may be longer than a request may last here.
+        limits.timeout = limits.timeout.min(o.request_timeout);
+    }
     if limits.timeout.is_zero() || limits.timeout > o.request_timeout {
         return Err(ServerError::BadValue {
             field: "limits.timeout",
