@@ -113,3 +113,56 @@ fn an_e2b_sandbox_gets_the_configured_limits() {
         .unwrap();
     assert_eq!(v["limits"]["memory"], 128u64 << 20, "{v}");
 }
+
+/// `process.Process/Start` of `argv`: the streaming response (its body unread).
+pub fn e2b_start(s: &Server, sbx: &(String, String), argv: &[&str]) -> reqwest::blocking::Response {
+    let msg = serde_json::to_vec(&json!({
+        "process": {"cmd": argv[0], "args": &argv[1..]}
+    }))
+    .unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    body.extend_from_slice(&msg);
+    s.client
+        .post(s.url("/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "application/connect+json")
+        .body(body)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn e2b_commands_count_against_the_background_quota() {
+    let s = e2b_server("\n[server]\nmax_background = 2\n");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let marker = crate::harness::marker("e2bquota");
+    let script = format!("sleep 30 # {marker}");
+    let _a = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    let _b = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    // The third is refused with the quota's code, and nothing more runs.
+    let c = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    let text = c.text().unwrap();
+    assert!(text.contains("SBX_E1852"), "{text}");
+    assert!(text.contains("resource_exhausted"), "{text}");
+    let listed: Value = s
+        .get(&key, &format!("/v1/sandboxes/{}/processes", sbx.0))
+        .json()
+        .unwrap();
+    let running = listed["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] == "running")
+        .count();
+    assert_eq!(running, 2, "{listed}");
+    // The native API sees the same quota.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{}/exec", sbx.0),
+        &json!({"argv": ["true"], "background": true}),
+    );
+    assert_eq!(r.status(), 429);
+}
