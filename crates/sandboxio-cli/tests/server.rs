@@ -16,6 +16,8 @@ mod badinput;
 mod contexts;
 #[path = "server/dashboard.rs"]
 mod dashboard;
+#[path = "server/e2b.rs"]
+mod e2b;
 #[path = "server/files.rs"]
 mod files;
 #[path = "server/flood.rs"]

@@ -447,6 +447,9 @@ impl Operation {
         }
         match &self.args {
             OperationArgs::Exec { argv } if argv.is_empty() => return bad("argv is empty"),
+            OperationArgs::Exec { argv } if argv[0].is_empty() => {
+                return bad("the program name (argv[0]) is empty")
+            }
             OperationArgs::Exec { argv } if argv.iter().any(|a| a.contains('\0')) => {
                 return bad("argv contains a NUL byte")
             }
@@ -592,6 +595,16 @@ mod tests {
             .validate()
         };
         assert!(exec("x".repeat(MAX_ARG_BYTES)).is_ok());
+        let e = Operation::new(
+            Principal::default(),
+            OperationArgs::Exec {
+                argv: vec![String::new(), "x".into()],
+            },
+        )
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("program name"), "{e}");
         let e = exec("x".repeat(MAX_ARG_BYTES + 1)).unwrap_err().to_string();
         assert!(e.contains("longer than") && e.contains("stdin"), "{e}");
     }

@@ -125,6 +125,48 @@ impl Caller {
         Err(e)
     }
 
+    /// Refuses (403, recorded) a caller that may not act on a sandbox as a whole (delete,
+    /// pause, resume, extend its lifetime: each ends or stops what runs in it, or keeps its
+    /// workspace alive). An API key needs exec, run_code or files (what creates a
+    /// sandbox). A capability token reaches only what its scopes and directory reach, so
+    /// it needs exec or run_code (which already reach the whole sandbox) and no directory:
+    /// a token for one directory's files never removes the rest.
+    pub async fn require_whole_sandbox(&self, state: &AppState) -> Result<(), ServerError> {
+        let scopes = &self.credential.scopes;
+        let ok = if self.is_capability() {
+            self.credential.dir.is_none()
+                && (scopes.contains(Scope::Exec) || scopes.contains(Scope::RunCode))
+        } else {
+            [Scope::Exec, Scope::RunCode, Scope::Files]
+                .iter()
+                .any(|s| scopes.contains(*s))
+        };
+        if ok {
+            return Ok(());
+        }
+        // The scope asked for is exec whatever the token lacks (a token with a directory
+        // cannot carry it); the record says so.
+        let e = ServerError::MissingScope { scope: "exec" };
+        let mut rec = server_record(
+            "http.forbidden",
+            self.tenant(),
+            &self.ctx,
+            Verdict::Deny,
+            format!(
+                "{} may not act on the whole sandbox (needs the `exec` or `run_code` scope{})",
+                self.name(),
+                if self.credential.dir.is_some() {
+                    " and no directory"
+                } else {
+                    ""
+                }
+            ),
+        );
+        rec.error_code = Some(sandboxio_core::ErrorCode::code(&e).to_string());
+        state.backend.record(rec).await;
+        Err(e)
+    }
+
     /// Whether the caller may see sandbox `id` at all (a token sees only its own). Anything
     /// else answers 404, as if it did not exist.
     pub fn may_see_sandbox(&self, id: &str) -> bool {

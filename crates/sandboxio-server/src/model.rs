@@ -34,7 +34,66 @@ pub struct LimitsBody {
     pub tmp_size: Option<ByteSize>,
 }
 
+/// The fewest processes a sandbox can run a command with: its init and the command (a
+/// `pids` limit below it fails every exec in the sandbox at setup).
+pub const MIN_PIDS: u32 = 2;
+
 impl LimitsBody {
+    /// A sandbox's limits: these where set, else the configured `[limits]` (the built-in
+    /// defaults where it sets none), each checked against its `[limits.max]` ceiling.
+    /// Each is what every command in the sandbox is held to, as the sandbox's view shows. A
+    /// zero (which would not mean "no limit") and too few `pids` are the caller's mistakes
+    /// (422 `SBX_E1810`), as is a limit above its ceiling.
+    pub fn resolve(&self, default: &Limits, max: &Limits) -> Result<Limits, ServerError> {
+        let zero = |field: &'static str| {
+            Err(ServerError::BadValue {
+                field,
+                why: "must be more than 0 (leave it out for the server's default)".into(),
+            })
+        };
+        let is_zero = |b: Option<ByteSize>| b.is_some_and(|b| b.0 == 0);
+        if self.timeout.is_some_and(|t| t.as_duration().is_zero()) {
+            return zero("limits.timeout");
+        }
+        if is_zero(self.memory) {
+            return zero("limits.memory");
+        }
+        if self.cpu_seconds == Some(0) {
+            return zero("limits.cpu_seconds");
+        }
+        if self.cpu_quota_millis == Some(0) {
+            return zero("limits.cpu_quota_millis");
+        }
+        if is_zero(self.file_size) {
+            return zero("limits.file_size");
+        }
+        if is_zero(self.stdout_cap) {
+            return zero("limits.stdout_cap");
+        }
+        if is_zero(self.stderr_cap) {
+            return zero("limits.stderr_cap");
+        }
+        if is_zero(self.tmp_size) {
+            return zero("limits.tmp_size");
+        }
+        if let Some(p) = self.pids {
+            if p < MIN_PIDS {
+                return Err(ServerError::BadValue {
+                    field: "limits.pids",
+                    why: format!(
+                        "must be at least {MIN_PIDS} (the sandbox's init and the command)"
+                    ),
+                });
+            }
+        }
+        self.apply(default.clone())
+            .resolve(default, max)
+            .map_err(|e| ServerError::BadValue {
+                field: "limits",
+                why: e.to_string(),
+            })
+    }
+
     pub fn apply(&self, mut l: Limits) -> Limits {
         if let Some(v) = self.timeout {
             l.timeout = v.as_duration();

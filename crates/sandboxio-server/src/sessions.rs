@@ -82,6 +82,13 @@ fn chrono_dur(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
+/// `at + d`, or the latest time there is when that is past it (never a panic: `d` may be
+/// a caller's).
+pub fn add_saturating(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    at.checked_add_signed(chrono_dur(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 impl Session {
     pub fn touch(&self) {
         if let Ok(mut t) = self.last_active.lock() {
@@ -95,18 +102,21 @@ impl Session {
         Busy(self.clone())
     }
 
+    /// When its lifetime ends. A clock whose lock was poisoned (a panic while it was
+    /// held) is not trusted: it ended at creation, so the reaper closes it (fail closed).
     pub fn expires_at(&self) -> DateTime<Utc> {
         self.expires_at
             .lock()
             .map(|t| *t)
-            .unwrap_or_else(|_| Utc::now())
+            .unwrap_or(self.created_at)
     }
 
+    /// When it was last used (a poisoned clock: at creation, so it counts as idle).
     pub fn last_active(&self) -> DateTime<Utc> {
         self.last_active
             .lock()
             .map(|t| *t)
-            .unwrap_or_else(|_| Utc::now())
+            .unwrap_or(self.created_at)
     }
 
     pub fn busy(&self) -> usize {
@@ -115,13 +125,13 @@ impl Session {
 
     /// Extends the lifetime by `by`, never past `max` from creation. Returns the new end.
     pub fn extend(&self, by: Duration, max: Duration) -> DateTime<Utc> {
-        let cap = self.created_at + chrono_dur(max);
-        let mut t = match self.expires_at.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
+        let cap = add_saturating(self.created_at, max);
+        let Ok(mut t) = self.expires_at.lock() else {
+            // Poisoned: its end is the creation (see `expires_at`), never extended.
+            return self.expires_at();
         };
         let base = (*t).max(Utc::now());
-        *t = (base + chrono_dur(by)).min(cap);
+        *t = add_saturating(base, by).min(cap);
         let end = *t;
         drop(t);
         self.save();
@@ -131,10 +141,9 @@ impl Session {
     /// Sets its end to `at` (earlier or later than now's), never past `max` from creation.
     /// Returns the new end.
     pub fn set_end(&self, at: DateTime<Utc>, max: Duration) -> DateTime<Utc> {
-        let cap = self.created_at + chrono_dur(max);
-        let mut t = match self.expires_at.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
+        let cap = add_saturating(self.created_at, max);
+        let Ok(mut t) = self.expires_at.lock() else {
+            return self.expires_at();
         };
         *t = at.min(cap);
         let end = *t;
@@ -434,7 +443,7 @@ impl Sessions {
         let s = Arc::new(Session {
             id: id.clone(),
             tenant: tenant.to_string(),
-            expires_at: Mutex::new(now + chrono_dur(spec.lifetime)),
+            expires_at: Mutex::new(add_saturating(now, spec.lifetime)),
             spec,
             dir,
             created_at: now,
@@ -667,5 +676,69 @@ impl Sessions {
             }
         }
         all.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(lifetime: Duration) -> Session {
+        let now = Utc::now();
+        Session {
+            id: "s".into(),
+            tenant: "t".into(),
+            spec: SessionSpec {
+                tier: IsolationTier::Process,
+                limits: Limits::default(),
+                env: BTreeMap::new(),
+                labels: BTreeMap::new(),
+                idle_timeout: Duration::from_secs(600),
+                lifetime,
+            },
+            dir: PathBuf::from("/nonexistent"),
+            created_at: now,
+            expires_at: Mutex::new(add_saturating(now, lifetime)),
+            last_active: Mutex::new(now),
+            busy: AtomicUsize::new(0),
+            gate: Gate::new(None),
+            restored_at: None,
+            manifests: None,
+            processes: crate::processes::Processes::default(),
+            contexts: crate::contexts::Contexts::default(),
+        }
+    }
+
+    #[test]
+    fn an_extension_past_any_date_is_capped_not_a_panic() {
+        let max = Duration::from_secs(24 * 3600);
+        let s = session(Duration::from_secs(30));
+        let end = s.extend(Duration::from_secs(u64::MAX), max);
+        assert_eq!(end, s.created_at + chrono::Duration::hours(24));
+        let end = s.set_end(DateTime::<Utc>::MAX_UTC, Duration::from_secs(u64::MAX));
+        assert_eq!(end, DateTime::<Utc>::MAX_UTC);
+        assert_eq!(
+            add_saturating(Utc::now(), Duration::from_secs(u64::MAX)),
+            DateTime::<Utc>::MAX_UTC
+        );
+    }
+
+    #[test]
+    fn a_poisoned_clock_ends_the_sandbox() {
+        let s = session(Duration::from_secs(3600));
+        assert_eq!(s.reap_reason(Utc::now()), None);
+        std::thread::scope(|t| {
+            let _ = t
+                .spawn(|| {
+                    let _held = s.expires_at.lock().unwrap();
+                    panic!("poisons the clock");
+                })
+                .join();
+        });
+        assert!(s.expires_at.is_poisoned());
+        assert_eq!(s.reap_reason(Utc::now()), Some("its lifetime ended"));
+        // And it is never extended again.
+        s.extend(Duration::from_secs(60), Duration::from_secs(3600));
+        assert_eq!(s.reap_reason(Utc::now()), Some("its lifetime ended"));
     }
 }

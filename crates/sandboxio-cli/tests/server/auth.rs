@@ -290,3 +290,86 @@ fn the_audit_query_shows_a_tenant_only_its_own_events() {
     let (st, _) = problem(s.get(&b, "/v1/audit?decision=maybe"));
     assert_eq!(st, 422);
 }
+
+#[test]
+fn a_token_acts_on_the_whole_sandbox_only_with_a_scope_that_reaches_all_of_it() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "exec,run_code,files,read");
+    let id = s.sandbox(&key);
+    assert_eq!(
+        s.put_bytes(
+            &key,
+            &format!("/v1/sandboxes/{id}/files?path=important/data.csv"),
+            b"keep me".to_vec()
+        )
+        .status(),
+        200
+    );
+    // Files only (with a directory, or without): it may not end, stop or prolong the
+    // sandbox. Each refusal is 403 and recorded.
+    let (_, confined) = mint(
+        &s,
+        &key,
+        &id,
+        json!({"scopes": ["files"], "dir": "pub", "ttl": "1h"}),
+    );
+    let (_, files) = mint(&s, &key, &id, json!({"scopes": ["files"], "ttl": "1h"}));
+    for tok in [&confined, &files] {
+        for (path, body) in [
+            ("extend", Some(json!({"by": "10m"}))),
+            ("pause", None),
+            ("resume", None),
+        ] {
+            let r = s
+                .client
+                .post(s.url(&format!("/v1/sandboxes/{id}/{path}")))
+                .bearer_auth(tok)
+                .json(&body.unwrap_or(json!({})))
+                .send()
+                .unwrap();
+            let (st, p) = problem(r);
+            assert_eq!(
+                (st, p["code"].as_str().unwrap()),
+                (403, "SBX_E1803"),
+                "{path}"
+            );
+        }
+        let (st, p) = problem(s.delete(tok, &format!("/v1/sandboxes/{id}")));
+        assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1803"), "{p}");
+    }
+    let r = s.get(
+        &key,
+        &format!("/v1/sandboxes/{id}/files?path=important/data.csv"),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().unwrap(), "keep me");
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    assert_eq!(v["state"], "running");
+    assert!(s.audit().iter().any(|e| e["event"] == "http.forbidden"
+        && e["reason"].as_str().unwrap().contains("whole sandbox")));
+
+    // A token that already reaches the whole sandbox (exec) may; a files-only key may too
+    // (it creates sandboxes).
+    let (_, exec) = mint(&s, &key, &id, json!({"scopes": ["exec"], "ttl": "1h"}));
+    for path in ["pause", "resume"] {
+        let r = s.post(&exec, &format!("/v1/sandboxes/{id}/{path}"), &json!({}));
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let r = s.post(
+        &exec,
+        &format!("/v1/sandboxes/{id}/extend"),
+        &json!({"by": "10m"}),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        s.delete(&exec, &format!("/v1/sandboxes/{id}")).status(),
+        204
+    );
+    let files_key = s.key("acme", "files");
+    let other = s.sandbox(&files_key);
+    assert_eq!(
+        s.delete(&files_key, &format!("/v1/sandboxes/{other}"))
+            .status(),
+        204
+    );
+}

@@ -29,6 +29,7 @@ fn bad_input_is_refused_with_a_code_and_the_server_keeps_serving() {
         ),
         (b"{\"argv\": \"true\"}".to_vec(), 422, "SBX_E1806"),
         (b"{\"argv\": []}".to_vec(), 422, "SBX_E1005"),
+        (b"{\"argv\": [\"\"]}".to_vec(), 422, "SBX_E1005"),
         (
             b"{\"argv\": [\"true\"], \"timeout\": \"forever\"}".to_vec(),
             422,

@@ -241,3 +241,82 @@ fn binary_stdin_round_trips_byte_exact_and_its_bytes_are_what_a_key_binds() {
     ));
     assert_eq!(p["code"], "SBX_E1505", "{st}: {p}");
 }
+
+#[test]
+fn an_extension_or_idle_timeout_past_the_longest_lifetime_is_refused_and_the_lifetime_still_ends() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "exec,files,read");
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "lifetime": "30s"}),
+    );
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    let created = v["created_at"].as_str().unwrap().to_string();
+    let end = v["expires_at"].as_str().unwrap().to_string();
+
+    // Past what any date can hold (this panicked the handler and left the sandbox without
+    // an end), past the longest lifetime, or nothing: the caller's mistake, 422.
+    for by in ["5000000000000h", "25h", "0s"] {
+        let (st, p) = problem(s.post(
+            &key,
+            &format!("/v1/sandboxes/{id}/extend"),
+            &json!({"by": by}),
+        ));
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (422, "SBX_E1810"),
+            "{by}: {p}"
+        );
+        assert!(p["detail"].as_str().unwrap().contains("by"), "{p}");
+    }
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    assert_eq!(
+        v["expires_at"].as_str().unwrap(),
+        end,
+        "its end did not move"
+    );
+
+    // Within the longest lifetime: extended, and capped at 24 h from creation.
+    for _ in 0..2 {
+        let r = s.post(
+            &key,
+            &format!("/v1/sandboxes/{id}/extend"),
+            &json!({"by": "23h"}),
+        );
+        assert_eq!(r.status(), 200);
+    }
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    let at = |x: &str| chrono::DateTime::parse_from_rfc3339(x).unwrap();
+    assert_eq!(
+        at(v["expires_at"].as_str().unwrap()) - at(&created),
+        chrono::Duration::hours(24),
+        "{v}"
+    );
+
+    // An idle timeout has the same bound.
+    let (st, p) = problem(s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "idle_timeout": "5000000000000h"}),
+    ));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("idle_timeout"),
+        "{p}"
+    );
+    assert_eq!(
+        s.post(
+            &key,
+            "/v1/sandboxes",
+            &json!({"tier": "process", "idle_timeout": "24h"}),
+        )
+        .status(),
+        201
+    );
+
+    // A far `since` in the audit query is all of it, not a panic.
+    assert_eq!(s.get(&key, "/v1/audit?since=100000000000h").status(), 200);
+}

@@ -102,3 +102,87 @@ fn each_tenant_gets_its_quotas_from_config() {
     }
     assert!(started, "the quota did not free up when the process ended");
 }
+
+const LIMITS: &str = r#"
+[limits]
+memory = "128MiB"
+file_size = "1MiB"
+output_size = "3MiB"
+timeout = "20s"
+
+[limits.max]
+memory = "256MiB"
+"#;
+
+fn limits_config(dir: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("config.toml"))
+        .unwrap();
+    f.write_all(LIMITS.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_sandbox_gets_the_configured_limits_under_their_ceilings() {
+    let s = Server::start_with(&[], limits_config);
+    let key = s.key("acme", "exec,files,read");
+    const MIB: u64 = 1 << 20;
+
+    // Nothing asked: `[limits]`, as `sandboxio run` has them, and what its view shows is
+    // what every command is held to.
+    let id = s.sandbox(&key);
+    let v: Value = s.get(&key, &format!("/v1/sandboxes/{id}")).json().unwrap();
+    let l = &v["limits"];
+    assert_eq!(l["memory"], 128 * MIB, "{v}");
+    assert_eq!(l["file_size"], MIB, "{v}");
+    assert_eq!(l["output_size"], 3 * MIB, "{v}");
+    assert_eq!(l["timeout"], 20_000, "{v}");
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["sh", "-c", "head -c 2000000 /dev/zero > big; wc -c < big"]}),
+    );
+    assert_eq!(r.status(), 200);
+    let out: Value = r.json().unwrap();
+    assert_eq!(
+        out["result"]["stdout"].as_str().unwrap().trim(),
+        "1048576",
+        "{out}"
+    );
+
+    // Asked within the ceiling: kept.
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "limits": {"memory": "200MiB"}}),
+    );
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["limits"]["memory"], 200 * MIB, "{v}");
+    assert_eq!(v["limits"]["file_size"], MIB, "{v}");
+
+    // Above a ceiling, a zero, too few processes: 422 at create, nothing made.
+    for limits in [
+        json!({"memory": "512MiB"}),
+        json!({"memory": "0"}),
+        json!({"pids": 0}),
+        json!({"cpu_quota_millis": 0}),
+        json!({"stdout_cap": "0"}),
+        json!({"pids": 1}),
+    ] {
+        let (st, p) = problem(s.post(
+            &key,
+            "/v1/sandboxes",
+            &json!({"tier": "process", "limits": limits}),
+        ));
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (422, "SBX_E1810"),
+            "{limits}: {p}"
+        );
+        assert!(p["detail"].as_str().unwrap().contains("limits"), "{p}");
+    }
+    let listed: Value = s.get(&key, "/v1/sandboxes").json().unwrap();
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 2, "{listed}");
+}

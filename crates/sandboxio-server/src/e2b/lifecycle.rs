@@ -20,8 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::Utc;
-use sandboxio_core::{Limits, Verdict};
-use sandboxio_gateway::credential::Scope;
+use sandboxio_core::Verdict;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -129,11 +128,7 @@ async fn acting(
 }
 
 async fn may_act(st: &AppState, caller: &Caller) -> Result<(), E2bError> {
-    let any = [Scope::Exec, Scope::RunCode, Scope::Files];
-    if any.iter().any(|s| caller.credential.scopes.contains(*s)) {
-        return Ok(());
-    }
-    caller.require(st, Scope::Exec).await?;
+    caller.require_whole_sandbox(st).await?;
     Ok(())
 }
 
@@ -371,19 +366,16 @@ async fn create_inner(
             })?;
     let o = &st.opts;
     let lifetime = timeout_of(b.timeout.unwrap_or(DEFAULT_TIMEOUT_S), o.max_lifetime)?;
-    let mut limits = Limits::default();
-    if let Some(t) = template.timeout {
-        limits.timeout = t.as_duration();
+    // The template's limits, else the configured `[limits]`, under `[limits.max]`.
+    let cfg = st.backend.gateway().config();
+    let limits = crate::model::LimitsBody {
+        timeout: template.timeout,
+        memory: template.memory,
+        cpu_quota_millis: template.cpu_millis,
+        pids: template.pids,
+        ..Default::default()
     }
-    if let Some(m) = template.memory {
-        limits.memory = m;
-    }
-    if let Some(c) = template.cpu_millis {
-        limits.cpu_quota_millis = c;
-    }
-    if let Some(p) = template.pids {
-        limits.pids = p;
-    }
+    .resolve(&cfg.limits_default, &cfg.limits_max)?;
     let metadata = b.metadata.unwrap_or_default();
     let mut labels = metadata.clone();
     labels.insert(TEMPLATE_LABEL.into(), b.template_id.clone());
@@ -566,7 +558,7 @@ pub async fn set_timeout(
         let b: TimeoutBody = parse(&body)?;
         let t = timeout_of(b.timeout.unwrap_or(0), st.opts.max_lifetime)?;
         let end = s.set_end(
-            Utc::now() + chrono::Duration::from_std(t).unwrap_or_default(),
+            crate::sessions::add_saturating(Utc::now(), t),
             st.opts.max_lifetime,
         );
         record(
@@ -605,7 +597,7 @@ pub async fn connect(
         crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
         if let Some(secs) = b.timeout {
             let t = timeout_of(secs, st.opts.max_lifetime)?;
-            let want = Utc::now() + chrono::Duration::from_std(t).unwrap_or_default();
+            let want = crate::sessions::add_saturating(Utc::now(), t);
             if want > s.expires_at() {
                 s.set_end(want, st.opts.max_lifetime);
             }

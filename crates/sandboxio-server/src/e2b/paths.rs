@@ -23,14 +23,19 @@ pub fn to_workspace(path: &str) -> Result<String, E2bError> {
     } else {
         path
     };
-    let rel = rel.trim_end_matches('/');
-    if rel.is_empty() {
-        return Ok(".".into());
-    }
-    if rel.split('/').any(|c| c == "..") {
+    // One spelling per file: `.` and empty components (`a/./b`, `a//b`, `b/`) are dropped,
+    // so two names of one file compare equal (a `Move` onto itself moves nothing).
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if parts.contains(&"..") {
         return Err(outside());
     }
-    Ok(rel.to_string())
+    if parts.is_empty() {
+        return Ok(".".into());
+    }
+    Ok(parts.join("/"))
 }
 
 /// The E2B path of a workspace-relative one.
@@ -56,6 +61,15 @@ mod tests {
             Some("a/b.txt")
         );
         assert_eq!(to_workspace("a/b.txt").ok().as_deref(), Some("a/b.txt"));
+        for p in [
+            "/home/user/./a/b.txt",
+            "/home/user//a/b.txt",
+            "/home/user/a/./b.txt/",
+            "./a//b.txt",
+        ] {
+            assert_eq!(to_workspace(p).ok().as_deref(), Some("a/b.txt"), "{p}");
+        }
+        assert_eq!(to_workspace("/home/user/./").ok().as_deref(), Some("."));
         assert_eq!(to_e2b("a/b.txt"), "/home/user/a/b.txt");
         assert_eq!(to_e2b("."), "/home/user");
     }

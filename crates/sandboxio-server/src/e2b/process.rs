@@ -402,6 +402,16 @@ async fn start_inner(
     let mut argv = vec![req.process.cmd.clone()];
     argv.extend(req.process.args.iter().cloned());
     let s = r.session.clone();
+    // An E2B command is a background process of the sandbox (it outlives the stream), so
+    // the tenant's quota of them holds, as for the native API's background execs.
+    let limit = st.opts.quota(&s.tenant).max_background;
+    if st.sessions.background_running(&s.tenant) >= limit {
+        return Err(crate::error::ServerError::BackgroundQuota {
+            tenant: s.tenant.clone(),
+            limit,
+        }
+        .into());
+    }
     let pid = r.entry.next_pid();
     let extra = SubmitExtras {
         env: req.process.envs.clone(),

@@ -28,7 +28,10 @@ fn query(rel: &str) -> Query<PathQuery> {
 /// Renames the file at `from` to `to` (both workspace-relative); envd's `MoveResponse`.
 pub async fn rename(st: &AppState, r: &InSandbox, from: &str, to: &str) -> Result<Value, E2bError> {
     let id = || Path(r.session.id.clone());
-    if from == to {
+    // Both are normalised (`paths::to_workspace`); compared by components once more, so
+    // that a second spelling of the source can never be copied onto it and then deleted.
+    let same = crate::auth::components(from);
+    if same.is_some() && same == crate::auth::components(to) {
         // Nothing moves; the answer still says what is there (one `file_read`).
         let res = files::stat(State(st.clone()), r.caller.clone(), id(), query(from)).await;
         return Ok(json!({"entry": entry(&native::json(res).await?)}));

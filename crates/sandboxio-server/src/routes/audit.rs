@@ -92,8 +92,11 @@ pub async fn query(
             });
         }
     }
-    let since: DateTime<Utc> =
-        Utc::now() - chrono::Duration::from_std(back).unwrap_or(chrono::Duration::days(366));
+    // `since` is the caller's: anything before the earliest time there is means all.
+    let since: DateTime<Utc> = chrono::Duration::from_std(back)
+        .ok()
+        .and_then(|d| Utc::now().checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_EVENTS);
     let text = tokio::task::spawn_blocking(move || tail(&path))
         .await

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
-use sandboxio_core::{Limits, Verdict};
+use sandboxio_core::Verdict;
 use sandboxio_gateway::credential::{self, CapabilitySpec, Scope, Scopes};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -71,17 +71,22 @@ pub async fn create(
         .idle_timeout
         .map(|d| d.as_duration())
         .unwrap_or(o.idle_timeout);
-    if idle.is_zero() {
+    if idle.is_zero() || idle > o.max_lifetime {
         return Err(ServerError::BadValue {
             field: "idle_timeout",
-            why: "must be more than 0".into(),
+            why: format!(
+                "must be more than 0 and at most {} s (the longest lifetime)",
+                o.max_lifetime.as_secs()
+            ),
         });
     }
-    let limits = body
-        .limits
-        .as_ref()
-        .map(|l| l.apply(Limits::default()))
-        .unwrap_or_default();
+    let cfg = st.backend.gateway().config();
+    let asked = body.limits.clone().unwrap_or_default();
+    let mut limits = asked.resolve(&cfg.limits_default, &cfg.limits_max)?;
+    if asked.timeout.is_none() {
+        // The configured default may be longer than a request may last here.
+        limits.timeout = limits.timeout.min(o.request_timeout);
+    }
     if limits.timeout.is_zero() || limits.timeout > o.request_timeout {
         return Err(ServerError::BadValue {
             field: "limits.timeout",
@@ -176,7 +181,7 @@ pub async fn delete_one(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = match session_for(&st, &caller, &id) {
         Err(ServerError::Lost { .. }) => {
             // A lost sandbox's report is acknowledged: it is forgotten.
@@ -225,9 +230,19 @@ pub async fn extend(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExtendBody>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
-    s.extend(body.by.as_duration(), st.opts.max_lifetime);
+    let by = body.by.as_duration();
+    if by.is_zero() || by > st.opts.max_lifetime {
+        return Err(ServerError::BadValue {
+            field: "by",
+            why: format!(
+                "must be more than 0 and at most {} s (a sandbox lives at most that long from its creation)",
+                st.opts.max_lifetime.as_secs()
+            ),
+        });
+    }
+    s.extend(by, st.opts.max_lifetime);
     s.touch();
     Ok(Json(SandboxView::of(&s)))
 }
@@ -243,7 +258,7 @@ pub async fn pause(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
     crate::lifecycle::pause(&st, &s, &caller.name(), &caller.ctx).await?;
     Ok(Json(SandboxView::of(&s)))
@@ -259,7 +274,7 @@ pub async fn resume(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_whole_sandbox(&st).await?;
     let s = session_for(&st, &caller, &id)?;
     crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
     Ok(Json(SandboxView::of(&s)))
@@ -329,8 +344,7 @@ pub async fn mint_token(
             ),
         });
     }
-    let expires_at =
-        Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::zero());
+    let expires_at = crate::sessions::add_saturating(Utc::now(), ttl);
     let m = credential::mint_capability(
         &caller.credential,
         CapabilitySpec {

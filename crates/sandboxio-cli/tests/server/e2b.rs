@@ -1,0 +1,168 @@
+//! The E2B-compatible API driven over HTTP directly (the Python SDK's suite is in
+//! `crates/sandboxio-server/tests/e2b`): what the SDK can only hint at.
+
+use serde_json::{json, Value};
+
+use crate::harness::Server;
+
+/// A server with the E2B API on, its `base` template in the process tier.
+pub fn e2b_server(extra_config: &str) -> Server {
+    let extra = extra_config.to_string();
+    Server::start_with(&[], move |dir| {
+        let p = dir.join("config.toml");
+        let mut c = std::fs::read_to_string(&p).unwrap();
+        c.push_str(&extra);
+        c.push_str("\n[e2b]\nenabled = true\n[e2b.templates.base]\ntier = \"process\"\n");
+        std::fs::write(p, c).unwrap();
+    })
+}
+
+/// An E2B sandbox of the `base` template: (id, envd access token).
+pub fn e2b_sandbox(s: &Server, key: &str) -> (String, String) {
+    let r = s
+        .client
+        .post(s.url("/sandboxes"))
+        .header("X-API-Key", key)
+        .json(&json!({"templateID": "base"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    (
+        v["sandboxID"].as_str().unwrap().to_string(),
+        v["envdAccessToken"].as_str().unwrap().to_string(),
+    )
+}
+
+/// A Connect unary call to envd: (status, answer).
+pub fn envd(s: &Server, sbx: &(String, String), method: &str, body: &Value) -> (u16, Value) {
+    let r = s
+        .client
+        .post(s.url(&format!("/{method}")))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "application/json")
+        .json(body)
+        .send()
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_move_onto_the_same_file_under_another_spelling_keeps_it() {
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let file = |name: &str| format!("/v1/sandboxes/{}/files?path={name}", sbx.0);
+    assert_eq!(
+        s.put_bytes(&key, &file("keep.txt"), b"precious".to_vec())
+            .status(),
+        200
+    );
+    for dest in [
+        "/home/user/./keep.txt",
+        "/home/user//keep.txt",
+        "./keep.txt",
+        "keep.txt/",
+        "/home/user/keep.txt",
+    ] {
+        let (st, v) = envd(
+            &s,
+            &sbx,
+            "filesystem.Filesystem/Move",
+            &json!({"source": "/home/user/keep.txt", "destination": dest}),
+        );
+        assert_eq!(st, 200, "{dest}: {v}");
+        assert_eq!(v["entry"]["path"], "/home/user/keep.txt", "{dest}: {v}");
+        let r = s.get(&key, &file("keep.txt"));
+        assert_eq!(r.status(), 200, "{dest}: the file is gone");
+        assert_eq!(r.text().unwrap(), "precious");
+    }
+    // A real move still moves.
+    let (st, v) = envd(
+        &s,
+        &sbx,
+        "filesystem.Filesystem/Move",
+        &json!({"source": "/home/user/keep.txt", "destination": "/home/user/./moved.txt"}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["entry"]["path"], "/home/user/moved.txt", "{v}");
+    assert_eq!(s.get(&key, &file("keep.txt")).status(), 404);
+    assert_eq!(s.get(&key, &file("moved.txt")).text().unwrap(), "precious");
+}
+
+#[test]
+fn an_e2b_sandbox_gets_the_configured_limits() {
+    let s = e2b_server("\n[limits]\nmemory = \"128MiB\"\noutput_size = \"3MiB\"\n");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let r = s
+        .client
+        .get(s.url(&format!("/sandboxes/{}", sbx.0)))
+        .header("X-API-Key", &key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["memoryMB"], 128, "{v}");
+    assert_eq!(v["diskSizeMB"], 3, "{v}");
+    let v: Value = s
+        .get(&key, &format!("/v1/sandboxes/{}", sbx.0))
+        .json()
+        .unwrap();
+    assert_eq!(v["limits"]["memory"], 128u64 << 20, "{v}");
+}
+
+/// `process.Process/Start` of `argv`: the streaming response (its body unread).
+pub fn e2b_start(s: &Server, sbx: &(String, String), argv: &[&str]) -> reqwest::blocking::Response {
+    let msg = serde_json::to_vec(&json!({
+        "process": {"cmd": argv[0], "args": &argv[1..]}
+    }))
+    .unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    body.extend_from_slice(&msg);
+    s.client
+        .post(s.url("/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "application/connect+json")
+        .body(body)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn e2b_commands_count_against_the_background_quota() {
+    let s = e2b_server("\n[server]\nmax_background = 2\n");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let marker = crate::harness::marker("e2bquota");
+    let script = format!("sleep 30 # {marker}");
+    let _a = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    let _b = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    // The third is refused with the quota's code, and nothing more runs.
+    let c = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    let text = c.text().unwrap();
+    assert!(text.contains("SBX_E1852"), "{text}");
+    assert!(text.contains("resource_exhausted"), "{text}");
+    let listed: Value = s
+        .get(&key, &format!("/v1/sandboxes/{}/processes", sbx.0))
+        .json()
+        .unwrap();
+    let running = listed["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] == "running")
+        .count();
+    assert_eq!(running, 2, "{listed}");
+    // The native API sees the same quota.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{}/exec", sbx.0),
+        &json!({"argv": ["true"], "background": true}),
+    );
+    assert_eq!(r.status(), 429);
+}
