@@ -18,6 +18,8 @@ use crate::paths;
 use crate::setup;
 
 pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32> {
+    // Refused before anything is opened or created.
+    sandboxio_core::check_tenant(&opts.tenant)?;
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
     let approval_timeout = opts
@@ -155,7 +157,7 @@ fn print(
     }
     if let Some(a) = answer {
         if let Some(t) = &a.title {
-            outln!("# {t}")?;
+            outln!("# {}", crate::output::escape::field(t))?;
             outln!()?;
         }
         outln!("{}", a.text)?;
@@ -166,7 +168,7 @@ fn print(
             errln!(
                 "sandboxio: {} connection(s) refused by the egress proxy: {}",
                 a.network_denials,
-                a.denied_hosts.join(", ")
+                crate::output::escape::field(&a.denied_hosts.join(", "))
             );
         }
     }

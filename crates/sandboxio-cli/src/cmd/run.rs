@@ -16,6 +16,7 @@ use crate::error::CliError;
 use crate::exit;
 use crate::out::{errln, outln};
 use crate::output;
+use crate::output::escape::field;
 use crate::paths;
 use crate::setup;
 
@@ -26,6 +27,8 @@ pub enum What {
 
 pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let opts_code_dash = matches!(&what, What::Code { file, .. } if file == "-");
+    // Refused before anything is opened or created.
+    sandboxio_core::check_tenant(&opts.tenant)?;
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
     let approval_timeout = opts
@@ -301,7 +304,7 @@ fn print_outcome(o: &Outcome, json: bool, printed_live: bool) -> Result<()> {
             );
         }
         if let Some(why) = &r.output_incomplete {
-            errln!("sandboxio: output incomplete: {why}");
+            errln!("sandboxio: output incomplete: {}", field(why));
         }
     }
     if let Some(line) = status_line(&o.record) {
@@ -321,12 +324,12 @@ pub fn status_line(rec: &OperationRecord) -> Option<String> {
         .unwrap_or_default();
     match rec.status {
         OperationStatus::Ok | OperationStatus::Failed => None,
-        OperationStatus::Replayed => Some(format!("sandboxio{code}: {}", rec.reason)),
+        OperationStatus::Replayed => Some(format!("sandboxio{code}: {}", field(&rec.reason))),
         _ => {
             let rules = rec
                 .rules
                 .iter()
-                .map(|r| r.to_string())
+                .map(|r| field(&r.to_string()).into_owned())
                 .collect::<Vec<_>>()
                 .join(", ");
             let rules = if rules.is_empty() || rec.layer != Layer::Policy {
@@ -338,7 +341,7 @@ pub fn status_line(rec: &OperationRecord) -> Option<String> {
                 "sandboxio{code}: {} at {}: {}{rules}",
                 rec.status.as_str(),
                 rec.layer,
-                rec.reason
+                field(&rec.reason)
             ))
         }
     }

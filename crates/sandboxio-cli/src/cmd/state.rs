@@ -12,6 +12,7 @@ use crate::args::{ApprovalsCmd, Common};
 use crate::error::CliError;
 use crate::exit;
 use crate::out::outln;
+use crate::output::escape::field;
 use crate::setup;
 
 /// Runs an operator action through the gateway (so it leaves its record) and reports it.
@@ -46,7 +47,7 @@ pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
         &setup::actor(),
     )
     .await?;
-    outln!("kill switch engaged: {reason}")?;
+    outln!("kill switch engaged: {}", field(reason))?;
     Ok(exit::OK)
 }
 
@@ -60,7 +61,7 @@ pub async fn reopen(common: &Common, scope: &str) -> Result<i32> {
         &setup::actor(),
     )
     .await?;
-    outln!("budget scope {scope} reopened")?;
+    outln!("budget scope {} reopened", field(scope))?;
     Ok(exit::OK)
 }
 
@@ -89,17 +90,17 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 for a in list {
                     outln!(
                         "{}  {:8}  tenant={}  expires={}  {}\n    why: {}\n    op: {}",
-                        a.id,
+                        field(&a.id),
                         a.state.as_str(),
-                        a.tenant,
+                        field(&a.tenant),
                         a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                        a.reason,
+                        field(&a.reason),
                         if a.rationale.is_empty() {
-                            "-"
+                            "-".into()
                         } else {
-                            &a.rationale
+                            field(&a.rationale)
                         },
-                        a.operation
+                        field(&a.operation)
                     )?;
                 }
             }
@@ -114,7 +115,7 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 &by,
             )
             .await?;
-            outln!("approved {id} (by {by})")?;
+            outln!("approved {} (by {})", field(&id), field(&by))?;
         }
         ApprovalsCmd::Deny { id, by, reason } => {
             admin(
@@ -126,7 +127,7 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 &by,
             )
             .await?;
-            outln!("denied {id} (by {by})")?;
+            outln!("denied {} (by {})", field(&id), field(&by))?;
         }
     }
     Ok(exit::OK)
