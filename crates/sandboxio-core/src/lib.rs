@@ -8,6 +8,7 @@ pub mod decision;
 pub mod error;
 pub mod event;
 pub mod exec;
+pub mod fileread;
 pub mod fingerprint;
 pub mod money;
 pub mod mount;

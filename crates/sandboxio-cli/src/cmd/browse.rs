@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 use sandboxio_core::{
-    ByteSize, HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
+    HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
 };
 use sandboxio_gateway::browse::BrowseAnswer;
 use sandboxio_gateway::CancelToken;
@@ -20,6 +20,8 @@ use crate::setup;
 pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32> {
     // Refused before anything is opened or created.
     sandboxio_core::check_tenant(&opts.tenant)?;
+    let limits =
+        super::run::FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
     let approval_timeout = opts
@@ -43,15 +45,7 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
     let base = runtime.exec_request();
     let mut exec = sandboxio_core::ExecRequest::new(Vec::<String>::new());
     exec.network = base.network;
-    if let Some(t) = &opts.timeout {
-        exec.limits.timeout = t.parse::<HumanDuration>()?.0;
-    }
-    if let Some(m) = &opts.memory {
-        exec.limits.memory = m.parse::<ByteSize>()?;
-    }
-    if let Some(p) = opts.pids {
-        exec.limits.pids = p;
-    }
+    limits.apply(&mut exec.limits);
     let principal = Principal {
         tenant: opts.tenant.clone(),
         session: opts.session.clone(),
