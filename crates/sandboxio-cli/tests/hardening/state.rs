@@ -1,6 +1,8 @@
 //! The state directory: a FIFO in place of the audit key or the trail is refused with a
-//! code (never waited on).
+//! code (never waited on); a directory owned by another user is refused before anything
+//! is created in it.
 
+use std::os::unix::fs::MetadataExt as _;
 use std::process::Command;
 
 use crate::common::*;
@@ -64,6 +66,34 @@ fn a_fifo_as_the_trail_is_refused_by_runs_and_by_verify() {
         .env_remove("SBX_STATE_DIR");
     let o = run("audit verify FIFO trail", &mut c);
     assert_ne!(o.status.code(), Some(0), "{o:?}");
+}
+
+#[test]
+fn root_refuses_a_state_directory_another_user_owns() {
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: not root (only root can be given another user's directory)");
+        return;
+    }
+    let env = Env::new("state-owner", "process");
+    let state = env.state();
+    std::fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    let o = run(
+        "root run in uid 65534's dir",
+        &mut env.run_cmd(None, &[], &["true"]),
+    );
+    assert_error("foreign state dir", &o, "SBX_E1530", 125);
+    let err = text(&o.stderr);
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&state).unwrap().collect();
+    assert!(left.is_empty(), "root created files there: {left:?}");
+    // Given back to root, the same directory works.
+    std::os::unix::fs::chown(&state, Some(0), Some(0)).unwrap();
+    let o = run(
+        "root run in its own dir",
+        &mut env.run_cmd(None, &[], &["true"]),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
 trait FifoLike {
