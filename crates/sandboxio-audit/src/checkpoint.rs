@@ -240,7 +240,7 @@ impl AuditKey {
     /// Loads the key (64 hex characters: the Ed25519 seed) from `path`, or generates one and
     /// writes it there with mode 0600 when the file does not exist.
     pub fn load_or_generate(path: &Path) -> Result<AuditKey, AuditError> {
-        match std::fs::read_to_string(path) {
+        match sandboxio_core::fileread::read_regular_string(path) {
             Ok(s) => {
                 crate::sink::file_mode::tighten_file(path)?;
                 Self::parse_private(path, &s)
@@ -255,8 +255,8 @@ impl AuditKey {
                     Err(AuditError::Io { source, .. })
                         if source.kind() == std::io::ErrorKind::AlreadyExists =>
                     {
-                        let s =
-                            std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+                        let s = sandboxio_core::fileread::read_regular_string(path)
+                            .map_err(|e| AuditError::io(path, e))?;
                         Self::parse_private(path, &s)
                     }
                     Err(e) => Err(e),
@@ -367,7 +367,8 @@ pub fn parse_public_key(s: &str) -> Result<VerifyingKey, AuditError> {
 /// Reads every public key of a key file: one per non-empty line (a trail whose key was
 /// rotated lists the old keys too, so old segments still verify).
 pub fn load_public_keys(path: &Path) -> Result<Vec<VerifyingKey>, AuditError> {
-    let s = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+    let s =
+        sandboxio_core::fileread::read_regular_string(path).map_err(|e| AuditError::io(path, e))?;
     let mut out = Vec::new();
     for line in s.lines().filter(|l| !l.trim().is_empty()) {
         out.push(parse_public_key(line).map_err(|e| match e {
@@ -389,7 +390,8 @@ pub fn load_public_keys(path: &Path) -> Result<Vec<VerifyingKey>, AuditError> {
 
 /// Reads a public key file (see [`parse_public_key`]).
 pub fn load_public_key(path: &Path) -> Result<VerifyingKey, AuditError> {
-    let s = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+    let s =
+        sandboxio_core::fileread::read_regular_string(path).map_err(|e| AuditError::io(path, e))?;
     parse_public_key(&s).map_err(|e| match e {
         AuditError::BadKey { why, .. } => AuditError::BadKey {
             path: path.to_path_buf(),

@@ -165,7 +165,7 @@ pub fn check_head<P: AsRef<Path>>(paths: &[P], head: &SignedHead) -> HeadCheck {
     let target = head.size - 1;
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match std::fs::read(path) {
+        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
@@ -216,7 +216,7 @@ pub fn records_from<P: AsRef<Path>>(
     let mut out = Vec::new();
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match std::fs::read(path) {
+        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("`{}`: {e}", path.display())),
@@ -243,7 +243,7 @@ pub fn records_from<P: AsRef<Path>>(
 fn trail_size_of<P: AsRef<Path>>(paths: &[P]) -> Result<u64, String> {
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match std::fs::read(path) {
+        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("`{}`: {e}", path.display())),

@@ -3,7 +3,6 @@
 //! Readers parse; they do not verify (use [`crate::verify`]). Lines that do not parse are
 //! errors, never skipped silently.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -58,7 +57,8 @@ pub fn trail_files(base: &Path) -> Result<Vec<PathBuf>, AuditError> {
 /// that must tell a new trail from an existing one (a missing key or state database).
 pub fn trail_has_records(base: &Path) -> Result<bool, AuditError> {
     for p in trail_files(base)? {
-        let bytes = std::fs::read(&p).map_err(|e| AuditError::io(&p, e))?;
+        let bytes =
+            sandboxio_core::fileread::read_regular_whole(&p).map_err(|e| AuditError::io(&p, e))?;
         if bytes
             .split(|b| *b == b'\n')
             .any(|l| l.starts_with(b"{\"seq\":"))
@@ -70,7 +70,8 @@ pub fn trail_has_records(base: &Path) -> Result<bool, AuditError> {
 }
 
 fn read_file_entries(path: &Path, out: &mut Vec<TrailEntry>) -> Result<(), AuditError> {
-    let text = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+    let text =
+        sandboxio_core::fileread::read_regular_string(path).map_err(|e| AuditError::io(path, e))?;
     for (i, l) in text.lines().enumerate() {
         match parse_line(l) {
             Ok(TrailLine::Record(r)) => out.push(TrailEntry {
@@ -178,7 +179,7 @@ impl Follower {
     /// Starts at the current end of the active file `base`.
     pub fn from_end(base: impl Into<PathBuf>) -> Result<Follower, AuditError> {
         let base = base.into();
-        let (pos, line) = match std::fs::read_to_string(&base) {
+        let (pos, line) = match sandboxio_core::fileread::read_regular_string(&base) {
             Ok(t) => (t.len() as u64, t.lines().count() as u64),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, 0),
             Err(e) => return Err(AuditError::io(&base, e)),
@@ -230,7 +231,8 @@ impl Follower {
     }
 
     fn read_from(&mut self, path: &Path, out: &mut Vec<TrailEntry>) -> Result<(), AuditError> {
-        let mut f = File::open(path).map_err(|e| AuditError::io(path, e))?;
+        let mut f =
+            sandboxio_core::fileread::open_regular(path).map_err(|e| AuditError::io(path, e))?;
         let mut buf = String::new();
         f.seek(SeekFrom::Start(self.pos))
             .and_then(|_| f.read_to_string(&mut buf))

@@ -127,7 +127,7 @@ pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) ->
     let mut last_line_no = 0u64;
     for p in paths {
         let path = p.as_ref();
-        let text = match std::fs::read(path) {
+        let text = match sandboxio_core::fileread::read_regular_whole(path) {
             Ok(b) => b,
             Err(e) => {
                 return rep.fail(BadRecord {

@@ -20,6 +20,14 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    #[error("`{path}` (given with `{flag}`) is larger than the {limit}-byte limit")]
+    InputTooLarge {
+        flag: &'static str,
+        path: PathBuf,
+        limit: u64,
+    },
+    #[error("`{flag}` is zero: a limit must be above zero (leave the flag out for the configured `[limits]` value)")]
+    ZeroLimit { flag: &'static str },
     #[error("cannot resolve `{path}` against the working directory")]
     Resolve {
         path: PathBuf,
@@ -80,6 +88,8 @@ impl ErrorCode for CliError {
             CliError::CommandLine { .. } => "SBX_E1712",
             CliError::HeadStore { .. } => "SBX_E1713",
             CliError::WriteScreenshot { .. } => "SBX_E1714",
+            CliError::InputTooLarge { .. } => "SBX_E1715",
+            CliError::ZeroLimit { .. } => "SBX_E1716",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

@@ -7,6 +7,7 @@ mod args;
 mod cmd;
 mod error;
 mod exit;
+mod files;
 mod hostenv;
 mod out;
 mod output;
@@ -146,7 +147,9 @@ fn log_secrets(cli: &args::Cli) -> Vec<sandboxio_gateway::layers::audit::Secret>
             .secret_env
             .iter()
             .filter_map(|kv| kv.split_once('='))
-            .filter(|(_, v)| !v.is_empty())
+            // One too short to redact is refused by the run itself (the redactor would
+            // refuse it too, and then the refusal could not be printed).
+            .filter(|(_, v)| v.chars().count() >= sandboxio_gateway::layers::audit::MIN_SECRET_LEN)
             .map(|(_, v)| sandboxio_gateway::layers::audit::Secret::new(v))
             .collect(),
         _ => Vec::new(),

@@ -5,6 +5,13 @@
 //! command finishes its work and exits with the status it would have had. Any other write
 //! error on standard output is an error with a code; standard error has nowhere to report
 //! its own failure, so it drops the text.
+//!
+//! Every line printed with [`outln!`] or [`errln!`] is text for people and goes through
+//! [`escape::text`](crate::output::escape::text): a control character in it (from a
+//! rationale, a reason, argv, a tenant, a file name) is shown escaped, never obeyed, on a
+//! terminal or not. JSON is rendered by [`compact`] and [`pretty`], which leave no control
+//! character raw either, so a JSON line passes unchanged. Only the program's own output is
+//! written as bytes ([`stdout_bytes`], [`stderr_bytes`]; see `crate::output`).
 
 use std::fmt;
 use std::io::{self, Write as _};
@@ -40,12 +47,35 @@ pub(crate) use {errln, outln};
 
 /// `v` as pretty JSON (an error with a code if it cannot be rendered).
 pub fn pretty<T: serde::Serialize + ?Sized>(v: &T) -> Result<String, CliError> {
-    Ok(serde_json::to_string_pretty(v)?)
+    Ok(json_safe(serde_json::to_string_pretty(v)?))
 }
 
 /// `v` as one line of JSON.
 pub fn compact<T: serde::Serialize + ?Sized>(v: &T) -> Result<String, CliError> {
-    Ok(serde_json::to_string(v)?)
+    Ok(json_safe(serde_json::to_string(v)?))
+}
+
+/// JSON with DEL and the C1 controls (U+007F..U+009F, which serde leaves raw) written as
+/// `\u` escapes: the same JSON value, and nothing in it a terminal obeys. Those characters
+/// can only be inside strings, where the escape means the same character.
+pub fn json_safe(json: String) -> String {
+    if !json.chars().any(control_not_layout) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if control_not_layout(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Control characters other than the newline pretty JSON puts between lines.
+fn control_not_layout(c: char) -> bool {
+    c.is_control() && c != '\n'
 }
 
 /// Whether the reader of standard output went away.
@@ -53,10 +83,12 @@ pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
-/// Writes formatted text to standard output.
+/// Writes formatted text for people to standard output, control characters escaped.
 pub fn stdout_fmt(args: fmt::Arguments<'_>) -> Result<(), CliError> {
+    let text = fmt::format(args);
+    let text = crate::output::escape::text(&text);
     write_to(&mut io::stdout().lock(), &STDOUT_CLOSED, |w| {
-        w.write_fmt(args)
+        w.write_all(text.as_bytes())
     })
 }
 
@@ -67,10 +99,12 @@ pub fn stdout_bytes(bytes: &[u8]) -> Result<(), CliError> {
     })
 }
 
-/// Writes formatted text to standard error.
+/// Writes formatted text for people to standard error, control characters escaped.
 pub fn stderr_fmt(args: fmt::Arguments<'_>) {
+    let text = fmt::format(args);
+    let text = crate::output::escape::text(&text);
     let _ = write_to(&mut io::stderr().lock(), &STDERR_CLOSED, |w| {
-        w.write_fmt(args)
+        w.write_all(text.as_bytes())
     });
 }
 
@@ -126,6 +160,20 @@ mod tests {
         assert!(closed.load(Ordering::Relaxed));
         // Later writes are dropped without touching the writer again.
         assert!(write_to(&mut w, &closed, |_| panic!("must not write")).is_ok());
+    }
+
+    #[test]
+    fn json_keeps_its_value_and_holds_no_raw_control_character() {
+        let hostile = "a\x1b]0;x\x07\u{7f}\u{9b}2J\nb";
+        for line in [compact(&hostile).unwrap(), pretty(&[hostile]).unwrap()] {
+            assert!(
+                !line.contains(['\x1b', '\x07', '\u{7f}', '\u{9b}']),
+                "{line:?}"
+            );
+            let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let s = back.as_str().or_else(|| back[0].as_str()).unwrap();
+            assert_eq!(s, hostile);
+        }
     }
 
     #[test]

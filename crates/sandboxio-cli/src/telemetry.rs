@@ -280,8 +280,9 @@ impl Drop for LogLine {
             return;
         }
         let text = String::from_utf8_lossy(&self.buf);
+        // A JSON line; DEL and C1 controls in its strings are written as `\u` escapes.
         let mut out = match log_redactor() {
-            Some(r) => r.redact_str(&text).into_owned(),
+            Some(r) => crate::out::json_safe(r.redact_str(&text).into_owned()),
             None => {
                 "{\"level\":\"ERROR\",\"fields\":{\"message\":\"log line suppressed: the redactor could not be built\"}}".to_string()
             }

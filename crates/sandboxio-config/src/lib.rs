@@ -48,19 +48,21 @@ impl Config {
         toml::from_str::<Config>(text).map_err(|e| ConfigError::from_toml(origin, text, &e))
     }
 
-    /// Reads and parses a configuration file.
+    /// Reads and parses a configuration file: a regular file (a FIFO, a device or a
+    /// directory is refused without blocking), never read past the size limit.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        use sandboxio_core::fileread::{read_regular, ReadLimitError};
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
-            path: origin.clone(),
-            source: e,
-        })?;
-        if bytes.len() > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge {
-                origin,
+        let bytes = read_regular(path, MAX_CONFIG_BYTES as u64).map_err(|e| match e {
+            ReadLimitError::Io(source) => ConfigError::Read {
+                path: origin.clone(),
+                source,
+            },
+            ReadLimitError::TooLarge { .. } => ConfigError::TooLarge {
+                origin: origin.clone(),
                 limit: MAX_CONFIG_BYTES,
-            });
-        }
+            },
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
             origin: origin.clone(),
             offset: e.utf8_error().valid_up_to(),

@@ -96,6 +96,34 @@ fn non_utf8_file_is_rejected() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn an_endless_or_blocking_file_is_refused_quickly() {
+    // `/dev/zero` says it is 0 bytes long and never ends; a FIFO with no writer blocks
+    // an ordinary open for ever. Neither is read.
+    let e = Config::load(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(e.code(), "SBX_E1104");
+    let dir = std::env::temp_dir().join(format!("sbx-cfgfifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo.toml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let e = Config::load(&fifo).unwrap_err();
+    assert_eq!(e.code(), "SBX_E1104");
+    let why = std::error::Error::source(&e).unwrap().to_string();
+    assert!(why.contains("FIFO"), "{why}");
+    // Over the limit: refused without reading it all (a sparse file of 2 MiB).
+    let big = dir.join("big.toml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(2 << 20)
+        .unwrap();
+    assert_eq!(Config::load(&big).unwrap_err().code(), "SBX_E1106");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
     #[test]

@@ -8,6 +8,7 @@ pub mod decision;
 pub mod error;
 pub mod event;
 pub mod exec;
+pub mod fileread;
 pub mod fingerprint;
 pub mod money;
 pub mod mount;
@@ -30,8 +31,8 @@ pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};
 pub use mount::{Mount, MountMode};
 pub use operation::{
-    check_browse_url, AdminAction, IdempotencyKey, Language, Operation, OperationArgs, OperationId,
-    OperationKind, Principal, BROWSE_URL_MAX,
+    check_browse_url, check_tenant, tenant_problem, AdminAction, IdempotencyKey, Language,
+    Operation, OperationArgs, OperationId, OperationKind, Principal, BROWSE_URL_MAX,
 };
 pub use record::{CostEntry, OperationRecord, OperationStatus};
 pub use tier::{Capability, IsolationTier};

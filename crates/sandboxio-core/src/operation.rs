@@ -442,8 +442,8 @@ impl Operation {
                 why: why.to_string(),
             })
         };
-        if self.principal.tenant.is_empty() || self.principal.tenant.len() > 128 {
-            return bad("tenant must be 1 to 128 characters");
+        if let Some(why) = tenant_problem(&self.principal.tenant) {
+            return bad(why);
         }
         match &self.args {
             OperationArgs::Exec { argv } if argv.is_empty() => return bad("argv is empty"),
@@ -507,6 +507,32 @@ impl Operation {
     }
 }
 
+/// Why `tenant` cannot name a tenant, if it cannot: it is 1 to 128 bytes without control
+/// characters (a tenant is shown to operators in listings, approvals and trails, and a
+/// control character there would be an agent writing to their terminal). Every front end
+/// reaches this through [`Operation::validate`].
+pub fn tenant_problem(tenant: &str) -> Option<&'static str> {
+    if tenant.is_empty() || tenant.len() > 128 {
+        Some("tenant must be 1 to 128 characters")
+    } else if tenant.chars().any(char::is_control) {
+        Some("tenant must not contain control characters")
+    } else {
+        None
+    }
+}
+
+/// [`tenant_problem`] as an invalid identifier (`SBX_E1006`), for a front end that takes a
+/// tenant before it builds an operation (a command-line flag).
+pub fn check_tenant(tenant: &str) -> Result<(), CoreError> {
+    match tenant_problem(tenant) {
+        None => Ok(()),
+        Some(why) => Err(CoreError::InvalidIdentifier {
+            input: tenant.chars().take(64).collect(),
+            why,
+        }),
+    }
+}
+
 /// The longest single argument or `NAME=value` string `execve` takes (Linux's
 /// `MAX_ARG_STRLEN`, 32 pages of 4 KiB, less the terminating NUL). Longer, the program
 /// cannot start (`E2BIG`): refused at validation as bad input instead.
@@ -548,6 +574,27 @@ mod tests {
                 screenshot: true,
             },
         )
+    }
+
+    #[test]
+    fn a_tenant_with_a_control_character_is_refused() {
+        for bad in ["", "acme\x1b]0;PWNED\x07", "a\nb", "a\u{9b}b", "a\u{7f}"] {
+            let op = Operation::new(
+                Principal::tenant(bad),
+                OperationArgs::Exec {
+                    argv: vec!["true".into()],
+                },
+            );
+            let e = op.validate().unwrap_err();
+            assert_eq!(crate::ErrorCode::code(&e), "SBX_E1005", "{bad:?}");
+            let e = check_tenant(bad).unwrap_err();
+            assert_eq!(crate::ErrorCode::code(&e), "SBX_E1006", "{bad:?}");
+        }
+        let e = check_tenant(&"x".repeat(129)).unwrap_err();
+        assert_eq!(crate::ErrorCode::code(&e), "SBX_E1006");
+        for good in ["acme", "t\u{e9}nant d'essai", "a:b/c"] {
+            assert!(check_tenant(good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub mod audit {
         VerifyReport, VerifyingKey, DEFAULT_ORIGIN,
     };
 
+    /// The shortest literal secret the redactor takes.
+    pub use sandboxio_audit::redact::MIN_SECRET_LEN;
+
     /// Signing keys' ids.
     pub mod checkpoint {
         pub use sandboxio_audit::checkpoint::key_id;

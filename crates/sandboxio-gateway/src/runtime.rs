@@ -158,8 +158,9 @@ impl Runtime {
             .chain(key_file)
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
             .collect();
-        let store = open_store(&opts.config, &opts.state_dir)?;
+        // The policy first: a policy that cannot be loaded leaves the state untouched.
         let policy = load_policy(&opts.config, &opts.policy_files)?;
+        let store = open_store(&opts.config, &opts.state_dir)?;
         // `[[secrets]]`: values read once (env: the host environment the front end gave,
         // else this process's), each redacted everywhere like any known secret.
         let host_env = opts.env.clone();

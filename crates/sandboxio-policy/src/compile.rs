@@ -66,7 +66,6 @@ pub(crate) fn compile_source(file: &str, bytes: &[u8], examples: Examples) -> Fi
     if size > MAX_POLICY_FILE_BYTES {
         out.errors.push(PolicyError::FileTooLarge {
             file: file.to_string(),
-            size,
             limit: MAX_POLICY_FILE_BYTES,
         });
         return out;

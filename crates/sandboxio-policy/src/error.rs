@@ -172,8 +172,8 @@ pub enum PolicyError {
         key: String,
         kind: String,
     },
-    #[error("policy file `{file}` is {size} bytes, over the {limit}-byte limit")]
-    FileTooLarge { file: String, size: u64, limit: u64 },
+    #[error("policy file `{file}` is larger than the {limit}-byte limit")]
+    FileTooLarge { file: String, limit: u64 },
     #[error("{at}: policy file is not valid UTF-8")]
     NotUtf8 { at: Location },
     #[error("cannot read policy file `{file}`")]

@@ -1,6 +1,5 @@
 //! A loaded set of rules from one or more files, and the evaluator.
 
-use std::io::Read;
 use std::path::Path;
 
 use sandboxio_core::{Decision, Layer, Operation, OperationArgs, RuleRef, Verdict};
@@ -31,28 +30,21 @@ impl PolicySource {
         }
     }
 
-    /// Reads a file, refusing anything over the size cap before reading it all.
+    /// Reads a file: a regular file (a FIFO, a device or a directory is refused without
+    /// blocking), never read past the size cap.
     pub fn read(path: &Path) -> Result<PolicySource, PolicyError> {
+        use sandboxio_core::fileread::{read_regular, ReadLimitError};
         let name = path.display().to_string();
-        let read_err = |source| PolicyError::Read {
-            file: name.clone(),
-            source,
-        };
-        let f = std::fs::File::open(path).map_err(read_err)?;
-        let mut bytes = Vec::new();
-        f.take(MAX_POLICY_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_err)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_POLICY_FILE_BYTES {
-            let size = std::fs::metadata(path)
-                .map(|m| m.len())
-                .unwrap_or(MAX_POLICY_FILE_BYTES + 1);
-            return Err(PolicyError::FileTooLarge {
-                file: name,
-                size,
-                limit: MAX_POLICY_FILE_BYTES,
-            });
-        }
+        let bytes = read_regular(path, MAX_POLICY_FILE_BYTES).map_err(|e| match e {
+            ReadLimitError::Io(source) => PolicyError::Read {
+                file: name.clone(),
+                source,
+            },
+            ReadLimitError::TooLarge { limit } => PolicyError::FileTooLarge {
+                file: name.clone(),
+                limit,
+            },
+        })?;
         Ok(PolicySource { name, bytes })
     }
 }

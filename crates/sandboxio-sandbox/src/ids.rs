@@ -12,6 +12,11 @@ pub fn is_host_root() -> bool {
             .unwrap_or(false)
 }
 
+/// The effective uid of this process.
+pub fn effective_uid() -> u32 {
+    crate::sys::proc::geteuid()
+}
+
 /// Whether a `uid_map` is the initial namespace's (`0 0 4294967295`) (pure).
 pub fn full_identity_map(map: &str) -> bool {
     let fields: Vec<&str> = map.split_whitespace().collect();

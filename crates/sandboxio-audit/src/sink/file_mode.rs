@@ -25,14 +25,17 @@ pub fn tighten_file(path: &Path) -> Result<(), AuditError> {
 }
 
 /// Opens `path` for appending (and reading), creating it 0600; tightens an existing file.
+/// Anything but a regular file (a FIFO, a device) is refused, without blocking on it.
 pub(crate) fn open_append(path: &Path) -> Result<File, AuditError> {
     let f = OpenOptions::new()
         .create(true)
         .append(true)
         .read(true)
         .mode(PRIVATE_FILE_MODE)
+        .custom_flags(sandboxio_core::fileread::O_NONBLOCK)
         .open(path)
         .map_err(|e| AuditError::io(path, e))?;
+    sandboxio_core::fileread::check_regular(&f).map_err(|e| AuditError::io(path, e))?;
     tighten_file(path)?;
     Ok(f)
 }

@@ -10,6 +10,7 @@ use sandboxio_gateway::layers::audit::{Query, TrailEntry};
 use crate::args::{AuditCmd, Common};
 use crate::exit;
 use crate::out::{errln, outln};
+use crate::output::escape::field;
 use crate::setup;
 
 pub async fn audit(cmd: AuditCmd) -> Result<i32> {
@@ -71,12 +72,12 @@ fn print(entries: &[TrailEntry], json: bool) -> Result<()> {
                 "{} #{} {:10} {:5} {:10} tenant={} layer={} {}",
                 ev.ts.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
                 e.seq,
-                ev.event,
+                field(&ev.event),
                 ev.decision.as_str(),
                 ev.status.as_str(),
-                ev.tenant_id.as_deref().unwrap_or("-"),
+                field(ev.tenant_id.as_deref().unwrap_or("-")),
                 ev.layer,
-                ev.reason
+                field(&ev.reason)
             )?;
         }
     }

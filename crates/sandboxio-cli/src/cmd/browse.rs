@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 use sandboxio_core::{
-    ByteSize, HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
+    HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
 };
 use sandboxio_gateway::browse::BrowseAnswer;
 use sandboxio_gateway::CancelToken;
@@ -18,6 +18,10 @@ use crate::paths;
 use crate::setup;
 
 pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32> {
+    // Refused before anything is opened or created.
+    sandboxio_core::check_tenant(&opts.tenant)?;
+    let limits =
+        super::run::FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let loaded = setup::load(&common)?;
     let cfg = &loaded.config;
     let approval_timeout = opts
@@ -41,15 +45,7 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
     let base = runtime.exec_request();
     let mut exec = sandboxio_core::ExecRequest::new(Vec::<String>::new());
     exec.network = base.network;
-    if let Some(t) = &opts.timeout {
-        exec.limits.timeout = t.parse::<HumanDuration>()?.0;
-    }
-    if let Some(m) = &opts.memory {
-        exec.limits.memory = m.parse::<ByteSize>()?;
-    }
-    if let Some(p) = opts.pids {
-        exec.limits.pids = p;
-    }
+    limits.apply(&mut exec.limits);
     let principal = Principal {
         tenant: opts.tenant.clone(),
         session: opts.session.clone(),
@@ -155,7 +151,7 @@ fn print(
     }
     if let Some(a) = answer {
         if let Some(t) = &a.title {
-            outln!("# {t}")?;
+            outln!("# {}", crate::output::escape::field(t))?;
             outln!()?;
         }
         outln!("{}", a.text)?;
@@ -166,7 +162,7 @@ fn print(
             errln!(
                 "sandboxio: {} connection(s) refused by the egress proxy: {}",
                 a.network_denials,
-                a.denied_hosts.join(", ")
+                crate::output::escape::field(&a.denied_hosts.join(", "))
             );
         }
     }

@@ -25,10 +25,10 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                 field: "scopes",
                 why,
             })?;
-            if tenant.is_empty() || tenant.len() > 128 {
+            if let Some(why) = sandboxio_core::tenant_problem(&tenant) {
                 return Err(ServerError::BadValue {
                     field: "tenant",
-                    why: "a tenant is 1 to 128 characters".into(),
+                    why: why.into(),
                 }
                 .into());
             }
@@ -47,12 +47,14 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                     "tenant": m.credential.tenant,
                     "scopes": m.credential.scopes,
                 });
-                outln!("{v}")?;
+                outln!("{}", crate::out::compact(&v)?)?;
             } else {
                 outln!("{}", m.token)?;
                 errln!(
                     "created key {} for tenant `{}` with scopes {} (the secret above is shown once)",
-                    m.credential.id, m.credential.tenant, m.credential.scopes
+                    m.credential.id,
+                    crate::output::escape::field(&m.credential.tenant),
+                    m.credential.scopes
                 );
             }
         }
@@ -77,7 +79,7 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                         c.id,
                         c.kind.as_str(),
                         state,
-                        c.tenant,
+                        crate::output::escape::field(&c.tenant),
                         c.scopes,
                         c.sandbox
                             .as_deref()
@@ -86,7 +88,7 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
                         if c.label.is_empty() {
                             String::new()
                         } else {
-                            format!("  label={}", c.label)
+                            format!("  label={}", crate::output::escape::field(&c.label))
                         },
                     )?;
                 }

@@ -31,7 +31,7 @@ pub async fn mcp(common: Common, args: McpArgs, cmd: Option<McpCmd>) -> Result<i
         Some(McpCmd::Pins) => {
             let runtime = loaded.runtime(&common, None)?;
             let pins = sandboxio_mcp::proxy::pins::Pins::open(runtime.state_dir())?;
-            outln!("{}", serde_json::to_string_pretty(&pins.list())?)?;
+            outln!("{}", crate::out::pretty(&pins.list())?)?;
             return Ok(exit::OK);
         }
         None => {}

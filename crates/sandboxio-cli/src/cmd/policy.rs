@@ -25,7 +25,7 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
     let errors: Vec<serde_json::Value> = report
         .errors
         .iter()
-        .map(|e| serde_json::json!({ "code": e.code(), "message": e.to_string() }))
+        .map(|e| serde_json::json!({ "code": e.code(), "message": with_causes(e) }))
         .collect();
     let warnings: Vec<String> = report.warnings.iter().map(|w| w.to_string()).collect();
     if json {
@@ -33,7 +33,7 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
         outln!("{}", crate::out::pretty(&v)?)?;
     } else {
         for e in &report.errors {
-            outln!("error[{}]: {e}", e.code())?;
+            outln!("error[{}]: {}", e.code(), with_causes(e))?;
         }
         for w in &warnings {
             outln!("warning: {w}")?;
@@ -53,14 +53,31 @@ fn check(json: bool, files: &[PathBuf]) -> Result<i32> {
     })
 }
 
+/// An error's message followed by its causes (why a file could not be read).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
 fn read_op(arg: &str) -> Result<Operation, CliError> {
     let text = match arg.strip_prefix('@') {
         Some(path) => {
             let path = crate::paths::absolute(std::path::Path::new(path))?;
-            std::fs::read_to_string(&path).map_err(|source| CliError::ReadInput {
+            let bytes =
+                crate::files::read_regular("--op @FILE", &path, crate::files::MAX_OP_BYTES)?;
+            String::from_utf8(bytes).map_err(|_| CliError::ReadInput {
                 flag: "--op @FILE",
                 path,
-                source,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the operation is not valid UTF-8",
+                ),
             })?
         }
         None => arg.to_string(),

@@ -128,7 +128,10 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
             rebuilt.spend,
             rebuilt.keys
         )?;
-        outln!("kill switch engaged: {}", rebuilt.kill_reason)?;
+        outln!(
+            "kill switch engaged: {}",
+            crate::output::escape::field(&rebuilt.kill_reason)
+        )?;
     }
     if let Err(e) = recorded {
         errln!(

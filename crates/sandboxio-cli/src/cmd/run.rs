@@ -1,7 +1,5 @@
 //! `sandboxio run` and `sandboxio run-code`: one operation through the whole chain.
 
-use std::io::Read as _;
-
 use anyhow::Result;
 use sandboxio_core::{
     ByteSize, ExitStatus, HumanDuration, IdempotencyKey, IsolationTier, Language, Layer, Money,
@@ -14,8 +12,10 @@ use crate::args::{Common, RunOpts};
 use crate::cmd::stdin;
 use crate::error::CliError;
 use crate::exit;
+use crate::files;
 use crate::out::{errln, outln};
 use crate::output;
+use crate::output::escape::field;
 use crate::paths;
 use crate::setup;
 
@@ -26,27 +26,10 @@ pub enum What {
 
 pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let opts_code_dash = matches!(&what, What::Code { file, .. } if file == "-");
-    let loaded = setup::load(&common)?;
-    let cfg = &loaded.config;
-    let approval_timeout = opts
-        .approval_timeout
-        .as_deref()
-        .map(approval_timeout)
-        .transpose()?;
-    let runtime = loaded.runtime(&common, approval_timeout)?;
-    // Limits the flags leave unset (or set to zero) take `[limits]`; above `[limits.max]`
-    // the gateway denies the run.
-    let mut exec = runtime.exec_request();
-    exec.keep_workspace = exec.keep_workspace || opts.keep;
-    if let Some(t) = &opts.timeout {
-        exec.limits.timeout = t.parse::<HumanDuration>()?.0;
-    }
-    if let Some(m) = &opts.memory {
-        exec.limits.memory = m.parse::<ByteSize>()?;
-    }
-    if let Some(p) = opts.pids {
-        exec.limits.pids = p;
-    }
+    // Refused before anything is opened or created.
+    sandboxio_core::check_tenant(&opts.tenant)?;
+    let limits = FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
+    let mut env = Vec::new();
     let mut secrets = Vec::new();
     for (flag, kv) in opts
         .env
@@ -55,11 +38,59 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .chain(opts.secret_env.iter().map(|kv| ("--secret-env", kv)))
     {
         let (k, v) = env_pair(flag, kv)?;
-        exec.env.insert(k.to_string(), v.to_string());
         if flag == "--secret-env" {
+            secret_long_enough(k, v)?;
             secrets.push(sandboxio_gateway::layers::audit::Secret::new(v));
         }
+        env.push((k.to_string(), v.to_string()));
     }
+    // Files named on the command line, read (capped) before anything is opened.
+    let mut stdin_file = None;
+    if let Some(f) = &opts.stdin_file {
+        let f = paths::absolute(f)?;
+        stdin_file = Some(files::read_any("--stdin-file", &f, files::MAX_INPUT_BYTES)?);
+    }
+    let args = match what {
+        What::Argv(argv) => OperationArgs::Exec { argv },
+        What::Code { lang, file } => {
+            let language: Language = lang.parse()?;
+            let (flag, path, bytes) = if file == "-" {
+                let bytes = files::read_stream(
+                    "run-code -",
+                    std::io::stdin().lock(),
+                    files::MAX_INPUT_BYTES,
+                )?;
+                ("run-code -", "<standard input>".into(), bytes)
+            } else {
+                let path = paths::absolute(std::path::Path::new(&file))?;
+                let bytes = files::read_regular("run-code FILE", &path, files::MAX_INPUT_BYTES)?;
+                ("run-code FILE", path, bytes)
+            };
+            let code = String::from_utf8(bytes).map_err(|_| CliError::ReadInput {
+                flag,
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the code is not valid UTF-8",
+                ),
+            })?;
+            OperationArgs::RunCode { language, code }
+        }
+    };
+    let loaded = setup::load(&common)?;
+    let cfg = &loaded.config;
+    let approval_timeout = opts
+        .approval_timeout
+        .as_deref()
+        .map(approval_timeout)
+        .transpose()?;
+    let runtime = loaded.runtime(&common, approval_timeout)?;
+    // Limits the flags leave unset take `[limits]`; above `[limits.max]` the gateway
+    // denies the run.
+    let mut exec = runtime.exec_request();
+    exec.keep_workspace = exec.keep_workspace || opts.keep;
+    limits.apply(&mut exec.limits);
+    exec.env.extend(env);
     // Host paths resolve against the working directory (the sandbox needs absolute ones).
     exec.input_dir = opts.input.as_deref().map(paths::absolute).transpose()?;
     if let Some(d) = &exec.input_dir {
@@ -82,39 +113,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     }
     exec.workdir = opts.workdir.clone();
     sandboxio_core::mount::check_request(&exec.mounts, exec.workdir.as_deref())?;
-    if let Some(f) = &opts.stdin_file {
-        let f = paths::absolute(f)?;
-        exec.stdin = Some(std::fs::read(&f).map_err(|source| CliError::ReadInput {
-            flag: "--stdin-file",
-            path: f.clone(),
-            source,
-        })?);
-    }
-    let args = match what {
-        What::Argv(argv) => OperationArgs::Exec { argv },
-        What::Code { lang, file } => {
-            let language: Language = lang.parse()?;
-            let code = if file == "-" {
-                let mut s = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut s)
-                    .map_err(|source| CliError::ReadInput {
-                        flag: "run-code -",
-                        path: "<standard input>".into(),
-                        source,
-                    })?;
-                s
-            } else {
-                let path = paths::absolute(std::path::Path::new(&file))?;
-                std::fs::read_to_string(&path).map_err(|source| CliError::ReadInput {
-                    flag: "run-code FILE",
-                    path,
-                    source,
-                })?
-            };
-            OperationArgs::RunCode { language, code }
-        }
-    };
+    exec.stdin = stdin_file;
     let code_from_stdin = matches!(&args, OperationArgs::RunCode { .. }) && opts_code_dash;
     // `--stdin-file` was read above; otherwise our own stdin, when it is a pipe or a file.
     let stdin_plan = if exec.stdin.is_some() {
@@ -234,6 +233,71 @@ fn env_pair<'a>(flag: &'static str, kv: &'a str) -> Result<(&'a str, &'a str), C
     Ok((k, v))
 }
 
+/// A `--secret-env` value long enough to redact: a shorter one would redact ordinary text
+/// (the redactor refuses it, and nothing could be recorded). Its value is never shown.
+fn secret_long_enough(name: &str, value: &str) -> Result<()> {
+    let min = sandboxio_gateway::layers::audit::MIN_SECRET_LEN;
+    if value.chars().count() < min {
+        return Err(anyhow::Error::new(
+            sandboxio_gateway::layers::audit::AuditError::SecretTooShort { min },
+        )
+        .context(format!(
+            "the value of `{}` given with `--secret-env`",
+            field(name)
+        )));
+    }
+    Ok(())
+}
+
+/// `--timeout`, `--memory` and `--pids` of `run`, `run-code` and `browse`, parsed and
+/// checked before anything is opened. Zero is refused: it would silently mean the
+/// configured value (a request's unset limit); leaving the flag out says that.
+pub struct FlagLimits {
+    timeout: Option<std::time::Duration>,
+    memory: Option<ByteSize>,
+    pids: Option<u32>,
+}
+
+impl FlagLimits {
+    pub fn parse(
+        timeout: Option<&str>,
+        memory: Option<&str>,
+        pids: Option<u32>,
+    ) -> Result<FlagLimits> {
+        let timeout = timeout
+            .map(|t| t.parse::<HumanDuration>().map(|d| d.0))
+            .transpose()?;
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(CliError::ZeroLimit { flag: "--timeout" }.into());
+        }
+        let memory = memory.map(str::parse::<ByteSize>).transpose()?;
+        if memory.is_some_and(|m| m.0 == 0) {
+            return Err(CliError::ZeroLimit { flag: "--memory" }.into());
+        }
+        if pids == Some(0) {
+            return Err(CliError::ZeroLimit { flag: "--pids" }.into());
+        }
+        Ok(FlagLimits {
+            timeout,
+            memory,
+            pids,
+        })
+    }
+
+    /// The flags given, over the defaults in `limits`.
+    pub fn apply(&self, limits: &mut sandboxio_core::Limits) {
+        if let Some(t) = self.timeout {
+            limits.timeout = t;
+        }
+        if let Some(m) = self.memory {
+            limits.memory = m;
+        }
+        if let Some(p) = self.pids {
+            limits.pids = p;
+        }
+    }
+}
+
 /// `--approval-timeout`, bounded like the `[approvals] timeout` key.
 fn approval_timeout(s: &str) -> Result<std::time::Duration, CliError> {
     let err = |why: String| CliError::ApprovalTimeout {
@@ -301,7 +365,7 @@ fn print_outcome(o: &Outcome, json: bool, printed_live: bool) -> Result<()> {
             );
         }
         if let Some(why) = &r.output_incomplete {
-            errln!("sandboxio: output incomplete: {why}");
+            errln!("sandboxio: output incomplete: {}", field(why));
         }
     }
     if let Some(line) = status_line(&o.record) {
@@ -321,12 +385,12 @@ pub fn status_line(rec: &OperationRecord) -> Option<String> {
         .unwrap_or_default();
     match rec.status {
         OperationStatus::Ok | OperationStatus::Failed => None,
-        OperationStatus::Replayed => Some(format!("sandboxio{code}: {}", rec.reason)),
+        OperationStatus::Replayed => Some(format!("sandboxio{code}: {}", field(&rec.reason))),
         _ => {
             let rules = rec
                 .rules
                 .iter()
-                .map(|r| r.to_string())
+                .map(|r| field(&r.to_string()).into_owned())
                 .collect::<Vec<_>>()
                 .join(", ");
             let rules = if rules.is_empty() || rec.layer != Layer::Policy {
@@ -338,7 +402,7 @@ pub fn status_line(rec: &OperationRecord) -> Option<String> {
                 "sandboxio{code}: {} at {}: {}{rules}",
                 rec.status.as_str(),
                 rec.layer,
-                rec.reason
+                field(&rec.reason)
             ))
         }
     }

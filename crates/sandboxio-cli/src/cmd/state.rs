@@ -12,6 +12,7 @@ use crate::args::{ApprovalsCmd, Common};
 use crate::error::CliError;
 use crate::exit;
 use crate::out::{errln, outln};
+use crate::output::escape::field;
 use crate::setup;
 
 /// Runs an operator action through the gateway (so it leaves its record) and reports it.
@@ -53,7 +54,7 @@ pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
         &setup::actor(),
     )
     .await?;
-    outln!("kill switch engaged: {reason}")?;
+    outln!("kill switch engaged: {}", field(reason))?;
     Ok(exit::OK)
 }
 
@@ -67,7 +68,7 @@ pub async fn reopen(common: &Common, scope: &str) -> Result<i32> {
         &setup::actor(),
     )
     .await?;
-    outln!("budget scope {scope} reopened")?;
+    outln!("budget scope {} reopened", field(scope))?;
     Ok(exit::OK)
 }
 
@@ -96,17 +97,17 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 for a in list {
                     outln!(
                         "{}  {:8}  tenant={}  expires={}  {}\n    why: {}\n    op: {}",
-                        a.id,
+                        field(&a.id),
                         a.state.as_str(),
-                        a.tenant,
+                        field(&a.tenant),
                         a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                        a.reason,
+                        field(&a.reason),
                         if a.rationale.is_empty() {
-                            "-"
+                            "-".into()
                         } else {
-                            &a.rationale
+                            field(&a.rationale)
                         },
-                        a.operation
+                        field(&a.operation)
                     )?;
                 }
             }
@@ -121,7 +122,7 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 &by,
             )
             .await?;
-            outln!("approved {id} (by {by})")?;
+            outln!("approved {} (by {})", field(&id), field(&by))?;
         }
         ApprovalsCmd::Deny { id, by, reason } => {
             admin(
@@ -133,7 +134,7 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
                 &by,
             )
             .await?;
-            outln!("denied {id} (by {by})")?;
+            outln!("denied {} (by {})", field(&id), field(&by))?;
         }
     }
     Ok(exit::OK)

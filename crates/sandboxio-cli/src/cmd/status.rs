@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::args::Common;
 use crate::exit;
 use crate::out::outln;
+use crate::output::escape::field;
 use crate::setup;
 
 /// The window of a scope without one: all spend since the ledger began.
@@ -165,8 +166,8 @@ fn render(s: &Status) -> Result<()> {
         Some(k) => outln!(
             "kill switch: ENGAGED since {} by {}: {} (release: sandboxio resume)",
             t(&k.at),
-            k.by,
-            k.reason
+            field(&k.by),
+            field(&k.reason)
         )?,
         None => outln!("kill switch: released")?,
     }
@@ -174,10 +175,10 @@ fn render(s: &Status) -> Result<()> {
     for a in &s.pending_approvals {
         outln!(
             "  {}  tenant={}  expires={}  {}",
-            a.id,
-            a.tenant,
+            field(&a.id),
+            field(&a.tenant),
             t(&a.expires_at),
-            a.reason
+            field(&a.reason)
         )?;
     }
     outln!("budgets:")?;
@@ -231,8 +232,8 @@ fn render(s: &Status) -> Result<()> {
         for u in &r.used {
             outln!(
                 "    tenant={} agent={}: {} used, {} left; next slot frees at {}",
-                u.tenant,
-                u.agent.as_deref().unwrap_or("-"),
+                field(&u.tenant),
+                field(u.agent.as_deref().unwrap_or("-")),
                 u.count,
                 u.remaining,
                 t(&u.frees_at)

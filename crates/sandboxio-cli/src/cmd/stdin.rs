@@ -3,13 +3,13 @@
 //! from stdin).
 //!
 //! A regular file is read whole and becomes part of the request (its bytes are in the
-//! fingerprint). A pipe or socket is streamed while the program runs: the request says
+//! fingerprint), up to `crate::files::MAX_INPUT_BYTES`. A pipe or socket is streamed while the program runs: the request says
 //! `stdin_stream`, and the bytes are never held in full.
 
 use std::io::{IsTerminal as _, Read as _};
 use std::os::unix::fs::FileTypeExt as _;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use tokio::sync::mpsc;
 
 /// Chunk size of a streamed stdin.
@@ -38,11 +38,11 @@ pub fn choose(stdin_taken: bool) -> Result<Stdin> {
     };
     let t = meta.file_type();
     if t.is_file() {
-        let mut bytes = Vec::new();
-        stdin
-            .lock()
-            .read_to_end(&mut bytes)
-            .context("cannot read standard input")?;
+        let bytes = crate::files::read_stream(
+            "standard input",
+            stdin.lock(),
+            crate::files::MAX_INPUT_BYTES,
+        )?;
         Ok(Stdin::Bytes(bytes))
     } else if t.is_fifo() || t.is_socket() {
         Ok(Stdin::Stream)

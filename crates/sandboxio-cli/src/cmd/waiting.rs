@@ -7,6 +7,7 @@ use sandboxio_gateway::store::Approval;
 use tokio::sync::mpsc;
 
 use crate::out::errln;
+use crate::output::escape::field;
 
 /// A sender for `Submission::approval_pending` and the task that prints what it receives.
 pub fn announce(
@@ -53,9 +54,9 @@ pub fn lines(a: &Approval, state_dir: &std::path::Path) -> Vec<String> {
     vec![
         format!(
             "sandboxio: waiting for approval {} until {} ({})",
-            a.id,
+            field(&a.id),
             a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
-            a.reason
+            field(&a.reason)
         ),
         format!("sandboxio: approve with: {}", approve_command(a, state_dir)),
         format!(

@@ -6,7 +6,16 @@
 //! input. When sandboxio writes output to a terminal, every control byte other than newline
 //! and tab is shown escaped: C0 bytes and DEL as `\x1b`, C1 controls (U+0080..U+009F, an
 //! 8-bit CSI is U+009B) as `\u{9b}`, and bytes that are not UTF-8 as `\xff`. Printable text,
-//! UTF-8 included, passes unchanged. To a pipe or a file the bytes are written raw.
+//! UTF-8 included, passes unchanged. To a pipe or a file the program's bytes are written raw.
+//!
+//! The CLI's own text for people (status lines, errors, listings) is escaped the same way
+//! wherever it goes, a terminal or not ([`text`], applied by `crate::out` to every line it
+//! prints): it quotes what callers chose (a rationale, a reason, argv, a tenant), and a log
+//! or a `| less` shows the text as well as a terminal would. A single field of such text
+//! inside a line goes through [`field`], which escapes newline and tab too, so it cannot
+//! start a line of its own. JSON output stays JSON (`crate::out::compact`).
+
+use std::borrow::Cow;
 
 /// Escapes one stream chunk by chunk; a UTF-8 character split across two chunks is kept
 /// whole (at most three bytes are carried to the next chunk).
@@ -62,13 +71,42 @@ fn fold(input: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The terminal-safe form of a complete byte string.
+/// The terminal-safe form of a complete byte string (newline and tab kept).
 pub fn escape(input: &[u8]) -> Vec<u8> {
+    escape_with(input, true)
+}
+
+/// Text for people, a whole line or several: control characters shown escaped, newline
+/// and tab kept.
+pub fn text(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| needs_escape(c, true)) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(String::from_utf8_lossy(&escape_with(s.as_bytes(), true)).into_owned())
+}
+
+/// One field of caller-controlled text inside a line (a reason, a rationale, a tenant, an
+/// argument): every control character shown escaped, newline and tab included.
+pub fn field(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| needs_escape(c, false)) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(String::from_utf8_lossy(&escape_with(s.as_bytes(), false)).into_owned())
+}
+
+fn needs_escape(c: char, keep_layout: bool) -> bool {
+    match c {
+        '\n' | '\t' => !keep_layout,
+        _ => c.is_control(),
+    }
+}
+
+fn escape_with(input: &[u8], keep_layout: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len());
     for chunk in input.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
-                '\n' | '\t' => out.push(c as u8),
+                '\n' | '\t' if keep_layout => out.push(c as u8),
                 '\0'..='\x1f' | '\x7f' => {
                     out.extend_from_slice(format!("\\x{:02x}", c as u32).as_bytes())
                 }
@@ -123,6 +161,25 @@ mod tests {
         for (input, want) in attacks {
             assert_eq!(String::from_utf8(escape(input)).unwrap(), *want);
         }
+    }
+
+    #[test]
+    fn a_field_cannot_start_a_line_and_text_keeps_its_layout() {
+        let hostile = "please\x1b]0;PWNED\x07\x1b[2J\n\u{9b}1A\tok\r";
+        assert_eq!(
+            field(hostile),
+            "please\\x1b]0;PWNED\\x07\\x1b[2J\\x0a\\u{9b}1A\\x09ok\\x0d"
+        );
+        assert_eq!(
+            text(hostile),
+            "please\\x1b]0;PWNED\\x07\\x1b[2J\n\\u{9b}1A\tok\\x0d"
+        );
+        for out in [field(hostile), text(hostile)] {
+            assert!(!out.contains(['\x1b', '\x07', '\r', '\u{9b}']), "{out:?}");
+        }
+        // Plain text is borrowed as it is.
+        assert!(matches!(field("h\u{e9}llo w\u{f6}rld"), Cow::Borrowed(_)));
+        assert!(matches!(text("two\nlines\t"), Cow::Borrowed(_)));
     }
 
     #[test]

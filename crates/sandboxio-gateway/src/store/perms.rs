@@ -4,7 +4,7 @@
 //! The database journals what ran, approvals, spend and idempotency outcomes: all redacted,
 //! but still who ran what, for whom and when. The audit signing key is a secret outright.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::GatewayError;
@@ -15,6 +15,10 @@ pub const STATE_FILE_MODE: u32 = 0o600;
 /// Creates the state directory (0700, parents too) or tightens an existing one. A
 /// directory others may write to and that is shared on purpose (the sticky bit, as on
 /// `/tmp`) is refused rather than changed: the state belongs in a directory of its own.
+///
+/// A directory owned by another user is refused before anything is created in it: its
+/// owner could swap the files under us (a key, a database, a trail), and root would leave
+/// root-owned files there that lock the owner out of their own state.
 pub fn prepare_state_dir(dir: &Path) -> Result<(), GatewayError> {
     let err = |source: std::io::Error| GatewayError::StateDir {
         path: dir.display().to_string(),
@@ -33,6 +37,18 @@ pub fn prepare_state_dir(dir: &Path) -> Result<(), GatewayError> {
         return Err(GatewayError::StateDirInsecure {
             path: dir.display().to_string(),
             why: "it is not a directory".into(),
+        });
+    }
+    let euid = sandboxio_sandbox::ids::effective_uid();
+    if meta.uid() != euid {
+        return Err(GatewayError::StateDirInsecure {
+            path: dir.display().to_string(),
+            why: format!(
+                "it is owned by {}, not by {} who runs sandboxio; use a directory of your own \
+                 (or run as its owner)",
+                user(meta.uid()),
+                user(euid)
+            ),
         });
     }
     if mode & 0o1000 != 0 {
@@ -56,6 +72,22 @@ pub fn prepare_state_dir(dir: &Path) -> Result<(), GatewayError> {
         )?;
     }
     Ok(())
+}
+
+/// `uid 65534 (nobody)`: the uid, and its name from `/etc/passwd` when it has one.
+fn user(uid: u32) -> String {
+    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
+        p.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let id = f.nth(1)?;
+            (id.parse::<u32>().ok()? == uid).then(|| name.to_string())
+        })
+    });
+    match name {
+        Some(n) => format!("uid {uid} ({n})"),
+        None => format!("uid {uid}"),
+    }
 }
 
 /// Sets an existing file to 0600 when group or others have any access.

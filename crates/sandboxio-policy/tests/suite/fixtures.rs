@@ -71,7 +71,30 @@ fn huge_policy_is_refused_from_memory_and_from_disk() {
     let e = PolicySet::load_files(&[&path]).unwrap_err();
     std::fs::remove_file(&path).ok();
     assert_eq!(e.code(), "SBX_E1215");
-    assert!(e.to_string().contains("over the 1048576-byte limit"), "{e}");
+    assert!(
+        e.to_string().contains("larger than the 1048576-byte limit"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_device_or_a_fifo_is_refused_without_reading_or_waiting() {
+    let e = PolicySet::load_files(&["/dev/zero"]).unwrap_err();
+    assert_eq!(e.code(), "SBX_E1217");
+    let why = std::error::Error::source(&e).unwrap().to_string();
+    assert!(why.contains("character device"), "{why}");
+    let fifo = std::env::temp_dir().join(format!("sbx-policy-fifo-{}", std::process::id()));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // No writer: an ordinary open would wait for ever.
+    let e = PolicySet::load_files(&[&fifo]).unwrap_err();
+    std::fs::remove_file(&fifo).ok();
+    assert_eq!(e.code(), "SBX_E1217");
+    let why = std::error::Error::source(&e).unwrap().to_string();
+    assert!(why.contains("FIFO"), "{why}");
 }
 
 #[test]
