@@ -65,6 +65,34 @@ impl Process {
         }
     }
 
+    /// Keeps `data` of `stream` (as [`Process::take_event`]); where it starts in all of the
+    /// stream kept so far.
+    pub fn append(&self, stream: OutputStream, data: &[u8]) -> u64 {
+        let Ok(mut p) = self.progress.lock() else {
+            return 0;
+        };
+        let kept = match stream {
+            OutputStream::Stdout => &mut p.stdout,
+            OutputStream::Stderr => &mut p.stderr,
+        };
+        let at = kept.len() as u64;
+        kept.extend_from_slice(data);
+        at
+    }
+
+    /// What `stream` kept from byte `from` on, and where it ends.
+    pub fn output_from(&self, stream: OutputStream, from: u64) -> (Vec<u8>, u64) {
+        let Ok(p) = self.progress.lock() else {
+            return (Vec::new(), from);
+        };
+        let kept = match stream {
+            OutputStream::Stdout => &p.stdout,
+            OutputStream::Stderr => &p.stderr,
+        };
+        let start = (from as usize).min(kept.len());
+        (kept[start..].to_vec(), kept.len() as u64)
+    }
+
     /// Keeps the output of a background process (the sandbox caps each stream).
     pub fn take_event(&self, ev: &ExecEvent) {
         if let Ok(mut p) = self.progress.lock() {

@@ -166,3 +166,52 @@ fn e2b_commands_count_against_the_background_quota() {
     );
     assert_eq!(r.status(), 429);
 }
+
+/// The messages of a Connect stream's body: (flags, JSON).
+fn envelopes(mut b: &[u8]) -> Vec<(u8, Value)> {
+    let mut out = Vec::new();
+    while b.len() >= 5 {
+        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        out.push((b[0], serde_json::from_slice(&b[5..5 + len]).unwrap()));
+        b = &b[5 + len..];
+    }
+    assert!(b.is_empty(), "a partial envelope at the end");
+    out
+}
+
+#[test]
+fn a_slow_reader_of_a_command_gets_all_of_its_output() {
+    use base64::Engine as _;
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    const LINES: usize = 120_000;
+    let code = format!("for i in range({LINES}): print(i, flush=True)");
+    let r = e2b_start(&s, &sbx, &["python3", "-c", &code]);
+    assert_eq!(r.status(), 200);
+    // Read nothing while the command writes all of it (one write a line).
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let body = r.bytes().unwrap();
+    let mut stdout = Vec::new();
+    let mut end = Value::Null;
+    for (flags, m) in envelopes(&body) {
+        if flags & 0x02 != 0 {
+            assert_eq!(m, json!({}), "the stream ended with an error");
+            continue;
+        }
+        if let Some(d) = m["event"]["data"]["stdout"].as_str() {
+            stdout.extend(base64::engine::general_purpose::STANDARD.decode(d).unwrap());
+        }
+        if !m["event"]["end"].is_null() {
+            end = m["event"]["end"].clone();
+        }
+    }
+    assert_eq!(end["exitCode"], 0, "{end}");
+    let text = String::from_utf8(stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), LINES, "lines lost");
+    assert!(
+        lines.iter().enumerate().all(|(i, l)| *l == i.to_string()),
+        "lines out of order"
+    );
+}

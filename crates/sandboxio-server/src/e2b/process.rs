@@ -91,7 +91,8 @@ pub struct EndInfo {
 
 #[derive(Debug, Clone)]
 enum PEvent {
-    Out(OutputStream, Vec<u8>),
+    /// Output, and where it starts in all of its stream (the native process keeps it all).
+    Out(OutputStream, Vec<u8>, u64),
     End(EndInfo),
 }
 
@@ -211,10 +212,10 @@ fn finish_native(native: &Process, res: &Result<Box<Outcome>, crate::error::Serv
 
 fn event_json(ev: &PEvent) -> Value {
     match ev {
-        PEvent::Out(OutputStream::Stdout, d) => {
+        PEvent::Out(OutputStream::Stdout, d, _) => {
             json!({"event": {"data": {"stdout": encode_bytes(d)}}})
         }
-        PEvent::Out(OutputStream::Stderr, d) => {
+        PEvent::Out(OutputStream::Stderr, d, _) => {
             json!({"event": {"data": {"stderr": encode_bytes(d)}}})
         }
         PEvent::End(e) => {
@@ -257,12 +258,8 @@ async fn pump(mut run: Run, p: Arc<E2bProc>, ctx: crate::context::RequestCtx, _b
     loop {
         match run.next().await {
             Step::Event(ExecEvent::Output { stream, data, .. }) => {
-                p.native.take_event(&ExecEvent::Output {
-                    stream,
-                    data: data.clone(),
-                    elapsed_us: 0,
-                });
-                let _ = p.events.send(PEvent::Out(stream, data));
+                let at = p.native.append(stream, &data);
+                let _ = p.events.send(PEvent::Out(stream, data, at));
             }
             Step::Event(ev @ ExecEvent::Exit { .. }) => p.native.take_event(&ev),
             Step::Done(res) => {
@@ -304,9 +301,90 @@ async fn finish(tx: &mpsc::Sender<Bytes>, end: EndInfo) {
     let _ = tx.send(tail).await;
 }
 
+/// Where a follower is in each output stream: the bytes sent so far.
+struct Sent {
+    stdout: u64,
+    stderr: u64,
+}
+
+/// The most output one stream message carries.
+const CHUNK: usize = 64 << 10;
+
+impl Sent {
+    fn of(&mut self, stream: OutputStream) -> &mut u64 {
+        match stream {
+            OutputStream::Stdout => &mut self.stdout,
+            OutputStream::Stderr => &mut self.stderr,
+        }
+    }
+
+    /// Sends what `stream` has past what was sent, from the process's kept output.
+    async fn catch_up(
+        &mut self,
+        tx: &mpsc::Sender<Bytes>,
+        p: &E2bProc,
+        stream: OutputStream,
+    ) -> bool {
+        let (data, end) = p.native.output_from(stream, *self.of(stream));
+        *self.of(stream) = end;
+        for c in data.chunks(CHUNK) {
+            let ev = PEvent::Out(stream, c.to_vec(), 0);
+            if !send(tx, connect::message(&event_json(&ev))).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends output event `data` (at `at` of its stream), less what was sent already; a gap
+    /// before it is filled from the kept output first.
+    async fn out(
+        &mut self,
+        tx: &mpsc::Sender<Bytes>,
+        p: &E2bProc,
+        stream: OutputStream,
+        data: Vec<u8>,
+        at: u64,
+    ) -> bool {
+        let sent = *self.of(stream);
+        let end = at + data.len() as u64;
+        if end <= sent {
+            return true;
+        }
+        if at > sent {
+            return self.catch_up(tx, p, stream).await;
+        }
+        let rest = data[(sent - at) as usize..].to_vec();
+        *self.of(stream) = end;
+        send(
+            tx,
+            connect::message(&event_json(&PEvent::Out(stream, rest, at))),
+        )
+        .await
+    }
+
+    /// Everything kept and not sent, both streams (before the end is sent).
+    async fn flush(&mut self, tx: &mpsc::Sender<Bytes>, p: &E2bProc) -> bool {
+        self.catch_up(tx, p, OutputStream::Stdout).await
+            && self.catch_up(tx, p, OutputStream::Stderr).await
+    }
+}
+
 /// Streams `p` to the client: its start, `first` (what was read before), then what comes.
-fn follow(p: Arc<E2bProc>, first: Vec<PEvent>) -> Response {
+/// No output is lost to a slow reader: what the broadcast dropped for it (it lagged) is
+/// sent again from the native process's kept output, in order within each stream, and
+/// the end comes only after all of it. `from_now`: only what comes after (a `Connect` to
+/// a running command); otherwise from the command's first byte.
+fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
     let mut rx = p.events.subscribe();
+    let mut sent = Sent {
+        stdout: 0,
+        stderr: 0,
+    };
+    if from_now {
+        sent.stdout = p.native.output_from(OutputStream::Stdout, u64::MAX).1;
+        sent.stderr = p.native.output_from(OutputStream::Stderr, u64::MAX).1;
+    }
     let (tx, res) = connect::stream_response();
     tokio::spawn(async move {
         if !send(
@@ -317,14 +395,18 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>) -> Response {
         {
             return;
         }
-        for ev in &first {
-            if !send(&tx, connect::message(&event_json(ev))).await {
-                return;
+        for ev in first {
+            if let PEvent::Out(stream, data, at) = ev {
+                if !sent.out(&tx, &p, stream, data, at).await {
+                    return;
+                }
             }
         }
         let done = p.end.borrow().clone();
         if let Some(end) = done {
-            finish(&tx, end).await;
+            if sent.flush(&tx, &p).await {
+                finish(&tx, end).await;
+            }
             return;
         }
         let mut beat = tokio::time::interval(KEEPALIVE);
@@ -332,19 +414,30 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>) -> Response {
         loop {
             tokio::select! {
                 ev = rx.recv() => match ev {
-                    Ok(PEvent::End(end)) => { finish(&tx, end).await; return; }
-                    Ok(ev) => {
-                        if !send(&tx, connect::message(&event_json(&ev))).await {
+                    Ok(PEvent::End(end)) => {
+                        if sent.flush(&tx, &p).await {
+                            finish(&tx, end).await;
+                        }
+                        return;
+                    }
+                    Ok(PEvent::Out(stream, data, at)) => {
+                        if !sent.out(&tx, &p, stream, data, at).await {
                             return;
                         }
                     }
-                    // A reader too slow for the output: what it missed is kept in the
-                    // native process's output; the stream goes on.
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    // A reader too slow for the output: what it missed is sent from the
+                    // native process's kept output.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if !sent.flush(&tx, &p).await {
+                            return;
+                        }
+                    }
                     Err(broadcast::error::RecvError::Closed) => {
                         let done = p.end.borrow().clone();
                         if let Some(end) = done {
-                            finish(&tx, end).await;
+                            if sent.flush(&tx, &p).await {
+                                finish(&tx, end).await;
+                            }
                         }
                         return;
                     }
@@ -465,7 +558,7 @@ async fn start_inner(
             }
             p.ended(end_of(&out));
             r.entry.add_proc(p.clone());
-            return Ok(follow(p, first));
+            return Ok(follow(p, first, false));
         }
         Ok(Step::Asked(id)) => {
             s.processes.remove(&native.id);
@@ -474,16 +567,17 @@ async fn start_inner(
                 &r.caller.ctx,
             ))));
         }
-        Ok(Step::Event(ev)) => {
-            native.take_event(&ev);
-            if let ExecEvent::Output { stream, data, .. } = ev {
-                first.push(PEvent::Out(stream, data));
+        Ok(Step::Event(ev)) => match ev {
+            ExecEvent::Output { stream, data, .. } => {
+                let at = native.append(stream, &data);
+                first.push(PEvent::Out(stream, data, at));
             }
-        }
+            ev => native.take_event(&ev),
+        },
         Err(_) => {}
     }
     r.entry.add_proc(p.clone());
-    let res = follow(p.clone(), first);
+    let res = follow(p.clone(), first, false);
     tokio::spawn(pump(run, p, r.caller.ctx.clone(), busy));
     Ok(res)
 }
@@ -510,7 +604,7 @@ pub async fn connect_to(State(st): State<AppState>, Sbx(r, _): Sbx<Envd>, body: 
         let req: WithProcess = connect::stream_request(&body)?;
         r.caller.require(&st, Scope::Exec).await?;
         let p = find(&r, &req.process)?;
-        Ok::<_, E2bError>(follow(p, Vec::new()))
+        Ok::<_, E2bError>(follow(p, Vec::new(), true))
     };
     match go.await {
         Ok(res) => res,
