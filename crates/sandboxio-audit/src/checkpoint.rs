@@ -228,6 +228,7 @@ impl AuditKey {
     /// `sandboxio audit rotate-key`, otherwise); a new trail gets a new key. A key file
     /// readable by others is tightened to 0600.
     pub fn load_for_trail(path: &Path, trail: &Path) -> Result<AuditKey, AuditError> {
+        Self::settle_rotation(path, trail)?;
         if !path.exists() && crate::reader::trail_has_records(trail)? {
             return Err(AuditError::KeyLost {
                 key: path.to_path_buf(),
@@ -288,15 +289,46 @@ impl AuditKey {
         linked.map_err(|e| AuditError::io(path, e))
     }
 
-    /// Replaces the key file at `path` with this key (written 0600 to a temporary file, then
-    /// renamed over it). Used by key rotation only.
-    pub fn replace_file(&self, path: &Path) -> Result<(), AuditError> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".new{}", std::process::id()));
-        let tmp = std::path::PathBuf::from(tmp);
-        let _ = std::fs::remove_file(&tmp);
-        self.write_new(&tmp)?;
-        std::fs::rename(&tmp, path).map_err(|e| AuditError::io(path, e))
+    /// Writes this key as the pending key of a rotation beside `path` (complete or absent,
+    /// 0600): the key the trail's next file will be signed with, kept before the trail uses
+    /// it so that a rotation that stops half way can be finished
+    /// ([`AuditKey::settle_rotation`]).
+    pub fn write_pending(&self, path: &Path) -> Result<(), AuditError> {
+        let pending = pending_path(path);
+        let _ = std::fs::remove_file(&pending);
+        self.write_new(&pending)
+    }
+
+    /// Puts the pending key of a rotation in place of the key at `path`.
+    pub fn commit_pending(path: &Path) -> Result<(), AuditError> {
+        let pending = pending_path(path);
+        std::fs::rename(&pending, path).map_err(|e| AuditError::io(path, e))?;
+        sync_parent(path)
+    }
+
+    /// Finishes or undoes a key rotation that stopped half way (a pending key beside
+    /// `path`): when the trail's active file is already signed with the pending key, the
+    /// rotation got that far and the pending key becomes the key; otherwise the trail never
+    /// used it and it is removed. A crash between the trail's new file and the key's
+    /// replacement left a trail signed with a key that was never saved: every run then
+    /// failed its checkpoint check (`SBX_E1604`), `rotate-key` and `recover` too.
+    pub fn settle_rotation(path: &Path, trail: &Path) -> Result<(), AuditError> {
+        let pending = pending_path(path);
+        let text = match sandboxio_core::fileread::read_regular_string(&pending) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(AuditError::io(&pending, e)),
+        };
+        let key = Self::parse_private(&pending, &text)?;
+        if last_checkpoint_signed_by(trail, &key.verifying_key())? {
+            tracing::warn!(
+                target: "sandboxio::audit",
+                "finishing an audit key rotation that stopped half way: the trail is signed with its new key"
+            );
+            Self::commit_pending(path)
+        } else {
+            std::fs::remove_file(&pending).map_err(|e| AuditError::io(&pending, e))
+        }
     }
 
     fn parse_private(path: &Path, s: &str) -> Result<AuditKey, AuditError> {
@@ -422,6 +454,40 @@ pub(crate) fn make_checkpoint(
     };
     cp.signature = key.sign(&cp.note_body());
     cp
+}
+
+/// `<key>.pending`: a rotation's new key until the trail is signed with it.
+fn pending_path(key: &Path) -> PathBuf {
+    let mut p = key.as_os_str().to_owned();
+    p.push(".pending");
+    PathBuf::from(p)
+}
+
+/// Fsyncs the directory holding `path` (a rename in it is then durable).
+fn sync_parent(path: &Path) -> Result<(), AuditError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| AuditError::io(dir, e))
+}
+
+/// Whether the last checkpoint line of the trail's active file verifies with `key`.
+fn last_checkpoint_signed_by(trail: &Path, key: &VerifyingKey) -> Result<bool, AuditError> {
+    let bytes = match std::fs::read(trail) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(AuditError::io(trail, e)),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    for line in text.lines().rev() {
+        if let Ok(crate::chain::TrailLine::Checkpoint(cp)) = crate::chain::parse_line(line) {
+            return Ok(cp.verify_signature(key));
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]

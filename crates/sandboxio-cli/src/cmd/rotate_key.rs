@@ -29,6 +29,8 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
     files.prepare_dir()?;
     let key_path = loaded.state_dir.join("audit.key");
     let pub_path = loaded.state_dir.join("audit.pub");
+    // A rotation that stopped half way is finished (or undone) first.
+    AuditKey::settle_rotation(&key_path, &loaded.audit_file())?;
     let old_private = if key_path.exists() {
         Some(Arc::new(AuditKey::load_or_generate(&key_path)?))
     } else {
@@ -51,15 +53,20 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
             sandboxio_gateway::layers::audit::FsyncPolicy::Never
         }
     };
-    // The trail first: its new file is signed by the new key from its first line.
+    // The new key is kept (pending, and its public half listed) before the trail uses it;
+    // then the trail's new file is signed by it from its first line; then it replaces the
+    // key. A crash between any two steps is settled at the next load
+    // (`AuditKey::settle_rotation`): before the trail's new file, the pending key is
+    // dropped (an unused public key stays listed, harmless); after it, it becomes the key.
+    new_key.write_pending(&key_path)?;
+    append_public(&pub_path, &new_key)?;
     let sink = Arc::new(FileSink::open_rotating_key(
         FileSinkOptions::new(loaded.audit_file()).fsync(fsync),
         new_key.clone(),
         old_private.clone(),
         &old_public,
     )?);
-    new_key.replace_file(&key_path)?;
-    append_public(&pub_path, &new_key)?;
+    AuditKey::commit_pending(&key_path)?;
 
     let old_id = old_public
         .last()

@@ -715,3 +715,41 @@ fn a_full_disk_fails_closed_and_recovers_once_there_is_room() {
         );
     }
 }
+
+/// A key rotation that stopped half way, in both places it can stop: after its new key was
+/// kept but before the trail used it (the pending key is dropped), and after the trail's
+/// new file was signed with it but before it replaced the key (it becomes the key). The
+/// second left a trail signed with a key that was never saved: every run, `rotate-key` and
+/// `recover` failed the checkpoint check (SBX_E1604).
+#[test]
+fn a_key_rotation_that_stopped_half_way_is_finished_or_undone() {
+    let env = Env::new("rotatehalf", "process");
+    let state = env.state();
+    run_ok(&env, None, &[], &["true"]);
+    let key = state.join("audit.key");
+    let pending = state.join("audit.key.pending");
+    let old = std::fs::read_to_string(&key).unwrap();
+
+    // Stopped before the trail's new file: a pending key the trail never used.
+    std::fs::write(&pending, format!("{}\n", "ab".repeat(32))).unwrap();
+    run_ok(&env, None, &[], &["true"]);
+    assert!(!pending.exists(), "the unused pending key is dropped");
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), old, "the key stays");
+
+    // Stopped after the trail's new file: a whole rotation, with its last step undone.
+    let out = std::process::Command::new(BIN)
+        .args(["audit", "rotate-key", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let new = std::fs::read_to_string(&key).unwrap();
+    assert_ne!(new, old);
+    std::fs::write(&pending, &new).unwrap();
+    std::fs::write(&key, &old).unwrap();
+    run_ok(&env, None, &[], &["true"]);
+    assert!(!pending.exists(), "the pending key became the key");
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), new);
+    let v = verify(&env, &state.join("audit.jsonl"));
+    assert_eq!(v.status.code(), Some(0), "{v:?}");
+}
