@@ -34,6 +34,19 @@ fn put_back(from: &Path, state: &Path) {
     }
 }
 
+/// A run, a copy of the database, a run under key `job-1`, and the copy put back: a
+/// store that lost the keyed run.
+fn lose_a_keyed_run(env: &Env, state: &Path) {
+    ok(run_at(env, state, &[], &["true"]), "first run");
+    let older = env.path().join("older");
+    snapshot(state, &older);
+    ok(
+        run_at(env, state, &["--idempotency-key", "job-1"], &["true"]),
+        "keyed run",
+    );
+    put_back(&older, state);
+}
+
 /// `sandboxio <sub>` on the state directory `state` (however it is spelled).
 fn cmd_at(env: &Env, state: &Path, sub: &str) -> Command {
     let mut c = Command::new(BIN);
@@ -110,14 +123,7 @@ fn a_kill_switch_the_store_forgot_is_refused_and_a_new_kill_does_not_hide_a_loss
     // loss, so what comes next is still refused.
     let env = Env::new("lostkill2", "process");
     let state = env.state();
-    ok(run_at(&env, &state, &[], &["true"]), "first run");
-    let older = env.path().join("older");
-    snapshot(&state, &older);
-    ok(
-        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
-        "keyed run",
-    );
-    put_back(&older, &state);
+    lose_a_keyed_run(&env, &state);
     let k = ok(
         cmd_at(&env, &state, "kill")
             .args(["--reason", "incident"])
@@ -198,14 +204,7 @@ fn a_retention_under_an_hour_still_checks_recent_work() {
     )
     .unwrap();
     let state = env.state();
-    ok(run_at(&env, &state, &[], &["true"]), "first run");
-    let older = env.path().join("older");
-    snapshot(&state, &older);
-    ok(
-        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
-        "keyed run",
-    );
-    put_back(&older, &state);
+    lose_a_keyed_run(&env, &state);
     assert_lost(
         &run_at(
             &env,
@@ -221,14 +220,7 @@ fn a_retention_under_an_hour_still_checks_recent_work() {
 fn a_state_dir_named_through_a_symlink_is_recovered_and_one_moved_is_checked() {
     let env = Env::new("lostpath", "process");
     let state = env.state();
-    ok(run_at(&env, &state, &[], &["true"]), "first run");
-    let older = env.path().join("older");
-    snapshot(&state, &older);
-    ok(
-        run_at(&env, &state, &["--idempotency-key", "job-1"], &["true"]),
-        "keyed run",
-    );
-    put_back(&older, &state);
+    lose_a_keyed_run(&env, &state);
     let link = env.path().join("link");
     std::os::unix::fs::symlink(&state, &link).unwrap();
     assert_lost(
