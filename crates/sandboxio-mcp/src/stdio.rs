@@ -117,8 +117,18 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<ServerJsonRpcMessage>,
 ) {
     while let Some(m) = rx.recv().await {
-        let Ok(mut line) = serde_json::to_vec(&m) else {
+        let Ok(mut v) = serde_json::to_value(&m) else {
             tracing::warn!("an MCP message could not be written as JSON");
+            continue;
+        };
+        // JSON-RPC 2.0 (the revisions served): an error whose request id could not be
+        // read says `"id": null`.
+        if let Some(o) = v.as_object_mut() {
+            if o.contains_key("error") && !o.contains_key("id") {
+                o.insert("id".into(), serde_json::Value::Null);
+            }
+        }
+        let Ok(mut line) = serde_json::to_vec(&v) else {
             continue;
         };
         line.push(b'\n');
