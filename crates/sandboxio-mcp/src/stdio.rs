@@ -4,8 +4,8 @@
 //! The transport is line-delimited JSON-RPC of our own, so that every line gets an answer:
 //! a line that is not JSON is answered `-32700` (id null), JSON that is not a message
 //! `-32600` (with its id when it has one), and a line over `MAX_LINE` bytes `-32600` (id
-//! null, code `SBX_E1919`) and skipped; the client never waits for an answer that will not
-//! come.
+//! null, code `SBX_E1919`) and skipped, and a request of a method of the protocol whose
+//! params do not fit it `-32602`; the client never waits for an answer that will not come.
 
 use rmcp::model::{
     ClientJsonRpcMessage, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -207,6 +207,16 @@ async fn answer(
             return true;
         }
         match serde_json::from_slice::<ClientJsonRpcMessage>(text) {
+            Ok(JsonRpcMessage::Request(r)) if standard_method_unread(&r.request) => error(
+                Some(r.id.clone()),
+                ErrorData::invalid_params(
+                    format!(
+                        "the params of `{}` do not fit the method",
+                        r.request.method()
+                    ),
+                    None,
+                ),
+            ),
             Ok(m) => return incoming.send(m).await.is_ok(),
             Err(e) => match serde_json::from_slice::<serde_json::Value>(text) {
                 Ok(v) => {
@@ -226,4 +236,26 @@ async fn answer(
         }
     };
     out.send(reply).await.is_ok()
+}
+
+/// Methods of the protocol served; a request of one of them that was not read as that
+/// method had params that do not fit it (`-32602`, not "method not found").
+const STANDARD_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+];
+
+fn standard_method_unread(r: &rmcp::model::ClientRequest) -> bool {
+    matches!(r, rmcp::model::ClientRequest::CustomRequest(c) if STANDARD_METHODS.contains(&c.method.as_str()))
 }

@@ -548,6 +548,23 @@ async fn every_stdio_line_gets_an_answer_even_when_it_is_not_a_message() {
     let a = c.answer().await;
     assert_eq!(a["error"]["code"], -32600, "{a}");
     assert_eq!(a["id"], 5, "{a}");
+    // A method of the protocol with params that do not fit it: invalid params.
+    for (id, params) in [
+        (8, r#"{"name":"exec","arguments":["ls"]}"#),
+        (9, r#"{"arguments":{}}"#),
+    ] {
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+        c.send(line.as_bytes()).await;
+        let a = c.answer().await;
+        assert_eq!(a["error"]["code"], -32602, "{a}");
+        assert_eq!(a["id"], id, "{a}");
+    }
+    // An unknown method is still "method not found".
+    c.send(br#"{"jsonrpc":"2.0","id":10,"method":"no/such"}"#)
+        .await;
+    let a = c.answer().await;
+    assert_eq!(a["error"]["code"], -32601, "{a}");
     // A line over the limit is answered and skipped; the next one is served.
     let mut big = br#"{"jsonrpc":"2.0","id":6,"method":"ping","params":{"x":""#.to_vec();
     big.resize(sandboxio_mcp::stdio::MAX_LINE + 10, b'a');
