@@ -28,8 +28,8 @@ impl Guard {
 
     /// The addresses to connect to, all checked; refused when the rules do not allow the
     /// target, the name does not resolve, or any address it resolves to is one the SSRF
-    /// guard refuses and no rule names (a name mixing public and internal addresses is
-    /// refused as a whole).
+    /// guard refuses and neither `allow_private` nor a rule allowing this target names (a
+    /// name mixing public and internal addresses is refused as a whole).
     pub async fn check(&self, t: &Target) -> Result<Vec<SocketAddr>, Refusal> {
         if !self.rules.allows(t, &self.tenant) {
             return Err(Refusal::NotAllowed {
@@ -46,7 +46,7 @@ impl Guard {
             })?;
         for ip in &ips {
             if let Some(class) = forbidden_class(*ip) {
-                if !self.rules.names_address(*ip) {
+                if !self.rules.exempts(*ip, t, &self.tenant) {
                     return Err(Refusal::ForbiddenAddress {
                         host: t.host.clone(),
                         addr: *ip,

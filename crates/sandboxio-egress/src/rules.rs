@@ -293,8 +293,9 @@ pub struct Rules {
     /// `full`: every host and port (the SSRF guard still applies).
     pub full: bool,
     pub rules: Vec<Rule>,
-    /// Addresses the SSRF guard lets through: `allow_private`, plus IP literals named by
-    /// a rule.
+    /// Addresses the SSRF guard lets through for every target: `[network] allow_private`.
+    /// (An IP literal named by a rule is let through only for what that rule allows: see
+    /// `Rules::exempts`.)
     pub allow_private: Vec<Cidr>,
 }
 
@@ -353,17 +354,7 @@ impl EgressConfig {
             .map(|p| Rule::parse_pattern(p))
             .collect::<Result<Vec<_>, _>>()?;
         rules.extend(self.rules.iter().cloned());
-        let mut allow_private = self.allow_private.clone();
-        allow_private.extend(
-            rules
-                .iter()
-                .flat_map(|r| r.hosts.iter().filter_map(HostGlob::ip))
-                .map(|ip| {
-                    let bits = if ip.is_ipv4() { 32 } else { 128 };
-                    Cidr::parse(&format!("{ip}/{bits}"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        );
+        let allow_private = self.allow_private.clone();
         Ok(Some(Rules {
             full,
             rules,
@@ -378,9 +369,17 @@ impl Rules {
         self.full || self.rules.iter().any(|r| r.matches(t, tenant))
     }
 
-    /// Whether a rule names `ip`, so the SSRF guard lets it through.
-    pub fn names_address(&self, ip: std::net::IpAddr) -> bool {
+    /// Whether the SSRF guard lets `ip` through for the target `t` of `tenant`: it is in
+    /// `[network] allow_private`, or a rule that allows this very target (its host, port,
+    /// scheme, tenants) names `ip` as an IP literal. A rule naming an internal address
+    /// opens that address for what the rule allows, not for every rule, port or tenant (a
+    /// name of another rule resolving there stays refused).
+    pub fn exempts(&self, ip: std::net::IpAddr, t: &Target, tenant: &str) -> bool {
         self.allow_private.iter().any(|c| c.contains(ip))
+            || self
+                .rules
+                .iter()
+                .any(|r| r.hosts.iter().any(|h| h.ip() == Some(ip)) && r.matches(t, tenant))
     }
 }
 
@@ -493,11 +492,16 @@ mod tests {
     }
 
     #[test]
-    fn ip_literals_in_rules_are_named_for_the_guard() {
-        let r = rules(&["10.1.2.3:5432", "[::1]:8080"]);
-        assert!(r.names_address("10.1.2.3".parse().unwrap()));
-        assert!(r.names_address("::1".parse().unwrap()));
-        assert!(!r.names_address("10.1.2.4".parse().unwrap()));
+    fn ip_literals_in_rules_are_named_for_the_guard_only_for_what_the_rule_allows() {
+        let r = rules(&["10.1.2.3:5432", "[::1]:8080", "db.example:5432"]);
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(r.exempts(ip("10.1.2.3"), &Target::tunnel("10.1.2.3", 5432), "t"));
+        assert!(r.exempts(ip("::1"), &Target::tunnel("::1", 8080), "t"));
+        assert!(!r.exempts(ip("10.1.2.4"), &Target::tunnel("10.1.2.4", 5432), "t"));
+        // Another port of the address, or another rule's name resolving to it: not exempt.
+        assert!(!r.exempts(ip("10.1.2.3"), &Target::tunnel("10.1.2.3", 22), "t"));
+        assert!(!r.exempts(ip("::1"), &Target::tunnel("::1", 5432), "t"));
+        assert!(!r.exempts(ip("10.1.2.3"), &Target::tunnel("db.example", 5432), "t"));
         assert!(r.allows(&Target::tunnel("::1", 8080), "t"));
     }
 

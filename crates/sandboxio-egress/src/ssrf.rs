@@ -1,5 +1,6 @@
-//! The SSRF guard's address classes: what a sandbox may never reach unless a rule names
-//! the address (`[network] allow_private`, or an IP literal in an allow pattern).
+//! The SSRF guard's address classes: what a sandbox may never reach unless
+//! `[network] allow_private` names the address, or a rule naming it as an IP literal
+//! allows the connection (`Rules::exempts`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

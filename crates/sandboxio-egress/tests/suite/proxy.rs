@@ -166,3 +166,100 @@ async fn garbage_and_oversized_heads_do_not_stop_the_proxy() {
     let got = exchange(p, req.as_bytes()).await;
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
 }
+
+#[tokio::test]
+async fn an_address_named_by_a_rule_is_let_through_only_for_what_that_rule_allows() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("rebind.test", LOOP)]).await;
+    // The loopback address is named for port 1 only; rebind.test resolves to it.
+    let allow = [
+        format!("rebind.test:{}", up.port()),
+        format!("127.0.0.1:{}", up.port()),
+    ];
+    let (p, _) = proxy(&allow[..1], &[], ns).await;
+    let named_elsewhere = vec![allow[0].clone(), "127.0.0.1:1".to_string()];
+    let (q, _) = proxy(&named_elsewhere, &[], ns).await;
+    let req = format!(
+        "GET http://rebind.test:{}/x HTTP/1.1\r\nconnection: close\r\n\r\n",
+        up.port()
+    );
+    for proxy in [p, q] {
+        let got = exchange(proxy, req.as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2411"),
+            "{got}"
+        );
+        let got = exchange(
+            proxy,
+            format!("CONNECT rebind.test:{} HTTP/1.1\r\n\r\n", up.port()).as_bytes(),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    }
+    // The rule naming the address for this port lets that connection through.
+    let (r, _) = proxy(&allow[1..], &[], ns).await;
+    let got = exchange(
+        r,
+        format!(
+            "GET http://127.0.0.1:{}/x HTTP/1.1\r\nconnection: close\r\n\r\n",
+            up.port()
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}
+
+#[tokio::test]
+async fn in_full_mode_an_address_named_for_other_tenants_and_ports_stays_refused() {
+    use std::sync::Arc;
+
+    use sandboxio_core::NetworkMode;
+    use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("rebind.test", LOOP)]).await;
+    let section = |tenants: Vec<String>, port: u16| sandboxio_config::NetworkSection {
+        resolver: vec![ns.to_string()],
+        rules: vec![sandboxio_config::EgressRuleSection {
+            host: vec!["127.0.0.1".into()],
+            ports: vec![port],
+            tenants,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let serve = |section: sandboxio_config::NetworkSection| async move {
+        let cfg = EgressConfig::from_section(&section).unwrap();
+        let rules = cfg.rules_for(&NetworkMode::Full).unwrap().unwrap();
+        let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
+        let proxy = Proxy::new(Arc::new(GuardOnly(Arc::new(guard))));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(proxy.serve(l));
+        addr
+    };
+    let get = |host: &str| {
+        format!(
+            "GET http://{host}:{}/x HTTP/1.1\r\nconnection: close\r\n\r\n",
+            up.port()
+        )
+    };
+    // Another port of the address, or the right port for other tenants: refused.
+    for s in [
+        section(vec![], 1),
+        section(vec!["nobody-*".into()], up.port()),
+    ] {
+        let p = serve(s).await;
+        for host in ["127.0.0.1", "rebind.test"] {
+            let got = exchange(p, get(host).as_bytes()).await;
+            assert!(
+                got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2411"),
+                "{host}: {got}"
+            );
+        }
+    }
+    // The rule for this tenant and port: through, by its address.
+    let p = serve(section(vec!["t".into()], up.port())).await;
+    let got = exchange(p, get("127.0.0.1").as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}

@@ -486,3 +486,114 @@ async fn a_tier_this_build_cannot_run_is_refused_at_create() {
         .any(|e| e["event"] == "mcp.sandbox_create"));
     client.cancel().await.unwrap();
 }
+
+/// Raw lines to `serve_io` and its answers.
+struct Raw {
+    w: tokio::io::DuplexStream,
+    r: tokio::io::BufReader<tokio::io::DuplexStream>,
+}
+
+impl Raw {
+    async fn send(&mut self, line: &[u8]) {
+        use tokio::io::AsyncWriteExt as _;
+        self.w.write_all(line).await.unwrap();
+        self.w.write_all(b"\n").await.unwrap();
+    }
+
+    async fn answer(&mut self) -> serde_json::Value {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(10), self.r.read_line(&mut line))
+            .await
+            .expect("no answer")
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stdio_line_gets_an_answer_even_when_it_is_not_a_message() {
+    let env = Env::new(WAIT);
+    let opts = sandboxio_mcp::McpOptions::from_runtime(&env.runtime).unwrap();
+    let (w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, r) = tokio::io::duplex(1 << 16);
+    tokio::spawn(sandboxio_mcp::stdio::serve_io(
+        opts,
+        sandboxio_core::Principal::tenant("acme"),
+        server_r,
+        server_w,
+    ));
+    let mut c = Raw {
+        w,
+        r: tokio::io::BufReader::new(r),
+    };
+    c.send(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#).await;
+    assert_eq!(c.answer().await["id"], 1);
+    c.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    // Not JSON: a parse error, id null.
+    c.send(br#"{"jsonrpc":"2.0","id":2,"method":"#).await;
+    let a = c.answer().await;
+    assert_eq!(a["error"]["code"], -32700, "{a}");
+    assert!(a.get("id").is_some_and(|id| id.is_null()), "{a}");
+    // A lone surrogate, and bytes that are not UTF-8.
+    c.send(br#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":"\ud800"}}"#)
+        .await;
+    assert_eq!(c.answer().await["error"]["code"], -32700);
+    c.send(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}")
+        .await;
+    assert_eq!(c.answer().await["error"]["code"], -32700);
+    // JSON that is no message: invalid request, with its id.
+    c.send(br#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#).await;
+    let a = c.answer().await;
+    assert_eq!(a["error"]["code"], -32600, "{a}");
+    assert_eq!(a["id"], 5, "{a}");
+    // A method of the protocol with params that do not fit it: invalid params.
+    for (id, params) in [
+        (8, r#"{"name":"exec","arguments":["ls"]}"#),
+        (9, r#"{"arguments":{}}"#),
+    ] {
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+        c.send(line.as_bytes()).await;
+        let a = c.answer().await;
+        assert_eq!(a["error"]["code"], -32602, "{a}");
+        assert_eq!(a["id"], id, "{a}");
+    }
+    // An unknown method is still "method not found".
+    c.send(br#"{"jsonrpc":"2.0","id":10,"method":"no/such"}"#)
+        .await;
+    let a = c.answer().await;
+    assert_eq!(a["error"]["code"], -32601, "{a}");
+    // A line over the limit is answered and skipped; the next one is served.
+    let mut big = br#"{"jsonrpc":"2.0","id":6,"method":"ping","params":{"x":""#.to_vec();
+    big.resize(sandboxio_mcp::stdio::MAX_LINE + 10, b'a');
+    big.extend_from_slice(br#""}}"#);
+    let (mut w, mut rd) = (c.w, c.r);
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        w.write_all(&big).await.unwrap();
+        w.write_all(b"\n").await.unwrap();
+        w.write_all(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)
+            .await
+            .unwrap();
+        w.write_all(b"\n").await.unwrap();
+        w
+    });
+    let a = {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(20), rd.read_line(&mut line))
+            .await
+            .expect("no answer")
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    assert_eq!(a["error"]["code"], -32600, "{a}");
+    assert_eq!(a["error"]["data"]["code"], "SBX_E1919", "{a}");
+    let w = writer.await.unwrap();
+    let mut c = Raw { w, r: rd };
+    let a = c.answer().await;
+    assert_eq!(a["id"], 7, "{a}");
+    assert!(a.get("result").is_some(), "{a}");
+}
