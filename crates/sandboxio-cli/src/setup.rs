@@ -138,3 +138,30 @@ pub fn actor() -> String {
         .unwrap_or_else(|_| "operator".into());
     format!("cli:{user}")
 }
+
+/// What the state store lacks that its audit trail records (`store::lost_work`): checked
+/// from the head kept for the trail, or from the trail's first record when none is kept
+/// (heads are kept by the trail's canonical path: a state directory moved elsewhere has
+/// none), as every start checks.
+pub fn lost_work(
+    loaded: &Loaded,
+    store: &dyn Store,
+) -> Result<Option<sandboxio_gateway::store::LostWork>> {
+    use sandboxio_gateway::layers::audit::{trail_id, SignedHead};
+    let id = trail_id(&loaded.state_files().trail);
+    let head = store
+        .heads()?
+        .into_iter()
+        .find(|h| h.trail == id)
+        .unwrap_or_else(|| SignedHead {
+            trail: id,
+            size: 0,
+            last_hash: "0".repeat(64),
+            origin: String::new(),
+            key_id: String::new(),
+            signature: String::new(),
+        });
+    let retention = gateway_config(loaded, None)?.journal_retention;
+    let since = sandboxio_gateway::store::not_before(chrono::Utc::now(), retention);
+    Ok(sandboxio_gateway::store::lost_work(store, &head, since)?)
+}

@@ -7,7 +7,7 @@ use anyhow::Result;
 use chrono::Utc;
 use sandboxio_core::{ErrorCode as _, Layer, OperationRecord, OperationStatus, Verdict};
 use sandboxio_gateway::layers::audit::Tamper;
-use sandboxio_gateway::store::{rebuild_from_trail, Store as _, SyncMode};
+use sandboxio_gateway::store::{rebuild_from_trail, SyncMode};
 use sandboxio_gateway::GatewayError;
 
 use crate::args::Common;
@@ -32,26 +32,7 @@ pub async fn recover(common: &Common, from_trail: bool) -> Result<i32> {
         // It opens, but may have lost committed work the trail records (SBX_E1533 from
         // `store::lost_work`): then it is rebuilt like a damaged one.
         Ok(store) => {
-            let retention = setup::gateway_config(&loaded, None)?.journal_retention;
-            let since = sandboxio_gateway::store::not_before(Utc::now(), retention);
-            // Heads are kept by the trail's canonical path (a state directory named
-            // through a symlink or `..` is the same trail); a trail without one (a state
-            // directory moved or restored elsewhere) is checked from its first record, as
-            // the start does.
-            let id = sandboxio_gateway::layers::audit::trail_id(&files.trail);
-            let head = store
-                .heads()?
-                .into_iter()
-                .find(|h| h.trail == id)
-                .unwrap_or_else(|| sandboxio_gateway::layers::audit::SignedHead {
-                    trail: id,
-                    size: 0,
-                    last_hash: "0".repeat(64),
-                    origin: String::new(),
-                    key_id: String::new(),
-                    signature: String::new(),
-                });
-            let lost = sandboxio_gateway::store::lost_work(&store, &head, since)?;
+            let lost = setup::lost_work(&loaded, &store)?;
             if lost.is_none() {
                 return Err(GatewayError::RecoverRefused {
                     why: format!(

@@ -99,7 +99,7 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
     // has not lost work the trail records (a new head would hide the loss from the next
     // start's check); a lost one is recovered next, which anchors it then.
     if let Ok(store) = files.open_store(SyncMode::Full) {
-        if !lost_before_rotation(&loaded, &files, &store)? {
+        if setup::lost_work(&loaded, &store)?.is_none() {
             store.put_heads(&auditor.heads_to_anchor(), chrono::Utc::now())?;
         }
     }
@@ -113,21 +113,6 @@ pub async fn rotate_key(common: &Common) -> Result<i32> {
         outln!("public keys (old and new): {}", pub_path.display())?;
     }
     Ok(exit::OK)
-}
-
-/// Whether the store lacks work that the trail records after the head stored for it.
-fn lost_before_rotation(
-    loaded: &setup::Loaded,
-    files: &sandboxio_gateway::store::StateFiles,
-    store: &dyn sandboxio_gateway::store::Store,
-) -> Result<bool> {
-    let id = sandboxio_gateway::layers::audit::trail_id(&files.trail);
-    let Some(head) = store.heads()?.into_iter().find(|h| h.trail == id) else {
-        return Ok(false);
-    };
-    let retention = setup::gateway_config(loaded, None)?.journal_retention;
-    let since = sandboxio_gateway::store::not_before(chrono::Utc::now(), retention);
-    Ok(sandboxio_gateway::store::lost_work(store, &head, since)?.is_some())
 }
 
 /// Adds the new public key as a line of `audit.pub` (created 0644 when missing).

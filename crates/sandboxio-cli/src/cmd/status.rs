@@ -20,6 +20,8 @@ const LIFETIME: &str = "lifetime";
 #[derive(Debug, Serialize)]
 struct Status {
     state_dir: String,
+    /// What the store lacks that the trail records (every run refuses it, SBX_E1533).
+    lost_work: Option<String>,
     kill_switch: Option<KillState>,
     pending_approvals: Vec<Approval>,
     budgets: Vec<Budget>,
@@ -79,6 +81,7 @@ pub fn status(common: &Common, tenant: &str) -> Result<i32> {
     }
     let s = Status {
         state_dir: loaded.state_dir.display().to_string(),
+        lost_work: setup::lost_work(&loaded, store.as_ref())?.map(|l| l.describe()),
         kill_switch: store.kill_state()?,
         pending_approvals: store.list_approvals(Some(ApprovalState::Pending))?,
         budgets,
@@ -162,6 +165,13 @@ fn key_use(u: &RateUsage, limit: u64, window: chrono::Duration) -> KeyUse {
 fn render(s: &Status) -> Result<()> {
     let t = |d: &DateTime<Utc>| d.format("%Y-%m-%dT%H:%M:%SZ").to_string();
     outln!("state: {}", s.state_dir)?;
+    if let Some(lost) = &s.lost_work {
+        outln!(
+            "state: LOST WORK (SBX_E1533): {}; nothing runs until `{}`",
+            field(lost),
+            sandboxio_gateway::store::RECOVER_COMMAND
+        )?;
+    }
     match &s.kill_switch {
         Some(k) => outln!(
             "kill switch: ENGAGED since {} by {}: {} (release: sandboxio resume)",

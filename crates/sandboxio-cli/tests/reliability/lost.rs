@@ -112,11 +112,24 @@ fn a_kill_switch_the_store_forgot_is_refused_and_a_new_kill_does_not_hide_a_loss
         "kill",
     );
     put_back(&older, &state);
-    // The older copy has the kill switch released: nothing may run on it.
+    // The older copy has the kill switch released: nothing may run on it, and `status`
+    // (which reads the store as it is) says so instead of showing it as released.
     assert_lost(
         &run_at(&env, &state, &[], &["echo", "RAN-after-kill"]),
         "run",
     );
+    let st = cmd_at(&env, &state, "status").output().unwrap();
+    assert!(
+        text(&st).contains("LOST WORK (SBX_E1533)") && text(&st).contains("kill switch"),
+        "status: {}",
+        text(&st)
+    );
+    let st = cmd_at(&env, &state, "status")
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert!(v["lost_work"].is_string(), "{v}");
     assert_lost(&cmd_at(&env, &state, "resume").output().unwrap(), "resume");
 
     // Lost operations, then the brake: it engages (exit 0), and stores no head over the
