@@ -57,7 +57,7 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
     }
     match &op.args {
         OperationArgs::Exec { argv } => {
-            rec.argv = Some(argv.clone());
+            rec.argv = Some(recorded_argv(argv));
             rec.code_sha256 = Some(sha256_hex(argv.join("\0").as_bytes()));
         }
         OperationArgs::RunCode { code, .. } => {
@@ -92,6 +92,39 @@ pub(crate) fn base_record(id: &str, op: &Operation) -> OperationRecord {
 /// Largest `tool_call` arguments kept whole in a record (as JSON text); larger ones are
 /// kept as their size and digest.
 pub(crate) const ARGUMENTS_IN_RECORD: usize = 16 * 1024;
+
+/// Largest argv kept whole in a record (bytes over all its arguments). A longer one keeps
+/// its first arguments up to that size and a last element saying what was left out; the
+/// record's `code_sha256` covers the whole argv. A refused 5 MB argv made a 5 MB line in
+/// the trail.
+pub(crate) const ARGV_IN_RECORD: usize = 16 * 1024;
+
+fn recorded_argv(argv: &[String]) -> Vec<String> {
+    let total: usize = argv.iter().map(String::len).sum();
+    if total <= ARGV_IN_RECORD {
+        return argv.to_vec();
+    }
+    let mut out = Vec::new();
+    let mut used = 0usize;
+    for a in argv {
+        if used + a.len() > ARGV_IN_RECORD {
+            let mut cut = ARGV_IN_RECORD - used;
+            while cut > 0 && !a.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            if let Some(head) = a.get(..cut).filter(|h| !h.is_empty()) {
+                out.push(head.to_string());
+            }
+            break;
+        }
+        used += a.len();
+        out.push(a.clone());
+    }
+    out.push(format!(
+        "[sandboxio: argv cut at {ARGV_IN_RECORD} of its {total} bytes; code_sha256 is of all of it]"
+    ));
+    out
+}
 
 fn recorded_arguments(v: &serde_json::Value) -> serde_json::Value {
     let text = serde_json::to_string(v).unwrap_or_default();
@@ -182,4 +215,23 @@ pub(crate) fn redact_json(
 ) -> serde_json::Value {
     let s = serde_json::to_string(&v).unwrap_or_default();
     serde_json::from_str(&redactor.redact_str(&s)).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_argv_is_kept_to_its_first_bytes_and_says_so() {
+        let short = vec!["echo".to_string(), "hi".to_string()];
+        assert_eq!(recorded_argv(&short), short);
+        let big = vec!["echo".to_string(), "é".repeat(5_000_000)];
+        let kept = recorded_argv(&big);
+        let bytes: usize = kept.iter().map(String::len).sum();
+        assert!(bytes < ARGV_IN_RECORD + 200, "{bytes}");
+        assert_eq!(kept.first().map(String::as_str), Some("echo"));
+        assert!(kept.last().is_some_and(|l| l.contains("argv cut at")));
+        let many: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+        assert!(recorded_argv(&many).len() < many.len());
+    }
 }
