@@ -476,7 +476,7 @@ fn sync_parent(path: &Path) -> Result<(), AuditError> {
 
 /// Whether the last checkpoint line of the trail's active file verifies with `key`.
 fn last_checkpoint_signed_by(trail: &Path, key: &VerifyingKey) -> Result<bool, AuditError> {
-    let bytes = match std::fs::read(trail) {
+    let bytes = match sandboxio_core::fileread::read_regular_whole(trail) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(AuditError::io(trail, e)),

@@ -44,6 +44,19 @@ pub struct SignedHead {
 }
 
 impl SignedHead {
+    /// The head of `trail` before its first record (unsigned): checking a trail against it
+    /// reads every record the trail holds.
+    pub fn genesis(trail: String) -> SignedHead {
+        SignedHead {
+            trail,
+            size: 0,
+            last_hash: hex::encode(GENESIS),
+            origin: String::new(),
+            key_id: String::new(),
+            signature: String::new(),
+        }
+    }
+
     pub fn body(&self) -> String {
         format!(
             "{HEAD_DOMAIN}\n{}\n{}\nlast {}\n",
@@ -165,14 +178,10 @@ pub fn check_head<P: AsRef<Path>>(paths: &[P], head: &SignedHead) -> HeadCheck {
     let target = head.size - 1;
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return HeadCheck::Unreadable {
-                    why: format!("`{}`: {e}", path.display()),
-                }
-            }
+        let bytes = match trail_file(path) {
+            Ok(Some(b)) => b,
+            Ok(None) => continue,
+            Err(why) => return HeadCheck::Unreadable { why },
         };
         let text = String::from_utf8_lossy(&bytes);
         let mut first_seq = None;
@@ -216,10 +225,8 @@ pub fn records_from<P: AsRef<Path>>(
     let mut out = Vec::new();
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("`{}`: {e}", path.display())),
+        let Some(bytes) = trail_file(path)? else {
+            continue;
         };
         let text = String::from_utf8_lossy(&bytes);
         let mut first_seq = None;
@@ -240,13 +247,20 @@ pub fn records_from<P: AsRef<Path>>(
     Ok(out.into_iter().map(|(_, e)| e).collect())
 }
 
+/// One file of a trail, read whole (a regular file only); `None` when it is not there.
+fn trail_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    match sandboxio_core::fileread::read_regular_whole(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("`{}`: {e}", path.display())),
+    }
+}
+
 fn trail_size_of<P: AsRef<Path>>(paths: &[P]) -> Result<u64, String> {
     for p in paths.iter().rev() {
         let path = p.as_ref();
-        let bytes = match sandboxio_core::fileread::read_regular_whole(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("`{}`: {e}", path.display())),
+        let Some(bytes) = trail_file(path)? else {
+            continue;
         };
         let text = String::from_utf8_lossy(&bytes);
         let last = text.lines().rev().find_map(|l| match parse_line(l) {

@@ -153,14 +153,7 @@ pub fn lost_work(
         .heads()?
         .into_iter()
         .find(|h| h.trail == id)
-        .unwrap_or_else(|| SignedHead {
-            trail: id,
-            size: 0,
-            last_hash: "0".repeat(64),
-            origin: String::new(),
-            key_id: String::new(),
-            signature: String::new(),
-        });
+        .unwrap_or_else(|| SignedHead::genesis(id));
     let retention = gateway_config(loaded, None)?.journal_retention;
     let since = sandboxio_gateway::store::not_before(chrono::Utc::now(), retention);
     Ok(sandboxio_gateway::store::lost_work(store, &head, since)?)

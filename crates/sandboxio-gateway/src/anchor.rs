@@ -38,10 +38,7 @@ impl Gateway {
                 // older database. Every record it holds is then checked against the store.
                 moved_on = true;
                 if current.size > 0 {
-                    let from_start = sandboxio_audit::SignedHead {
-                        size: 0,
-                        ..current.clone()
-                    };
+                    let from_start = sandboxio_audit::SignedHead::genesis(current.trail.clone());
                     let files =
                         sandboxio_audit::trail_files(Path::new(&current.trail)).unwrap_or_default();
                     self.check_no_lost_work(&from_start, files).await?;

@@ -216,6 +216,28 @@ fn damage_garbage(db: &Path) {
     }
 }
 
+/// After `state recover`: the spend is `before` again, and once resumed the key `key` is
+/// known (its run not repeated: exit 123) and a new run works.
+fn assert_restored(env: &Env, cfg: &Path, before: Money, key: &str) {
+    assert_eq!(spent(env), before, "the spend is back from the trail");
+    assert!(env
+        .cmd("resume", Some(cfg))
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let out = env
+        .run_cmd(Some(cfg), &["--idempotency-key", key], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(123),
+        "the key is known again, not run again: {out:?}"
+    );
+    run_ok(env, Some(cfg), &[], &["true"]);
+}
+
 fn lost_state_is_refused_until_recovered(tag: &str, damage: fn(&Path), code: &str) {
     let env = Env::new(tag, "process");
     let cfg = priced(&env);
@@ -287,23 +309,7 @@ fn lost_state_is_refused_until_recovered(tag: &str, damage: fn(&Path), code: &st
     assert_eq!(out.status.code(), Some(120), "{out:?}");
     assert!(stderr(&out).contains("kill switch"), "{}", stderr(&out));
     // Spend and keys came back from the trail.
-    assert_eq!(spent(&env), before, "spend restored from the trail");
-    assert!(env
-        .cmd("resume", Some(&cfg))
-        .output()
-        .unwrap()
-        .status
-        .success());
-    let out = env
-        .run_cmd(Some(&cfg), &["--idempotency-key", "job-1"], &["true"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(123),
-        "the key is known, not run again: {out:?}"
-    );
-    run_ok(&env, Some(&cfg), &[], &["true"]);
+    assert_restored(&env, &cfg, before, "job-1");
     // The recovery itself is in the trail, which still verifies against its head.
     let events =
         sandboxio_audit::read_events(&env.audit_files(&env.state().join("audit.jsonl"))).unwrap();
@@ -374,23 +380,7 @@ fn a_state_db_that_lost_committed_work_is_refused_until_recovered() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(spent(&env), before, "the lost spend is back from the trail");
-    assert!(env
-        .cmd("resume", Some(&cfg))
-        .output()
-        .unwrap()
-        .status
-        .success());
-    let out = env
-        .run_cmd(Some(&cfg), &["--idempotency-key", "job-2"], &["true"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(123),
-        "the lost key is known again: {out:?}"
-    );
-    run_ok(&env, Some(&cfg), &[], &["true"]);
+    assert_restored(&env, &cfg, before, "job-2");
     let v = verify(&env, &env.state().join("audit.jsonl"));
     assert_eq!(v.status.code(), Some(0), "{v:?}");
 }
