@@ -176,7 +176,7 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
             }
             .into_response();
         }
-        return next.run(req).await;
+        return coded(next.run(req).await).await;
     }
     // No session named: this may open one (an `initialize`), owned by this key.
     let place = match owners.open(&tenant) {
@@ -192,7 +192,7 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
         }
     };
     let lease = Arc::new(());
-    let res = OPENING.scope(lease.clone(), next.run(req)).await;
+    let res = coded(OPENING.scope(lease.clone(), next.run(req)).await).await;
     if let Some(id) = res
         .headers()
         .get(SESSION_HEADER)
@@ -202,6 +202,33 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
     }
     drop(place);
     res
+}
+
+/// The MCP transport's own refusals (a wrong `Accept` or `Content-Type`, a body that is not
+/// JSON-RPC, an unknown session) come as plain text: answer them as the server answers
+/// every refusal, a problem (`SBX_E1920`) with the transport's words as its detail and the
+/// same status.
+async fn coded(res: Response) -> Response {
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.contains("json") || ct.starts_with("text/event-stream"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return res;
+    }
+    let text = match axum::body::to_bytes(res.into_body(), 4096).await {
+        Ok(b) if !b.is_empty() => String::from_utf8_lossy(&b).trim().to_string(),
+        _ => status.canonical_reason().unwrap_or("refused").to_string(),
+    };
+    sandboxio_server::problem::Problem::new(
+        status,
+        "MCP transport refused the request",
+        "SBX_E1920",
+        text,
+    )
+    .into_response()
 }
 
 /// The caller the server authenticated for this request.

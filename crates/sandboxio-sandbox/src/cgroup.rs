@@ -771,13 +771,20 @@ pub fn open_self_join(dirs: &[PathBuf]) -> Result<Vec<(OwnedFd, PathBuf)>, Sandb
 /// A pooled helper that already sits in the v1 pids cgroup counts against `pids.max`:
 /// raise the limit by one so the payload keeps the number of processes it asked for.
 pub fn allow_for_helper(plan: &mut CgroupPlan, joined: &[PathBuf]) {
+    raise_pids(plan, |dir| joined.iter().any(|j| j == dir));
+}
+
+/// The sandbox's own process (the namespace tier's init) sits in every cgroup of the plan:
+/// raise each `pids.max` by one so the payload keeps the number of processes it asked for.
+/// The enforcement line keeps the caller's figure.
+pub fn allow_one_more(plan: &mut CgroupPlan) {
+    raise_pids(plan, |_| true);
+}
+
+fn raise_pids(plan: &mut CgroupPlan, occupied: impl Fn(&Path) -> bool) {
     for w in &mut plan.limits {
         let is_pids = w.path.file_name().and_then(|n| n.to_str()) == Some("pids.max");
-        let in_joined = w
-            .path
-            .parent()
-            .is_some_and(|d| joined.iter().any(|j| j == d));
-        if is_pids && in_joined {
+        if is_pids && w.path.parent().is_some_and(&occupied) {
             if let Ok(n) = w.value.parse::<u64>() {
                 w.value = n.saturating_add(1).to_string();
             }

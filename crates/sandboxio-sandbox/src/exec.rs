@@ -203,7 +203,7 @@ pub(crate) async fn run_prepared(
             let occupied = !joined.is_empty() || p.prebuilt;
             if let Some(pre) = &p.cgroup {
                 // Same id and layout, so the same directories; only the limits differ.
-                let want = plan::cgroup_plan(layout, &sandbox_id, req, true)
+                let want = plan::cgroup_plan(layout, &sandbox_id, req, tier, true)
                     .filter(|cg| cg.dirs == pre.dirs);
                 if let Some(mut cg) = want {
                     // The helper's own pid counts in the pids cgroup it already sits in.
@@ -267,7 +267,13 @@ pub(crate) async fn run_prepared(
             let ws = Workspace::create(&cfg.resolve_work_root(), req)?;
             guard.workspace = Some(ws.dir);
             workspace_paths = ws.paths;
-            cg_plan = plan::cgroup_plan(layout, &sandbox_id, req, cfg.cgroups != CgroupUsage::Off);
+            cg_plan = plan::cgroup_plan(
+                layout,
+                &sandbox_id,
+                req,
+                tier,
+                cfg.cgroups != CgroupUsage::Off,
+            );
         }
     }
     if cfg.cgroups == CgroupUsage::Required && cg_plan.is_none() {

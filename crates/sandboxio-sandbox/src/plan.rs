@@ -310,18 +310,25 @@ where
     })
 }
 
-/// Choose the cgroup plan for a run on `layout` (pure wrapper around [`cgroup::plan`]).
+/// Choose the cgroup plan for a run of `tier` on `layout` (pure wrapper around
+/// [`cgroup::plan`]). In the namespace tier the sandbox's own init (pid 1 inside) sits in
+/// the cgroups beside the payload, so `pids.max` is raised by one for it: `pids = N` is
+/// always N processes of the caller's program.
 pub fn cgroup_plan(
     layout: &CgroupLayout,
     sandbox_id: &str,
     req: &ExecRequest,
+    tier: IsolationTier,
     use_cgroups: bool,
 ) -> Option<CgroupPlan> {
-    if use_cgroups {
-        cgroup::plan(layout, sandbox_id, &req.limits)
-    } else {
-        None
+    if !use_cgroups {
+        return None;
     }
+    let mut p = cgroup::plan(layout, sandbox_id, &req.limits)?;
+    if tier == IsolationTier::Namespace {
+        cgroup::allow_one_more(&mut p);
+    }
+    Some(p)
 }
 
 /// Limits as the enforcement record lists them, for the rlimit part of a plan (pure).
@@ -493,11 +500,33 @@ mod tests {
 
         let mi = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
         let layout = parse_layout(mi, "4:memory:/\n");
-        let cg = cgroup_plan(&layout, "id", &req, true);
+        let cg = cgroup_plan(&layout, "id", &req, IsolationTier::Process, true);
         assert!(cg.is_some());
         let p = build("id", &req, TierRequest::Process, [], paths(), cg).unwrap();
         assert_eq!(p.rlimits.data, None);
-        assert!(cgroup_plan(&layout, "id", &req, false).is_none());
+        assert!(cgroup_plan(&layout, "id", &req, IsolationTier::Process, false).is_none());
+    }
+
+    #[test]
+    fn the_namespace_init_is_not_counted_against_the_callers_pids() {
+        let mut req = ExecRequest::new(["true"]);
+        req.limits = sandboxio_core::Limits::default();
+        req.limits.pids = 1;
+        let mi = "39 31 0:36 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n";
+        let layout = parse_layout(mi, "8:pids:/\n");
+        let pids_max = |tier| {
+            let cg = cgroup_plan(&layout, "id", &req, tier, true).unwrap();
+            let w = cg
+                .limits
+                .iter()
+                .find(|w| w.path.ends_with("pids.max"))
+                .unwrap();
+            (w.value.clone(), w.enforces.clone())
+        };
+        let (ns, enforced) = pids_max(IsolationTier::Namespace);
+        assert_eq!(ns, "2", "the init plus the caller's one process");
+        assert!(enforced.unwrap().starts_with("pids=1 "));
+        assert_eq!(pids_max(IsolationTier::Process).0, "1");
     }
 
     #[test]

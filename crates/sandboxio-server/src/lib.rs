@@ -18,6 +18,7 @@ pub mod contexts;
 pub mod dashboard;
 pub mod e2b;
 pub mod error;
+pub mod extract;
 pub mod launch;
 pub mod lifecycle;
 pub mod manifest;

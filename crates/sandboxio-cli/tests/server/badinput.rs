@@ -198,3 +198,67 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// A malformed query string or path parameter, and a request the MCP transport refuses, are
+/// answered as coded problems like every other refusal (they were axum's and rmcp's plain
+/// text), and a query value that is not UTF-8 is refused instead of read with U+FFFD in
+/// place of its bytes (which named another, existing file).
+#[test]
+fn malformed_urls_and_transport_refusals_are_coded_problems() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    // A file whose name is U+FFFD, which the lossy decoding of `%ff` used to name.
+    let replacement = format!("/v1/sandboxes/{id}/files?path=%EF%BF%BD");
+    assert_eq!(
+        s.put_bytes(&key, &replacement, b"other".to_vec()).status(),
+        200
+    );
+    let (st, p) = problem(s.get(&key, &format!("/v1/sandboxes/{id}/files?path=%ff")));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("`path`"), "{p}");
+
+    for q in [
+        "files",
+        "files?path=a&path=b",
+        "files?bogus=1",
+        "files?path=a%",
+    ] {
+        let (st, p) = problem(s.get(&key, &format!("/v1/sandboxes/{id}/{q}")));
+        if q.ends_with('%') {
+            // A stray `%` is kept as it is: the name `a%`, which does not exist.
+            assert_eq!(st, 404, "{q}: {p}");
+            continue;
+        }
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (422, "SBX_E1810"),
+            "{q}: {p}"
+        );
+    }
+    let (st, p) = problem(s.get(&key, "/v1/approvals?limit=abc"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+    let (st, p) = problem(s.post(&key, "/v1/sandboxes/%ff/exec", &json!({"argv": ["true"]})));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+
+    // The MCP transport's refusals: no `Accept` for both answers, then no JSON body.
+    let mcp = |accept: &str, ct: &str| {
+        s.client
+            .post(s.url("/mcp"))
+            .bearer_auth(&key)
+            .header("accept", accept)
+            .header("content-type", ct)
+            .body("x")
+            .send()
+            .unwrap()
+    };
+    let (st, p) = problem(mcp("text/plain", "application/json"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (406, "SBX_E1920"), "{p}");
+    let (st, p) = problem(mcp("application/json, text/event-stream", "text/plain"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (415, "SBX_E1920"), "{p}");
+
+    // Nothing was changed: the U+FFFD file still holds what was written.
+    let r = s.get(&key, &replacement);
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().unwrap().as_ref(), b"other");
+}

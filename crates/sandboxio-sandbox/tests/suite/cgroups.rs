@@ -152,3 +152,55 @@ fn remove_empties_what_is_left_and_removes_every_directory() {
     );
     assert!(held.dirs.iter().all(|d| !d.exists()), "{:?}", held.dirs);
 }
+
+/// `pids = N` is N processes of the caller's program in every tier: the namespace tier's
+/// own init (pid 1 inside, in the same cgroups) is not counted against it. With
+/// `pids = 1` a program that forks nothing runs; with `pids = 3` a shell starts exactly two
+/// background children and the third fork fails.
+#[tokio::test]
+async fn the_namespace_init_does_not_use_up_the_callers_pids() {
+    if !cgroups_usable() {
+        return;
+    }
+    let host = sandboxio_sandbox::probe();
+    if !host.user_namespaces.available {
+        eprintln!("SKIP: no user namespaces: {}", host.user_namespaces.detail);
+        return;
+    }
+    let ns = |req: sandboxio_core::ExecRequest| async move {
+        let res = sandboxio_sandbox::run(
+            &req,
+            sandboxio_core::IsolationTier::Namespace,
+            &super::cfg(CgroupUsage::Required),
+            None,
+        )
+        .await;
+        if let Ok(r) = &res {
+            super::assert_no_cgroup_left(&r.sandbox_id);
+        }
+        res
+    };
+    let mut one = sandboxio_core::ExecRequest::new(["/bin/true"]);
+    one.limits.pids = 1;
+    let res = ns(one).await.unwrap();
+    assert_eq!(res.exit, ExitStatus::Code(0), "{res:?}");
+    assert!(res
+        .enforcement
+        .limits
+        .iter()
+        .any(|l| l.starts_with("pids=1 (cgroup")));
+
+    // The shell is one process and each `sleep &` another: three fit in `pids = 3` and
+    // not in `pids = 2` (dash gives up at the failed fork).
+    let two_children = |pids| {
+        let mut r = sh("sleep 2 & sleep 2 & echo started");
+        r.limits.pids = pids;
+        r.limits.timeout = Duration::from_secs(20);
+        r
+    };
+    let res = ns(two_children(3)).await.unwrap();
+    assert_eq!(res.stdout_lossy().trim(), "started", "{res:?}");
+    let res = ns(two_children(2)).await.unwrap();
+    assert_eq!(res.stdout_lossy().trim(), "", "{res:?}");
+    assert!(res.stderr_lossy().contains("fork"), "{res:?}");
+}

@@ -3,7 +3,8 @@
 //! admin operations and records, the approver named in the record. The session extractor
 //! has already checked the CSRF token.
 
-use axum::extract::{Path, State};
+use crate::extract::Path;
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 

@@ -2,7 +2,7 @@
 //! headers every page and asset is answered with (a strict Content-Security-Policy: only
 //! this origin's scripts, styles and connections; no framing).
 
-use axum::extract::Path;
+use crate::extract::Path;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};

@@ -3,8 +3,10 @@
 //! through the chain with its record. Errors are a status with `{"code", "message"}`, as
 //! envd answers them.
 
+use crate::error::ServerError;
+use crate::extract::{Path, Query};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -62,10 +64,11 @@ pub async fn health(Sbx(r, _): Sbx<Envd>) -> Response {
 pub async fn download(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
-    Query(q): Query<FileQuery>,
+    q: Result<Query<FileQuery>, ServerError>,
 ) -> Response {
     let go = async {
         let r = r?;
+        let Query(q) = q?;
         check_user(&q)?;
         let rel = path_of(&q)?;
         let res = files::download(
@@ -128,11 +131,12 @@ pub async fn upload(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
-    Query(q): Query<FileQuery>,
+    q: Result<Query<FileQuery>, ServerError>,
     body: Body,
 ) -> Response {
     let go = async {
         let r = r?;
+        let Query(q) = q?;
         check_user(&q)?;
         if headers.get(header::CONTENT_ENCODING).is_some() {
             return Err(E2bError::Unsupported {

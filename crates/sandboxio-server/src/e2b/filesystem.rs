@@ -5,8 +5,9 @@
 //! `already_exists`), `Move` is in `rename.rs`. The watchers are not implemented: they
 //! answer `unimplemented` with the code.
 
+use crate::extract::{Path, Query};
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Value};

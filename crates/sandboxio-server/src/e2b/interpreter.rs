@@ -10,8 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::extract::Path;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -13,8 +13,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::extract::{Path, Query};
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -455,10 +456,11 @@ pub async fn list(
     Extension(e2b): Extension<Arc<E2b>>,
     Ctx(ctx): Ctx,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, ServerError>,
 ) -> Response {
     let go = async {
         let caller = api_caller(&st, &headers, ctx).await?;
+        let Query(q) = q?;
         e2b.registry
             .prune(|e| st.sessions.get(&e.tenant, &e.sandbox_id).is_some());
         let want = metadata_filter(&q);

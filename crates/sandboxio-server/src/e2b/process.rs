@@ -617,7 +617,7 @@ pub async fn connect_to(State(st): State<AppState>, Sbx(r, _): Sbx<Envd>, body: 
 pub async fn unary(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
-    axum::extract::Path(method): axum::extract::Path<String>,
+    crate::extract::Path(method): crate::extract::Path<String>,
     body: Bytes,
 ) -> Response {
     match unary_inner(&st, r, &method, &body).await {

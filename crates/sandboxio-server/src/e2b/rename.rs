@@ -6,8 +6,9 @@
 //! was; a refused delete leaves the copy, and the answer is that refusal. Files only: a
 //! directory is refused (`SBX_E2503`), as it would be one operation per file inside it.
 
+use crate::extract::{Path, Query};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use serde_json::{json, Value};
 

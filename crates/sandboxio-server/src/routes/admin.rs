@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use crate::extract::Query;
+use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use sandboxio_core::{HumanDuration, Money};

@@ -1,6 +1,7 @@
 //! Commands and code in a sandbox, each one operation through the gateway's chain.
 
-use axum::extract::{Path, State};
+use crate::extract::Path;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use sandboxio_core::OperationArgs;

@@ -5,8 +5,9 @@
 //! the gateway opened (never held whole, whatever its size); `mkdir` is a `file_write` of
 //! the directory's path with a trailing `/`.
 
+use crate::extract::{Path, Query};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Path};
+use crate::extract::Path;
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use sandboxio_gateway::credential::Scope;
 

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use crate::extract::{Path, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use sandboxio_core::Verdict;

@@ -1,6 +1,7 @@
 //! Sandboxes as sessions: create, list, get, extend, delete; capability tokens for one.
 
-use axum::extract::{Path, State};
+use crate::extract::Path;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;

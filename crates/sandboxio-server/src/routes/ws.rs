@@ -10,8 +10,9 @@
 //! request records `stdin_stream: true`: an approval or an idempotency key covers "some
 //! streamed input", never particular bytes.
 
+use crate::extract::Path;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use sandboxio_core::OperationArgs;
 use sandboxio_gateway::credential::Scope;
