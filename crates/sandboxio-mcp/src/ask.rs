@@ -6,7 +6,8 @@
 //! `approve` scope (the session is bound to that key), over stdio the operator must have
 //! set `[mcp] elicitation_approvals = true` (a client a person operates). Otherwise the
 //! agent asking would approve itself: nothing is offered, and the approval stays pending for
-//! `sandboxio approvals approve ID` or the HTTP API (the id is in the call's answer). When
+//! `sandboxio approvals approve ID` or the HTTP API (the id is in the call's answer, and,
+//! when the client asked for progress, in a progress notification sent at once). When
 //! the client cancels the call the pending approval is denied, so the wait ends at once.
 
 use std::sync::Arc;
@@ -52,6 +53,16 @@ pub fn prompt(a: &Approval) -> String {
     )
 }
 
+/// What a call waiting for a person says on its progress token: the approval's id and
+/// how to answer it.
+pub fn waiting(a: &Approval) -> String {
+    format!(
+        "waiting for approval `{id}` ({reason}): approve with `sandboxio approvals approve {id}` or POST /v1/approvals/{id}/approve, deny with `sandboxio approvals deny {id}`",
+        id = a.id,
+        reason = a.reason,
+    )
+}
+
 /// What answering an ask over MCP needs: the client's peer, the call's cancellation, the
 /// gateway that records the decision.
 pub struct Asker {
@@ -64,6 +75,9 @@ pub struct Asker {
     /// Who an answer through elicitation is recorded as; none: this client may not
     /// approve, and is not asked.
     approver: Option<String>,
+    /// The call's progress token, if the client sent one: an ask nobody in the client
+    /// answers is announced on it, with the approval's id and how to answer it.
+    progress: Option<rmcp::model::ProgressToken>,
 }
 
 impl crate::handler::SandboxioMcp {
@@ -92,6 +106,7 @@ impl crate::handler::SandboxioMcp {
             gw: self.opts.gateway.clone(),
             timeout: self.opts.approval_timeout,
             approver,
+            progress: cx.meta.get_progress_token(),
         }
     }
 }
@@ -144,6 +159,7 @@ impl Asker {
             gw,
             timeout,
             approver,
+            progress,
         } = self;
         tokio::spawn(async move {
             let elicit = approver.is_some()
@@ -181,6 +197,11 @@ impl Asker {
             };
             let answer = async {
                 if !elicit {
+                    if let Some(token) = progress {
+                        let note = rmcp::model::ProgressNotificationParam::new(token, 0.0)
+                            .with_message(waiting(&a));
+                        let _ = peer.notify_progress(note).await;
+                    }
                     return None;
                 }
                 match peer

@@ -243,10 +243,18 @@ pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Option<Caller> {
 pub fn routes(mut opts: McpOptions, state: AppState) -> OpenApiRouter<AppState> {
     let front = Front::Http(state.clone());
     // MCP sandboxes count against the tenant's quota together with the HTTP API's.
-    let sessions = state.sessions.clone();
-    opts.quota = Some(Arc::new(crate::sessions::Quota::new(move |tenant| {
-        (sessions.max_for(tenant), sessions.list(tenant).len())
-    })));
+    // (And the other way round: the HTTP API's creates count the MCP sessions' sandboxes.)
+    let sessions = Arc::downgrade(&state.sessions);
+    let quota = Arc::new(crate::sessions::Quota::new(move |tenant| {
+        sessions
+            .upgrade()
+            .map_or((0, 0), |s| (s.max_for(tenant), s.list(tenant).len()))
+    }));
+    let held = Arc::downgrade(&quota);
+    state.sessions.count_elsewhere(Box::new(move |tenant| {
+        held.upgrade().map_or(0, |q| q.held(tenant))
+    }));
+    opts.quota = Some(quota);
     // Every request carries a bearer credential, which a page that rebinds a name to this
     // address cannot supply: the `Host` allowlist (a defence for unauthenticated local
     // servers) would only refuse legitimate names of this host.

@@ -296,7 +296,13 @@ pub struct Sessions {
     /// Tenants with a sandbox quota of their own.
     tenant_max: BTreeMap<String, usize>,
     manifests: Option<Arc<Manifests>>,
+    /// Sandboxes a tenant holds through the server's other front ends (MCP sessions),
+    /// which count against the same quota.
+    elsewhere: std::sync::OnceLock<Box<Elsewhere>>,
 }
+
+/// How many sandboxes a tenant holds outside this map.
+pub type Elsewhere = dyn Fn(&str) -> usize + Send + Sync;
 
 /// What a restart found: sandboxes restored, and those reported lost.
 #[derive(Default)]
@@ -317,7 +323,20 @@ impl Sessions {
             max_per_tenant,
             tenant_max: BTreeMap::new(),
             manifests: None,
+            elsewhere: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Counts the sandboxes each tenant holds through another front end (MCP) against its
+    /// quota too. Set once, by the front end when it is mounted; a second call is ignored.
+    pub fn count_elsewhere(&self, count: Box<Elsewhere>) {
+        let _ = self.elsewhere.set(count);
+    }
+
+    /// Sandboxes `tenant` holds in this map and elsewhere.
+    fn held(&self, map: &HashMap<String, Arc<Session>>, tenant: &str) -> usize {
+        let here = map.values().filter(|x| x.tenant == tenant).count();
+        here + self.elsewhere.get().map_or(0, |f| f(tenant))
     }
 
     /// Sandbox quotas of particular tenants (the others have `max_per_tenant`).
@@ -379,7 +398,7 @@ impl Sessions {
             action: "creating a sandbox",
         })?;
         let max = self.max_for(tenant);
-        if map.values().filter(|x| x.tenant == tenant).count() >= max {
+        if self.held(&map, tenant) >= max {
             drop(map);
             // Another create took the last place meanwhile: undo this one.
             let me = self.clone();
@@ -399,7 +418,7 @@ impl Sessions {
             action: "creating a sandbox",
         })?;
         let max = self.max_for(tenant);
-        if map.values().filter(|s| s.tenant == tenant).count() >= max {
+        if self.held(&map, tenant) >= max {
             return Err(ServerError::Quota {
                 tenant: tenant.to_string(),
                 limit: max,

@@ -164,13 +164,26 @@ async fn mcp_sandboxes_count_against_the_tenants_quota_across_sessions() {
         assert_eq!(r.is_error, Some(true), "{r:?}");
         assert_eq!(structured(&r)["code"], "SBX_E1811", "{r:?}");
     }
+    // The HTTP API's creates count the MCP sessions' sandboxes too.
+    let http_create = |token: &str| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/sandboxes", server.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    let r = http_create(&key).await.unwrap();
+    assert_eq!(r.status(), 429, "{:?}", r.text().await);
+    let p: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(p["code"], "SBX_E1811", "{p}");
     // Another tenant has a quota of its own.
     let c = env
         .connect_http(&server, &other, TestClient::new(User::Absent))
         .await;
     let r = c.call_tool(create()).await.unwrap();
     assert_eq!(r.is_error, Some(false), "{r:?}");
-    // A place given back is taken again.
+    // A place given back.
     let id = structured(&first)["sandbox_id"]
         .as_str()
         .unwrap()
@@ -180,8 +193,11 @@ async fn mcp_sandboxes_count_against_the_tenants_quota_across_sessions() {
         .await
         .unwrap();
     assert_eq!(r.is_error, Some(false), "{r:?}");
+    // The place given back is taken over HTTP; then MCP is refused again.
+    let r = http_create(&key).await.unwrap();
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
     let r = b.call_tool(create()).await.unwrap();
-    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(structured(&r)["code"], "SBX_E1811", "{r:?}");
     for s in [a, b, c] {
         s.cancel().await.unwrap();
     }

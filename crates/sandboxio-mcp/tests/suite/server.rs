@@ -241,6 +241,65 @@ async fn an_ask_waits_for_a_person_and_runs_once_approved() {
     client.cancel().await.unwrap();
 }
 
+/// A client that offers no elicitation but asked for progress is told at once which
+/// approval its call waits for and how to answer it: the person here learns the id from
+/// that notification alone, and the call then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_ask_names_its_approval_on_the_progress_token() {
+    let env = Env::new(WAIT);
+    let c = TestClient::new(User::Absent);
+    let progress = c.progress.clone();
+    let client = env.connect(c).await;
+    let gw = env.runtime.gateway().clone();
+    let person = tokio::spawn(async move {
+        for _ in 0..600 {
+            let said: Vec<String> = progress
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p.message.clone())
+                .collect();
+            let id = said.iter().find_map(|m| {
+                let rest = m.strip_prefix("waiting for approval `")?;
+                rest.split('`').next().map(str::to_string)
+            });
+            if let Some(id) = id {
+                assert!(
+                    said[0].contains(&format!("sandboxio approvals approve {id}")),
+                    "{said:?}"
+                );
+                gw.admin(
+                    "acme",
+                    "a person",
+                    sandboxio_core::AdminAction::Approve {
+                        approval_id: id.clone(),
+                        reason: None,
+                    },
+                )
+                .await
+                .unwrap();
+                return id;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no progress notification named the approval");
+    });
+    let mut params = call(
+        "exec",
+        serde_json::json!({"argv": ["touch", "made"], "rationale": "test"}),
+    );
+    params.set_progress_token(ProgressToken(NumberOrString::Number(9)));
+    let r = client.call_tool(params).await.unwrap();
+    let approval = person.await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let op = structured(&r)["operation_id"].as_str().unwrap().to_string();
+    let events = env.events();
+    let recs = records_of(&events, &op);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0]["approval_id"], approval.as_str());
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_is_answered_through_elicitation_when_the_operator_enabled_it() {
     let env = Env::with(WAIT, ELICIT, "");
