@@ -398,3 +398,81 @@ fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_re
         .count();
     assert_eq!(ran, 1, "no second run under the key");
 }
+
+/// SIGKILL between an operator action's change and its record (strace kills `sandboxio
+/// kill`, then `sandboxio resume`, at the store's commit sync: the transaction is in the
+/// WAL, the trail untouched). The switch is engaged (then released) as the operator asked,
+/// and the next start records each action from the intent its change was committed with:
+/// once, as done, never `interrupted`. The switch was engaged with no record at all.
+#[test]
+fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let env = Env::new("adminkill", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let trail = state.join("audit.jsonl");
+    let records_of = |tool: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&trail)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == "admin" && v["tool_name"] == tool)
+            .collect()
+    };
+    for (sub, extra, engaged) in [
+        ("kill", &["--reason", "runaway"][..], true),
+        ("resume", &[][..], false),
+    ] {
+        let c = {
+            let mut c = cmd_at(&env, &state, sub);
+            c.args(extra);
+            c
+        };
+        // The store syncs its commits with fsync (the trail with fdatasync): the first
+        // fsync of the command is its change's commit.
+        let out = Command::new("strace")
+            .args(["-f", "-o", "/dev/null", "-e", "trace=fsync"])
+            .args(["-e", "inject=fsync:signal=KILL:when=1"])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .env_remove("SBX_STATE_DIR")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{sub} was not killed: {}", text(&out));
+        assert!(records_of(sub).is_empty(), "{sub} was recorded before the kill");
+        assert_eq!(
+            env.store().kill_state().unwrap().is_some(),
+            engaged,
+            "{sub} took effect with its commit"
+        );
+        assert_eq!(env.live_counts().open_intents, 1, "{sub}: its intent is open");
+        // The next start records it (a run: refused while the switch is engaged).
+        let next = run_at(&env, &state, &[], &["true"]);
+        assert_eq!(next.status.success(), !engaged, "{}", text(&next));
+        let recs = records_of(sub);
+        assert_eq!(recs.len(), 1, "{sub}: one record: {recs:?}");
+        assert_eq!(recs[0]["status"], "ok", "{recs:?}");
+        assert_eq!(recs[0]["agent_id"], "cli:operator", "{recs:?}");
+        let reason = recs[0]["reason"].as_str().unwrap();
+        assert!(reason.contains("recorded at recovery"), "{reason}");
+        if engaged {
+            assert!(reason.contains("runaway"), "{reason}");
+        }
+        assert_eq!(env.live_counts().open_intents, 0, "{sub}: settled");
+        // A start after that records nothing more.
+        let _ = run_at(&env, &state, &[], &["true"]);
+        assert_eq!(records_of(sub).len(), 1);
+    }
+    let v = Command::new(BIN)
+        .args(["audit", "verify"])
+        .arg(&trail)
+        .arg("--key")
+        .arg(state.join("audit.pub"))
+        .output()
+        .unwrap();
+    ok(v, "the trail verifies");
+}

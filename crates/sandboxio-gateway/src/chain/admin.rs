@@ -15,7 +15,7 @@ use super::{Gateway, Outcome, Submission};
 use crate::credential::{self, Minted, Scopes};
 use crate::error::GatewayError;
 use crate::policy::PolicyEngine;
-use crate::store::{Approval, ApprovalState};
+use crate::store::{AdminChange, AdminChanged, Approval, ApprovalState};
 
 impl Gateway {
     /// Runs an operator action through the chain, as `actor` for `tenant`.
@@ -168,6 +168,8 @@ impl Gateway {
         action: &AdminAction,
         op: &Operation,
         rec: &mut OperationRecord,
+        id: &str,
+        ctx: &mut super::stop::RunCtx,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
         let actor = op
             .principal
@@ -175,34 +177,40 @@ impl Gateway {
             .clone()
             .unwrap_or_else(|| "unknown".into());
         let now = Utc::now();
-        let done = |rec: &mut OperationRecord, what: String| {
-            rec.verdict = Verdict::Allow;
-            rec.layer = Layer::Sandbox;
-            rec.status = OperationStatus::Ok;
-            rec.reason = what;
-        };
         let fail = |e: GatewayError| {
             let mut s = Stop::deny(Layer::Sandbox, e.to_string()).code(e.code());
             s.status = OperationStatus::Error;
             s
         };
-        match action {
-            AdminAction::Kill { reason } => {
-                let (why, by) = (reason.clone(), actor.clone());
-                self.on_store("engaging the kill switch", move |s, _| {
-                    s.set_kill(&why, &by, now)
-                })
-                .await
-                .map_err(fail)?;
-                self.cancel_all(&format!("kill switch: {reason}"));
-                done(rec, format!("kill switch engaged by {actor}: {reason}"));
-            }
-            AdminAction::Resume => {
-                self.on_store("releasing the kill switch", |s, _| s.clear_kill())
-                    .await
-                    .map_err(fail)?;
-                done(rec, format!("kill switch released by {actor}"));
-            }
+        // A change in the store is made in one transaction with the action's intent: a death
+        // before the record leaves the intent, and recovery records the action from it.
+        let intent = sandboxio_core::request_view(op).to_string();
+        let journal = crate::store::JournalEntry {
+            operation_id: id.to_string(),
+            intent: match &ctx.redactor {
+                Some(r) => r.redact_str(&intent).into_owned(),
+                None => intent,
+            },
+            started_at: now,
+            owner: self.owner.clone(),
+            idempotent: op.idempotent,
+            idem: None,
+        };
+        let change = |what: &'static str, owned: Owned| {
+            let journal = journal.clone();
+            self.on_store(what, move |s, _| {
+                s.admin_change(&journal, &owned.change(now))
+            })
+        };
+        let changed = match action {
+            AdminAction::Kill { reason } => Some(
+                change(
+                    "engaging the kill switch",
+                    Owned::Kill(reason.clone(), actor.clone()),
+                )
+                .await,
+            ),
+            AdminAction::Resume => Some(change("releasing the kill switch", Owned::Resume).await),
             AdminAction::Approve {
                 approval_id,
                 reason,
@@ -211,28 +219,20 @@ impl Gateway {
                 approval_id,
                 reason,
             } => {
-                let approve = matches!(action, AdminAction::Approve { .. });
                 rec.approval_id = Some(approval_id.clone());
                 rec.approver = Some(actor.clone());
-                let (aid, by, why) = (approval_id.clone(), actor.clone(), reason.clone());
-                let a = self
-                    .on_store("deciding an approval", move |s, _| {
-                        s.decide_approval(&aid, approve, &by, why.as_deref(), now)
-                    })
-                    .await
-                    .map_err(fail)?;
-                // An approval is the tenant's: the record names the tenant it belonged to.
-                rec.tenant_id = Some(a.tenant.clone());
-                done(
-                    rec,
-                    format!(
-                        "approval `{approval_id}` {} by {actor}",
-                        if approve { "approved" } else { "denied" }
-                    ),
-                );
-            }
-            AdminAction::PolicyReload { digest } => {
-                done(rec, format!("policy reloaded by {actor} (digest {digest})"));
+                Some(
+                    change(
+                        "deciding an approval",
+                        Owned::Decide {
+                            approval_id: approval_id.clone(),
+                            approve: matches!(action, AdminAction::Approve { .. }),
+                            by: actor.clone(),
+                            reason: reason.clone(),
+                        },
+                    )
+                    .await,
+                )
             }
             AdminAction::BudgetReopen { scope } => {
                 let key: sandboxio_budget::ScopeKey = scope.parse().map_err(|e| {
@@ -240,61 +240,148 @@ impl Gateway {
                         why: format!("{e}"),
                     })
                 })?;
-                let reopened = self
-                    .on_store("reopening a budget scope", move |s, _| {
-                        s.reopen_scope(&key, now)
-                    })
-                    .await
-                    .map_err(fail)?;
-                if !reopened {
-                    return Err(fail(GatewayError::Config {
-                        why: format!("budget scope `{scope}` is not closed"),
-                    }));
-                }
-                done(rec, format!("budget scope `{scope}` reopened by {actor}"));
-            }
-            AdminAction::KeyCreate { key_id, tenant, .. } => {
-                // Created by `create_key` just before; this is its record.
-                rec.tenant_id = Some(tenant.clone());
-                done(rec, format!("API key `{key_id}` created by {actor}"));
+                Some(change("reopening a budget scope", Owned::Reopen(key)).await)
             }
             AdminAction::KeyRevoke { key_id } => {
-                let id = key_id.clone();
-                let found = self
-                    .on_store("revoking an API key", move |s, _| {
-                        let c = s.credential(&id)?;
-                        let revoked = s.revoke_credential(&id, now)?;
-                        Ok(c.filter(|_| revoked))
-                    })
-                    .await
-                    .map_err(fail)?;
+                Some(change("revoking an API key", Owned::Revoke(key_id.clone())).await)
+            }
+            _ => None,
+        };
+        let changed = changed.transpose().map_err(fail)?;
+        // The intent was written with the change: the record closes it.
+        ctx.admitted = changed.as_ref().is_some_and(AdminChanged::changed);
+        match (action, changed) {
+            (AdminAction::Kill { reason }, _) => {
+                self.cancel_all(&format!("kill switch: {reason}"));
+            }
+            (
+                AdminAction::Approve { .. } | AdminAction::Deny { .. },
+                Some(AdminChanged::Decided(a)),
+            ) => {
+                // An approval is the tenant's: the record names the tenant it belonged to.
+                rec.tenant_id = Some(a.tenant.clone());
+            }
+            (AdminAction::BudgetReopen { scope }, Some(AdminChanged::Reopened(false))) => {
+                return Err(fail(GatewayError::Config {
+                    why: format!("budget scope `{scope}` is not closed"),
+                }));
+            }
+            (AdminAction::BudgetReopen { .. }, Some(AdminChanged::Reopened(true))) => {}
+            (AdminAction::KeyRevoke { key_id }, Some(AdminChanged::Revoked(found))) => {
                 let Some(c) = found else {
                     return Err(fail(GatewayError::KeyNotFound { id: key_id.clone() }));
                 };
                 rec.tenant_id = Some(c.tenant);
-                done(rec, format!("API key `{key_id}` revoked by {actor}"));
             }
-            AdminAction::SecretSet { name, hosts } => {
-                // Sealed by `set_secret` just before; this is its record.
-                done(
-                    rec,
-                    format!(
-                        "secret `{name}` set by {actor}, bound to {}",
-                        hosts.join(", ")
-                    ),
-                );
+            (
+                AdminAction::Approve { .. }
+                | AdminAction::Deny { .. }
+                | AdminAction::BudgetReopen { .. }
+                | AdminAction::KeyRevoke { .. },
+                _,
+            ) => {
+                return Err(fail(GatewayError::Config {
+                    why: "the store answered an operator action with another's result".into(),
+                }))
             }
-            AdminAction::SecretRemove { name } => {
-                done(rec, format!("secret `{name}` removed by {actor}"));
-            }
-            AdminAction::KeyRotate { key_id } => {
-                done(
-                    rec,
-                    format!("audit key rotated by {actor} (new key {key_id})"),
-                );
-            }
+            // Resume, and the actions whose effect is outside the store (made by the caller
+            // just before: a key created, a secret sealed, a policy or key swapped): their
+            // record only.
+            (AdminAction::KeyCreate { tenant, .. }, _) => rec.tenant_id = Some(tenant.clone()),
+            _ => {}
         }
+        rec.verdict = Verdict::Allow;
+        rec.layer = Layer::Sandbox;
+        rec.status = OperationStatus::Ok;
+        rec.reason = reason(action, &actor);
         Ok((None, Some(serde_json::to_value(action).unwrap_or_default())))
+    }
+}
+
+/// An operator action's change, owned (it crosses to the store's thread).
+enum Owned {
+    Kill(String, String),
+    Resume,
+    Decide {
+        approval_id: String,
+        approve: bool,
+        by: String,
+        reason: Option<String>,
+    },
+    Reopen(sandboxio_budget::ScopeKey),
+    Revoke(String),
+}
+
+impl Owned {
+    fn change(&self, now: chrono::DateTime<Utc>) -> AdminChange<'_> {
+        match self {
+            Owned::Kill(reason, by) => AdminChange::Kill { reason, by, now },
+            Owned::Resume => AdminChange::Resume,
+            Owned::Decide {
+                approval_id,
+                approve,
+                by,
+                reason,
+            } => AdminChange::Decide {
+                approval_id,
+                approve: *approve,
+                by,
+                reason: reason.as_deref(),
+                now,
+            },
+            Owned::Reopen(scope) => AdminChange::Reopen { scope, now },
+            Owned::Revoke(key_id) => AdminChange::Revoke { key_id, now },
+        }
+    }
+}
+
+/// The record of an operator action whose process died after its change and before its
+/// record: its intent was written in the change's transaction, so it took effect.
+pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) {
+    let OperationArgs::Admin { action } = &op.args else {
+        return;
+    };
+    let actor = op.principal.agent.as_deref().unwrap_or("unknown");
+    if let AdminAction::Approve { approval_id, .. } | AdminAction::Deny { approval_id, .. } = action
+    {
+        rec.approval_id = Some(approval_id.clone());
+        rec.approver = Some(actor.to_string());
+    }
+    rec.status = OperationStatus::Ok;
+    rec.layer = Layer::Sandbox;
+    rec.reason = format!(
+        "{} (recorded at recovery: the process stopped after the change and before its record)",
+        reason(action, actor)
+    );
+}
+
+/// What an operator action did, in words (its record's reason).
+fn reason(action: &AdminAction, actor: &str) -> String {
+    match action {
+        AdminAction::Kill { reason } => format!("kill switch engaged by {actor}: {reason}"),
+        AdminAction::Resume => format!("kill switch released by {actor}"),
+        AdminAction::Approve { approval_id, .. } => {
+            format!("approval `{approval_id}` approved by {actor}")
+        }
+        AdminAction::Deny { approval_id, .. } => {
+            format!("approval `{approval_id}` denied by {actor}")
+        }
+        AdminAction::PolicyReload { digest } => {
+            format!("policy reloaded by {actor} (digest {digest})")
+        }
+        AdminAction::BudgetReopen { scope } => {
+            format!("budget scope `{scope}` reopened by {actor}")
+        }
+        AdminAction::KeyCreate { key_id, .. } => format!("API key `{key_id}` created by {actor}"),
+        AdminAction::KeyRevoke { key_id } => format!("API key `{key_id}` revoked by {actor}"),
+        AdminAction::SecretSet { name, hosts } => format!(
+            "secret `{name}` set by {actor}, bound to {}",
+            hosts.join(", ")
+        ),
+        AdminAction::SecretRemove { name } => format!("secret `{name}` removed by {actor}"),
+        AdminAction::KeyRotate { key_id } => {
+            format!("audit key rotated by {actor} (new key {key_id})")
+        }
     }
 }
 

@@ -305,14 +305,19 @@ impl Gateway {
             return Ok(from_records);
         }
         for e in &dead {
-            let mut rec = match serde_json::from_str::<Operation>(&e.intent) {
-                Ok(op) => base_record(&e.operation_id, &op),
-                Err(_) => OperationRecord::new(e.operation_id.clone(), "unknown"),
+            let op = serde_json::from_str::<Operation>(&e.intent).ok();
+            let mut rec = match &op {
+                Some(op) => base_record(&e.operation_id, op),
+                None => OperationRecord::new(e.operation_id.clone(), "unknown"),
             };
             rec.status = OperationStatus::Interrupted;
             rec.verdict = Verdict::Allow;
             rec.layer = Layer::Journal;
             rec.reason = "interrupted: the process running this operation stopped before recording its outcome".into();
+            if let Some(op) = &op {
+                // An operator action's intent was written with its change: it took effect.
+                admin::recovered(op, &mut rec);
+            }
             // Recovery records are best effort in warn mode and required in fail mode
             // (then nothing is settled, and the next start tries again).
             self.auditor
@@ -572,7 +577,7 @@ impl Gateway {
         // Operator actions: authorised by the front end that took them, run here so that
         // each leaves its record; they are not subject to the kill switch, policy or budget.
         if let OperationArgs::Admin { action } = &op.args {
-            return self.admin_action(action, op, rec).await;
+            return self.admin_action(action, op, rec, id, ctx).await;
         }
         // The kill switch comes before every other layer. For an operation the policy
         // allows or asks about, it is read inside the admission transaction (first, before

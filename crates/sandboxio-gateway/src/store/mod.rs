@@ -11,6 +11,7 @@
 //! trail head. Budget arithmetic is the budget crate's: the store loads the scopes a
 //! request touches, lets `BudgetState` decide, and writes back what changed.
 
+mod admin_change;
 mod anchors;
 mod change;
 pub(crate) mod guard;
@@ -22,6 +23,7 @@ mod rebuild;
 mod sqlite;
 mod values;
 
+pub use admin_change::{AdminChange, AdminChanged};
 pub use anchors::{read_trail_anchors, AnchorSource, KeptBreak, KeptHead, TrailAnchors};
 pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
@@ -227,6 +229,13 @@ pub trait Store: Send + Sync {
     /// denial by [`KILL_SWITCH_APPROVER`], in one transaction.
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()>;
     fn clear_kill(&self) -> StoreResult<()>;
+    /// An operator action's change and its journal intent, in one transaction (see
+    /// [`AdminChange`]); the intent is written only when the change changed something.
+    fn admin_change(
+        &self,
+        journal: &JournalEntry,
+        change: &AdminChange<'_>,
+    ) -> StoreResult<AdminChanged>;
 
     /// Everything before the side effect, in one transaction (see [`Admission`]).
     fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted>;

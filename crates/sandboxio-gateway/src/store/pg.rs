@@ -294,6 +294,17 @@ impl Store for PgStore {
         })
     }
 
+    fn admin_change(
+        &self,
+        journal: &JournalEntry,
+        change: &AdminChange<'_>,
+    ) -> StoreResult<AdminChanged> {
+        let replica = &self.replica.id;
+        self.tx("recording an operator action's change", |tx| {
+            ops::admin_change(tx, journal, change, replica)
+        })
+    }
+
     fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted> {
         self.check_lease()?;
         let replica = &self.replica.id;

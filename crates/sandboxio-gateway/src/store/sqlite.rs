@@ -586,23 +586,46 @@ impl Store for SqliteStore {
     }
 
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()> {
-        self.with_tx("setting the kill switch", |tx| {
-            tx.prepare_cached("INSERT INTO kill_switch (id, reason, by_whom, at_ms) VALUES (1, ?1, ?2, ?3)
-                 ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, by_whom = excluded.by_whom, at_ms = excluded.at_ms").and_then(|mut stmt| stmt.execute(params![reason, by, ms(now)]))
-            .map_err(db("setting the kill switch"))?;
-            // Pending asks end now, as denials by the kill switch: nothing waits to run.
-            tx.prepare_cached("UPDATE approvals SET state = 'denied', decided_by = ?1, decided_ms = ?2, decision_reason = ?3 WHERE state IN ('pending', 'approved')").and_then(|mut stmt| stmt.execute(params![KILL_SWITCH_APPROVER, ms(now), reason]))
-            .map_err(db("ending pending approvals"))?;
-            Ok(())
-        })
+        self.with_tx("setting the kill switch", |tx| kill_in(tx, reason, by, now))
     }
 
     fn clear_kill(&self) -> StoreResult<()> {
-        self.with_tx("clearing the kill switch", |tx| {
-            tx.prepare_cached("DELETE FROM kill_switch")
-                .and_then(|mut stmt| stmt.execute([]))
-                .map_err(db("clearing the kill switch"))?;
-            Ok(())
+        self.with_tx("clearing the kill switch", clear_kill_in)
+    }
+
+    fn admin_change(
+        &self,
+        journal: &JournalEntry,
+        change: &AdminChange<'_>,
+    ) -> StoreResult<AdminChanged> {
+        self.with_tx("recording an operator action's change", |tx| {
+            let done = match change {
+                AdminChange::Kill { reason, by, now } => {
+                    kill_in(tx, reason, by, *now).map(|()| AdminChanged::Done)?
+                }
+                AdminChange::Resume => clear_kill_in(tx).map(|()| AdminChanged::Done)?,
+                AdminChange::Decide {
+                    approval_id,
+                    approve,
+                    by,
+                    reason,
+                    now,
+                } => {
+                    AdminChanged::Decided(decide_in(tx, approval_id, *approve, by, *reason, *now)?)
+                }
+                AdminChange::Reopen { scope, now } => {
+                    AdminChanged::Reopened(reopen_in(tx, scope, *now)?)
+                }
+                AdminChange::Revoke { key_id, now } => {
+                    let before = credentials::get(tx, key_id)?;
+                    let revoked = credentials::revoke(tx, key_id, ms(*now))?;
+                    AdminChanged::Revoked(before.filter(|_| revoked))
+                }
+            };
+            if done.changed() {
+                journal_in(tx, journal)?;
+            }
+            Ok(done)
         })
     }
 
@@ -628,8 +651,7 @@ impl Store for SqliteStore {
             }
         }
         let j = &a.journal;
-        tx.prepare_cached("INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)").and_then(|mut stmt| stmt.execute(params![j.operation_id, j.intent, ms(j.started_at), j.owner, j.idempotent as i64, j.idem.as_ref().map(|i| &i.0), j.idem.as_ref().map(|i| &i.1)]))
-        .map_err(db("journaling an intent"))?;
+        journal_in(&tx, j)?;
         let mut st = Self::load_budget(&tx, &a.reserve.scopes_in(a.budget), None)?;
         let reservation = match st.reserve(a.budget, &a.reserve) {
             Ok(r) => r,
@@ -720,14 +742,7 @@ impl Store for SqliteStore {
     }
 
     fn reopen_scope(&self, scope: &ScopeKey, now: DateTime<Utc>) -> StoreResult<bool> {
-        self.with_tx("reopening a budget scope", |tx| {
-            let mut st = Self::load_budget(tx, std::slice::from_ref(scope), None)?;
-            let reopened = st.reopen(scope);
-            if reopened {
-                Self::store_budget(tx, &st, None, now)?;
-            }
-            Ok(reopened)
-        })
+        self.with_tx("reopening a budget scope", |tx| reopen_in(tx, scope, now))
     }
 
     fn budget_summary(&self, cfg: &BudgetConfig, scopes: &[ScopeKey]) -> StoreResult<Vec<Summary>> {
@@ -821,29 +836,7 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Approval> {
         self.with_tx("deciding an approval", |tx| {
-            let row = tx
-                .query_row(&format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"), params![id], Self::row_to_approval)
-                .optional()
-                .map_err(db("reading an approval"))?;
-            let mut a = match row {
-                Some(r) => Self::fix_state(r)?,
-                None => return Err(GatewayError::ApprovalNotFound { id: id.to_string() }),
-            };
-            if a.state == ApprovalState::Pending && a.expires_at <= now {
-                tx.prepare_cached("UPDATE approvals SET state = 'expired' WHERE id = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(db("expiring an approval"))?;
-                a.state = ApprovalState::Expired;
-            }
-            if a.state != ApprovalState::Pending {
-                return Err(GatewayError::ApprovalNotPending { id: id.to_string(), state: a.state.as_str().to_string() });
-            }
-            let state = if approve { ApprovalState::Approved } else { ApprovalState::Denied };
-            tx.prepare_cached("UPDATE approvals SET state = ?2, decided_by = ?3, decided_ms = ?4, decision_reason = ?5 WHERE id = ?1 AND state = 'pending'").and_then(|mut stmt| stmt.execute(params![id, state.as_str(), by, ms(now), reason]))
-            .map_err(db("deciding an approval"))?;
-            a.state = state;
-            a.decided_by = Some(by.to_string());
-            a.decided_at = Some(now);
-            a.decision_reason = reason.map(str::to_string);
-            Ok(a)
+            decide_in(tx, id, approve, by, reason, now)
         })
     }
 
@@ -1149,4 +1142,92 @@ impl Store for SqliteStore {
             replica: None,
         }
     }
+}
+
+/// Writes an operation's intent (its journal row, open).
+fn journal_in(tx: &rusqlite::Transaction<'_>, j: &JournalEntry) -> StoreResult<()> {
+    tx.prepare_cached("INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)").and_then(|mut stmt| stmt.execute(params![j.operation_id, j.intent, ms(j.started_at), j.owner, j.idempotent as i64, j.idem.as_ref().map(|i| &i.0), j.idem.as_ref().map(|i| &i.1)]))
+    .map_err(db("journaling an intent"))?;
+    Ok(())
+}
+
+fn kill_in(
+    tx: &rusqlite::Transaction<'_>,
+    reason: &str,
+    by: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    tx.prepare_cached("INSERT INTO kill_switch (id, reason, by_whom, at_ms) VALUES (1, ?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, by_whom = excluded.by_whom, at_ms = excluded.at_ms").and_then(|mut stmt| stmt.execute(params![reason, by, ms(now)]))
+    .map_err(db("setting the kill switch"))?;
+    // Pending asks end now, as denials by the kill switch: nothing waits to run.
+    tx.prepare_cached("UPDATE approvals SET state = 'denied', decided_by = ?1, decided_ms = ?2, decision_reason = ?3 WHERE state IN ('pending', 'approved')").and_then(|mut stmt| stmt.execute(params![KILL_SWITCH_APPROVER, ms(now), reason]))
+    .map_err(db("ending pending approvals"))?;
+    Ok(())
+}
+
+fn clear_kill_in(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.prepare_cached("DELETE FROM kill_switch")
+        .and_then(|mut stmt| stmt.execute([]))
+        .map_err(db("clearing the kill switch"))?;
+    Ok(())
+}
+
+fn reopen_in(
+    tx: &rusqlite::Transaction<'_>,
+    scope: &ScopeKey,
+    now: DateTime<Utc>,
+) -> StoreResult<bool> {
+    let mut st = SqliteStore::load_budget(tx, std::slice::from_ref(scope), None)?;
+    let reopened = st.reopen(scope);
+    if reopened {
+        SqliteStore::store_budget(tx, &st, None, now)?;
+    }
+    Ok(reopened)
+}
+
+fn decide_in(
+    tx: &rusqlite::Transaction<'_>,
+    id: &str,
+    approve: bool,
+    by: &str,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+) -> StoreResult<Approval> {
+    let row = tx
+        .query_row(
+            &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"),
+            params![id],
+            SqliteStore::row_to_approval,
+        )
+        .optional()
+        .map_err(db("reading an approval"))?;
+    let mut a = match row {
+        Some(r) => SqliteStore::fix_state(r)?,
+        None => return Err(GatewayError::ApprovalNotFound { id: id.to_string() }),
+    };
+    if a.state == ApprovalState::Pending && a.expires_at <= now {
+        tx.prepare_cached("UPDATE approvals SET state = 'expired' WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![id]))
+            .map_err(db("expiring an approval"))?;
+        a.state = ApprovalState::Expired;
+    }
+    if a.state != ApprovalState::Pending {
+        return Err(GatewayError::ApprovalNotPending {
+            id: id.to_string(),
+            state: a.state.as_str().to_string(),
+        });
+    }
+    let state = if approve {
+        ApprovalState::Approved
+    } else {
+        ApprovalState::Denied
+    };
+    tx.prepare_cached("UPDATE approvals SET state = ?2, decided_by = ?3, decided_ms = ?4, decision_reason = ?5 WHERE id = ?1 AND state = 'pending'").and_then(|mut stmt| stmt.execute(params![id, state.as_str(), by, ms(now), reason]))
+            .map_err(db("deciding an approval"))?;
+    a.state = state;
+    a.decided_by = Some(by.to_string());
+    a.decided_at = Some(now);
+    a.decision_reason = reason.map(str::to_string);
+    Ok(a)
 }

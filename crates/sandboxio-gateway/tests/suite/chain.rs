@@ -403,6 +403,14 @@ impl Store for Watched {
     fn clear_kill(&self) -> store::StoreResult<()> {
         self.inner.clear_kill()
     }
+    fn admin_change(
+        &self,
+        j: &store::JournalEntry,
+        c: &store::AdminChange<'_>,
+    ) -> store::StoreResult<store::AdminChanged> {
+        self.note("admin_change");
+        self.inner.admin_change(j, c)
+    }
     fn admit(&self, a: &store::Admission<'_>) -> store::StoreResult<store::Admitted> {
         self.note("admit");
         if self.broken_admission {

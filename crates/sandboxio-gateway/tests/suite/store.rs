@@ -97,6 +97,7 @@ conformance!(
     a_trail_head_only_moves_forward,
     credentials_round_trip_and_revocation_reaches_minted_tokens,
     concurrent_admissions_from_many_stores_never_pass_the_ceiling,
+    an_operator_actions_change_and_its_intent_commit_together,
 );
 
 fn budget(tenant_ceiling: &str) -> BudgetConfig {
@@ -551,6 +552,67 @@ fn concurrent_recoveries_claim_each_dead_intent_once(b: Backend) {
 
 /// `journal_has` answers the operations the journal holds, open or settled, and no
 /// other (the lost-work check asks it about the trail's admitted operations).
+/// An operator action's change is committed with its intent (recovery records an action
+/// whose process died before its record); one that changes nothing, or is refused, leaves
+/// neither.
+fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let now = Utc::now();
+    let intent = |id: &str| JournalEntry {
+        operation_id: id.into(),
+        intent: "{}".into(),
+        started_at: now,
+        owner: "1:1".into(),
+        idempotent: false,
+        idem: None,
+    };
+    let has = |ids: &[&str]| {
+        let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+        let mut h = s.journal_has(&ids).unwrap();
+        h.sort();
+        h
+    };
+    let kill = AdminChange::Kill {
+        reason: "stop",
+        by: "alice",
+        now,
+    };
+    assert!(s.admin_change(&intent("k1"), &kill).unwrap().changed());
+    assert_eq!(s.kill_state().unwrap().unwrap().by, "alice");
+    assert!(s.admin_change(&intent("r1"), &AdminChange::Resume).unwrap().changed());
+    assert!(s.kill_state().unwrap().is_none());
+    // An approval decided; one no longer pending is refused and writes nothing.
+    s.create_approval(&approval("a9", "fp", 60)).unwrap();
+    let decide = |approve| AdminChange::Decide {
+        approval_id: "a9",
+        approve,
+        by: "bob",
+        reason: None,
+        now,
+    };
+    match s.admin_change(&intent("d1"), &decide(true)).unwrap() {
+        AdminChanged::Decided(a) => assert_eq!(a.state, ApprovalState::Approved),
+        other => panic!("{other:?}"),
+    }
+    let e = s.admin_change(&intent("d2"), &decide(false)).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1508");
+    // A scope that was not closed, a key that does not exist: nothing changed.
+    let scope: sandboxio_budget::ScopeKey = "tenant:acme".parse().unwrap();
+    let reopen = AdminChange::Reopen { scope: &scope, now };
+    assert!(!s.admin_change(&intent("o1"), &reopen).unwrap().changed());
+    let revoke = AdminChange::Revoke {
+        key_id: "no-such-key",
+        now,
+    };
+    assert!(!s.admin_change(&intent("v1"), &revoke).unwrap().changed());
+    assert_eq!(has(&["k1", "r1", "d1", "d2", "o1", "v1"]), ["d1", "k1", "r1"]);
+    // Open until their records close them, like any operation's.
+    assert_eq!(s.live_counts().unwrap().open_intents, 3);
+}
+
 fn the_journal_says_which_operations_it_holds(b: Backend) {
     let Some((_p, s)) = b.store(module_path!()) else {
         return;

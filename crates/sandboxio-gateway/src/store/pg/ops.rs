@@ -76,6 +76,69 @@ fn lease_ok(tx: &mut Tx<'_>, replica: &str) -> StoreResult<bool> {
     }
 }
 
+/// Writes an operation's intent (its journal row, open), owned by `replica`.
+pub(super) fn journal(tx: &mut Tx<'_>, j: &JournalEntry, replica: &str) -> StoreResult<()> {
+    let (it, ik) = match &j.idem {
+        Some((t, k)) => (Some(t.as_str()), Some(k.as_str())),
+        None => (None, None),
+    };
+    tx.exec(
+        "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key, replica)
+         VALUES ($1, $2, $3, $4, $5, NULL, NULL, $6, $7, $8)",
+        &[&j.operation_id, &j.intent, &ms(j.started_at), &j.owner, &j.idempotent, &it, &ik, &replica],
+    )?;
+    Ok(())
+}
+
+/// An operator action's change and, when it changed something and this replica's lease
+/// holds, its intent (see `Store::admin_change`). Without a lease the change is still made
+/// (the kill switch must always engage) but no intent is written: another replica would
+/// take it for a dead one's and record the action a second time.
+pub(super) fn admin_change(
+    tx: &mut Tx<'_>,
+    j: &JournalEntry,
+    change: &AdminChange<'_>,
+    replica: &str,
+) -> StoreResult<(AdminChanged, bool)> {
+    let done = match change {
+        AdminChange::Kill { reason, by, now } => {
+            set_kill(tx, reason, by, *now)?;
+            AdminChanged::Done
+        }
+        AdminChange::Resume => {
+            clear_kill(tx)?;
+            AdminChanged::Done
+        }
+        AdminChange::Decide {
+            approval_id,
+            approve,
+            by,
+            reason,
+            now,
+        } => AdminChanged::Decided(super::rows::decide_approval(
+            tx,
+            approval_id,
+            *approve,
+            by,
+            *reason,
+            *now,
+        )?),
+        AdminChange::Reopen { scope, now } => {
+            AdminChanged::Reopened(reopen_scope(tx, scope, *now)?.0)
+        }
+        AdminChange::Revoke { key_id, now } => {
+            let before = super::rows::credential(tx, key_id)?;
+            let revoked = super::rows::revoke_credential(tx, key_id, *now)?;
+            AdminChanged::Revoked(before.filter(|_| revoked))
+        }
+    };
+    let changed = done.changed();
+    if changed && lease_ok(tx, replica)? {
+        journal(tx, j, replica)?;
+    }
+    Ok((done, changed))
+}
+
 /// Everything before the side effect (see `Store::admit`); `(answer, commit)`.
 pub(super) fn admit(
     tx: &mut Tx<'_>,
@@ -118,15 +181,7 @@ pub(super) fn admit(
         }
     }
     let j = &a.journal;
-    let (it, ik) = match &j.idem {
-        Some((t, k)) => (Some(t.as_str()), Some(k.as_str())),
-        None => (None, None),
-    };
-    tx.exec(
-        "INSERT INTO journal (operation_id, intent, started_ms, owner, idempotent, status, ended_ms, idem_tenant, idem_key, replica)
-         VALUES ($1, $2, $3, $4, $5, NULL, NULL, $6, $7, $8)",
-        &[&j.operation_id, &j.intent, &ms(j.started_at), &j.owner, &j.idempotent, &it, &ik, &replica],
-    )?;
+    journal(tx, j, replica)?;
     let mut st = load_budget(tx, &scopes, None)?;
     let reservation = match st.reserve(a.budget, &a.reserve) {
         Ok(r) => r,

@@ -1,0 +1,64 @@
+//! An operator action's change to the store, made in one transaction with its journal
+//! intent ([`super::Store::admin_change`]). A process that dies after the commit and before
+//! the action's record leaves the intent open, and recovery records the action from it (it
+//! took effect with the intent, so the record says so: never `interrupted`). An action
+//! that changes nothing (a scope that was not closed, a key that does not exist, an
+//! approval no longer pending) writes no intent.
+
+use chrono::{DateTime, Utc};
+use sandboxio_budget::ScopeKey;
+
+use super::Approval;
+use crate::credential::Credential;
+
+/// What the action changes.
+#[derive(Debug, Clone)]
+pub enum AdminChange<'a> {
+    /// Engage the kill switch (pending and approved asks end as its denials).
+    Kill {
+        reason: &'a str,
+        by: &'a str,
+        now: DateTime<Utc>,
+    },
+    /// Release the kill switch.
+    Resume,
+    /// Approve or deny a pending approval.
+    Decide {
+        approval_id: &'a str,
+        approve: bool,
+        by: &'a str,
+        reason: Option<&'a str>,
+        now: DateTime<Utc>,
+    },
+    /// Reopen a budget scope closed by an overrun.
+    Reopen {
+        scope: &'a ScopeKey,
+        now: DateTime<Utc>,
+    },
+    /// Revoke an API key (and the capability tokens minted from it).
+    Revoke { key_id: &'a str, now: DateTime<Utc> },
+}
+
+/// What the change did.
+#[derive(Debug, Clone)]
+pub enum AdminChanged {
+    /// The kill switch was engaged or released.
+    Done,
+    /// The approval as it now stands.
+    Decided(Approval),
+    /// Whether the scope was closed (and is now open).
+    Reopened(bool),
+    /// The key as it was before its revocation; `None`: no such key, or revoked already.
+    Revoked(Option<Credential>),
+}
+
+impl AdminChanged {
+    /// Whether the store changed (and so the intent was written with it).
+    pub fn changed(&self) -> bool {
+        match self {
+            AdminChanged::Done | AdminChanged::Decided(_) => true,
+            AdminChanged::Reopened(r) => *r,
+            AdminChanged::Revoked(c) => c.is_some(),
+        }
+    }
+}
