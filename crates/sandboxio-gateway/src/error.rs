@@ -133,6 +133,7 @@ impl ErrorCode for GatewayError {
             | GatewayError::ApprovalNotPending { .. }
             | GatewayError::Config { .. }
             | GatewayError::StateDir { .. }
+            | GatewayError::StateDirInsecure { .. }
             | GatewayError::RecoverRefused { .. }
             | GatewayError::AdminRefused { .. }
             | GatewayError::KeyNotFound { .. }

@@ -157,6 +157,7 @@ pub fn parse_time(s: &str) -> Result<DateTime<Utc>> {
 pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String]) -> Result<i32> {
     let loaded = setup::load(common)?;
     let store = loaded.open_store()?;
+    warn_if_lost(&loaded, store.as_ref())?;
     let since = parse_time(since)?;
     let until = until.map(parse_time).transpose()?.unwrap_or_else(Utc::now);
     let mut want = BTreeMap::new();
@@ -209,10 +210,24 @@ pub fn costs(common: &Common, since: &str, until: Option<&str>, labels: &[String
     Ok(exit::OK)
 }
 
+/// Spend and costs read from a store that lost work its trail records are an older
+/// store's: said on stderr (the report itself is still printed, as `status` does).
+fn warn_if_lost(loaded: &setup::Loaded, store: &dyn sandboxio_gateway::store::Store) -> Result<()> {
+    if let Some(lost) = setup::lost_work(loaded, store)? {
+        errln!(
+            "warning[SBX_E1533]: the state store lost work its audit trail records ({}): these figures are an older store's; `{}`",
+            crate::output::escape::field(&lost.describe()),
+            sandboxio_gateway::store::RECOVER_COMMAND
+        );
+    }
+    Ok(())
+}
+
 pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
     let loaded = setup::load(common)?;
     let gw_cfg = setup::gateway_config(&loaded, None)?;
     let store = loaded.open_store()?;
+    warn_if_lost(&loaded, store.as_ref())?;
     let summary = store.budget_summary(&gw_cfg.budget, &setup::scopes_for(tenant))?;
     if common.json {
         outln!("{}", crate::out::pretty(&summary)?)?;

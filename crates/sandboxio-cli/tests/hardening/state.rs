@@ -82,7 +82,7 @@ fn root_refuses_a_state_directory_another_user_owns() {
         "root run in uid 65534's dir",
         &mut env.run_cmd(None, &[], &["true"]),
     );
-    assert_error("foreign state dir", &o, "SBX_E1530", 125);
+    assert_error("foreign state dir", &o, "SBX_E1530", 2);
     let err = text(&o.stderr);
     assert!(err.contains("owned by uid 65534"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&state).unwrap().collect();

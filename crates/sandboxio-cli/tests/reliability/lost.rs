@@ -130,6 +130,12 @@ fn a_kill_switch_the_store_forgot_is_refused_and_a_new_kill_does_not_hide_a_loss
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert!(v["lost_work"].is_string(), "{v}");
+    // The spend reports say their figures are an older store's.
+    for (sub, args) in [("budget", &["--tenant", "acme"][..]), ("costs", &[][..])] {
+        let o = cmd_at(&env, &state, sub).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("warning[SBX_E1533]"), "{sub}: {}", text(&o));
+    }
     assert_lost(&cmd_at(&env, &state, "resume").output().unwrap(), "resume");
 
     // Lost operations, then the brake: it engages (exit 0), and stores no head over the
@@ -442,14 +448,25 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert!(!out.status.success(), "{sub} was not killed: {}", text(&out));
-        assert!(records_of(sub).is_empty(), "{sub} was recorded before the kill");
+        assert!(
+            !out.status.success(),
+            "{sub} was not killed: {}",
+            text(&out)
+        );
+        assert!(
+            records_of(sub).is_empty(),
+            "{sub} was recorded before the kill"
+        );
         assert_eq!(
             env.store().kill_state().unwrap().is_some(),
             engaged,
             "{sub} took effect with its commit"
         );
-        assert_eq!(env.live_counts().open_intents, 1, "{sub}: its intent is open");
+        assert_eq!(
+            env.live_counts().open_intents,
+            1,
+            "{sub}: its intent is open"
+        );
         // The next start records it (a run: refused while the switch is engaged).
         let next = run_at(&env, &state, &[], &["true"]);
         assert_eq!(next.status.success(), !engaged, "{}", text(&next));

@@ -582,7 +582,10 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     };
     assert!(s.admin_change(&intent("k1"), &kill).unwrap().changed());
     assert_eq!(s.kill_state().unwrap().unwrap().by, "alice");
-    assert!(s.admin_change(&intent("r1"), &AdminChange::Resume).unwrap().changed());
+    assert!(s
+        .admin_change(&intent("r1"), &AdminChange::Resume)
+        .unwrap()
+        .changed());
     assert!(s.kill_state().unwrap().is_none());
     // An approval decided; one no longer pending is refused and writes nothing.
     s.create_approval(&approval("a9", "fp", 60)).unwrap();
@@ -608,7 +611,10 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
         now,
     };
     assert!(!s.admin_change(&intent("v1"), &revoke).unwrap().changed());
-    assert_eq!(has(&["k1", "r1", "d1", "d2", "o1", "v1"]), ["d1", "k1", "r1"]);
+    assert_eq!(
+        has(&["k1", "r1", "d1", "d2", "o1", "v1"]),
+        ["d1", "k1", "r1"]
+    );
     // Open until their records close them, like any operation's.
     assert_eq!(s.live_counts().unwrap().open_intents, 3);
 }
