@@ -333,6 +333,38 @@ impl Auditor {
         self.conclude(rec, event, redactions, failures, parent)
     }
 
+    /// Writes a record that the sinks named `sinks` could not take when it was made (see
+    /// the gateway's `store::Unrecorded`) to those of them this auditor has; runs on the
+    /// calling thread, which may block. Returns the names it still could not write to
+    /// (those that failed again; a name this auditor has no sink by is dropped with a
+    /// warning: no sink is left to take it).
+    pub fn emit_late(&self, event: &AuditEvent, sinks: &[String]) -> Vec<String> {
+        let mut left = Vec::new();
+        for name in sinks {
+            let Some(sink) = self.config.sinks.iter().find(|s| s.name() == name) else {
+                tracing::warn!(target: "sandboxio::audit", sink = %name, "a record kept for sink `{name}` is dropped: no such sink is configured any more");
+                continue;
+            };
+            let res = match sink.emit_blocking(event, self.config.timeout) {
+                BlockingEmit::Done(r) => r.map_err(|e| e.to_string()),
+                BlockingEmit::TimedOut => Err(format!("timed out after {:?}", self.config.timeout)),
+                BlockingEmit::Unsupported => match tokio::runtime::Handle::try_current() {
+                    Ok(h) => h
+                        .block_on(tokio::time::timeout(self.config.timeout, sink.emit(event)))
+                        .map_err(|_| "timed out".to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string())),
+                    Err(_) => Err("no async runtime to run this sink on".into()),
+                },
+            };
+            if let Err(why) = res {
+                self.sink_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(target: "sandboxio::audit", code = "SBX_E1601", sink = %name, "a record kept since its sink failed could not be written yet: {}", self.redactor.redact_str(&why));
+                left.push(name.clone());
+            }
+        }
+        left
+    }
+
     /// Counts, reports and keeps one sink's failure (`Err(())`: timed out).
     fn note_failure(
         &self,

@@ -119,6 +119,7 @@ fn finish<'a>(id: &'a str, cfg: &'a BudgetConfig) -> Finish<'a> {
         idem: None,
         journal_status: "ok",
         heads: &[],
+        unrecorded: None,
         now: Utc::now(),
     }
 }

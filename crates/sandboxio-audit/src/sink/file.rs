@@ -86,7 +86,8 @@ struct State {
     unsynced: bool,
     next_rotation: u64,
     closed: bool,
-    /// Set when a write failed part-way: the tail of the file is unknown until reopened.
+    /// Set when a write failed part-way: the tail of the file is unknown until it is read
+    /// again (the next write does, under the trail's lock).
     poisoned: bool,
 }
 
@@ -342,7 +343,10 @@ impl FileTrail {
         let same_file = current
             .as_ref()
             .is_some_and(|m| m.ino() == ours.ino() && m.dev() == ours.dev());
-        if !same_file || ours.len() != st.bytes {
+        // A write that failed part-way (`poisoned`) left the tail unknown: read it again
+        // (a torn line is moved aside) and go on, so a trail whose disk filled takes
+        // records again once there is room, without a restart.
+        if st.poisoned || !same_file || ours.len() != st.bytes {
             let mut file = open_append(&self.opts.path)?;
             let r = file_repair::recover(
                 &self.opts.path,
@@ -363,6 +367,7 @@ impl FileTrail {
             if let Some(m) = r.moved {
                 self.write_repair_note(st, &m)?;
             }
+            st.poisoned = false;
         }
         Ok(held)
     }
@@ -417,13 +422,7 @@ impl FileTrail {
             return Ok(());
         }
         st.closed = true;
-        if st.poisoned {
-            return Err(AuditError::SinkFailed {
-                sink: self.name.clone(),
-                why: "a write failed earlier; reopen the trail to repair its tail".into(),
-                timed_out: false,
-            });
-        }
+        // (A write that failed earlier is repaired under the lock first.)
         let _held = self.lock_trail(&mut st)?;
         // Every record before it is already on disk: the closing checkpoint only signs
         // them, so it is written without an fsync of its own. A power loss may lose it (the
@@ -470,13 +469,6 @@ impl FileTrail {
         if st.closed {
             return Err(AuditError::SinkClosed {
                 sink: self.name.clone(),
-            });
-        }
-        if st.poisoned {
-            return Err(AuditError::SinkFailed {
-                sink: self.name.clone(),
-                why: "a write failed earlier; reopen the trail to repair its tail".into(),
-                timed_out: false,
             });
         }
         Ok(())

@@ -493,3 +493,111 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
         .unwrap();
     ok(v, "the trail verifies");
 }
+
+/// With `on_sink_failure = "warn"` (the default) an operation goes on when the trail cannot
+/// take its record (strace fails every write to the trail with ENOSPC: a full disk under
+/// it). The record is kept in the store, in the transaction that closes the operation (or
+/// on its own for a denial), and the next start writes it to the trail: once, chained and
+/// signed like any other. Such records were never written at all.
+#[test]
+fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let env = Env::new("latewrite", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let trail = state.join("audit.jsonl");
+    let full = |c: Command| {
+        Command::new("strace")
+            .args(["-f", "-o", "/dev/null", "-P"])
+            .arg(&trail)
+            .args(["-e", "trace=write,writev,pwrite64"])
+            .args(["-e", "inject=write,writev,pwrite64:error=ENOSPC"])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .env_remove("SBX_STATE_DIR")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let mut allowed = cmd_at(&env, &state, "run");
+    allowed.args([
+        "--tier",
+        "process",
+        "--idempotency-key",
+        "late-1",
+        "--",
+        "true",
+    ]);
+    let out = full(allowed);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warn mode goes on: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("SBX_E1601"),
+        "the failure is said: {}",
+        text(&out)
+    );
+    // The policy allows the process tier only: a denial, whose record fails the same way.
+    let mut denied = cmd_at(&env, &state, "run");
+    denied.args(["--tier", "namespace", "--", "true"]);
+    let out = full(denied);
+    assert_eq!(out.status.code(), Some(120), "{}", text(&out));
+    let records = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&trail)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["operation_id"].is_string())
+            .collect()
+    };
+    assert!(
+        !records().iter().any(|r| r["idempotency_key"] == "late-1"),
+        "the trail took nothing"
+    );
+    let kept = env.store().unrecorded().unwrap();
+    assert_eq!(kept.len(), 2, "both records are kept: {kept:?}");
+    // The next start writes them.
+    ok(run_at(&env, &state, &[], &["true"]), "the next run");
+    assert!(
+        env.store().unrecorded().unwrap().is_empty(),
+        "written and forgotten"
+    );
+    for _ in 0..2 {
+        let recs = records();
+        for k in &kept {
+            let mine: Vec<_> = recs
+                .iter()
+                .filter(|r| r["operation_id"] == k.operation_id.as_str())
+                .collect();
+            assert_eq!(mine.len(), 1, "one record of {}: {mine:?}", k.operation_id);
+        }
+        let keyed: Vec<_> = recs
+            .iter()
+            .filter(|r| r["idempotency_key"] == "late-1")
+            .collect();
+        assert_eq!(keyed.len(), 1, "{keyed:?}");
+        assert_eq!(keyed[0]["status"], "ok", "{keyed:?}");
+        assert!(
+            recs.iter()
+                .any(|r| r["operation_id"] == kept[1].operation_id.as_str()
+                    && r["decision"] == "deny"),
+            "the denial's record"
+        );
+        // A later start writes nothing again.
+        ok(run_at(&env, &state, &[], &["true"]), "a later run");
+    }
+    let v = Command::new(BIN)
+        .args(["audit", "verify"])
+        .arg(&trail)
+        .arg("--key")
+        .arg(state.join("audit.pub"))
+        .output()
+        .unwrap();
+    ok(v, "the trail verifies");
+}

@@ -23,7 +23,7 @@ use sandboxio_budget::{ScopeKey, Settlement, Summary};
 use sandboxio_core::Money;
 
 use crate::config::GatewayConfig;
-use crate::store::{Finish, IdemEnd, LedgerLine, Store, StoreResult};
+use crate::store::{Finish, IdemEnd, LedgerLine, Store, StoreResult, Unrecorded};
 
 /// What the closing call needs.
 pub(super) struct Closing {
@@ -34,6 +34,22 @@ pub(super) struct Closing {
     pub finish: Option<Finishing>,
     /// Budget scopes whose spend goes to the metrics after `finish` (empty: none).
     pub scopes: Vec<ScopeKey>,
+    /// The record, when it was written before this call and a sink could not take it.
+    pub unrecorded: Option<Unrecorded>,
+}
+
+/// The record to keep in the store when a sink could not take it (warn mode), else `None`.
+pub(super) fn unrecorded_of(recorded: &Result<RecordOutcome, AuditError>) -> Option<Unrecorded> {
+    let out = recorded.as_ref().ok()?;
+    if out.failures.is_empty() {
+        return None;
+    }
+    Some(Unrecorded {
+        operation_id: out.event.operation_id.clone(),
+        event: serde_json::to_string(&out.event).ok()?,
+        sinks: out.failures.iter().map(|f| f.sink.clone()).collect(),
+        at: Utc::now(),
+    })
 }
 
 /// The inputs of [`Finish`] that outlive the call.
@@ -66,6 +82,8 @@ pub(super) fn close(
     let recorded = c
         .record
         .map(|(rec, parent)| auditor.record_redacted_blocking(rec, &parent));
+    // A record a sink could not take stays in the store until it is written (`late.rs`).
+    let unrecorded = recorded.as_ref().and_then(unrecorded_of).or(c.unrecorded);
     // The trail's signed head after this record, kept in the store (the trail anchored
     // outside itself): in the closing transaction, or on its own when nothing was admitted.
     let heads = auditor.heads_to_anchor();
@@ -79,11 +97,19 @@ pub(super) fn close(
                 idem: f.idem,
                 journal_status: f.journal_status,
                 heads: &heads,
+                unrecorded: unrecorded.as_ref(),
                 now: Utc::now(),
             });
             (finished, Ok(()))
         }
-        None => (Ok(None), store.put_heads(&heads, Utc::now())),
+        None => {
+            if let Some(u) = &unrecorded {
+                if let Err(e) = store.keep_unrecorded(u) {
+                    tracing::warn!(operation_id = %u.operation_id, "keeping a record its sinks could not take failed: {e}");
+                }
+            }
+            (Ok(None), store.put_heads(&heads, Utc::now()))
+        }
     };
     let summaries = match &finished {
         Ok(Some(_)) if !c.scopes.is_empty() => Some(store.budget_summary(&cfg.budget, &c.scopes)),

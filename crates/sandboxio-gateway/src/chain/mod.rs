@@ -13,6 +13,7 @@ mod close;
 mod cost;
 mod egress;
 mod execute;
+mod late;
 mod launch;
 mod mounts;
 mod offload;
@@ -293,11 +294,21 @@ impl Gateway {
         // two recoveries at once (two replicas' sweepers) from both recording one.
         let _one = self.recovering.lock().await;
         let owner = self.owner.clone();
-        let dead = self
+        let (kept, dead) = self
             .on_store("claiming interrupted operations", move |s, _| {
-                s.claim_dead_intents(&owner, RECOVERY_HOLD, &owner_alive)
+                Ok((
+                    s.unrecorded()?,
+                    s.claim_dead_intents(&owner, RECOVERY_HOLD, &owner_alive)?,
+                ))
             })
             .await?;
+        // Records kept since their sinks failed go first, in the order they were made.
+        if let Err(e) = self.write_late_records(kept).await {
+            tracing::warn!(
+                code = e.code(),
+                "writing kept records late failed; the next recovery tries again: {e}"
+            );
+        }
         // A dead intent whose own record this process's trail already holds ran: settled
         // from that record, not recorded again (`settle_recorded.rs`).
         let (from_records, dead) = self.settle_recorded(dead).await?;
@@ -497,6 +508,7 @@ impl Gateway {
             } else {
                 Vec::new()
             },
+            unrecorded: early.as_ref().and_then(close::unrecorded_of),
         };
         let auditor = self.auditor.clone();
         let closed = self

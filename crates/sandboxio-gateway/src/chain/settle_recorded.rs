@@ -152,6 +152,7 @@ impl Gateway {
                     idem,
                     journal_status: status.as_str(),
                     heads: &[],
+                    unrecorded: None,
                     now: Utc::now(),
                 })
             })

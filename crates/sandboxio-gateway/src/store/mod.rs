@@ -106,7 +106,23 @@ pub struct Finish<'a> {
     pub journal_status: &'a str,
     /// The audit trails' signed heads after this operation's record (kept if newer).
     pub heads: &'a [SignedHead],
+    /// The operation's record, when a sink could not take it (kept until it is written).
+    pub unrecorded: Option<&'a Unrecorded>,
     pub now: DateTime<Utc>,
+}
+
+/// A record that audit sinks could not take (`on_sink_failure = "warn"`: the operation
+/// went on, a full disk under the trail, say), kept in the store until it is written to
+/// them: each start (and a server's sweeper) writes it late, so no operation stays
+/// without its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrecorded {
+    pub operation_id: String,
+    /// The rendered event (`AuditEvent` JSON), redacted like every record.
+    pub event: String,
+    /// The sinks that failed (by name); the others have it.
+    pub sinks: Vec<String>,
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,6 +340,14 @@ pub trait Store: Send + Sync {
     /// Keeps each trail's signed head, unless the stored one is further along (several
     /// processes may write one trail). No fsync of its own.
     fn put_heads(&self, heads: &[SignedHead], now: DateTime<Utc>) -> StoreResult<()>;
+    /// Keeps a record its sinks could not take, for an operation that has no `finish`
+    /// (one never admitted); an admitted one's goes in its [`Finish`].
+    fn keep_unrecorded(&self, u: &Unrecorded) -> StoreResult<()>;
+    /// The records waiting to be written, oldest first.
+    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>>;
+    /// After a late write: forgets the record (`left` empty) or keeps the sinks that still
+    /// failed.
+    fn settle_unrecorded(&self, operation_id: &str, left: &[String]) -> StoreResult<()>;
     fn heads(&self) -> StoreResult<Vec<SignedHead>>;
     /// Keeps the evidence that a trail no longer holds its head, and replaces the head
     /// with `new_head` (the trail as it is now), in one transaction.

@@ -492,6 +492,24 @@ impl Store for PgStore {
         })
     }
 
+    fn keep_unrecorded(&self, u: &Unrecorded) -> StoreResult<()> {
+        self.tx("keeping an unwritten record", |tx| {
+            rows::keep_unrecorded(tx, u).map(|()| ((), true))
+        })
+    }
+
+    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>> {
+        self.tx("reading unwritten records", |tx| {
+            Ok((rows::unrecorded(tx)?, false))
+        })
+    }
+
+    fn settle_unrecorded(&self, operation_id: &str, left: &[String]) -> StoreResult<()> {
+        self.tx("settling an unwritten record", |tx| {
+            rows::settle_unrecorded(tx, operation_id, left).map(|()| ((), true))
+        })
+    }
+
     fn heads(&self) -> StoreResult<Vec<SignedHead>> {
         let node = &self.replica.node;
         self.tx("reading trail heads", |tx| {

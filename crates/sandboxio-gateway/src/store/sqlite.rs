@@ -119,6 +119,9 @@ CREATE INDEX IF NOT EXISTS journal_open ON journal (status);
 CREATE TABLE IF NOT EXISTS recovery_claims (
     operation_id TEXT PRIMARY KEY, claimant TEXT NOT NULL, until_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS unrecorded (
+    operation_id TEXT PRIMARY KEY, event TEXT NOT NULL, sinks TEXT NOT NULL, at_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS trail_heads (
     trail TEXT PRIMARY KEY, size INTEGER NOT NULL, head TEXT NOT NULL, updated_ms INTEGER NOT NULL
 );
@@ -736,6 +739,9 @@ impl Store for SqliteStore {
             }
             tx.prepare_cached("UPDATE journal SET status = ?2, ended_ms = ?3 WHERE operation_id = ?1").and_then(|mut stmt| stmt.execute(params![f.operation_id, f.journal_status, ms(f.now)]))
             .map_err(db("journaling an outcome"))?;
+            if let Some(u) = f.unrecorded {
+                keep_unrecorded_in(tx, u)?;
+            }
             super::heads::put_in(tx, f.heads, f.now)?;
             Ok(settlement)
         })
@@ -988,6 +994,57 @@ impl Store for SqliteStore {
         })
     }
 
+    fn keep_unrecorded(&self, u: &Unrecorded) -> StoreResult<()> {
+        self.with_tx("keeping an unwritten record", |tx| {
+            keep_unrecorded_in(tx, u)
+        })
+    }
+
+    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>> {
+        self.with_read("reading unwritten records", |tx| {
+            let mut stmt = tx
+                .prepare_cached("SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id")
+                .map_err(db("reading unwritten records"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
+                })
+                .map_err(db("reading unwritten records"))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (operation_id, event, sinks, at) = row.map_err(db("reading unwritten records"))?;
+                out.push(Unrecorded {
+                    operation_id,
+                    event,
+                    sinks: serde_json::from_str(&sinks)
+                        .map_err(|e| corrupt("unrecorded", "sinks", e.to_string()))?,
+                    at: from_ms(at),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn settle_unrecorded(&self, operation_id: &str, left: &[String]) -> StoreResult<()> {
+        self.with_tx("settling an unwritten record", |tx| {
+            if left.is_empty() {
+                tx.prepare_cached("DELETE FROM unrecorded WHERE operation_id = ?1")
+                    .and_then(|mut stmt| stmt.execute(params![operation_id]))
+            } else {
+                let sinks = serde_json::to_string(left).unwrap_or_else(|_| "[]".into());
+                tx.prepare_cached("UPDATE unrecorded SET sinks = ?2 WHERE operation_id = ?1")
+                    .and_then(|mut stmt| stmt.execute(params![operation_id, sinks]))
+            }
+            .map_err(db("settling an unwritten record"))?;
+            Ok(())
+        })
+    }
+
     fn heads(&self) -> StoreResult<Vec<SignedHead>> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         super::heads::all(&conn)
@@ -1230,4 +1287,13 @@ fn decide_in(
     a.decided_at = Some(now);
     a.decision_reason = reason.map(str::to_string);
     Ok(a)
+}
+
+/// Keeps a record its sinks could not take (replacing an older copy of the same one).
+fn keep_unrecorded_in(tx: &rusqlite::Transaction<'_>, u: &Unrecorded) -> StoreResult<()> {
+    let sinks = serde_json::to_string(&u.sinks).unwrap_or_else(|_| "[]".into());
+    tx.prepare_cached("INSERT OR REPLACE INTO unrecorded (operation_id, event, sinks, at_ms) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| stmt.execute(params![u.operation_id, u.event, sinks, ms(u.at)]))
+        .map_err(db("keeping an unwritten record"))?;
+    Ok(())
 }

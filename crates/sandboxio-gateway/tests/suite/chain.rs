@@ -484,6 +484,15 @@ impl Store for Watched {
         self.note("put_heads");
         self.inner.put_heads(h, n)
     }
+    fn keep_unrecorded(&self, u: &store::Unrecorded) -> store::StoreResult<()> {
+        self.inner.keep_unrecorded(u)
+    }
+    fn unrecorded(&self) -> store::StoreResult<Vec<store::Unrecorded>> {
+        self.inner.unrecorded()
+    }
+    fn settle_unrecorded(&self, id: &str, left: &[String]) -> store::StoreResult<()> {
+        self.inner.settle_unrecorded(id, left)
+    }
     fn heads(&self) -> store::StoreResult<Vec<store::SignedHead>> {
         self.inner.heads()
     }

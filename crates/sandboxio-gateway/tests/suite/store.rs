@@ -98,6 +98,7 @@ conformance!(
     credentials_round_trip_and_revocation_reaches_minted_tokens,
     concurrent_admissions_from_many_stores_never_pass_the_ceiling,
     an_operator_actions_change_and_its_intent_commit_together,
+    a_record_no_sink_took_is_kept_until_every_sink_has_it,
 );
 
 fn budget(tenant_ceiling: &str) -> BudgetConfig {
@@ -143,6 +144,7 @@ fn finish<'a>(id: &'a str, cfg: &'a BudgetConfig, charge: Option<&str>) -> Finis
         idem: None,
         journal_status: "ok",
         heads: &[],
+        unrecorded: None,
         now: Utc::now(),
     }
 }
@@ -617,6 +619,44 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     );
     // Open until their records close them, like any operation's.
     assert_eq!(s.live_counts().unwrap().open_intents, 3);
+}
+
+/// A record its sinks could not take is kept (with an admitted operation's `finish`, or on
+/// its own), listed oldest first, narrowed to the sinks still missing it, and forgotten
+/// once every sink has it.
+fn a_record_no_sink_took_is_kept_until_every_sink_has_it(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let cfg = budget("10");
+    let kept = |id: &str, secs: i64| Unrecorded {
+        operation_id: id.into(),
+        event: format!("{{\"operation_id\":\"{id}\"}}"),
+        sinks: vec!["file(a)".into(), "otlp".into()],
+        at: Utc::now() - Duration::seconds(secs),
+    };
+    assert!(matches!(
+        s.admit(&admission("u-1", &cfg, "1")).unwrap(),
+        Admitted::Proceed(_)
+    ));
+    let first = kept("u-1", 10);
+    let mut f = finish("u-1", &cfg, Some("1"));
+    f.unrecorded = Some(&first);
+    s.finish(&f).unwrap();
+    s.keep_unrecorded(&kept("u-2", 5)).unwrap();
+    let list = s.unrecorded().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0].operation_id, "u-1", "oldest first");
+    assert_eq!(list[0].event, first.event);
+    assert_eq!(list[0].sinks, first.sinks);
+    s.settle_unrecorded("u-1", &["otlp".to_string()]).unwrap();
+    s.settle_unrecorded("u-2", &[]).unwrap();
+    let list = s.unrecorded().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].sinks, ["otlp"]);
+    s.settle_unrecorded("u-1", &[]).unwrap();
+    assert!(s.unrecorded().unwrap().is_empty());
 }
 
 fn the_journal_says_which_operations_it_holds(b: Backend) {

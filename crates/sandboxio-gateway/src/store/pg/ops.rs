@@ -285,6 +285,9 @@ pub(super) fn finish(
         "UPDATE journal SET status = $2, ended_ms = $3 WHERE operation_id = $1 AND status IS NULL",
         &[&f.operation_id, &f.journal_status, &ms(f.now)],
     )?;
+    if let Some(u) = f.unrecorded {
+        super::rows::keep_unrecorded(tx, u)?;
+    }
     super::rows::put_heads(tx, node, f.heads, f.now)?;
     Ok(settlement)
 }

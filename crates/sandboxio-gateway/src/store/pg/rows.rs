@@ -172,6 +172,58 @@ pub(super) fn decode_head(table: &'static str, s: &str) -> StoreResult<SignedHea
     serde_json::from_str(s).map_err(|_| corrupt(table, "head", s.to_string()))
 }
 
+/// Keeps a record its sinks could not take (replacing an older copy of the same one).
+pub(super) fn keep_unrecorded(tx: &mut Tx<'_>, u: &Unrecorded) -> StoreResult<()> {
+    let sinks = serde_json::to_string(&u.sinks).unwrap_or_else(|_| "[]".into());
+    tx.exec(
+        "INSERT INTO unrecorded (operation_id, event, sinks, at_ms) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (operation_id) DO UPDATE SET event = excluded.event, sinks = excluded.sinks, at_ms = excluded.at_ms",
+        &[&u.operation_id, &u.event, &sinks, &ms(u.at)],
+    )?;
+    Ok(())
+}
+
+/// The records waiting to be written, oldest first.
+pub(super) fn unrecorded(tx: &mut Tx<'_>) -> StoreResult<Vec<Unrecorded>> {
+    let rows = tx.rows(
+        "SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id",
+        &[],
+    )?;
+    rows.iter()
+        .map(|r| {
+            let sinks: String = col(r, 2, "unrecorded", "sinks")?;
+            Ok(Unrecorded {
+                operation_id: col(r, 0, "unrecorded", "operation_id")?,
+                event: col(r, 1, "unrecorded", "event")?,
+                sinks: serde_json::from_str(&sinks)
+                    .map_err(|e| corrupt("unrecorded", "sinks", e.to_string()))?,
+                at: from_ms(col(r, 3, "unrecorded", "at_ms")?),
+            })
+        })
+        .collect()
+}
+
+/// Forgets a record written late, or keeps the sinks that still failed.
+pub(super) fn settle_unrecorded(
+    tx: &mut Tx<'_>,
+    operation_id: &str,
+    left: &[String],
+) -> StoreResult<()> {
+    if left.is_empty() {
+        tx.exec(
+            "DELETE FROM unrecorded WHERE operation_id = $1",
+            &[&operation_id],
+        )?;
+    } else {
+        let sinks = serde_json::to_string(left).unwrap_or_else(|_| "[]".into());
+        tx.exec(
+            "UPDATE unrecorded SET sinks = $2 WHERE operation_id = $1",
+            &[&operation_id, &sinks],
+        )?;
+    }
+    Ok(())
+}
+
 /// Upserts heads that move their trail (on this node) forward.
 pub(super) fn put_heads(
     tx: &mut Tx<'_>,

@@ -78,6 +78,16 @@ CREATE TABLE recovery_claims (
 );
 "#,
     ),
+    (
+        3,
+        "unwritten records: kept until the sinks that failed take them",
+        r#"
+CREATE TABLE unrecorded (
+    operation_id TEXT PRIMARY KEY, event TEXT NOT NULL, sinks TEXT NOT NULL,
+    at_ms BIGINT NOT NULL
+);
+"#,
+    ),
 ];
 
 /// Applies the migrations this database lacks; returns how many ran.
