@@ -28,6 +28,13 @@ pub struct EventReader {
     stdout_bytes: Arc<AtomicU64>,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
     tail_max: usize,
+    /// The longest message (line) the upstream may send, and the length of the line being
+    /// read. A longer one ends the stream with an error and says so in `cut`: the calls in
+    /// flight fail at once with that reason (they waited out their timeout while the
+    /// transport dropped the line), and the upstream is started again.
+    max_line: usize,
+    line: usize,
+    cut: Arc<Mutex<Option<String>>>,
 }
 
 impl EventReader {
@@ -45,7 +52,38 @@ impl EventReader {
             stdout_bytes,
             stderr_tail,
             tail_max,
+            max_line: usize::MAX,
+            line: 0,
+            cut: Arc::default(),
         }
+    }
+
+    /// Ends the stream at a line longer than `max`, saying why in `cut`.
+    pub fn with_max_line(mut self, max: usize, cut: Arc<Mutex<Option<String>>>) -> EventReader {
+        self.max_line = max;
+        self.cut = cut;
+        self
+    }
+
+    /// Counts the line lengths of `data`; `Err` once a line is longer than the maximum.
+    fn measure(&mut self, data: &[u8]) -> io::Result<()> {
+        for part in data.split_inclusive(|b| *b == b'\n') {
+            self.line = self.line.saturating_add(part.len());
+            if self.line > self.max_line.saturating_add(1) {
+                let why = format!(
+                    "it sent a message longer than its max_message ({} bytes)",
+                    self.max_line
+                );
+                if let Ok(mut c) = self.cut.lock() {
+                    *c = Some(why.clone());
+                }
+                return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+            }
+            if part.ends_with(b"\n") {
+                self.line = 0;
+            }
+        }
+        Ok(())
     }
 
     fn keep_stderr(&self, data: &[u8]) {
@@ -76,6 +114,11 @@ impl AsyncRead for EventReader {
                 }) => {
                     this.stdout_bytes
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    if let Err(e) = this.measure(&data) {
+                        this.ended = true;
+                        this.rx.close();
+                        return Poll::Ready(Err(e));
+                    }
                     this.pending = data;
                     this.pos = 0;
                 }

@@ -32,6 +32,8 @@ pub struct Process {
     pub finished: watch::Receiver<bool>,
     pub stdout_bytes: Arc<AtomicU64>,
     pub stderr_tail: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Why the connection was cut by the proxy (a message over `max_message`), if it was.
+    pub cut: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// A transport to hand to the MCP client.
@@ -129,12 +131,15 @@ fn stdio(
     let stderr_tail = Arc::new(std::sync::Mutex::new(Vec::new()));
     // The client's transport reads stdout from the run's events and writes stdin chunks
     // itself (no relay task between them): see `channel_io`.
+    let max = usize::try_from(up.max_message.0).unwrap_or(usize::MAX);
+    let cut = Arc::new(std::sync::Mutex::new(None));
     let read = EventReader::new(
         ev_rx,
         stdout_bytes.clone(),
         stderr_tail.clone(),
         STDERR_KEPT,
-    );
+    )
+    .with_max_line(max, cut.clone());
     let write = ChunkWriter::new(stdin_tx);
     let (ended_tx, ended_rx) = oneshot::channel();
     let (finished_tx, finished) = watch::channel(false);
@@ -164,7 +169,6 @@ fn stdio(
             let _ = finished_tx.send(true);
         });
     }
-    let max = usize::try_from(up.max_message.0).unwrap_or(usize::MAX);
     let transport = AsyncRwTransport::new_client(read, write).with_max_line_length(max);
     (
         transport,
@@ -174,6 +178,7 @@ fn stdio(
             finished,
             stdout_bytes,
             stderr_tail,
+            cut,
         },
     )
 }

@@ -48,6 +48,9 @@ pub enum CallError {
     },
     TimedOut {
         after: Duration,
+        /// The upstream was taken for hung (this call was the last of [`HUNG_AFTER`] in a
+        /// row without an answer) and is started again on the next call.
+        restarted: bool,
     },
     Cancelled,
     /// The upstream does not offer resource subscriptions.
@@ -79,8 +82,12 @@ impl std::fmt::Display for CallError {
                 f,
                 "the upstream stopped while the call was in flight ({why}); it is restarted on the next call"
             ),
-            CallError::TimedOut { after } => {
-                write!(f, "the upstream did not answer within {}s", after.as_secs_f64())
+            CallError::TimedOut { after, restarted } => {
+                write!(f, "the upstream did not answer within {}s", after.as_secs_f64())?;
+                if *restarted {
+                    write!(f, "; it answered none of the last {HUNG_AFTER} calls, so it is stopped and started again on the next call")?;
+                }
+                Ok(())
             }
             CallError::Cancelled => write!(f, "the call was cancelled by the MCP client"),
             CallError::NoSubscriptions => {
@@ -98,9 +105,37 @@ pub(crate) struct Conn {
     started: Instant,
     /// Set once the connection is known to have ended.
     dead: AtomicBool,
+    /// Calls in a row that timed out without an answer (any answer resets it).
+    unanswered: std::sync::atomic::AtomicU32,
 }
 
+/// Calls in a row that time out before an upstream is taken for hung: stopped, and started
+/// again on the next call. One slow call is not enough (it may be slow work); a second in
+/// a row with nothing answered between them is.
+pub const HUNG_AFTER: u32 = 2;
+
 impl Conn {
+    /// Why the proxy cut the connection, if it did (a message over `max_message`).
+    fn cut(&self) -> Option<String> {
+        self.process
+            .as_ref()
+            .and_then(|p| p.cut.lock().ok().and_then(|c| c.clone()))
+    }
+
+    /// Why the connection ended, for the calls it failed and the next start's error.
+    fn end_reason(&self) -> String {
+        self.cut()
+            .unwrap_or_else(|| format!("it stopped{}", tail(&self.stderr_tail())))
+    }
+
+    /// Ends the connection (and its process) as hung.
+    fn give_up(&self, why: &str) {
+        self.dead.store(true, Ordering::SeqCst);
+        if let Some(p) = &self.process {
+            p.token.cancel(why);
+        }
+    }
+
     fn alive(&self) -> bool {
         !self.dead.load(Ordering::SeqCst) && !self.client.is_closed()
     }
@@ -170,7 +205,10 @@ fn service_error(e: ServiceError) -> CallError {
         ServiceError::TransportClosed | ServiceError::TransportSend(_) => CallError::Crashed {
             why: "its connection closed".into(),
         },
-        ServiceError::Timeout { timeout } => CallError::TimedOut { after: timeout },
+        ServiceError::Timeout { timeout } => CallError::TimedOut {
+            after: timeout,
+            restarted: false,
+        },
         ServiceError::Cancelled { .. } => CallError::Cancelled,
         ServiceError::McpError(e) => CallError::Failed {
             why: format!("the upstream refused the call: {}", e.message),
@@ -239,7 +277,7 @@ impl Upstream {
         if !c.alive() {
             // It ended: count it, so a crash loop backs off.
             s.failures += 1;
-            s.last_error = Some(format!("it stopped{}", tail(&c.stderr_tail())));
+            s.last_error = Some(c.end_reason());
             s.not_before = Some(Instant::now() + backoff(s.failures));
         }
         s.conn = None;
@@ -328,6 +366,7 @@ impl Upstream {
                     process,
                     started: Instant::now(),
                     dead: AtomicBool::new(false),
+                    unanswered: std::sync::atomic::AtomicU32::new(0),
                 });
                 self.watch(&conn);
                 Ok(conn)
@@ -567,24 +606,48 @@ impl Upstream {
         let got = tokio::select! {
             r = tokio::time::timeout(timeout, request) => match r {
                 Ok(r) => r.map_err(service_error),
-                Err(_) => Err(CallError::TimedOut { after: timeout }),
+                Err(_) => Err(CallError::TimedOut {
+            after: timeout,
+            restarted: false,
+        }),
             },
             why = cancel.cancelled() => {
                 let _ = why;
                 Err(CallError::Cancelled)
             }
-            _ = dead => Err(CallError::Crashed { why: format!("it stopped{}", tail(&conn.stderr_tail())) }),
+            _ = dead => Err(CallError::Crashed { why: conn.end_reason() }),
         };
         match got {
             Ok(v) => {
+                conn.unanswered.store(0, Ordering::SeqCst);
                 if let Ok(mut s) = self.state.lock() {
                     s.failures = 0;
                 }
                 Ok(v)
             }
+            // The proxy cut the connection (an answer over `max_message`): that is the
+            // reason, whichever way the call saw the end.
+            Err(CallError::Crashed { .. } | CallError::Failed { .. }) if conn.cut().is_some() => {
+                conn.dead.store(true, Ordering::SeqCst);
+                Err(CallError::Failed {
+                    why: format!(
+                        "the upstream {}: the proxy closed the connection, and starts it again on the next call",
+                        conn.cut().unwrap_or_default()
+                    ),
+                })
+            }
             Err(CallError::Crashed { why }) => {
                 conn.dead.store(true, Ordering::SeqCst);
                 Err(CallError::Crashed { why })
+            }
+            Err(CallError::TimedOut { after, .. }) => {
+                let n = conn.unanswered.fetch_add(1, Ordering::SeqCst) + 1;
+                let restarted = n >= HUNG_AFTER;
+                if restarted {
+                    tracing::warn!(upstream = %self.name(), code = "SBX_E1910", "the upstream answered none of the last {n} calls: stopped, started again on the next call");
+                    conn.give_up("the MCP upstream stopped answering");
+                }
+                Err(CallError::TimedOut { after, restarted })
             }
             Err(e) => Err(e),
         }
@@ -641,7 +704,10 @@ fn not_forwarded() -> CallError {
 async fn list(c: &Conn, timeout: Duration) -> Result<Vec<Tool>, CallError> {
     match tokio::time::timeout(timeout, c.client.peer().list_all_tools()).await {
         Ok(r) => r.map_err(service_error),
-        Err(_) => Err(CallError::TimedOut { after: timeout }),
+        Err(_) => Err(CallError::TimedOut {
+            after: timeout,
+            restarted: false,
+        }),
     }
 }
 

@@ -389,6 +389,70 @@ async fn a_hanging_upstream_is_cut_at_its_timeout_while_another_answers() {
     assert_eq!(recs[0]["error_code"], "SBX_E1910");
 }
 
+/// An upstream that answers nothing at all (two calls in a row time out with nothing
+/// answered between them) is taken for hung: stopped, and started again on the next call,
+/// which it answers. It stayed hung for every call until the proxy restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_answers_nothing_is_started_again() {
+    let env = Env::with(WAIT, &stdio_upstream("up", "1s"), POLICY);
+    let opts = McpOptions::from_runtime(&env.runtime).unwrap();
+    let proxy = opts.proxy.clone().unwrap();
+    let client = env.connect_with(opts, TestClient::new(User::Absent)).await;
+    let pid = upstream_pid(&client).await;
+    let hang = || call("up__hang", serde_json::json!({"seconds": 600}));
+    let first = client.call_tool(hang()).await.unwrap();
+    assert_eq!(structured(&first)["code"], "SBX_E1910", "{first:?}");
+    assert!(!text_of(&first).contains("started again"), "{first:?}");
+    assert_eq!(
+        proxy.upstreams()[0].starts(),
+        1,
+        "one slow call is not a hang"
+    );
+    let second = client.call_tool(hang()).await.unwrap();
+    assert_eq!(structured(&second)["code"], "SBX_E1910", "{second:?}");
+    assert!(text_of(&second).contains("started again"), "{second:?}");
+    let ok = client
+        .call_tool(call("up__echo", serde_json::json!({"text": "back"})))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true), "{ok:?}");
+    assert_ne!(upstream_pid(&client).await, pid, "a new process");
+    assert_eq!(proxy.upstreams()[0].starts(), 2);
+}
+
+/// An answer longer than the upstream's `max_message` fails its call at once, saying so
+/// (`SBX_E1912`), and the upstream is started again; it was dropped by the transport and
+/// the call waited out its timeout as if the upstream had hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_max_message_fails_its_call_at_once() {
+    let env = Env::with(
+        WAIT,
+        &format!("{}max_message = \"4KiB\"\n", stdio_upstream("up", "600s")),
+        POLICY,
+    );
+    let opts = McpOptions::from_runtime(&env.runtime).unwrap();
+    let proxy = opts.proxy.clone().unwrap();
+    let client = env.connect_with(opts, TestClient::new(User::Absent)).await;
+    let big = "x".repeat(8 * 1024);
+    // Within the test's bound, far under the call's 600 s timeout.
+    let r = tokio::time::timeout(
+        WAIT,
+        client.call_tool(call("up__echo", serde_json::json!({ "text": big }))),
+    )
+    .await
+    .expect("the call waited for its timeout")
+    .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(structured(&r)["code"], "SBX_E1912", "{r:?}");
+    assert!(text_of(&r).contains("max_message"), "{r:?}");
+    let ok = client
+        .call_tool(call("up__echo", serde_json::json!({"text": "small"})))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true), "{ok:?}");
+    assert_eq!(proxy.upstreams()[0].starts(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_cannot_start_is_left_out_and_its_calls_fail_clearly() {
     let env = Env::with(
