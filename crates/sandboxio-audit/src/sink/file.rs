@@ -177,18 +177,37 @@ impl FileTrail {
             Some((None, pubs)) => pubs.to_vec(),
         };
         let Recovered {
-            merkle,
-            prev,
+            mut merkle,
+            mut prev,
             bytes,
-            moved,
+            mut moved,
             ends_with_checkpoint,
         } = file_repair::recover(&path, &mut file, &trusted, &opts.origin)?;
-        let next_rotation = trail_files(&path)?
-            .iter()
-            .filter_map(|p| rotation_index_of(&path, p))
-            .max()
-            .unwrap_or(0)
-            + 1;
+        let last_rotated = trail_files(&path)?
+            .into_iter()
+            .filter_map(|p| rotation_index_of(&path, &p).map(|i| (i, p)))
+            .max_by_key(|(i, _)| *i);
+        let next_rotation = last_rotated.as_ref().map_or(0, |(i, _)| *i) + 1;
+        // An empty active file beside rotated ones: a rotation was cut short after the
+        // full file was renamed and before the new one had its opening checkpoint. The
+        // chain goes on from the renamed file's end (its `rotate` checkpoint), not from
+        // genesis; the `open` checkpoint below anchors the new file on it.
+        // (Best effort: a file this key cannot take up, say one a key rotation cut short
+        // left under the old key, starts a new chain as before, which `verify` reports.)
+        if let (0, Some((_, last))) = (bytes, &last_rotated) {
+            let taken = open_append(last)
+                .and_then(|mut f| file_repair::recover(last, &mut f, &trusted, &opts.origin));
+            match taken {
+                Ok(r) => {
+                    merkle = r.merkle;
+                    prev = r.prev;
+                    moved = moved.or(r.moved);
+                }
+                Err(e) => {
+                    tracing::warn!(target: "sandboxio::audit", "the trail's active file is empty and its last rotated file cannot be taken up ({e}); a new chain starts")
+                }
+            }
+        }
         let sink = FileTrail {
             name: format!("file({})", path.display()),
             trail: trail_id(&path),

@@ -66,6 +66,44 @@ async fn rotated_trail_verifies_and_chains_across_files() {
     );
 }
 
+/// A process killed inside a rotation, after the full file was renamed and before the new
+/// one had its opening checkpoint (no file yet, or an empty one): the next opener takes the
+/// chain up from the renamed file's closing checkpoint, and the trail verifies whole. It
+/// began a new chain from genesis, which `verify` reported as a checkpoint mismatch.
+#[tokio::test]
+async fn a_rotation_cut_short_is_continued_by_the_next_opener() {
+    for leave in ["no file", "an empty file"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let key = Arc::new(AuditKey::generate());
+        let sink = FileSink::open(opts(&path), key.clone()).unwrap();
+        let mut n = 0;
+        // Up to the first rotation: the new file then holds only its opening checkpoint.
+        while trail_files(&path).unwrap().len() < 2 {
+            sink.emit(&ev(n)).await.unwrap();
+            n += 1;
+            assert!(n < 1000, "never rotated");
+        }
+        // Killed there: no close, and the new file as the kill left it.
+        std::mem::forget(sink);
+        if leave == "no file" {
+            std::fs::remove_file(&path).unwrap();
+        } else {
+            std::fs::write(&path, b"").unwrap();
+        }
+        let sink = FileSink::open(opts(&path).rotate_bytes(None), key.clone()).unwrap();
+        assert_eq!(sink.tree_size(), n, "{leave}: the chain is taken up");
+        for i in 0..3 {
+            sink.emit(&ev(n + i)).await.unwrap();
+        }
+        sink.close().await.unwrap();
+        let files = trail_files(&path).unwrap();
+        let rep = verify(&files, Some(&key.verifying_key()));
+        assert!(rep.ok && rep.sealed, "{leave}: {rep:?}");
+        assert_eq!(rep.records, n + 3, "{leave}");
+    }
+}
+
 #[tokio::test]
 async fn reopening_continues_the_chain() {
     let dir = tempfile::tempdir().unwrap();
