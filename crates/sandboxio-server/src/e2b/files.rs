@@ -60,7 +60,8 @@ pub async fn health(Sbx(r, _): Sbx<Envd>) -> Response {
     }
 }
 
-/// `GET /files?path=`: the file's bytes.
+/// `GET /files?path=`: the file's bytes, streamed from the sandbox's file as the native
+/// download streams them (never held whole in memory).
 pub async fn download(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
@@ -71,32 +72,39 @@ pub async fn download(
         let Query(q) = q?;
         check_user(&q)?;
         let rel = path_of(&q)?;
-        let res = files::download(
-            State(st.clone()),
-            r.caller.clone(),
-            Path(r.session.id.clone()),
-            Query(PathQuery { path: rel.clone() }),
+        let res = native::success(
+            files::download(
+                State(st.clone()),
+                r.caller.clone(),
+                Path(r.session.id.clone()),
+                Query(PathQuery { path: rel.clone() }),
+            )
+            .await,
         )
         .await?;
         let is_listing = res
             .headers()
             .get(header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-        let bytes = native::body(Ok(res)).await?;
         if is_listing {
             return Err(E2bError::BadRequest {
                 why: format!("`{}` is a directory", to_e2b(&rel)),
             });
         }
-        Ok::<_, E2bError>(bytes)
+        Ok::<_, E2bError>(res)
     };
     match go.await {
-        Ok(bytes) => {
-            let mut res = (StatusCode::OK, bytes).into_response();
+        Ok(native) => {
+            let (parts, body) = native.into_parts();
+            let mut res = (StatusCode::OK, Body::new(body)).into_response();
             res.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
             );
+            if let Some(len) = parts.headers.get(header::CONTENT_LENGTH) {
+                res.headers_mut()
+                    .insert(header::CONTENT_LENGTH, len.clone());
+            }
             res
         }
         Err(e) => plain_err(&e),

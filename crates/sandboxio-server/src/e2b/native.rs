@@ -5,7 +5,7 @@
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
 
 use super::error::E2bError;
@@ -31,6 +31,22 @@ pub async fn body(res: Result<Response, ServerError>) -> Result<Bytes, E2bError>
         action: "reading a problem",
     })?;
     Err(E2bError::Stopped(Box::new(p)))
+}
+
+/// A successful native answer as it is (its body streamed on, never held here); a problem
+/// as [`body`] reads it.
+pub async fn success(res: Result<Response, ServerError>) -> Result<Response, E2bError> {
+    let res = res?;
+    let status = res.status();
+    if status.is_success() && status != StatusCode::ACCEPTED {
+        return Ok(res);
+    }
+    body(Ok(res)).await.map(|_| unreachable_success())
+}
+
+/// [`body`] answers an error for every status [`success`] hands it.
+fn unreachable_success() -> Response {
+    StatusCode::INTERNAL_SERVER_ERROR.into_response()
 }
 
 /// The JSON of a successful native answer.

@@ -37,28 +37,32 @@ pub async fn rename(st: &AppState, r: &InSandbox, from: &str, to: &str) -> Resul
         let res = files::stat(State(st.clone()), r.caller.clone(), id(), query(from)).await;
         return Ok(json!({"entry": entry(&native::json(res).await?)}));
     }
-    let res = files::download(State(st.clone()), r.caller.clone(), id(), query(from)).await?;
+    let res = native::success(
+        files::download(State(st.clone()), r.caller.clone(), id(), query(from)).await,
+    )
+    .await?;
     let is_dir = res
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    let bytes = native::body(Ok(res)).await?;
     if is_dir {
         return Err(E2bError::Unsupported {
             what: "renaming a directory".into(),
             why: "a rename is a copy and a delete through the chain, files only",
         });
     }
-    let size = bytes.len();
+    // The source streams into the write, which holds it once (its digest is part of the
+    // request the policy decides), within the tenant's upload limit.
     let res = files::upload(
         State(st.clone()),
         r.caller.clone(),
         id(),
         query(to),
-        Body::from(bytes),
+        Body::new(res.into_body()),
     )
     .await;
-    native::body(res).await?;
+    let written = native::json(res).await?;
+    let size = written["record"]["bytes_in"].as_u64().unwrap_or(0);
     let res = files::remove(State(st.clone()), r.caller.clone(), id(), query(from)).await;
     native::body(res).await?;
     let name = to.rsplit('/').next().unwrap_or_default();
