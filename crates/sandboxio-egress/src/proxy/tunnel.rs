@@ -73,10 +73,11 @@ impl Proxy {
             let _ = tokio::io::copy(&mut ur, &mut cw).await;
             let _ = cw.shutdown().await;
         });
-        // The client's first bytes: a CONNECT inside the tunnel ends it.
-        let mut first = vec![0u8; 16 * 1024];
-        let n: usize = cr.read(&mut first).await.unwrap_or_default();
-        if is_connect(&first[..n]) {
+        // The client's first bytes: a CONNECT inside the tunnel ends it. They may come in
+        // pieces (`CONN`, then `ECT host:443 ...`): read on while they could still be one.
+        let first = first_bytes(&mut cr).await;
+        let n = first.len();
+        if is_connect(&first) {
             down.abort();
             self.refuse(
                 &target,
@@ -110,6 +111,47 @@ impl Proxy {
     }
 }
 
+/// The most of the client's first bytes looked at, and how long the proxy waits for the
+/// rest of a request line that has begun like a CONNECT (a client that sent `CON` and
+/// waits for an answer is let through as not one).
+const FIRST_MAX: usize = 16 * 1024;
+const FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The client's first bytes: at least one read, and more while they are blank or a
+/// beginning of `CONNECT ` (up to [`FIRST_MAX`] bytes and [`FIRST_WAIT`] for each read).
+async fn first_bytes<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> Vec<u8> {
+    let mut first = Vec::new();
+    let mut buf = vec![0u8; FIRST_MAX];
+    loop {
+        let room = FIRST_MAX - first.len();
+        let read = if first.is_empty() {
+            r.read(&mut buf[..room]).await.ok()
+        } else {
+            tokio::time::timeout(FIRST_WAIT, r.read(&mut buf[..room]))
+                .await
+                .ok()
+                .and_then(Result::ok)
+        };
+        match read {
+            Some(n) if n > 0 => first.extend_from_slice(&buf[..n]),
+            _ => return first,
+        }
+        if !maybe_connect(&first) || first.len() >= FIRST_MAX {
+            return first;
+        }
+    }
+}
+
+/// Whether bytes are too few to tell: blank so far, or a beginning of `CONNECT `.
+fn maybe_connect(b: &[u8]) -> bool {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let b = &b[start..];
+    b.len() < 8 && b.eq_ignore_ascii_case(&b"CONNECT "[..b.len()])
+}
+
 /// Whether bytes start an HTTP CONNECT request (`CONNECT ` in any case, after blank lines).
 fn is_connect(b: &[u8]) -> bool {
     let start = b
@@ -129,5 +171,41 @@ mod tests {
         assert!(!super::is_connect(b"GET / HTTP/1.1\r\n"));
         assert!(!super::is_connect(b"\x16\x03\x01\x02\x00"));
         assert!(!super::is_connect(b""));
+    }
+
+    #[test]
+    fn a_beginning_of_connect_asks_for_more() {
+        for more in [&b""[..], b"\r\n", b"C", b"con", b"CONNECT", b"\r\nCONNEC"] {
+            assert!(super::maybe_connect(more), "{more:?}");
+        }
+        for enough in [&b"CONNECT "[..], b"GET /", b"\x16\x03", b"COPY", b"CX"] {
+            assert!(!super::maybe_connect(enough), "{enough:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connect_in_pieces_is_read_whole() {
+        let (mut client, mut proxy_side) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for piece in [&b"CO"[..], b"NN", b"ECT evil:443 HTTP/1.1\r\n\r\n"] {
+                client.write_all(piece).await.unwrap();
+                client.flush().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            client
+        });
+        let first = super::first_bytes(&mut proxy_side).await;
+        assert!(
+            super::is_connect(&first),
+            "{:?}",
+            String::from_utf8_lossy(&first)
+        );
+        drop(writer.await.unwrap());
+        // A first read that cannot begin a CONNECT is taken as it is, at once.
+        let (mut client, mut proxy_side) = tokio::io::duplex(64);
+        use tokio::io::AsyncWriteExt;
+        client.write_all(b"GE").await.unwrap();
+        assert_eq!(super::first_bytes(&mut proxy_side).await, b"GE");
     }
 }
