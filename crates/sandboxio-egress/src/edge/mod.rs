@@ -131,17 +131,20 @@ impl Edge {
         Ok(c)
     }
 
-    /// `(value, placeholder)` of each secret, for scrubbing what comes back.
+    /// `(value, placeholder)` of each secret, for scrubbing what comes back: the value as
+    /// it is first, then its hex and base64 forms (`scrub::encodings`), each replaced by
+    /// the placeholder.
     pub fn pairs(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.secrets
-            .iter()
-            .map(|b| {
-                (
-                    b.secret.value.expose().to_vec(),
-                    b.placeholder.as_bytes().to_vec(),
-                )
-            })
-            .collect()
+        let mut out = Vec::new();
+        for b in &self.secrets {
+            let value = b.secret.value.expose();
+            let placeholder = b.placeholder.as_bytes().to_vec();
+            out.push((value.to_vec(), placeholder.clone()));
+            for form in crate::proxy::scrub::encodings(value) {
+                out.push((form, placeholder.clone()));
+            }
+        }
+        out
     }
 
     /// The name of the first secret whose placeholder is in `bytes`.

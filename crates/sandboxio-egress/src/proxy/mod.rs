@@ -4,7 +4,7 @@
 
 mod forward;
 mod respond;
-mod scrub;
+pub(crate) mod scrub;
 mod terminate;
 mod tunnel;
 

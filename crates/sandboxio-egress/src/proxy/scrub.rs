@@ -12,6 +12,41 @@ use hyper::body::{Body, Frame, Incoming};
 /// `(value, placeholder)` pairs.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// The shortest encoded form looked for (a shorter one would match unrelated text).
+const ENCODED_MIN: usize = 8;
+
+/// How an upstream may hand a value back transformed: its hex (lower and upper case) and
+/// its base64 (standard and URL-safe alphabets), the latter as the part of the encoding
+/// that depends on the value's bytes alone, for each of the three places it can start in
+/// a 3-byte group, so it is found inside a longer encoded text too (an API that echoes
+/// `base64(user:token)` in a header, say).
+pub fn encodings(value: &[u8]) -> Vec<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use base64::Engine as _;
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+    out.push(hex.clone().into_bytes());
+    out.push(hex.to_ascii_uppercase().into_bytes());
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        for lead in 0..3usize {
+            let mut padded = vec![0u8; lead];
+            padded.extend_from_slice(value);
+            let enc = engine.encode(&padded).into_bytes();
+            // Characters that also hold bits of the leading bytes, or of bytes after the
+            // value (a partial last group), are not the value's own.
+            let start = [0, 2, 3][lead];
+            let end = enc.len() - usize::from(padded.len() % 3 != 0);
+            if let Some(core) = enc.get(start..end) {
+                out.push(core.to_vec());
+            }
+        }
+    }
+    out.retain(|e| e.len() >= ENCODED_MIN && e.as_slice() != value);
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Replaces values in `buf` from the start; unless `last`, stops where the rest could be
 /// the start of a value. Returns what to send and how much of `buf` it covers.
 pub fn scrub(buf: &[u8], pairs: &Pairs, last: bool) -> (Vec<u8>, usize) {
@@ -120,6 +155,36 @@ impl Body for Scrub {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_encoded_value_is_found_inside_longer_encoded_text() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        use base64::Engine as _;
+        let secret = b"sk-live-4f9a2c7e1b";
+        let forms = super::encodings(secret);
+        let pairs: super::Pairs = std::iter::once(secret.to_vec())
+            .chain(forms)
+            .map(|f| (f, b"{{SECRET}}".to_vec()))
+            .collect();
+        for prefix in ["", "u", "us", "user:"] {
+            let mut plain = prefix.as_bytes().to_vec();
+            plain.extend_from_slice(secret);
+            plain.extend_from_slice(b":tail");
+            for encoded in [STANDARD.encode(&plain), URL_SAFE.encode(&plain)] {
+                let (out, _) = super::scrub(encoded.as_bytes(), &pairs, true);
+                assert!(
+                    String::from_utf8_lossy(&out).contains("{{SECRET}}"),
+                    "{prefix:?}: {encoded}"
+                );
+            }
+        }
+        let hex: String = secret.iter().map(|b| format!("{b:02X}")).collect();
+        let (out, _) = super::scrub(format!("id={hex}").as_bytes(), &pairs, true);
+        assert_eq!(out, b"id={{SECRET}}");
+        // Text without the value is left alone.
+        let (out, _) = super::scrub(b"nothing secret here", &pairs, true);
+        assert_eq!(out, b"nothing secret here");
+    }
+
     use super::*;
 
     fn pairs() -> Pairs {
