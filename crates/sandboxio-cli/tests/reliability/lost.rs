@@ -560,12 +560,12 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
         !records().iter().any(|r| r["idempotency_key"] == "late-1"),
         "the trail took nothing"
     );
-    let kept = env.store().unrecorded().unwrap();
+    let kept = env.store().unrecorded(100).unwrap();
     assert_eq!(kept.len(), 2, "both records are kept: {kept:?}");
     // The next start writes them.
     ok(run_at(&env, &state, &[], &["true"]), "the next run");
     assert!(
-        env.store().unrecorded().unwrap().is_empty(),
+        env.store().unrecorded(100).unwrap().is_empty(),
         "written and forgotten"
     );
     for _ in 0..2 {

@@ -297,7 +297,7 @@ impl Gateway {
         let (kept, dead) = self
             .on_store("claiming interrupted operations", move |s, _| {
                 Ok((
-                    s.unrecorded()?,
+                    s.unrecorded(late::PER_PASS)?,
                     s.claim_dead_intents(&owner, RECOVERY_HOLD, &owner_alive)?,
                 ))
             })

@@ -343,8 +343,8 @@ pub trait Store: Send + Sync {
     /// Keeps a record its sinks could not take, for an operation that has no `finish`
     /// (one never admitted); an admitted one's goes in its [`Finish`].
     fn keep_unrecorded(&self, u: &Unrecorded) -> StoreResult<()>;
-    /// The records waiting to be written, oldest first.
-    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>>;
+    /// The records waiting to be written, oldest first, at most `limit`.
+    fn unrecorded(&self, limit: usize) -> StoreResult<Vec<Unrecorded>>;
     /// After a late write: forgets the record (`left` empty) or keeps the sinks that still
     /// failed.
     fn settle_unrecorded(&self, operation_id: &str, left: &[String]) -> StoreResult<()>;

@@ -498,9 +498,9 @@ impl Store for PgStore {
         })
     }
 
-    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>> {
+    fn unrecorded(&self, limit: usize) -> StoreResult<Vec<Unrecorded>> {
         self.tx("reading unwritten records", |tx| {
-            Ok((rows::unrecorded(tx)?, false))
+            Ok((rows::unrecorded(tx, limit)?, false))
         })
     }
 

@@ -1000,13 +1000,14 @@ impl Store for SqliteStore {
         })
     }
 
-    fn unrecorded(&self) -> StoreResult<Vec<Unrecorded>> {
+    fn unrecorded(&self, limit: usize) -> StoreResult<Vec<Unrecorded>> {
         self.with_read("reading unwritten records", |tx| {
             let mut stmt = tx
-                .prepare_cached("SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id")
+                .prepare_cached("SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id LIMIT ?1")
                 .map_err(db("reading unwritten records"))?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(params![limit], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,

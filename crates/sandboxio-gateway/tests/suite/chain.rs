@@ -487,8 +487,8 @@ impl Store for Watched {
     fn keep_unrecorded(&self, u: &store::Unrecorded) -> store::StoreResult<()> {
         self.inner.keep_unrecorded(u)
     }
-    fn unrecorded(&self) -> store::StoreResult<Vec<store::Unrecorded>> {
-        self.inner.unrecorded()
+    fn unrecorded(&self, limit: usize) -> store::StoreResult<Vec<store::Unrecorded>> {
+        self.inner.unrecorded(limit)
     }
     fn settle_unrecorded(&self, id: &str, left: &[String]) -> store::StoreResult<()> {
         self.inner.settle_unrecorded(id, left)

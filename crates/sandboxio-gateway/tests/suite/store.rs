@@ -645,18 +645,18 @@ fn a_record_no_sink_took_is_kept_until_every_sink_has_it(b: Backend) {
     f.unrecorded = Some(&first);
     s.finish(&f).unwrap();
     s.keep_unrecorded(&kept("u-2", 5)).unwrap();
-    let list = s.unrecorded().unwrap();
+    let list = s.unrecorded(100).unwrap();
     assert_eq!(list.len(), 2);
     assert_eq!(list[0].operation_id, "u-1", "oldest first");
     assert_eq!(list[0].event, first.event);
     assert_eq!(list[0].sinks, first.sinks);
     s.settle_unrecorded("u-1", &["otlp".to_string()]).unwrap();
     s.settle_unrecorded("u-2", &[]).unwrap();
-    let list = s.unrecorded().unwrap();
+    let list = s.unrecorded(100).unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].sinks, ["otlp"]);
     s.settle_unrecorded("u-1", &[]).unwrap();
-    assert!(s.unrecorded().unwrap().is_empty());
+    assert!(s.unrecorded(100).unwrap().is_empty());
 }
 
 fn the_journal_says_which_operations_it_holds(b: Backend) {

@@ -184,10 +184,11 @@ pub(super) fn keep_unrecorded(tx: &mut Tx<'_>, u: &Unrecorded) -> StoreResult<()
 }
 
 /// The records waiting to be written, oldest first.
-pub(super) fn unrecorded(tx: &mut Tx<'_>) -> StoreResult<Vec<Unrecorded>> {
+pub(super) fn unrecorded(tx: &mut Tx<'_>, limit: usize) -> StoreResult<Vec<Unrecorded>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = tx.rows(
-        "SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id",
-        &[],
+        "SELECT operation_id, event, sinks, at_ms FROM unrecorded ORDER BY at_ms, operation_id LIMIT $1",
+        &[&limit],
     )?;
     rows.iter()
         .map(|r| {
