@@ -6,6 +6,8 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "nonroot/durable.rs"]
+mod durable;
 #[path = "nonroot/harness.rs"]
 mod harness;
 
