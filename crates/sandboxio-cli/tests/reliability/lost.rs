@@ -97,6 +97,39 @@ fn ok(o: Output, what: &str) -> Output {
     o
 }
 
+/// Whether strace is missing (the reason printed: the test skips).
+fn no_strace() -> bool {
+    let missing = Command::new("strace").arg("-V").output().is_err();
+    if missing {
+        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+    }
+    missing
+}
+
+/// The command `c` under `strace -f` with `strace_args` (a kill or a failure injected at
+/// an exact syscall).
+fn under_strace(c: &Command, strace_args: &[&str]) -> Output {
+    Command::new("strace")
+        .args(["-f", "-o", "/dev/null"])
+        .args(strace_args)
+        .arg(c.get_program())
+        .args(c.get_args())
+        .env_remove("SBX_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The operation records of the trail at `trail` (checkpoints left out).
+fn records(trail: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(trail)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["operation_id"].is_string())
+        .collect()
+}
+
 #[test]
 fn a_kill_switch_the_store_forgot_is_refused_and_a_new_kill_does_not_hide_a_loss() {
     let env = Env::new("lostkill", "process");
@@ -301,8 +334,7 @@ fn a_state_dir_named_through_a_symlink_is_recovered_and_one_moved_is_checked() {
 /// done. It was recorded again as `interrupted` and its reservation released (ran free).
 #[test]
 fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_record() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+    if no_strace() {
         return;
     }
     let env = Env::new("recordedkill", "process");
@@ -320,15 +352,15 @@ fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_re
     // its `finish`.
     let key = "job-1".to_string();
     let c = env.run_cmd(Some(&cfg), &["--idempotency-key", &key], &["true"]);
-    let out = Command::new("strace")
-        .args(["-f", "-o", "/dev/null", "-e", "trace=fdatasync"])
-        .args(["-e", "inject=fdatasync:signal=KILL:when=1"])
-        .arg(c.get_program())
-        .args(c.get_args())
-        .env_remove("SBX_STATE_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = under_strace(
+        &c,
+        &[
+            "-e",
+            "trace=fdatasync",
+            "-e",
+            "inject=fdatasync:signal=KILL:when=1",
+        ],
+    );
     assert!(
         !out.status.success(),
         "the run was not killed: {}",
@@ -412,8 +444,7 @@ fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_re
 /// once, as done, never `interrupted`. The switch was engaged with no record at all.
 #[test]
 fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+    if no_strace() {
         return;
     }
     let env = Env::new("adminkill", "process");
@@ -421,10 +452,8 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
     let records_of = |tool: &str| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&trail)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        records(&trail)
+            .into_iter()
             .filter(|v| v["event"] == "admin" && v["tool_name"] == tool)
             .collect()
     };
@@ -439,15 +468,10 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
         };
         // The store syncs its commits with fsync (the trail with fdatasync): the first
         // fsync of the command is its change's commit.
-        let out = Command::new("strace")
-            .args(["-f", "-o", "/dev/null", "-e", "trace=fsync"])
-            .args(["-e", "inject=fsync:signal=KILL:when=1"])
-            .arg(c.get_program())
-            .args(c.get_args())
-            .env_remove("SBX_STATE_DIR")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = under_strace(
+            &c,
+            &["-e", "trace=fsync", "-e", "inject=fsync:signal=KILL:when=1"],
+        );
         assert!(
             !out.status.success(),
             "{sub} was not killed: {}",
@@ -501,26 +525,26 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
 /// signed like any other. Such records were never written at all.
 #[test]
 fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("SKIP: strace is not installed (scripts/setup.sh installs it)");
+    if no_strace() {
         return;
     }
     let env = Env::new("latewrite", "process");
     let state = env.state();
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
+    let trail_arg = trail.to_str().unwrap().to_string();
     let full = |c: Command| {
-        Command::new("strace")
-            .args(["-f", "-o", "/dev/null", "-P"])
-            .arg(&trail)
-            .args(["-e", "trace=write,writev,pwrite64"])
-            .args(["-e", "inject=write,writev,pwrite64:error=ENOSPC"])
-            .arg(c.get_program())
-            .args(c.get_args())
-            .env_remove("SBX_STATE_DIR")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        under_strace(
+            &c,
+            &[
+                "-P",
+                &trail_arg,
+                "-e",
+                "trace=write,writev,pwrite64",
+                "-e",
+                "inject=write,writev,pwrite64:error=ENOSPC",
+            ],
+        )
     };
     let mut allowed = cmd_at(&env, &state, "run");
     allowed.args([
@@ -548,14 +572,7 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
     denied.args(["--tier", "namespace", "--", "true"]);
     let out = full(denied);
     assert_eq!(out.status.code(), Some(120), "{}", text(&out));
-    let records = || -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&trail)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["operation_id"].is_string())
-            .collect()
-    };
+    let records = || records(&trail);
     assert!(
         !records().iter().any(|r| r["idempotency_key"] == "late-1"),
         "the trail took nothing"
