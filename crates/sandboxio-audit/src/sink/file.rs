@@ -182,6 +182,7 @@ impl FileTrail {
             bytes,
             mut moved,
             ends_with_checkpoint,
+            unrepaired,
         } = file_repair::recover(&path, &mut file, &trusted, &opts.origin)?;
         let last_rotated = trail_files(&path)?
             .into_iter()
@@ -224,7 +225,8 @@ impl FileTrail {
                 unsynced: false,
                 next_rotation,
                 closed: false,
-                poisoned: false,
+                // A last line that could not be moved aside: the next write tries again.
+                poisoned: unrepaired.is_some(),
             }),
         };
         {
@@ -236,11 +238,27 @@ impl FileTrail {
             // A file whose last line is a checkpoint of this very state, signed with this
             // key (a clean close), is continued as is: an `open` checkpoint would sign
             // the same tree again (and cost an fsync at every start).
-            if rotating || !ends_with_checkpoint || moved.is_some() {
-                sink.write_checkpoint(&mut st, CheckpointReason::Open)?;
-            }
-            if let Some(m) = moved {
-                sink.write_repair_note(&mut st, &m)?;
+            // What an opening writes is not a record: when the disk is full it is left
+            // out (the trail is taken up as it is, and the failed write is repaired by the
+            // next one), so that a full disk under the trail does not stop every start,
+            // the kill switch's included; the records themselves then fail as sinks do.
+            let opening = if unrepaired.is_some() {
+                Ok(())
+            } else if rotating || !ends_with_checkpoint || moved.is_some() {
+                sink.write_checkpoint(&mut st, CheckpointReason::Open)
+                    .and_then(|()| match &moved {
+                        Some(m) => sink.write_repair_note(&mut st, m),
+                        None => Ok(()),
+                    })
+            } else {
+                Ok(())
+            };
+            if let Err(e) = opening {
+                if rotating {
+                    return Err(e);
+                }
+                tracing::warn!(target: "sandboxio::audit", path = %sink.opts.path.display(), "opening the trail could not write its checkpoint ({e}); its records are written once there is room");
+                st.poisoned = true;
             }
         }
         drop(_held);
@@ -373,6 +391,16 @@ impl FileTrail {
                 &[self.key.verifying_key()],
                 &self.opts.origin,
             )?;
+            if let Some(why) = r.unrepaired {
+                st.poisoned = true;
+                return Err(AuditError::SinkFailed {
+                    sink: self.name.clone(),
+                    why: format!(
+                        "the trail's last line is torn and cannot be moved aside yet: {why}"
+                    ),
+                    timed_out: false,
+                });
+            }
             st.file = file;
             st.merkle = r.merkle;
             st.prev = r.prev;

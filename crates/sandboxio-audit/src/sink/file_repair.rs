@@ -28,6 +28,10 @@ pub(crate) struct Recovered {
     /// The file's last line is a checkpoint (signed by a trusted key) of exactly this
     /// state: a sink continuing it has nothing new to sign.
     pub ends_with_checkpoint: bool,
+    /// A torn or bad last line that could not be moved aside (a full disk): the file is
+    /// left as it was (`bytes` is its whole length), the chain state is the one before
+    /// that line, and nothing may be appended until a later try moves it aside.
+    pub unrepaired: Option<String>,
 }
 
 /// What a scan found: the chain state and whether the last line is its checkpoint.
@@ -82,6 +86,7 @@ pub(crate) fn recover(
         .map_err(|e| AuditError::io(path, e))?;
     if buf.is_empty() {
         return Ok(Recovered {
+            unrepaired: None,
             merkle: Merkle::new(),
             prev: GENESIS,
             bytes: 0,
@@ -92,16 +97,20 @@ pub(crate) fn recover(
     // A last line without its newline was torn by a crash: never acknowledged, moved aside.
     if !buf.ends_with(b"\n") {
         let keep = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        let moved = move_aside(
+        let moved = match move_aside(
             path,
             file,
             &buf,
             keep,
             "the last line is incomplete (torn write)",
-        )?;
+        ) {
+            Ok(m) => m,
+            Err(e) => return unrepaired(path, &buf, keep, trusted, origin, e),
+        };
         buf.truncate(keep);
         let sc = scan(path, &buf, trusted, origin).map_err(|(_, e)| e)?;
         return Ok(Recovered {
+            unrepaired: None,
             merkle: sc.merkle,
             prev: sc.prev,
             bytes: keep as u64,
@@ -111,6 +120,7 @@ pub(crate) fn recover(
     }
     match scan(path, &buf, trusted, origin) {
         Ok(sc) => Ok(Recovered {
+            unrepaired: None,
             ends_with_checkpoint: sc.from_checkpoint && sc.records_after == 0,
             merkle: sc.merkle,
             prev: sc.prev,
@@ -119,10 +129,14 @@ pub(crate) fn recover(
         }),
         Err((Some(bad), e)) if bad.is_last => {
             let why = format!("the last line is not a record that chains ({})", bad.why);
-            let moved = move_aside(path, file, &buf, bad.start, &why)?;
+            let moved = match move_aside(path, file, &buf, bad.start, &why) {
+                Ok(m) => m,
+                Err(e) => return unrepaired(path, &buf, bad.start, trusted, origin, e),
+            };
             buf.truncate(bad.start);
             let sc = scan(path, &buf, trusted, origin).map_err(|(_, _)| e)?;
             Ok(Recovered {
+                unrepaired: None,
                 merkle: sc.merkle,
                 prev: sc.prev,
                 bytes: bad.start as u64,
@@ -132,6 +146,29 @@ pub(crate) fn recover(
         }
         Err((_, e)) => Err(e),
     }
+}
+
+/// The state before `buf[keep..]`, a last line that could not be moved aside (`e`): the
+/// file is left whole, and the caller appends nothing until a later try moves it aside.
+fn unrepaired(
+    path: &Path,
+    buf: &[u8],
+    keep: usize,
+    trusted: &[VerifyingKey],
+    origin: &str,
+    e: AuditError,
+) -> Result<Recovered, AuditError> {
+    let sc =
+        scan(path, buf.get(..keep).unwrap_or_default(), trusted, origin).map_err(|(_, e2)| e2)?;
+    tracing::warn!(target: "sandboxio::audit", path = %path.display(), "the trail's last line needs moving aside and cannot be now ({e}); nothing is appended until it is");
+    Ok(Recovered {
+        merkle: sc.merkle,
+        prev: sc.prev,
+        bytes: buf.len() as u64,
+        moved: None,
+        ends_with_checkpoint: false,
+        unrepaired: Some(e.to_string()),
+    })
 }
 
 /// The usual case without reading the whole file: a file that ends with a complete line
@@ -166,6 +203,7 @@ fn recover_from_tail(
         match scan(path, lines, trusted, origin) {
             Ok(sc) if sc.from_checkpoint => {
                 return Ok(Some(Recovered {
+                    unrepaired: None,
                     ends_with_checkpoint: sc.records_after == 0,
                     merkle: sc.merkle,
                     prev: sc.prev,

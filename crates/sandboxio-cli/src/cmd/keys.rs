@@ -36,6 +36,7 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
             // Like every operator action: not on a store that lost work (its new head
             // would hide the loss).
             rt.gateway().check_anchor().await?;
+            rt.gateway().recover_interrupted().await?;
             let m = rt
                 .gateway()
                 .create_key(&setup::actor(), &tenant, scopes, &label)
@@ -97,6 +98,7 @@ pub async fn keys(common: &Common, cmd: KeysCmd) -> Result<i32> {
         KeysCmd::Revoke { id } => {
             let rt = loaded.runtime(common, None)?;
             rt.gateway().check_anchor().await?;
+            rt.gateway().recover_interrupted().await?;
             rt.gateway().revoke_key(&setup::actor(), &id).await?;
             outln!("revoked {id}")?;
         }

@@ -33,6 +33,16 @@ async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outc
         (Err(e), _) => return Err(e.into()),
         (Ok(_), _) => {}
     }
+    // What an earlier process left unrecorded (an operator action killed before its
+    // record, a record the trail could not take) is recorded first, so the trail has the
+    // actions in the order they took effect.
+    match (rt.gateway().recover_interrupted().await, &action) {
+        (Err(e), AdminAction::Kill { .. }) => {
+            errln!("warning: {e:#}; engaging the kill switch anyway");
+        }
+        (Err(e), _) => return Err(e.into()),
+        (Ok(_), _) => {}
+    }
     let out = rt.gateway().admin("default", actor, action).await?;
     if out.record.verdict != Verdict::Allow {
         let code = out.record.error_code.as_deref().unwrap_or("SBX_E1501");

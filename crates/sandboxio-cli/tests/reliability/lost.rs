@@ -618,3 +618,71 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
         .unwrap();
     ok(v, "the trail verifies");
 }
+
+/// A full disk under the trail (strace fails every write to it with ENOSPC) must not stop
+/// the brake: a start whose trail does not end with a clean close writes an `open`
+/// checkpoint first, and that failed write stopped every command, `kill` included
+/// (`SBX_E1602`, exit 125). Now the kill switch engages, its record is kept in the store,
+/// and once the disk has room the next start writes it: one record, and the trail verifies.
+#[test]
+fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
+    if no_strace() {
+        return;
+    }
+    let env = Env::new("fullbrake", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let trail = state.join("audit.jsonl");
+    let trail_arg = trail.to_str().unwrap().to_string();
+    let full: [&str; 6] = [
+        "-P",
+        &trail_arg,
+        "-e",
+        "trace=write,writev,pwrite64",
+        "-e",
+        "inject=write,writev,pwrite64:error=ENOSPC",
+    ];
+    // A run killed after its record, before its closing checkpoint: the trail no longer
+    // ends with a clean close, so the next opener has a checkpoint to write first.
+    let mut run = cmd_at(&env, &state, "run");
+    run.args(["--tier", "process", "--", "true"]);
+    let out = under_strace(
+        &run,
+        &["-e", "trace=fdatasync", "-e", "inject=fdatasync:signal=KILL:when=1"],
+    );
+    assert!(!out.status.success(), "the run was not killed: {}", text(&out));
+    // A run on the full disk: it goes on (warn), its record kept in the store.
+    let out = under_strace(&run, &full);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // The brake, on the still-full disk.
+    let mut kill = cmd_at(&env, &state, "kill");
+    kill.args(["--reason", "disk-full"]);
+    let out = under_strace(&kill, &full);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the kill switch engages: {}",
+        text(&out)
+    );
+    assert!(env.store().kill_state().unwrap().is_some());
+    let kills = || {
+        records(&trail)
+            .into_iter()
+            .filter(|r| r["event"] == "admin" && r["tool_name"] == "kill")
+            .count()
+    };
+    assert_eq!(kills(), 0, "nothing reached the trail");
+    // Room again: the next start writes what was kept; the switch still holds.
+    let next = run_at(&env, &state, &[], &["true"]);
+    assert_eq!(next.status.code(), Some(120), "{}", text(&next));
+    assert_eq!(kills(), 1);
+    assert!(env.store().unrecorded(100).unwrap().is_empty());
+    let v = Command::new(BIN)
+        .args(["audit", "verify"])
+        .arg(&trail)
+        .arg("--key")
+        .arg(state.join("audit.pub"))
+        .output()
+        .unwrap();
+    ok(v, "the trail verifies");
+}

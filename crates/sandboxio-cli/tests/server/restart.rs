@@ -332,3 +332,98 @@ fn sigterm_restart_restores_sandboxes_with_their_files_or_reports_them_lost() {
 fn sigkill_restart_restores_sandboxes_with_their_files_or_reports_them_lost() {
     restart_with("KILL");
 }
+
+/// A `kill` whose process died between its commit and its record, while a server serves
+/// the same state (the kill's change and intent are made through the store, as that
+/// process made them, with a dead owner: where a process dies around SQLite's syncs is not
+/// something a test can pick reliably while another process shares the WAL). The
+/// server's `resume` comes next and is recorded; the server's sweeper then records the kill
+/// from its intent, after the resume in the trail but with the time the kill took effect.
+/// The switch is released, so runs go on: the next CLI start must not read the trail's last
+/// kill as a kill switch the store lost (`SBX_E1533`, which only `state recover
+/// --from-trail` would clear).
+#[test]
+fn an_operator_action_recorded_late_is_ordered_by_when_it_took_effect() {
+    use sandboxio_core::{AdminAction, Operation, OperationArgs, Principal};
+    use sandboxio_gateway::store::{AdminChange, JournalEntry, SqliteStore, Store, SyncMode};
+    // The sweeper runs every half lease.
+    let mut s = Server::start_with(&[], |d| append_config(d, "[state]\nlease = \"2s\"\n"));
+    let key = s.key("ops", "all");
+    // An owner that is gone: a process that ran and was reaped.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = format!("{}:1", gone.id());
+    gone.wait().unwrap();
+    let mut principal = Principal::tenant("default");
+    principal.agent = Some("cli:operator".into());
+    let op = Operation::new(
+        principal,
+        OperationArgs::Admin {
+            action: AdminAction::Kill {
+                reason: "cut-short".into(),
+            },
+        },
+    );
+    let took_effect = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let store = SqliteStore::open(&s.state().join("state.db"), SyncMode::Full).unwrap();
+    store
+        .admin_change(
+            &JournalEntry {
+                operation_id: "0123456789abcdef0123456789abcdef".into(),
+                intent: sandboxio_core::request_view(&op).to_string(),
+                started_at: took_effect,
+                owner: dead,
+                idempotent: false,
+                idem: None,
+            },
+            &AdminChange::Kill {
+                reason: "cut-short",
+                by: "cli:operator",
+                now: took_effect,
+            },
+        )
+        .unwrap();
+    drop(store);
+    let r = s.delete(&key, "/v1/kill");
+    assert_eq!(r.status(), 200, "{:?}", r.text());
+    let brakes = |s: &Server| {
+        s.audit()
+            .into_iter()
+            .filter(|e| {
+                e["event"] == "admin" && (e["tool_name"] == "kill" || e["tool_name"] == "resume")
+            })
+            .map(|e| {
+                let ts = chrono::DateTime::parse_from_rfc3339(e["ts"].as_str().unwrap()).unwrap();
+                (e["tool_name"].as_str().unwrap().to_string(), ts)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = brakes(&s);
+        if seen.len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(seen.len(), 2, "the sweeper recorded the kill: {seen:?}");
+    assert_eq!(seen[0].0, "resume", "{seen:?}");
+    assert_eq!(seen[1].0, "kill", "recorded after the resume: {seen:?}");
+    assert!(
+        seen[1].1 < seen[0].1,
+        "with the time it took effect: {seen:?}"
+    );
+    s.terminate();
+    // The next CLI start: the switch is released and the store lost nothing.
+    let run = Command::new(BIN)
+        .args(["run", "--tier", "process", "--state-dir"])
+        .arg(s.state())
+        .arg("--policy")
+        .arg(s.dir.path().join("policy.toml"))
+        .args(["--", "true"])
+        .env_remove("SBX_STATE_DIR")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!err.contains("SBX_E1533"), "a false loss: {err}");
+    assert!(run.status.success(), "{err}");
+}

@@ -337,9 +337,9 @@ impl Owned {
 
 /// The record of an operator action whose process died after its change and before its
 /// record: its intent was written in the change's transaction, so it took effect.
-pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) {
+pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) -> bool {
     let OperationArgs::Admin { action } = &op.args else {
-        return;
+        return false;
     };
     let actor = op.principal.agent.as_deref().unwrap_or("unknown");
     if let AdminAction::Approve { approval_id, .. } | AdminAction::Deny { approval_id, .. } = action
@@ -353,6 +353,7 @@ pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) {
         "{} (recorded at recovery: the process stopped after the change and before its record)",
         reason(action, actor)
     );
+    true
 }
 
 /// What an operator action did, in words (its record's reason).

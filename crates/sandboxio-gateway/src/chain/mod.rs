@@ -326,8 +326,11 @@ impl Gateway {
             rec.layer = Layer::Journal;
             rec.reason = "interrupted: the process running this operation stopped before recording its outcome".into();
             if let Some(op) = &op {
-                // An operator action's intent was written with its change: it took effect.
-                admin::recovered(op, &mut rec);
+                // An operator action's intent was written with its change: it took effect,
+                // at the intent's time (which orders it among the others' records).
+                if admin::recovered(op, &mut rec) {
+                    rec.ts = e.started_at;
+                }
             }
             // Recovery records are best effort in warn mode and required in fail mode
             // (then nothing is settled, and the next start tries again).
@@ -337,15 +340,22 @@ impl Gateway {
                 .map_err(|_| GatewayError::Unrecorded)?;
         }
         let now = Utc::now();
+        let auditor = self.auditor.clone();
         let settled = self
             .on_store("recovering interrupted operations", move |s, _| {
-                s.settle_interrupted(now, &dead, &|e| {
+                let settled = s.settle_interrupted(now, &dead, &|e| {
                     let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
                     rec.status = OperationStatus::Interrupted;
                     rec.layer = Layer::Journal;
                     rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
                     serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
-                })
+                })?;
+                // The trail's head after the records just written, as every operation's
+                // close keeps it (a kill recorded here is then checked from its head on).
+                if let Err(e) = s.put_heads(&auditor.heads_to_anchor(), now) {
+                    tracing::warn!(code = e.code(), "storing the trail head after recovery failed: {e}");
+                }
+                Ok(settled)
             })
             .await?;
         Ok(from_records + settled.len())

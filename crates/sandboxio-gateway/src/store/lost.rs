@@ -122,12 +122,19 @@ pub fn lost_after(
     let done = |e: &&AuditEvent, name: &str| {
         e.event == "admin" && e.tool_name == name && e.status == OperationStatus::Ok
     };
+    // The last by time, not by place: an action whose process died before its record is
+    // recorded by a later start, with the time it took effect.
     let last_brake = after
         .iter()
-        .rev()
-        .find(|e| done(e, "kill") || done(e, "resume"));
+        .enumerate()
+        .filter(|(_, e)| done(e, "kill") || done(e, "resume"))
+        .max_by_key(|(i, e)| (e.ts, *i))
+        .map(|(_, e)| e);
     if let Some(e) = last_brake.filter(|e| e.tool_name == "kill") {
-        if store.kill_state()?.is_none() {
+        // A resume later in time may sit before the head: it was recorded first, and this
+        // kill, whose process died before its record, was recorded by a later start. Read
+        // the whole trail for it only here, where the store disagrees.
+        if store.kill_state()?.is_none() && !resumed_after(files, e.ts) {
             return Ok(Some(LostWork::KillSwitch {
                 operation: e.operation_id.clone(),
             }));
@@ -153,6 +160,18 @@ pub fn lost_after(
         }
     }
     Ok(None)
+}
+
+/// Whether the trail records the kill switch released later than `at`.
+fn resumed_after(files: &[PathBuf], at: DateTime<Utc>) -> bool {
+    records_from(files, 0).is_ok_and(|all| {
+        all.iter().any(|e| {
+            e.event == "admin"
+                && e.tool_name == "resume"
+                && e.status == OperationStatus::Ok
+                && e.ts > at
+        })
+    })
 }
 
 #[cfg(test)]
@@ -181,6 +200,41 @@ mod tests {
         assert_eq!(
             not_before(now, std::time::Duration::MAX),
             DateTime::<Utc>::MIN_UTC
+        );
+    }
+
+    /// A resume counts against a kill only when it is later in time, wherever it sits in
+    /// the trail.
+    #[tokio::test]
+    async fn a_resume_is_later_than_a_kill_by_its_time_not_its_place() {
+        use sandboxio_audit::{AuditEvent, AuditKey, AuditSink as _, FileSink, FileSinkOptions};
+        use sandboxio_core::{OperationRecord, OperationStatus};
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("audit.jsonl");
+        let key = std::sync::Arc::new(AuditKey::generate());
+        let sink =
+            FileSink::open(FileSinkOptions::new(&path), key).unwrap_or_else(|e| panic!("{e}"));
+        let t0 = Utc::now();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        // Written in this order: a resume at +10 s, then a kill of +5 s recorded late.
+        for (tool, when) in [("resume", at(10)), ("kill", at(5))] {
+            let mut r = OperationRecord::new(format!("op-{tool}"), tool);
+            r.event = "admin".into();
+            r.status = OperationStatus::Ok;
+            r.ts = when;
+            sink.emit(&AuditEvent::from_record(&r, false))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        sink.close().await.unwrap_or_else(|e| panic!("{e}"));
+        let files = vec![path];
+        assert!(
+            resumed_after(&files, at(5)),
+            "the resume is later than the kill"
+        );
+        assert!(
+            !resumed_after(&files, at(10)),
+            "nothing later than the resume"
         );
     }
 }
