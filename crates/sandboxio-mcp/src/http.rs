@@ -168,6 +168,11 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     req.extensions_mut().insert(caller);
+    let sent_json = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
     if let Some(id) = session {
         if !owners.owned_by(&id, &credential) {
             return sandboxio_server::ServerError::NotFound {
@@ -176,7 +181,7 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
             }
             .into_response();
         }
-        return coded(next.run(req).await).await;
+        return coded(next.run(req).await, sent_json).await;
     }
     // No session named: this may open one (an `initialize`), owned by this key.
     let place = match owners.open(&tenant) {
@@ -192,7 +197,7 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
         }
     };
     let lease = Arc::new(());
-    let res = coded(OPENING.scope(lease.clone(), next.run(req)).await).await;
+    let res = coded(OPENING.scope(lease.clone(), next.run(req)).await, sent_json).await;
     if let Some(id) = res
         .headers()
         .get(SESSION_HEADER)
@@ -207,9 +212,13 @@ async fn authenticate(owners: &Owners, caller: Caller, mut req: Request, next: N
 /// The MCP transport's own refusals (a wrong `Accept` or `Content-Type`, a body that is not
 /// JSON-RPC, an unknown session) come as plain text: answer them as the server answers
 /// every refusal, a problem (`SBX_E1920`) with the transport's words as its detail and the
-/// same status.
-async fn coded(res: Response) -> Response {
-    let status = res.status();
+/// same status, except that a body sent as JSON which is not a JSON-RPC message is a bad
+/// request (400), not an unsupported media type (the transport's 415).
+async fn coded(res: Response, sent_json: bool) -> Response {
+    let mut status = res.status();
+    if sent_json && status == axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        status = axum::http::StatusCode::BAD_REQUEST;
+    }
     let is_json = res
         .headers()
         .get(axum::http::header::CONTENT_TYPE)

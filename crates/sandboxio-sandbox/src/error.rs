@@ -285,6 +285,10 @@ pub const CODES: &[(&str, &str)] = &[
         "the request does not fit the pre-built namespaces of a pooled sandbox",
     ),
     (
+        "SBX_E1474",
+        "the program's output names an entry the output directory already has; nothing copied",
+    ),
+    (
         "SBX_E1479",
         "could not open the sandbox's egress listener (loopback, socket, bind, hand-over)",
     ),

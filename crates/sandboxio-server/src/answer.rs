@@ -37,6 +37,10 @@ fn status_of(rec: &OperationRecord, code: &str) -> StatusCode {
         "SBX_E1482" => return StatusCode::NOT_FOUND,
         "SBX_E1483" => return StatusCode::PAYLOAD_TOO_LARGE,
         "SBX_E1485" => return StatusCode::CONFLICT,
+        // The program ran; its output could not be copied for the caller's reason: a name
+        // the workspace already has, or more than the request's output cap.
+        "SBX_E1474" => return StatusCode::CONFLICT,
+        "SBX_E1470" => return StatusCode::UNPROCESSABLE_ENTITY,
         // The program the caller named could not be started (not found, not executable):
         // the request's fault, not the server's.
         // (Process and Landlock tiers: SBX_E1421 not in PATH, SBX_E1422 execve refused;

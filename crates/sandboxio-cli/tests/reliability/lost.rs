@@ -508,6 +508,35 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
         let _ = run_at(&env, &state, &[], &["true"]);
         assert_eq!(records_of(sub).len(), 1);
     }
+    // A key revocation cut the same way is recorded with the key's id and tenant, as its
+    // own record would have been (the id read redacted, the tenant `default`).
+    let created = ok(
+        cmd_at(&env, &state, "keys")
+            .args(["create", "--tenant", "acme", "--scopes", "exec", "--json"])
+            .output()
+            .unwrap(),
+        "keys create",
+    );
+    let id = serde_json::from_slice::<serde_json::Value>(&created.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut revoke = cmd_at(&env, &state, "keys");
+    revoke.args(["revoke", &id]);
+    let out = under_strace(
+        &revoke,
+        &["-e", "trace=fsync", "-e", "inject=fsync:signal=KILL:when=1"],
+    );
+    assert!(
+        !out.status.success(),
+        "revoke was not killed: {}",
+        text(&out)
+    );
+    ok(run_at(&env, &state, &[], &["true"]), "the next start");
+    let recs = records_of("key_revoke");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["arguments"]["key_id"], id.as_str(), "{recs:?}");
+    assert_eq!(recs[0]["tenant_id"], "acme", "{recs:?}");
     let v = Command::new(BIN)
         .args(["audit", "verify"])
         .arg(&trail)
@@ -648,9 +677,18 @@ fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
     run.args(["--tier", "process", "--", "true"]);
     let out = under_strace(
         &run,
-        &["-e", "trace=fdatasync", "-e", "inject=fdatasync:signal=KILL:when=1"],
+        &[
+            "-e",
+            "trace=fdatasync",
+            "-e",
+            "inject=fdatasync:signal=KILL:when=1",
+        ],
     );
-    assert!(!out.status.success(), "the run was not killed: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "the run was not killed: {}",
+        text(&out)
+    );
     // A run on the full disk: it goes on (warn), its record kept in the store.
     let out = under_strace(&run, &full);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -240,6 +240,21 @@ fn malformed_urls_and_transport_refusals_are_coded_problems() {
     assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
     let (st, p) = problem(s.post(&key, "/v1/sandboxes/%ff/exec", &json!({"argv": ["true"]})));
     assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
+    // The routes whose sandbox the scope guard reads from the path (it answered 500).
+    for path in [
+        "/v1/sandboxes/%ff/contexts".to_string(),
+        format!("/v1/sandboxes/{id}/contexts/%C0%AF/run"),
+    ] {
+        let (st, p) = problem(s.post(&key, &path, &json!({"code": "1"})));
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (422, "SBX_E1810"),
+            "{path}: {p}"
+        );
+    }
+    // A WebSocket route asked without the handshake.
+    let (st, p) = problem(s.get(&key, &format!("/v1/sandboxes/{id}/exec/ws")));
+    assert_eq!((st, p["code"].as_str().unwrap()), (422, "SBX_E1810"), "{p}");
 
     // The MCP transport's refusals: no `Accept` for both answers, then no JSON body.
     let mcp = |accept: &str, ct: &str| {
@@ -256,6 +271,12 @@ fn malformed_urls_and_transport_refusals_are_coded_problems() {
     assert_eq!((st, p["code"].as_str().unwrap()), (406, "SBX_E1920"), "{p}");
     let (st, p) = problem(mcp("application/json, text/event-stream", "text/plain"));
     assert_eq!((st, p["code"].as_str().unwrap()), (415, "SBX_E1920"), "{p}");
+    // JSON that is not a JSON-RPC message (the body is `x`): a bad request.
+    let (st, p) = problem(mcp(
+        "application/json, text/event-stream",
+        "application/json",
+    ));
+    assert_eq!((st, p["code"].as_str().unwrap()), (400, "SBX_E1920"), "{p}");
 
     // Nothing was changed: the U+FFFD file still holds what was written.
     let r = s.get(&key, &replacement);

@@ -184,13 +184,15 @@ impl Gateway {
         };
         // A change in the store is made in one transaction with the action's intent: a death
         // before the record leaves the intent, and recovery records the action from it.
-        let intent = sandboxio_core::request_view(op).to_string();
+        // Redacted string by string, like the record's fields (read as one text, a
+        // `"key_id":"<hex>"` pair looked like an assignment of a secret).
+        let mut intent = sandboxio_core::request_view(op);
+        if let Some(r) = &ctx.redactor {
+            r.redact_json(&mut intent);
+        }
         let journal = crate::store::JournalEntry {
             operation_id: id.to_string(),
-            intent: match &ctx.redactor {
-                Some(r) => r.redact_str(&intent).into_owned(),
-                None => intent,
-            },
+            intent: intent.to_string(),
             started_at: now,
             owner: self.owner.clone(),
             idempotent: op.idempotent,
@@ -354,6 +356,34 @@ pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) -> bool {
         reason(action, actor)
     );
     true
+}
+
+impl Gateway {
+    /// The tenant an operator action recorded at recovery belonged to: the key's, or the
+    /// approval's, as its own record would have said (else the action's principal's).
+    pub(super) async fn admin_tenant(&self, op: &Operation) -> Option<String> {
+        let OperationArgs::Admin { action } = &op.args else {
+            return None;
+        };
+        match action.clone() {
+            AdminAction::KeyRevoke { key_id } => self
+                .on_store("reading a key", move |s, _| s.credential(&key_id))
+                .await
+                .ok()
+                .flatten()
+                .map(|c| c.tenant),
+            AdminAction::Approve { approval_id, .. } | AdminAction::Deny { approval_id, .. } => {
+                self.on_store("reading an approval", move |s, _| {
+                    s.get_approval(&approval_id)
+                })
+                .await
+                .ok()
+                .flatten()
+                .map(|a| a.tenant)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What an operator action did, in words (its record's reason).

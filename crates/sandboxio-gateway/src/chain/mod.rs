@@ -330,6 +330,9 @@ impl Gateway {
                 // at the intent's time (which orders it among the others' records).
                 if admin::recovered(op, &mut rec) {
                     rec.ts = e.started_at;
+                    if let Some(t) = self.admin_tenant(op).await {
+                        rec.tenant_id = Some(t);
+                    }
                 }
             }
             // Recovery records are best effort in warn mode and required in fail mode

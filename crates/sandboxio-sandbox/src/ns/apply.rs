@@ -522,6 +522,11 @@ fn as_seen_inside(e: NsError, src: &Path, dst: &Path) -> NsError {
         }
     };
     match e {
+        NsError::CopyOutput { path, source } if source.kind() == io::ErrorKind::AlreadyExists => {
+            NsError::OutputExists {
+                path: inside(&path),
+            }
+        }
         NsError::CopyOutput { path, source } => NsError::CopyOutput {
             path: inside(&path),
             source,
@@ -2005,6 +2010,30 @@ mod copy_tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("preexisting")]);
+    }
+
+    /// An output file whose name the host directory already has (a session's workspace
+    /// keeps files between runs): a conflict with its own code and the path as seen
+    /// inside, the host's file untouched, nothing else left behind (it was a bare I/O
+    /// error, which the server answered 500).
+    #[test]
+    fn an_output_name_the_host_already_has_is_a_conflict_and_changes_nothing() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        std::fs::write(dst.path().join("report.txt"), b"the workspace's own").unwrap();
+        std::fs::write(src.path().join("new.txt"), b"new").unwrap();
+        std::fs::write(src.path().join("report.txt"), b"the program's").unwrap();
+        let e = match copy_out(src.path(), dst.path(), 0) {
+            Err(e) => e,
+            Ok(_) => panic!("an existing name was overwritten"),
+        };
+        assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1474", "{e}");
+        assert!(e.to_string().contains("/output/report.txt"), "{e}");
+        assert_eq!(
+            std::fs::read(dst.path().join("report.txt")).unwrap(),
+            b"the workspace's own"
+        );
+        assert!(!dst.path().join("new.txt").exists(), "all or nothing");
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub enum NsError {
         #[source]
         source: io::Error,
     },
+    /// The program's output names an entry the host's output directory already has (a
+    /// session's workspace keeps its files between runs). `path` as seen inside.
+    #[error(
+        "the output entry `{}` already exists in the output directory: nothing was copied (remove it first, or write another name)",
+        sandboxio_core::shown::path(path)
+    )]
+    OutputExists { path: PathBuf },
     #[error("could not create a pipe")]
     Pipe {
         #[source]
@@ -164,6 +171,7 @@ impl ErrorCode for NsError {
             NsError::OpenBindSource { .. } => "SBX_E1457",
             NsError::CopyWorkspace { .. } => "SBX_E1458",
             NsError::CopyOutput { .. } => "SBX_E1459",
+            NsError::OutputExists { .. } => "SBX_E1474",
             NsError::Pipe { .. } => "SBX_E1460",
             NsError::Clone { .. } => "SBX_E1461",
             NsError::IdMap { .. } => "SBX_E1462",

@@ -68,11 +68,8 @@ impl<S: NeedsScope> FromRequestParts<AppState> for Scoped<S> {
 }
 
 async fn param(parts: &mut Parts, st: &AppState, name: &str) -> Result<String, ServerError> {
-    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, st)
-        .await
-        .map_err(|_| ServerError::Internal {
-            action: "reading the path",
-        })?;
+    // A segment that is not UTF-8 once percent-decoded is the caller's error (422).
+    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, st).await?;
     params.get(name).cloned().ok_or(ServerError::Internal {
         action: "reading the path",
     })

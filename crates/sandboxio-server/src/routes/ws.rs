@@ -62,8 +62,13 @@ pub async fn exec_ws(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response, ServerError> {
+    // Not a WebSocket handshake: a coded problem, like every refusal (axum's is plain text).
+    let ws = ws.map_err(|e| ServerError::BadValue {
+        field: "WebSocket handshake",
+        why: e.body_text(),
+    })?;
     caller.require(&st, Scope::Exec).await?;
     let s = session_for(&st, &caller, &id)?;
     // A paused sandbox refuses before the upgrade, with a plain problem answer.
