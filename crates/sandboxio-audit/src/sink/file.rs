@@ -534,12 +534,20 @@ impl FileTrail {
             FsyncPolicy::Interval(d) if st.last_sync.elapsed() >= d => self.sync(st)?,
             _ => {}
         }
+        // The record is written (and synced as configured): what follows it is the trail's
+        // own upkeep, whose failure (a full disk) is not the record's. Failing the record
+        // here had it kept and written a second time later. A checkpoint or rotation that
+        // failed is tried again after the next record (a torn line is repaired first).
         if self.opts.checkpoint_every > 0 && st.since_checkpoint >= self.opts.checkpoint_every {
-            self.write_checkpoint(st, CheckpointReason::Periodic)?;
+            if let Err(e) = self.write_checkpoint(st, CheckpointReason::Periodic) {
+                tracing::warn!(target: "sandboxio::audit", path = %self.opts.path.display(), "a periodic checkpoint could not be written ({e}); the record before it is");
+            }
         }
         if let Some(max) = self.opts.rotate_bytes {
             if st.bytes >= max {
-                self.rotate(st)?;
+                if let Err(e) = self.rotate(st) {
+                    tracing::warn!(target: "sandboxio::audit", path = %self.opts.path.display(), "the trail could not be rotated ({e}); the record before it is written");
+                }
             }
         }
         Ok(())

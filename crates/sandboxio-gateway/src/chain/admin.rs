@@ -249,7 +249,9 @@ impl Gateway {
             }
             _ => None,
         };
-        let changed = changed.transpose().map_err(fail)?;
+        let committed = changed.transpose().map_err(fail)?;
+        ctx.committed_at = committed.as_ref().map(|c| c.at);
+        let changed = committed.map(|c| c.change);
         // The intent was written with the change: the record closes it.
         ctx.admitted = changed.as_ref().is_some_and(AdminChanged::changed);
         match (action, changed) {

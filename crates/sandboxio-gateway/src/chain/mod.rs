@@ -324,7 +324,7 @@ impl Gateway {
             rec.status = OperationStatus::Interrupted;
             rec.verdict = Verdict::Allow;
             rec.layer = Layer::Journal;
-            rec.reason = "interrupted: the process running this operation stopped before recording its outcome".into();
+            rec.reason = "interrupted: its outcome was not recorded (the process running it stopped, or could write neither its record nor its store): it may or may not have run".into();
             if let Some(op) = &op {
                 // An operator action's intent was written with its change: it took effect,
                 // at the intent's time (which orders it among the others' records).
@@ -350,7 +350,7 @@ impl Gateway {
                     let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
                     rec.status = OperationStatus::Interrupted;
                     rec.layer = Layer::Journal;
-                    rec.reason = "the process running this operation stopped before recording its outcome; it may or may not have run".into();
+                    rec.reason = "its outcome was not recorded (the process running it stopped, or could write neither its record nor its store): it may or may not have run".into();
                     serde_json::to_string(&Outcome { record: rec, result: None, tool_output: None }).unwrap_or_default()
                 })?;
                 // The trail's head after the records just written, as every operation's
@@ -448,7 +448,7 @@ impl Gateway {
             }
         };
         rec.duration_ms = ms(started.elapsed());
-        rec.ts = Utc::now();
+        rec.ts = ctx.committed_at.unwrap_or_else(Utc::now);
         if ctx.ran {
             rec.cost_settled = ctx.charge;
             let class = LatencyClass::for_kind(sub.op.kind());

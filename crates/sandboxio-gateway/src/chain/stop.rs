@@ -20,6 +20,8 @@ pub(crate) struct RunCtx {
     pub(crate) stream: Option<sandboxio_sandbox::StreamIo>,
     /// This request's redactor (for live output).
     pub(crate) redactor: Option<std::sync::Arc<sandboxio_audit::Redactor>>,
+    /// An operator action's commit time: its record's time (it orders kills and resumes).
+    pub(crate) committed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Why the chain stopped early.

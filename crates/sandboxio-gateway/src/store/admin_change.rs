@@ -39,6 +39,16 @@ pub enum AdminChange<'a> {
     Revoke { key_id: &'a str, now: DateTime<Utc> },
 }
 
+/// What the change did, and when: the time is taken inside the transaction, once it holds
+/// the store's write lock, so two actions' times are in the order they took effect (an
+/// action that waited for the lock is later than the one that held it). The intent, and
+/// so a record written at recovery, carries the same time.
+#[derive(Debug, Clone)]
+pub struct AdminCommit {
+    pub change: AdminChanged,
+    pub at: DateTime<Utc>,
+}
+
 /// What the change did.
 #[derive(Debug, Clone)]
 pub enum AdminChanged {

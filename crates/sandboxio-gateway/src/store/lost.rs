@@ -134,7 +134,10 @@ pub fn lost_after(
         // A resume later in time may sit before the head: it was recorded first, and this
         // kill, whose process died before its record, was recorded by a later start. Read
         // the whole trail for it only here, where the store disagrees.
-        if store.kill_state()?.is_none() && !resumed_after(files, e.ts) {
+        if store.kill_state()?.is_none()
+            && !resumed_after(files, e.ts)
+            && !resume_pending_after(store, e.ts)?
+        {
             return Ok(Some(LostWork::KillSwitch {
                 operation: e.operation_id.clone(),
             }));
@@ -160,6 +163,22 @@ pub fn lost_after(
         }
     }
     Ok(None)
+}
+
+/// Whether a resume committed later than `at` waits for its record (its process died
+/// before writing it; recovery, which runs after this check, writes it).
+fn resume_pending_after(store: &dyn Store, at: DateTime<Utc>) -> StoreResult<bool> {
+    Ok(store.open_intents_since(at)?.iter().any(|j| {
+        j.started_at > at
+            && serde_json::from_str::<sandboxio_core::Operation>(&j.intent).is_ok_and(|op| {
+                matches!(
+                    op.args,
+                    sandboxio_core::OperationArgs::Admin {
+                        action: sandboxio_core::AdminAction::Resume
+                    }
+                )
+            })
+    }))
 }
 
 /// Whether the trail records the kill switch released later than `at`.
@@ -201,6 +220,42 @@ mod tests {
             not_before(now, std::time::Duration::MAX),
             DateTime::<Utc>::MIN_UTC
         );
+    }
+
+    /// A resume committed and not yet recorded (its process died before its record) counts
+    /// against a kill the trail records earlier: the store's released switch is that resume.
+    #[test]
+    fn a_committed_resume_waiting_for_its_record_counts() {
+        use sandboxio_core::{AdminAction, Operation, OperationArgs, Principal};
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store = crate::store::SqliteStore::open(
+            &dir.path().join("state.db"),
+            crate::store::SyncMode::Full,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let op = Operation::new(
+            Principal::tenant("default"),
+            OperationArgs::Admin {
+                action: AdminAction::Resume,
+            },
+        );
+        let before = Utc::now() - chrono::Duration::seconds(1);
+        let commit = store
+            .admin_change(
+                &crate::store::JournalEntry {
+                    operation_id: "r".into(),
+                    intent: sandboxio_core::request_view(&op).to_string(),
+                    started_at: before,
+                    owner: "1:1".into(),
+                    idempotent: false,
+                    idem: None,
+                },
+                &crate::store::AdminChange::Resume,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let later = commit.at + chrono::Duration::seconds(1);
+        assert!(resume_pending_after(&store, before).unwrap_or(false));
+        assert!(!resume_pending_after(&store, later).unwrap_or(true));
     }
 
     /// A resume counts against a kill only when it is later in time, wherever it sits in

@@ -23,7 +23,7 @@ mod rebuild;
 mod sqlite;
 mod values;
 
-pub use admin_change::{AdminChange, AdminChanged};
+pub use admin_change::{AdminChange, AdminChanged, AdminCommit};
 pub use anchors::{read_trail_anchors, AnchorSource, KeptBreak, KeptHead, TrailAnchors};
 pub use change::{wait_for_change, StoreChange};
 pub use guard::{StateFiles, RECOVER_COMMAND};
@@ -246,12 +246,13 @@ pub trait Store: Send + Sync {
     fn set_kill(&self, reason: &str, by: &str, now: DateTime<Utc>) -> StoreResult<()>;
     fn clear_kill(&self) -> StoreResult<()>;
     /// An operator action's change and its journal intent, in one transaction (see
-    /// [`AdminChange`]); the intent is written only when the change changed something.
+    /// [`AdminChange`]); the intent is written only when the change changed something,
+    /// with the time taken inside the transaction ([`AdminCommit`]).
     fn admin_change(
         &self,
         journal: &JournalEntry,
         change: &AdminChange<'_>,
-    ) -> StoreResult<AdminChanged>;
+    ) -> StoreResult<AdminCommit>;
 
     /// Everything before the side effect, in one transaction (see [`Admission`]).
     fn admit(&self, a: &Admission<'_>) -> StoreResult<Admitted>;
@@ -334,6 +335,8 @@ pub trait Store: Send + Sync {
     /// Of `ids`, those the journal holds (open or settled): an operation the audit trail
     /// records as admitted must be here, or the store has lost committed work.
     fn journal_has(&self, ids: &[String]) -> StoreResult<Vec<String>>;
+    /// The open intents (no outcome yet) started at or after `since`, oldest first.
+    fn open_intents_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<JournalEntry>>;
 
     fn live_counts(&self) -> StoreResult<LiveCounts>;
 

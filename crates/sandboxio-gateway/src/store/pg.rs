@@ -298,7 +298,7 @@ impl Store for PgStore {
         &self,
         journal: &JournalEntry,
         change: &AdminChange<'_>,
-    ) -> StoreResult<AdminChanged> {
+    ) -> StoreResult<AdminCommit> {
         let replica = &self.replica.id;
         self.tx("recording an operator action's change", |tx| {
             ops::admin_change(tx, journal, change, replica)
@@ -454,6 +454,30 @@ impl Store for PgStore {
         let me = &self.replica.id;
         self.tx("recovering interrupted work", |tx| {
             ops::interrupt(tx, &chosen, me, now).map(|v| (v, true))
+        })
+    }
+
+    fn open_intents_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<JournalEntry>> {
+        self.tx("reading open intents", |tx| {
+            let rows = tx.rows(
+                "SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key
+                 FROM journal WHERE status IS NULL AND started_ms >= $1 ORDER BY started_ms, operation_id",
+                &[&super::values::ms(since)],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let t: Option<String> = conn::col(r, 5, "journal", "idem_tenant")?;
+                let k: Option<String> = conn::col(r, 6, "journal", "idem_key")?;
+                out.push(JournalEntry {
+                    operation_id: conn::col(r, 0, "journal", "operation_id")?,
+                    intent: conn::col(r, 1, "journal", "intent")?,
+                    started_at: super::values::from_ms(conn::col(r, 2, "journal", "started_ms")?),
+                    owner: conn::col(r, 3, "journal", "owner")?,
+                    idempotent: conn::col(r, 4, "journal", "idempotent")?,
+                    idem: t.zip(k),
+                });
+            }
+            Ok((out, false))
         })
     }
 

@@ -600,8 +600,10 @@ impl Store for SqliteStore {
         &self,
         journal: &JournalEntry,
         change: &AdminChange<'_>,
-    ) -> StoreResult<AdminChanged> {
+    ) -> StoreResult<AdminCommit> {
         self.with_tx("recording an operator action's change", |tx| {
+            // The write lock is held (an immediate transaction): this time orders it.
+            let at = Utc::now();
             let done = match change {
                 AdminChange::Kill { reason, by, now } => {
                     kill_in(tx, reason, by, *now).map(|()| AdminChanged::Done)?
@@ -626,9 +628,11 @@ impl Store for SqliteStore {
                 }
             };
             if done.changed() {
-                journal_in(tx, journal)?;
+                let mut j = journal.clone();
+                j.started_at = at;
+                journal_in(tx, &j)?;
             }
-            Ok(done)
+            Ok(AdminCommit { change: done, at })
         })
     }
 
@@ -1120,6 +1124,34 @@ impl Store for SqliteStore {
             }
         }
         Ok(found)
+    }
+
+    fn open_intents_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<JournalEntry>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare_cached("SELECT operation_id, intent, started_ms, owner, idempotent, idem_tenant, idem_key FROM journal WHERE status IS NULL AND started_ms >= ?1 ORDER BY started_ms, operation_id")
+            .map_err(db("reading open intents"))?;
+        let rows = stmt
+            .query_map(params![ms(since)], |r| {
+                let idem = match (
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ) {
+                    (Some(t), Some(k)) => Some((t, k)),
+                    _ => None,
+                };
+                Ok(JournalEntry {
+                    operation_id: r.get(0)?,
+                    intent: r.get(1)?,
+                    started_at: from_ms(r.get(2)?),
+                    owner: r.get(3)?,
+                    idempotent: r.get::<_, i64>(4)? != 0,
+                    idem,
+                })
+            })
+            .map_err(db("reading open intents"))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(db("reading open intents"))
     }
 
     fn live_counts(&self) -> StoreResult<LiveCounts> {

@@ -403,11 +403,17 @@ impl Store for Watched {
     fn clear_kill(&self) -> store::StoreResult<()> {
         self.inner.clear_kill()
     }
+    fn open_intents_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> store::StoreResult<Vec<store::JournalEntry>> {
+        self.inner.open_intents_since(since)
+    }
     fn admin_change(
         &self,
         j: &store::JournalEntry,
         c: &store::AdminChange<'_>,
-    ) -> store::StoreResult<store::AdminChanged> {
+    ) -> store::StoreResult<store::AdminCommit> {
         self.note("admin_change");
         self.inner.admin_change(j, c)
     }

@@ -552,8 +552,6 @@ fn concurrent_recoveries_claim_each_dead_intent_once(b: Backend) {
     );
 }
 
-/// `journal_has` answers the operations the journal holds, open or settled, and no
-/// other (the lost-work check asks it about the trail's admitted operations).
 /// An operator action's change is committed with its intent (recovery records an action
 /// whose process died before its record); one that changes nothing, or is refused, leaves
 /// neither.
@@ -582,11 +580,30 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
         by: "alice",
         now,
     };
-    assert!(s.admin_change(&intent("k1"), &kill).unwrap().changed());
+    // The intent carries the commit's time, not the one it was asked with (an action that
+    // waited for the write lock is later than the one holding it).
+    let asked_late = Utc::now();
+    let k1 = s.admin_change(&intent("k1"), &kill).unwrap();
+    assert!(k1.change.changed());
+    assert!(k1.at >= asked_late, "{:?} < {asked_late:?}", k1.at);
+    let open = s
+        .open_intents_since(asked_late - Duration::seconds(1))
+        .unwrap();
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].operation_id, "k1");
+    assert_eq!(
+        open[0].started_at.timestamp_millis(),
+        k1.at.timestamp_millis()
+    );
+    assert!(s
+        .open_intents_since(k1.at + Duration::seconds(1))
+        .unwrap()
+        .is_empty());
     assert_eq!(s.kill_state().unwrap().unwrap().by, "alice");
     assert!(s
         .admin_change(&intent("r1"), &AdminChange::Resume)
         .unwrap()
+        .change
         .changed());
     assert!(s.kill_state().unwrap().is_none());
     // An approval decided; one no longer pending is refused and writes nothing.
@@ -598,7 +615,7 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
         reason: None,
         now,
     };
-    match s.admin_change(&intent("d1"), &decide(true)).unwrap() {
+    match s.admin_change(&intent("d1"), &decide(true)).unwrap().change {
         AdminChanged::Decided(a) => assert_eq!(a.state, ApprovalState::Approved),
         other => panic!("{other:?}"),
     }
@@ -607,12 +624,20 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     // A scope that was not closed, a key that does not exist: nothing changed.
     let scope: sandboxio_budget::ScopeKey = "tenant:acme".parse().unwrap();
     let reopen = AdminChange::Reopen { scope: &scope, now };
-    assert!(!s.admin_change(&intent("o1"), &reopen).unwrap().changed());
+    assert!(!s
+        .admin_change(&intent("o1"), &reopen)
+        .unwrap()
+        .change
+        .changed());
     let revoke = AdminChange::Revoke {
         key_id: "no-such-key",
         now,
     };
-    assert!(!s.admin_change(&intent("v1"), &revoke).unwrap().changed());
+    assert!(!s
+        .admin_change(&intent("v1"), &revoke)
+        .unwrap()
+        .change
+        .changed());
     assert_eq!(
         has(&["k1", "r1", "d1", "d2", "o1", "v1"]),
         ["d1", "k1", "r1"]
@@ -659,6 +684,8 @@ fn a_record_no_sink_took_is_kept_until_every_sink_has_it(b: Backend) {
     assert!(s.unrecorded(100).unwrap().is_empty());
 }
 
+/// `journal_has` answers the operations the journal holds, open or settled, and no
+/// other (the lost-work check asks it about the trail's admitted operations).
 fn the_journal_says_which_operations_it_holds(b: Backend) {
     let Some((_p, s)) = b.store(module_path!()) else {
         return;

@@ -99,7 +99,7 @@ pub(super) fn admin_change(
     j: &JournalEntry,
     change: &AdminChange<'_>,
     replica: &str,
-) -> StoreResult<(AdminChanged, bool)> {
+) -> StoreResult<(AdminCommit, bool)> {
     let done = match change {
         AdminChange::Kill { reason, by, now } => {
             set_kill(tx, reason, by, *now)?;
@@ -132,11 +132,16 @@ pub(super) fn admin_change(
             AdminChanged::Revoked(before.filter(|_| revoked))
         }
     };
+    // After the change's locks (the kill switch's, the scope's, the rows'): this time
+    // orders it among the actions that touch the same state.
+    let at = Utc::now();
     let changed = done.changed();
     if changed && lease_ok(tx, replica)? {
-        journal(tx, j, replica)?;
+        let mut j = j.clone();
+        j.started_at = at;
+        journal(tx, &j, replica)?;
     }
-    Ok((done, changed))
+    Ok((AdminCommit { change: done, at }, changed))
 }
 
 /// Everything before the side effect (see `Store::admit`); `(answer, commit)`.
