@@ -120,6 +120,32 @@ fn under_strace(c: &Command, strace_args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `audit verify` passes on the state directory's trail, with its public key.
+fn assert_verifies(state: &Path) {
+    let v = Command::new(BIN)
+        .args(["audit", "verify"])
+        .arg(state.join("audit.jsonl"))
+        .arg("--key")
+        .arg(state.join("audit.pub"))
+        .output()
+        .unwrap();
+    ok(v, "the trail verifies");
+}
+
+/// strace arguments that fail every write to `trail` with ENOSPC (a full disk under it).
+fn full_disk(trail: &Path) -> Vec<String> {
+    [
+        "-P",
+        trail.to_str().unwrap(),
+        "-e",
+        "trace=write,writev,pwrite64",
+        "-e",
+        "inject=write,writev,pwrite64:error=ENOSPC",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The operation records of the trail at `trail` (checkpoints left out).
 fn records(trail: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(trail)
@@ -537,14 +563,7 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
     assert_eq!(recs.len(), 1, "{recs:?}");
     assert_eq!(recs[0]["arguments"]["key_id"], id.as_str(), "{recs:?}");
     assert_eq!(recs[0]["tenant_id"], "acme", "{recs:?}");
-    let v = Command::new(BIN)
-        .args(["audit", "verify"])
-        .arg(&trail)
-        .arg("--key")
-        .arg(state.join("audit.pub"))
-        .output()
-        .unwrap();
-    ok(v, "the trail verifies");
+    assert_verifies(&state);
 }
 
 /// With `on_sink_failure = "warn"` (the default) an operation goes on when the trail cannot
@@ -561,20 +580,9 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
     let state = env.state();
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
-    let trail_arg = trail.to_str().unwrap().to_string();
-    let full = |c: Command| {
-        under_strace(
-            &c,
-            &[
-                "-P",
-                &trail_arg,
-                "-e",
-                "trace=write,writev,pwrite64",
-                "-e",
-                "inject=write,writev,pwrite64:error=ENOSPC",
-            ],
-        )
-    };
+    let enospc = full_disk(&trail);
+    let enospc: Vec<&str> = enospc.iter().map(String::as_str).collect();
+    let full = |c: Command| under_strace(&c, &enospc);
     let mut allowed = cmd_at(&env, &state, "run");
     allowed.args([
         "--tier",
@@ -638,14 +646,7 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
         // A later start writes nothing again.
         ok(run_at(&env, &state, &[], &["true"]), "a later run");
     }
-    let v = Command::new(BIN)
-        .args(["audit", "verify"])
-        .arg(&trail)
-        .arg("--key")
-        .arg(state.join("audit.pub"))
-        .output()
-        .unwrap();
-    ok(v, "the trail verifies");
+    assert_verifies(&state);
 }
 
 /// A full disk under the trail (strace fails every write to it with ENOSPC) must not stop
@@ -662,15 +663,8 @@ fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
     let state = env.state();
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
-    let trail_arg = trail.to_str().unwrap().to_string();
-    let full: [&str; 6] = [
-        "-P",
-        &trail_arg,
-        "-e",
-        "trace=write,writev,pwrite64",
-        "-e",
-        "inject=write,writev,pwrite64:error=ENOSPC",
-    ];
+    let enospc = full_disk(&trail);
+    let full: Vec<&str> = enospc.iter().map(String::as_str).collect();
     // A run killed after its record, before its closing checkpoint: the trail no longer
     // ends with a clean close, so the next opener has a checkpoint to write first.
     let mut run = cmd_at(&env, &state, "run");
@@ -715,12 +709,5 @@ fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
     assert_eq!(next.status.code(), Some(120), "{}", text(&next));
     assert_eq!(kills(), 1);
     assert!(env.store().unrecorded(100).unwrap().is_empty());
-    let v = Command::new(BIN)
-        .args(["audit", "verify"])
-        .arg(&trail)
-        .arg("--key")
-        .arg(state.join("audit.pub"))
-        .output()
-        .unwrap();
-    ok(v, "the trail verifies");
+    assert_verifies(&state);
 }
