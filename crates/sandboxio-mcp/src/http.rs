@@ -254,11 +254,14 @@ pub fn routes(mut opts: McpOptions, state: AppState) -> OpenApiRouter<AppState> 
     // MCP sandboxes count against the tenant's quota together with the HTTP API's.
     // (And the other way round: the HTTP API's creates count the MCP sessions' sandboxes.)
     let sessions = Arc::downgrade(&state.sessions);
-    let quota = Arc::new(crate::sessions::Quota::new(move |tenant| {
-        sessions
-            .upgrade()
-            .map_or((0, 0), |s| (s.max_for(tenant), s.list(tenant).len()))
-    }));
+    let quota = Arc::new(
+        crate::sessions::Quota::new(move |tenant| {
+            sessions
+                .upgrade()
+                .map_or((0, 0), |s| (s.max_for(tenant), s.list(tenant).len()))
+        })
+        .with_gate(state.sessions.quota_gate()),
+    );
     let held = Arc::downgrade(&quota);
     state.sessions.count_elsewhere(Box::new(move |tenant| {
         held.upgrade().map_or(0, |q| q.held(tenant))

@@ -22,6 +22,9 @@ type Room = dyn Fn(&str) -> (usize, usize) + Send + Sync;
 pub struct Quota {
     held: Mutex<HashMap<String, usize>>,
     room: Box<Room>,
+    /// The server's quota lock (`Sessions::quota_gate`), held over the check and the
+    /// place so that an HTTP create and an MCP create cannot both take the last one.
+    gate: Option<Arc<Mutex<()>>>,
 }
 
 impl Quota {
@@ -29,13 +32,26 @@ impl Quota {
         Quota {
             held: Mutex::new(HashMap::new()),
             room: Box::new(room),
+            gate: None,
         }
+    }
+
+    /// Checks and takes places under `gate`, the lock the other front end takes too.
+    pub fn with_gate(mut self, gate: Arc<Mutex<()>>) -> Quota {
+        self.gate = Some(gate);
+        self
     }
 
     /// Takes a place for one more sandbox of `tenant`, or refuses.
     fn take(&self, tenant: &str) -> Result<(), McpError> {
-        let mut held = self.held.lock().map_err(|_| McpError::Poisoned)?;
+        let _gate = self
+            .gate
+            .as_ref()
+            .map(|g| g.lock().unwrap_or_else(|p| p.into_inner()));
+        // Read before this lock, never under it: the HTTP API reads this quota while it
+        // holds its sandboxes' lock (the two locks in both orders would deadlock).
         let (max, elsewhere) = (self.room)(tenant);
+        let mut held = self.held.lock().map_err(|_| McpError::Poisoned)?;
         let n = held.entry(tenant.to_string()).or_insert(0);
         if *n + elsewhere >= max {
             return Err(McpError::Quota {

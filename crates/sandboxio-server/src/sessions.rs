@@ -299,6 +299,9 @@ pub struct Sessions {
     /// Sandboxes a tenant holds through the server's other front ends (MCP sessions),
     /// which count against the same quota.
     elsewhere: std::sync::OnceLock<Box<Elsewhere>>,
+    /// Held by every front end while it checks a tenant's quota and takes the place, so
+    /// two front ends creating at once cannot both take the last one.
+    quota_gate: Arc<std::sync::Mutex<()>>,
 }
 
 /// How many sandboxes a tenant holds outside this map.
@@ -324,6 +327,7 @@ impl Sessions {
             tenant_max: BTreeMap::new(),
             manifests: None,
             elsewhere: std::sync::OnceLock::new(),
+            quota_gate: Arc::default(),
         }
     }
 
@@ -333,10 +337,22 @@ impl Sessions {
         let _ = self.elsewhere.set(count);
     }
 
-    /// Sandboxes `tenant` holds in this map and elsewhere.
-    fn held(&self, map: &HashMap<String, Arc<Session>>, tenant: &str) -> usize {
-        let here = map.values().filter(|x| x.tenant == tenant).count();
-        here + self.elsewhere.get().map_or(0, |f| f(tenant))
+    /// The lock a front end holds while it checks a tenant's quota and takes a place (the
+    /// MCP sessions' quota takes it too): the check and the place are one step for all.
+    pub fn quota_gate(&self) -> Arc<std::sync::Mutex<()>> {
+        self.quota_gate.clone()
+    }
+
+    /// Sandboxes `tenant` holds elsewhere. Read before this map's lock is taken, never
+    /// under it: the other front end reads this map under its own lock (the two locks
+    /// taken in both orders would deadlock).
+    fn held_elsewhere(&self, tenant: &str) -> usize {
+        self.elsewhere.get().map_or(0, |f| f(tenant))
+    }
+
+    /// Sandboxes `tenant` holds in this map, plus `elsewhere`.
+    fn held(map: &HashMap<String, Arc<Session>>, tenant: &str, elsewhere: usize) -> usize {
+        map.values().filter(|x| x.tenant == tenant).count() + elsewhere
     }
 
     /// Sandbox quotas of particular tenants (the others have `max_per_tenant`).
@@ -394,11 +410,14 @@ impl Sessions {
             .map_err(|_| ServerError::Internal {
                 action: "creating a sandbox",
             })??;
+        let gate = self.quota_gate.clone();
+        let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+        let elsewhere = self.held_elsewhere(tenant);
         let mut map = self.map.write().map_err(|_| ServerError::Internal {
             action: "creating a sandbox",
         })?;
         let max = self.max_for(tenant);
-        if self.held(&map, tenant) >= max {
+        if Self::held(&map, tenant, elsewhere) >= max {
             drop(map);
             // Another create took the last place meanwhile: undo this one.
             let me = self.clone();
@@ -414,11 +433,12 @@ impl Sessions {
     }
 
     fn check_quota(&self, tenant: &str) -> Result<(), ServerError> {
+        let elsewhere = self.held_elsewhere(tenant);
         let map = self.map.read().map_err(|_| ServerError::Internal {
             action: "creating a sandbox",
         })?;
         let max = self.max_for(tenant);
-        if self.held(&map, tenant) >= max {
+        if Self::held(&map, tenant, elsewhere) >= max {
             return Err(ServerError::Quota {
                 tenant: tenant.to_string(),
                 limit: max,

@@ -203,6 +203,64 @@ async fn mcp_sandboxes_count_against_the_tenants_quota_across_sessions() {
     }
 }
 
+/// Creates over MCP and over `/v1` at once, many of each, against a quota of 3: the two
+/// front ends check and take places under one lock, so together they never pass it (each
+/// checked under its own lock before, and both could take the last place), and they never
+/// wait on each other for good (the two locks taken in both orders would deadlock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_over_mcp_and_http_at_once_never_pass_the_quota() {
+    let env = Env::new(Duration::from_secs(30));
+    let server = env.serve_http(|o| o.max_sandboxes_per_tenant = 3).await;
+    let key = env.key("acme", &[Scope::Exec, Scope::Files]);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(std::sync::Arc::new(
+            env.connect_http(&server, &key, TestClient::new(User::Absent))
+                .await,
+        ));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (base, key) = (server.base.clone(), key.clone());
+        let c = clients[i % clients.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                let r = c
+                    .call_tool(call("create_sandbox", serde_json::json!({})))
+                    .await
+                    .unwrap();
+                r.is_error != Some(true)
+            } else {
+                let r = reqwest::Client::new()
+                    .post(format!("{base}/v1/sandboxes"))
+                    .header("authorization", format!("Bearer {key}"))
+                    .header("content-type", "application/json")
+                    .body("{}")
+                    .send()
+                    .await
+                    .unwrap();
+                r.status() == 201
+            }
+        }));
+    }
+    let mut made = 0;
+    for t in tasks {
+        if tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("a create never returned")
+            .unwrap()
+        {
+            made += 1;
+        }
+    }
+    assert_eq!(made, 3, "the quota is 3, across both front ends");
+    for c in clients {
+        if let Ok(c) = std::sync::Arc::try_unwrap(c) {
+            c.cancel().await.unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_are_bounded_per_tenant_and_a_closed_one_gives_its_place_back() {
     let env = Env::new(Duration::from_secs(30));
