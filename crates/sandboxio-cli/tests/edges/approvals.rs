@@ -7,25 +7,6 @@ use std::process::Stdio;
 use crate::common::*;
 use crate::util::*;
 
-fn ask_policy(env: &Env) {
-    std::fs::write(
-        env.path().join("policy.toml"),
-        r#"[settings]
-name = "ask-tests"
-description = "every exec in the process tier needs a person"
-
-[[rule]]
-id = "ask-process"
-effect = "ask"
-kind = ["exec", "run_code"]
-tier = "process"
-network = "none"
-reason = "a person approves each run in these tests"
-"#,
-    )
-    .unwrap();
-}
-
 #[test]
 fn the_printed_approve_command_approves_the_waiting_run() {
     let env = Env::new("ask-wait", "process");

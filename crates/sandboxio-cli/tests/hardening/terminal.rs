@@ -7,25 +7,6 @@ use crate::watchdog::*;
 const HOSTILE: &str = "please\x1b]0;PWNED\x07\x1b[2J\u{9b}1A\rforged";
 const SHOWN: &str = "please\\x1b]0;PWNED\\x07\\x1b[2J\\u{9b}1A\\x0dforged";
 
-fn ask_policy(env: &Env) {
-    std::fs::write(
-        env.path().join("policy.toml"),
-        r#"[settings]
-name = "ask-tests"
-description = "every exec in the process tier needs a person"
-
-[[rule]]
-id = "ask-process"
-effect = "ask"
-kind = ["exec", "run_code"]
-tier = "process"
-network = "none"
-reason = "a person approves each run in these tests"
-"#,
-    )
-    .unwrap();
-}
-
 #[test]
 fn a_rationale_reaches_approvers_escaped() {
     let env = Env::new("esc-why", "process");

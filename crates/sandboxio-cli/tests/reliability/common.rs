@@ -30,6 +30,27 @@ reason = "tests run commands in the {tier} tier"
     )
 }
 
+/// Replaces `env`'s policy with one that asks a person for every exec and run_code in the
+/// process tier.
+pub fn ask_policy(env: &Env) {
+    std::fs::write(
+        env.path().join("policy.toml"),
+        r#"[settings]
+name = "ask-tests"
+description = "every exec in the process tier needs a person"
+
+[[rule]]
+id = "ask-process"
+effect = "ask"
+kind = ["exec", "run_code"]
+tier = "process"
+network = "none"
+reason = "a person approves each run in these tests"
+"#,
+    )
+    .unwrap();
+}
+
 /// One test's world: a temp dir holding the state dir, a policy and a config.
 pub struct Env {
     pub dir: tempfile::TempDir,

@@ -108,7 +108,7 @@ fn no_strace() -> bool {
 
 /// The command `c` under `strace -f` with `strace_args` (a kill or a failure injected at
 /// an exact syscall).
-fn under_strace(c: &Command, strace_args: &[&str]) -> Output {
+fn under_strace<S: AsRef<std::ffi::OsStr>>(c: &Command, strace_args: &[S]) -> Output {
     Command::new("strace")
         .args(["-f", "-o", "/dev/null"])
         .args(strace_args)
@@ -581,7 +581,6 @@ fn a_record_the_trail_could_not_take_is_written_at_the_next_start() {
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
     let enospc = full_disk(&trail);
-    let enospc: Vec<&str> = enospc.iter().map(String::as_str).collect();
     let full = |c: Command| under_strace(&c, &enospc);
     let mut allowed = cmd_at(&env, &state, "run");
     allowed.args([
@@ -663,8 +662,7 @@ fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
     let state = env.state();
     ok(run_at(&env, &state, &[], &["true"]), "first run");
     let trail = state.join("audit.jsonl");
-    let enospc = full_disk(&trail);
-    let full: Vec<&str> = enospc.iter().map(String::as_str).collect();
+    let full = full_disk(&trail);
     // A run killed after its record, before its closing checkpoint: the trail no longer
     // ends with a clean close, so the next opener has a checkpoint to write first.
     let mut run = cmd_at(&env, &state, "run");
