@@ -80,31 +80,11 @@ fn not_utf8(query: &str) -> Option<String> {
     None
 }
 
+/// `application/x-www-form-urlencoded` decoding to bytes: `+` is a space, `%XX` a byte (a
+/// stray or short escape stays as it is).
 fn percent_decode(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() && hex(b[i + 1]).is_some() && hex(b[i + 2]).is_some() => {
-                out.push((hex(b[i + 1]).unwrap_or(0) << 4) | hex(b[i + 2]).unwrap_or(0));
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+    let spaced = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced).collect()
 }
 
 #[cfg(test)]
