@@ -190,7 +190,7 @@ impl Asker {
                             reason,
                         }
                     };
-                    if let Err(e) = gw.admin(&tenant, &actor, action).await {
+                    if let Err(e) = gw.operator(&tenant, &actor, action).await {
                         tracing::warn!("recording an MCP approval decision failed: {e}");
                     }
                 }

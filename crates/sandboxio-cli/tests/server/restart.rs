@@ -376,8 +376,8 @@ fn an_operator_action_recorded_late_is_ordered_by_when_it_took_effect() {
                 idem: None,
             },
             &AdminChange::Kill {
-                reason: "cut-short",
-                by: "cli:operator",
+                reason: "cut-short".into(),
+                by: "cli:operator".into(),
                 now: took_effect,
             },
         )

@@ -34,6 +34,24 @@ impl Gateway {
         .await
     }
 
+    /// [`Gateway::admin`], with an action the chain refused (the store could not take the
+    /// change, an approval no longer pending, ...) as the error, [`GatewayError::AdminRefused`]
+    /// naming its code; its record says why. For front ends that answer a person.
+    pub async fn operator(
+        &self,
+        tenant: &str,
+        actor: &str,
+        action: AdminAction,
+    ) -> Result<Outcome, GatewayError> {
+        let name = action.name();
+        let out = self.admin(tenant, actor, action).await?;
+        if out.allowed() {
+            Ok(out)
+        } else {
+            Err(refused(name, &out))
+        }
+    }
+
     /// Engages the kill switch as `by` (a recorded operator action).
     pub async fn kill(&self, reason: &str, by: &str) -> Result<Outcome, GatewayError> {
         self.admin(
@@ -198,21 +216,25 @@ impl Gateway {
             idempotent: op.idempotent,
             idem: None,
         };
-        let change = |what: &'static str, owned: Owned| {
+        let change = |what: &'static str, change: AdminChange| {
             let journal = journal.clone();
-            self.on_store(what, move |s, _| {
-                s.admin_change(&journal, &owned.change(now))
-            })
+            self.on_store(what, move |s, _| s.admin_change(&journal, &change))
         };
         let changed = match action {
             AdminAction::Kill { reason } => Some(
                 change(
                     "engaging the kill switch",
-                    Owned::Kill(reason.clone(), actor.clone()),
+                    AdminChange::Kill {
+                        reason: reason.clone(),
+                        by: actor.clone(),
+                        now,
+                    },
                 )
                 .await,
             ),
-            AdminAction::Resume => Some(change("releasing the kill switch", Owned::Resume).await),
+            AdminAction::Resume => {
+                Some(change("releasing the kill switch", AdminChange::Resume).await)
+            }
             AdminAction::Approve {
                 approval_id,
                 reason,
@@ -226,27 +248,41 @@ impl Gateway {
                 Some(
                     change(
                         "deciding an approval",
-                        Owned::Decide {
+                        AdminChange::Decide {
                             approval_id: approval_id.clone(),
                             approve: matches!(action, AdminAction::Approve { .. }),
                             by: actor.clone(),
                             reason: reason.clone(),
+                            now,
                         },
                     )
                     .await,
                 )
             }
             AdminAction::BudgetReopen { scope } => {
-                let key: sandboxio_budget::ScopeKey = scope.parse().map_err(|e| {
+                let scope: sandboxio_budget::ScopeKey = scope.parse().map_err(|e| {
                     fail(GatewayError::Config {
                         why: format!("{e}"),
                     })
                 })?;
-                Some(change("reopening a budget scope", Owned::Reopen(key)).await)
+                Some(
+                    change(
+                        "reopening a budget scope",
+                        AdminChange::Reopen { scope, now },
+                    )
+                    .await,
+                )
             }
-            AdminAction::KeyRevoke { key_id } => {
-                Some(change("revoking an API key", Owned::Revoke(key_id.clone())).await)
-            }
+            AdminAction::KeyRevoke { key_id } => Some(
+                change(
+                    "revoking an API key",
+                    AdminChange::Revoke {
+                        key_id: key_id.clone(),
+                        now,
+                    },
+                )
+                .await,
+            ),
             _ => None,
         };
         let committed = changed.transpose().map_err(fail)?;
@@ -299,43 +335,6 @@ impl Gateway {
         rec.status = OperationStatus::Ok;
         rec.reason = reason(action, &actor);
         Ok((None, Some(serde_json::to_value(action).unwrap_or_default())))
-    }
-}
-
-/// An operator action's change, owned (it crosses to the store's thread).
-enum Owned {
-    Kill(String, String),
-    Resume,
-    Decide {
-        approval_id: String,
-        approve: bool,
-        by: String,
-        reason: Option<String>,
-    },
-    Reopen(sandboxio_budget::ScopeKey),
-    Revoke(String),
-}
-
-impl Owned {
-    fn change(&self, now: chrono::DateTime<Utc>) -> AdminChange<'_> {
-        match self {
-            Owned::Kill(reason, by) => AdminChange::Kill { reason, by, now },
-            Owned::Resume => AdminChange::Resume,
-            Owned::Decide {
-                approval_id,
-                approve,
-                by,
-                reason,
-            } => AdminChange::Decide {
-                approval_id,
-                approve: *approve,
-                by,
-                reason: reason.as_deref(),
-                now,
-            },
-            Owned::Reopen(scope) => AdminChange::Reopen { scope, now },
-            Owned::Revoke(key_id) => AdminChange::Revoke { key_id, now },
-        }
     }
 }
 

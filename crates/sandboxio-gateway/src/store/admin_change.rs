@@ -11,32 +11,29 @@ use sandboxio_budget::ScopeKey;
 use super::Approval;
 use crate::credential::Credential;
 
-/// What the action changes.
+/// What the action changes (owned: it crosses to the store's thread).
 #[derive(Debug, Clone)]
-pub enum AdminChange<'a> {
+pub enum AdminChange {
     /// Engage the kill switch (pending and approved asks end as its denials).
     Kill {
-        reason: &'a str,
-        by: &'a str,
+        reason: String,
+        by: String,
         now: DateTime<Utc>,
     },
     /// Release the kill switch.
     Resume,
     /// Approve or deny a pending approval.
     Decide {
-        approval_id: &'a str,
+        approval_id: String,
         approve: bool,
-        by: &'a str,
-        reason: Option<&'a str>,
+        by: String,
+        reason: Option<String>,
         now: DateTime<Utc>,
     },
     /// Reopen a budget scope closed by an overrun.
-    Reopen {
-        scope: &'a ScopeKey,
-        now: DateTime<Utc>,
-    },
+    Reopen { scope: ScopeKey, now: DateTime<Utc> },
     /// Revoke an API key (and the capability tokens minted from it).
-    Revoke { key_id: &'a str, now: DateTime<Utc> },
+    Revoke { key_id: String, now: DateTime<Utc> },
 }
 
 /// What the change did, and when: the time is taken inside the transaction, once it holds

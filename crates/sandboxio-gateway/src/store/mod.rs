@@ -251,7 +251,7 @@ pub trait Store: Send + Sync {
     fn admin_change(
         &self,
         journal: &JournalEntry,
-        change: &AdminChange<'_>,
+        change: &AdminChange,
     ) -> StoreResult<AdminCommit>;
 
     /// Everything before the side effect, in one transaction (see [`Admission`]).

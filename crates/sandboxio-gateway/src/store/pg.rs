@@ -297,7 +297,7 @@ impl Store for PgStore {
     fn admin_change(
         &self,
         journal: &JournalEntry,
-        change: &AdminChange<'_>,
+        change: &AdminChange,
     ) -> StoreResult<AdminCommit> {
         let replica = &self.replica.id;
         self.tx("recording an operator action's change", |tx| {

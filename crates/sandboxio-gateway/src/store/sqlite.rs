@@ -599,7 +599,7 @@ impl Store for SqliteStore {
     fn admin_change(
         &self,
         journal: &JournalEntry,
-        change: &AdminChange<'_>,
+        change: &AdminChange,
     ) -> StoreResult<AdminCommit> {
         self.with_tx("recording an operator action's change", |tx| {
             // The write lock is held (an immediate transaction): this time orders it.
@@ -615,9 +615,14 @@ impl Store for SqliteStore {
                     by,
                     reason,
                     now,
-                } => {
-                    AdminChanged::Decided(decide_in(tx, approval_id, *approve, by, *reason, *now)?)
-                }
+                } => AdminChanged::Decided(decide_in(
+                    tx,
+                    approval_id,
+                    *approve,
+                    by,
+                    reason.as_deref(),
+                    *now,
+                )?),
                 AdminChange::Reopen { scope, now } => {
                     AdminChanged::Reopened(reopen_in(tx, scope, *now)?)
                 }

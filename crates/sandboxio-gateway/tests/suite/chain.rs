@@ -412,7 +412,7 @@ impl Store for Watched {
     fn admin_change(
         &self,
         j: &store::JournalEntry,
-        c: &store::AdminChange<'_>,
+        c: &store::AdminChange,
     ) -> store::StoreResult<store::AdminCommit> {
         self.note("admin_change");
         self.inner.admin_change(j, c)

@@ -576,8 +576,8 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
         h
     };
     let kill = AdminChange::Kill {
-        reason: "stop",
-        by: "alice",
+        reason: "stop".into(),
+        by: "alice".into(),
         now,
     };
     // The intent carries the commit's time, not the one it was asked with (an action that
@@ -609,9 +609,9 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     // An approval decided; one no longer pending is refused and writes nothing.
     s.create_approval(&approval("a9", "fp", 60)).unwrap();
     let decide = |approve| AdminChange::Decide {
-        approval_id: "a9",
+        approval_id: "a9".into(),
         approve,
-        by: "bob",
+        by: "bob".into(),
         reason: None,
         now,
     };
@@ -623,14 +623,14 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1508");
     // A scope that was not closed, a key that does not exist: nothing changed.
     let scope: sandboxio_budget::ScopeKey = "tenant:acme".parse().unwrap();
-    let reopen = AdminChange::Reopen { scope: &scope, now };
+    let reopen = AdminChange::Reopen { scope, now };
     assert!(!s
         .admin_change(&intent("o1"), &reopen)
         .unwrap()
         .change
         .changed());
     let revoke = AdminChange::Revoke {
-        key_id: "no-such-key",
+        key_id: "no-such-key".into(),
         now,
     };
     assert!(!s

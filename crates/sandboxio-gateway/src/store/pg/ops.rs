@@ -97,7 +97,7 @@ pub(super) fn journal(tx: &mut Tx<'_>, j: &JournalEntry, replica: &str) -> Store
 pub(super) fn admin_change(
     tx: &mut Tx<'_>,
     j: &JournalEntry,
-    change: &AdminChange<'_>,
+    change: &AdminChange,
     replica: &str,
 ) -> StoreResult<(AdminCommit, bool)> {
     let done = match change {
@@ -120,7 +120,7 @@ pub(super) fn admin_change(
             approval_id,
             *approve,
             by,
-            *reason,
+            reason.as_deref(),
             *now,
         )?),
         AdminChange::Reopen { scope, now } => {
