@@ -24,9 +24,8 @@ pub fn encodings(value: &[u8]) -> Vec<Vec<u8>> {
     use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
     use base64::Engine as _;
     let mut out: Vec<Vec<u8>> = Vec::new();
-    let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
-    out.push(hex.clone().into_bytes());
-    out.push(hex.to_ascii_uppercase().into_bytes());
+    out.push(hex::encode(value).into_bytes());
+    out.push(hex::encode_upper(value).into_bytes());
     for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
         for lead in 0..3usize {
             let mut padded = vec![0u8; lead];
