@@ -73,6 +73,9 @@ pub struct VerifyReport {
     pub signatures_checked: bool,
     /// The trail ends with a `close` checkpoint covering every record.
     pub sealed: bool,
+    /// Records after the last checkpoint (0 for a sealed trail): those no checkpoint's
+    /// signature covers yet.
+    pub unsealed: u64,
     /// The seq of the first record checked (non-zero when verifying from a later file,
     /// anchored on its opening checkpoint).
     pub starts_at: u64,
@@ -107,6 +110,7 @@ pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) ->
         checkpoints: 0,
         signatures_checked: public_key.is_some(),
         sealed: false,
+        unsealed: 0,
         starts_at: 0,
         first_bad: None,
     };
@@ -280,6 +284,9 @@ pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) ->
         rep.sealed = true;
         return rep;
     }
+    rep.unsealed = merkle
+        .size()
+        .saturating_sub(last_checkpoint.map(|(_, size)| size).unwrap_or(0));
     let why = match last_checkpoint {
         Some((reason, size)) => format!(
             "the trail does not end with a closing checkpoint: the last checkpoint \

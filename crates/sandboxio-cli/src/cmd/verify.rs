@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use sandboxio_config::Config;
-use sandboxio_gateway::layers::audit::{VerifyReport, VerifyingKey};
+use sandboxio_gateway::layers::audit::{HeadCheck, Tamper, VerifyReport, VerifyingKey};
 use sandboxio_gateway::store::{read_trail_anchors, AnchorSource, KeptHead, TrailAnchors};
 use serde::Serialize;
 
@@ -85,11 +85,47 @@ struct Checked {
     file: PathBuf,
     rep: VerifyReport,
     anchor: Anchor,
+    /// The trail is open (not closed) and holds its signed head.
+    open: Option<Open>,
+}
+
+/// A trail that does not end with a closing checkpoint but holds the signed head its store
+/// keeps: a writer is still running (a server), or one stopped without closing (killed; the
+/// next start seals the trail with a recovery checkpoint). Every record up to the head is
+/// vouched for by the head; the few written after it (a live writer between its record and
+/// storing the head, or one killed there) are chained but covered by no signature yet.
+#[derive(Debug, Clone, Serialize)]
+struct Open {
+    /// Records after the last checkpoint (they carry no checkpoint's signature).
+    after_checkpoint: u64,
+    /// Records after the signed head (they carry no signature at all yet).
+    after_head: u64,
+}
+
+impl Open {
+    /// `Some` when the only fault of `rep` is a missing closing checkpoint at the end and
+    /// the anchor found the trail holding its head. Without a store, or when the trail
+    /// does not hold its head, an open trail cannot be told from a truncated one.
+    fn of(rep: &VerifyReport, anchor: &Anchor) -> Option<Open> {
+        let bad = rep.first_bad.as_ref()?;
+        if bad.kind != Tamper::Truncated || !anchor.ok {
+            return None;
+        }
+        let head = anchor.head.as_ref()?;
+        let trail_size = match anchor.check.as_ref()? {
+            HeadCheck::Extends { trail_size } => *trail_size,
+            _ => return None,
+        };
+        Some(Open {
+            after_checkpoint: rep.unsealed,
+            after_head: trail_size.saturating_sub(head.size),
+        })
+    }
 }
 
 impl Checked {
     fn ok(&self) -> bool {
-        self.rep.ok && self.anchor.ok
+        (self.rep.ok || self.open.is_some()) && self.anchor.ok
     }
 
     fn to_json(&self) -> Result<serde_json::Value> {
@@ -97,6 +133,10 @@ impl Checked {
         if let Some(obj) = v.as_object_mut() {
             obj.insert("anchor".into(), serde_json::to_value(&self.anchor)?);
             obj.insert("ok".into(), serde_json::Value::Bool(self.ok()));
+            if let Some(open) = &self.open {
+                obj.insert("open".into(), serde_json::to_value(open)?);
+                obj.insert("first_bad".into(), serde_json::Value::Null);
+            }
         }
         Ok(v)
     }
@@ -161,10 +201,12 @@ pub fn verify(
             at.map(|i| (stores[i].0.clone(), &stores[i].1)),
             &keys,
         );
+        let open = Open::of(&rep, &anchor);
         checked.push(Checked {
             file: base.clone(),
             rep,
             anchor,
+            open,
         });
     }
     let used: BTreeSet<_> = checked.iter().filter_map(|c| c.anchor.used()).collect();
@@ -212,7 +254,7 @@ pub fn verify(
             } else {
                 String::new()
             };
-            print_human(&prefix, &c.rep, &c.anchor)?;
+            print_human(&prefix, c)?;
         }
         for u in &unheld {
             outln!(
@@ -232,12 +274,35 @@ pub fn verify(
     Ok(if ok { exit::OK } else { exit::FAILURE })
 }
 
-fn print_human(prefix: &str, rep: &VerifyReport, anchor: &Anchor) -> Result<(), CliError> {
+fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
+    let (rep, anchor) = (&c.rep, &c.anchor);
+    if !anchor.ok {
+        if let Some(b) = &rep.first_bad {
+            return outln!("{prefix}TAMPERED: {b:?}");
+        }
+        return outln!("{prefix}TAMPERED: {}", anchor.why);
+    }
+    if let Some(open) = &c.open {
+        return outln!(
+            "{prefix}ok (open): {} record(s), {} checkpoint(s) in {} file(s); signatures {}; \
+             not closed: a writer is still running, or one stopped without closing (the next \
+             start seals it); {}; {} record(s) after the last checkpoint, {} after the signed \
+             head (chained, not yet signed)",
+            rep.records,
+            rep.checkpoints,
+            rep.files,
+            if rep.signatures_checked {
+                "checked"
+            } else {
+                "not checked (no --key)"
+            },
+            anchor.why,
+            open.after_checkpoint,
+            open.after_head
+        );
+    }
     if let Some(b) = &rep.first_bad {
         return outln!("{prefix}TAMPERED: {b:?}");
-    }
-    if !anchor.ok {
-        return outln!("{prefix}TAMPERED: {}", anchor.why);
     }
     outln!(
         "{prefix}ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}; {}",

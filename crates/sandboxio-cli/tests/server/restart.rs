@@ -427,3 +427,72 @@ fn an_operator_action_recorded_late_is_ordered_by_when_it_took_effect() {
     assert!(!err.contains("SBX_E1533"), "a false loss: {err}");
     assert!(run.status.success(), "{err}");
 }
+
+/// `sandboxio audit verify` of `state`'s trail, with its key and store: exit code and
+/// standard output.
+fn verify_trail(state: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(["audit", "verify"])
+        .arg(state.join("audit.jsonl"))
+        .arg("--key")
+        .arg(state.join("audit.pub"))
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_running_or_killed_servers_trail_verifies_as_open_and_a_cut_one_does_not() {
+    let mut s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+
+    // The server is running: its records follow the last checkpoint, and the store's
+    // signed head vouches for them. That is an open trail, not a tampered one.
+    let (code, out) = verify_trail(&s.state());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("ok (open)"), "{out}");
+
+    // The same trail with its last record cut (a copy of the state, taken while the server
+    // is idle): the head names a record the trail no longer holds.
+    let copy = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(s.state()).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+        }
+    }
+    let trail = copy.path().join("audit.jsonl");
+    let text = std::fs::read_to_string(&trail).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last: Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
+    assert!(last["seq"].is_u64(), "the trail ends with a record: {last}");
+    lines.pop();
+    std::fs::write(&trail, lines.join("\n") + "\n").unwrap();
+    let (code, out) = verify_trail(copy.path());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.starts_with("TAMPERED"), "{out}");
+
+    // Killed: still open, still whole.
+    s.stop("KILL");
+    let (code, out) = verify_trail(&s.state());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("ok (open)"), "{out}");
+
+    // The next start seals what the killed one left; a clean stop closes the trail.
+    s.spawn();
+    s.terminate();
+    let (code, out) = verify_trail(&s.state());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("sealed by a closing checkpoint"), "{out}");
+}
