@@ -534,6 +534,45 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
         let _ = run_at(&env, &state, &[], &["true"]);
         assert_eq!(records_of(sub).len(), 1);
     }
+    // A key creation cut the same way: the key was stored with its intent (its secret was
+    // never printed, so nobody holds it), and the next start records its creation once.
+    let mut create = cmd_at(&env, &state, "keys");
+    create.args(["create", "--tenant", "acme", "--scopes", "exec", "--json"]);
+    let out = under_strace(
+        &create,
+        &["-e", "trace=fsync", "-e", "inject=fsync:signal=KILL:when=1"],
+    );
+    assert!(
+        !out.status.success(),
+        "create was not killed: {}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("sbxk_"),
+        "no secret printed"
+    );
+    let keys = env.store().list_credentials(Some("acme")).unwrap();
+    assert_eq!(
+        keys.len(),
+        1,
+        "the key took effect with its commit: {keys:?}"
+    );
+    assert!(
+        records_of("key_create").is_empty(),
+        "recorded before the kill"
+    );
+    ok(
+        run_at(&env, &state, &[], &["true"]),
+        "the start after create",
+    );
+    let recs = records_of("key_create");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["tenant_id"], "acme", "{recs:?}");
+    let reason = recs[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&keys[0].id) && reason.contains("recorded at recovery"),
+        "{reason}"
+    );
     // A key revocation cut the same way is recorded with the key's id and tenant, as its
     // own record would have been (the id read redacted, the tenant `default`).
     let created = ok(

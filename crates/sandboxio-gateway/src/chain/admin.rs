@@ -140,28 +140,20 @@ impl Gateway {
         label: &str,
     ) -> Result<Minted, GatewayError> {
         let m = credential::mint_api_key(tenant, scopes, label);
-        let c = m.credential.clone();
-        self.on_store("creating an API key", move |s, _| s.create_credential(&c))
-            .await?;
         let action = AdminAction::KeyCreate {
             key_id: m.credential.id.clone(),
             tenant: m.credential.tenant.clone(),
             scopes: m.credential.scopes.to_string(),
         };
-        let out = self.admin(tenant, actor, action).await;
-        let ok = matches!(&out, Ok(o) if o.allowed());
-        if !ok {
-            let id = m.credential.id.clone();
-            // Best effort: the error below is what the caller sees either way.
-            let _ = self
-                .on_store("revoking an unrecorded API key", move |s, _| {
-                    s.revoke_credential(&id, Utc::now())
-                })
-                .await;
-            return Err(match out {
-                Ok(o) => refused("key_create", &o),
-                Err(e) => e,
-            });
+        let mut p = Principal::tenant(tenant);
+        p.agent = Some(actor.to_string());
+        let mut sub = Submission::new(Operation::new(p, OperationArgs::Admin { action }));
+        // Stored by the action itself, in one transaction with its intent: a key never
+        // exists without its record (or, after a crash, the intent recovery records).
+        sub.new_key = Some(m.credential.clone());
+        let out = self.submit(sub).await?;
+        if !out.allowed() {
+            return Err(refused("key_create", &out));
         }
         Ok(m)
     }
@@ -185,6 +177,7 @@ impl Gateway {
         &self,
         action: &AdminAction,
         op: &Operation,
+        new_key: Option<&credential::Credential>,
         rec: &mut OperationRecord,
         id: &str,
         ctx: &mut super::stop::RunCtx,
@@ -283,6 +276,22 @@ impl Gateway {
                 )
                 .await,
             ),
+            AdminAction::KeyCreate { key_id, .. } => {
+                let Some(c) = new_key.filter(|c| c.id == *key_id) else {
+                    return Err(fail(GatewayError::Config {
+                        why: "an API key's creation must carry the key it creates".into(),
+                    }));
+                };
+                Some(
+                    change(
+                        "creating an API key",
+                        AdminChange::CreateKey {
+                            credential: c.clone(),
+                        },
+                    )
+                    .await,
+                )
+            }
             _ => None,
         };
         let committed = changed.transpose().map_err(fail)?;
@@ -313,11 +322,15 @@ impl Gateway {
                 };
                 rec.tenant_id = Some(c.tenant);
             }
+            (AdminAction::KeyCreate { tenant, .. }, Some(AdminChanged::Created)) => {
+                rec.tenant_id = Some(tenant.clone())
+            }
             (
                 AdminAction::Approve { .. }
                 | AdminAction::Deny { .. }
                 | AdminAction::BudgetReopen { .. }
-                | AdminAction::KeyRevoke { .. },
+                | AdminAction::KeyRevoke { .. }
+                | AdminAction::KeyCreate { .. },
                 _,
             ) => {
                 return Err(fail(GatewayError::Config {
@@ -325,9 +338,7 @@ impl Gateway {
                 }))
             }
             // Resume, and the actions whose effect is outside the store (made by the caller
-            // just before: a key created, a secret sealed, a policy or key swapped): their
-            // record only.
-            (AdminAction::KeyCreate { tenant, .. }, _) => rec.tenant_id = Some(tenant.clone()),
+            // just before: a secret sealed, a policy or key swapped): their record only.
             _ => {}
         }
         rec.verdict = Verdict::Allow;

@@ -101,6 +101,9 @@ pub struct Submission {
     /// For a `net_connect` opened by a sandbox's egress proxy: what its side effect checks.
     /// Set by the gateway only.
     pub(crate) egress: Option<EgressCheck>,
+    /// For an API key's creation: the key the action stores (with its intent, in one
+    /// transaction). Set by [`Gateway::create_key`] only.
+    pub(crate) new_key: Option<crate::credential::Credential>,
 }
 
 impl Submission {
@@ -120,6 +123,7 @@ impl Submission {
             tool: None,
             protocol_output: false,
             egress: None,
+            new_key: None,
         }
     }
 }
@@ -602,7 +606,9 @@ impl Gateway {
         // Operator actions: authorised by the front end that took them, run here so that
         // each leaves its record; they are not subject to the kill switch, policy or budget.
         if let OperationArgs::Admin { action } = &op.args {
-            return self.admin_action(action, op, rec, id, ctx).await;
+            return self
+                .admin_action(action, op, sub.new_key.as_ref(), rec, id, ctx)
+                .await;
         }
         // The kill switch comes before every other layer. For an operation the policy
         // allows or asks about, it is read inside the admission transaction (first, before

@@ -34,6 +34,8 @@ pub enum AdminChange {
     Reopen { scope: ScopeKey, now: DateTime<Utc> },
     /// Revoke an API key (and the capability tokens minted from it).
     Revoke { key_id: String, now: DateTime<Utc> },
+    /// Store a new API key (its hash: the secret itself is never stored).
+    CreateKey { credential: Credential },
 }
 
 /// What the change did, and when: the time is taken inside the transaction, once it holds
@@ -57,13 +59,15 @@ pub enum AdminChanged {
     Reopened(bool),
     /// The key as it was before its revocation; `None`: no such key, or revoked already.
     Revoked(Option<Credential>),
+    /// The new key was stored.
+    Created,
 }
 
 impl AdminChanged {
     /// Whether the store changed (and so the intent was written with it).
     pub fn changed(&self) -> bool {
         match self {
-            AdminChanged::Done | AdminChanged::Decided(_) => true,
+            AdminChanged::Done | AdminChanged::Decided(_) | AdminChanged::Created => true,
             AdminChanged::Reopened(r) => *r,
             AdminChanged::Revoked(c) => c.is_some(),
         }

@@ -631,6 +631,10 @@ impl Store for SqliteStore {
                     let revoked = credentials::revoke(tx, key_id, ms(*now))?;
                     AdminChanged::Revoked(before.filter(|_| revoked))
                 }
+                AdminChange::CreateKey { credential } => {
+                    credentials::insert(tx, credential)?;
+                    AdminChanged::Created
+                }
             };
             if done.changed() {
                 let mut j = journal.clone();

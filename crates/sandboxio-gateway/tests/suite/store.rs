@@ -638,12 +638,29 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
         .unwrap()
         .change
         .changed());
+    // A key created: stored with its intent.
+    let minted = sandboxio_gateway::credential::mint_api_key(
+        "acme",
+        sandboxio_gateway::credential::Scopes::all(),
+        "c",
+    );
+    let created = s
+        .admin_change(
+            &intent("c1"),
+            &AdminChange::CreateKey {
+                credential: minted.credential.clone(),
+            },
+        )
+        .unwrap();
+    assert!(matches!(created.change, AdminChanged::Created));
+    let stored = s.credential(&minted.credential.id).unwrap().unwrap();
+    assert_eq!(stored.tenant, "acme");
     assert_eq!(
-        has(&["k1", "r1", "d1", "d2", "o1", "v1"]),
-        ["d1", "k1", "r1"]
+        has(&["k1", "r1", "d1", "d2", "o1", "v1", "c1"]),
+        ["c1", "d1", "k1", "r1"]
     );
     // Open until their records close them, like any operation's.
-    assert_eq!(s.live_counts().unwrap().open_intents, 3);
+    assert_eq!(s.live_counts().unwrap().open_intents, 4);
 }
 
 /// A record its sinks could not take is kept (with an admitted operation's `finish`, or on

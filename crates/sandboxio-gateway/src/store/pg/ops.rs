@@ -131,6 +131,10 @@ pub(super) fn admin_change(
             let revoked = super::rows::revoke_credential(tx, key_id, *now)?;
             AdminChanged::Revoked(before.filter(|_| revoked))
         }
+        AdminChange::CreateKey { credential } => {
+            super::rows::insert_credential(tx, credential)?;
+            AdminChanged::Created
+        }
     };
     // After the change's locks (the kill switch's, the scope's, the rows'): this time
     // orders it among the actions that touch the same state.
