@@ -107,17 +107,30 @@ fn no_strace() -> bool {
 }
 
 /// The command `c` under `strace -f` with `strace_args` (a kill or a failure injected at
-/// an exact syscall).
+/// an exact syscall), with `c`'s variables and an empty standard input.
 fn under_strace<S: AsRef<std::ffi::OsStr>>(c: &Command, strace_args: &[S]) -> Output {
-    Command::new("strace")
-        .args(["-f", "-o", "/dev/null"])
+    under_strace_with(c, strace_args, Stdio::null())
+}
+
+/// [`under_strace`] with `stdin`.
+fn under_strace_with<S: AsRef<std::ffi::OsStr>>(
+    c: &Command,
+    strace_args: &[S],
+    stdin: Stdio,
+) -> Output {
+    let mut s = Command::new("strace");
+    s.args(["-f", "-o", "/dev/null"])
         .args(strace_args)
         .arg(c.get_program())
         .args(c.get_args())
-        .env_remove("SBX_STATE_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .env_remove("SBX_STATE_DIR");
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    s.stdin(stdin).output().unwrap()
 }
 
 /// `audit verify` passes on the state directory's trail, with its public key.
@@ -602,6 +615,101 @@ fn an_operator_action_killed_before_its_record_is_recorded_at_the_next_start() {
     assert_eq!(recs.len(), 1, "{recs:?}");
     assert_eq!(recs[0]["arguments"]["key_id"], id.as_str(), "{recs:?}");
     assert_eq!(recs[0]["tenant_id"], "acme", "{recs:?}");
+    assert_verifies(&state);
+}
+
+/// Sealing an egress secret changes a file, which cannot share the store's transaction: the
+/// action commits its intent, then changes the file, then writes its record. Killed after
+/// the intent (before the change) and after the change (before the record), the next start
+/// records it either way, as `interrupted`, saying it may not have taken effect. The
+/// change made just before the kill used to have no record at all.
+#[test]
+fn a_secret_change_killed_before_its_record_is_recorded_at_the_next_start() {
+    if no_strace() {
+        return;
+    }
+    let env = Env::new("secretkill", "process");
+    let state = env.state();
+    ok(run_at(&env, &state, &[], &["true"]), "first run");
+    let trail = state.join("audit.jsonl");
+    let key = "ab".repeat(32);
+    let value = env.path().join("value");
+    std::fs::write(&value, b"value-of-the-secret").unwrap();
+    let set = |name: &str| {
+        let mut c = cmd_at(&env, &state, "secrets");
+        c.args(["set", name, "--host", "api.example"])
+            .env("SBX_SECRETS_KEY", &key);
+        c
+    };
+    let listed = || -> Vec<String> {
+        let out = cmd_at(&env, &state, "secrets")
+            .args(["list", "--json"])
+            .env("SBX_SECRETS_KEY", &key)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| i["name"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // A first secret, whole: its record is written and nothing is left open.
+    ok(
+        set("FIRST")
+            .stdin(std::fs::File::open(&value).unwrap())
+            .output()
+            .unwrap(),
+        "secrets set",
+    );
+    assert_eq!(listed(), ["FIRST"]);
+    // Killed at the command's first sync (the intent's commit), and at the sync of the state
+    // directory after the rename that puts the new secrets file in place: the second of
+    // the syncs naming the state directory (the new file's, then the directory's; found by
+    // path, as strace counts each thread's syscalls on their own).
+    let dir = state.display().to_string();
+    let at_commit: &[&str] = &["-e", "trace=fsync", "-e", "inject=fsync:signal=KILL:when=1"];
+    let after_rename: &[&str] = &[
+        "-P",
+        &dir,
+        "-e",
+        "trace=fsync",
+        "-e",
+        "inject=fsync:signal=KILL:when=2",
+    ];
+    for (name, strace, changed) in [("BEFORE", at_commit, false), ("AFTER", after_rename, true)] {
+        let out = under_strace_with(
+            &set(name),
+            strace,
+            std::fs::File::open(&value).unwrap().into(),
+        );
+        assert!(!out.status.success(), "{name}: not killed: {}", text(&out));
+        assert_eq!(
+            listed().contains(&name.to_string()),
+            changed,
+            "{name}: the file was changed: {:?}",
+            listed()
+        );
+        assert_eq!(
+            env.live_counts().open_intents,
+            1,
+            "{name}: its intent is open"
+        );
+        ok(run_at(&env, &state, &[], &["true"]), "the next start");
+        let recs: Vec<serde_json::Value> = records(&trail)
+            .into_iter()
+            .filter(|v| {
+                v["tool_name"] == "secret_set" && v["reason"].as_str().unwrap_or("").contains(name)
+            })
+            .collect();
+        assert_eq!(recs.len(), 1, "{name}: one record: {recs:?}");
+        assert_eq!(recs[0]["status"], "interrupted", "{recs:?}");
+        let reason = recs[0]["reason"].as_str().unwrap();
+        assert!(reason.contains("may not have taken effect"), "{reason}");
+        assert_eq!(env.live_counts().open_intents, 0, "{name}: settled");
+    }
     assert_verifies(&state);
 }
 

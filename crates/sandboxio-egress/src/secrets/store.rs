@@ -145,6 +145,28 @@ impl SecretStore {
         Ok(Undo(Some(before)))
     }
 
+    /// Whether a change could be made now, without making it: the store (if any) reads, the
+    /// key opens it and every entry in it, and (with `name`) it holds `name`. For a caller
+    /// that must refuse bad input before journalling the change.
+    pub fn check_change(&self, name: Option<&str>) -> Result<(), SecretError> {
+        let Some((file, _)) = self.read()? else {
+            return match name {
+                Some(n) => Err(SecretError::Unknown {
+                    name: n.chars().take(140).collect(),
+                }),
+                None => Ok(()),
+            };
+        };
+        let key = self.key_for_existing()?;
+        self.check(&file, &key)?;
+        match name {
+            Some(n) if !file.secrets.contains_key(n) => Err(SecretError::Unknown {
+                name: n.chars().take(140).collect(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The value of `name` and its bound hosts.
     pub fn reveal(&self, name: &str) -> Result<(SecretValue, Vec<String>), SecretError> {
         let unknown = || SecretError::Unknown {

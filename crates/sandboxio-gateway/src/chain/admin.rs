@@ -176,12 +176,13 @@ impl Gateway {
     pub(super) async fn admin_action(
         &self,
         action: &AdminAction,
-        op: &Operation,
-        new_key: Option<&credential::Credential>,
+        sub: &Submission,
         rec: &mut OperationRecord,
         id: &str,
         ctx: &mut super::stop::RunCtx,
     ) -> Result<(Option<ExecResult>, Option<serde_json::Value>), Stop> {
+        let (op, new_key) = (&sub.op, sub.new_key.as_ref());
+        let effect = sub.effect.lock().ok().and_then(|mut e| e.take());
         let actor = op
             .principal
             .agent
@@ -292,6 +293,16 @@ impl Gateway {
                     .await,
                 )
             }
+            // A change outside the store: the intent alone first, the change once it is
+            // committed (below).
+            AdminAction::SecretSet { .. } | AdminAction::SecretRemove { .. } => {
+                if effect.is_none() {
+                    return Err(fail(GatewayError::Config {
+                        why: "a secret's change must carry the change it makes".into(),
+                    }));
+                }
+                Some(change("journalling a secret's change", AdminChange::IntentOnly).await)
+            }
             _ => None,
         };
         let committed = changed.transpose().map_err(fail)?;
@@ -322,6 +333,26 @@ impl Gateway {
                 };
                 rec.tenant_id = Some(c.tenant);
             }
+            (
+                AdminAction::SecretSet { .. } | AdminAction::SecretRemove { .. },
+                Some(AdminChanged::Done),
+            ) => {
+                let Some(effect) = effect else {
+                    return Err(fail(GatewayError::Config {
+                        why: "a secret's change must carry the change it makes".into(),
+                    }));
+                };
+                // A small file, written atomically and synced.
+                match tokio::task::spawn_blocking(effect).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(fail(e)),
+                    Err(e) => {
+                        return Err(fail(GatewayError::Config {
+                            why: format!("changing the secrets failed: {e}"),
+                        }))
+                    }
+                }
+            }
             (AdminAction::KeyCreate { tenant, .. }, Some(AdminChanged::Created)) => {
                 rec.tenant_id = Some(tenant.clone())
             }
@@ -330,15 +361,17 @@ impl Gateway {
                 | AdminAction::Deny { .. }
                 | AdminAction::BudgetReopen { .. }
                 | AdminAction::KeyRevoke { .. }
-                | AdminAction::KeyCreate { .. },
+                | AdminAction::KeyCreate { .. }
+                | AdminAction::SecretSet { .. }
+                | AdminAction::SecretRemove { .. },
                 _,
             ) => {
                 return Err(fail(GatewayError::Config {
                     why: "the store answered an operator action with another's result".into(),
                 }))
             }
-            // Resume, and the actions whose effect is outside the store (made by the caller
-            // just before: a secret sealed, a policy or key swapped): their record only.
+            // Resume, and the actions whose effect is outside the store and made by the
+            // caller just before (a policy or audit key swapped): their record only.
             _ => {}
         }
         rec.verdict = Verdict::Allow;
@@ -361,8 +394,18 @@ pub(crate) fn recovered(op: &Operation, rec: &mut OperationRecord) -> bool {
         rec.approval_id = Some(approval_id.clone());
         rec.approver = Some(actor.to_string());
     }
-    rec.status = OperationStatus::Ok;
     rec.layer = Layer::Sandbox;
+    if let AdminAction::SecretSet { .. } | AdminAction::SecretRemove { .. } = action {
+        // Its intent was committed before the change (a file): it may not have been made.
+        rec.status = OperationStatus::Interrupted;
+        rec.reason = format!(
+            "{} may not have taken effect (recorded at recovery: the process stopped after its \
+             intent and before its record; `sandboxio secrets list` shows what is stored)",
+            reason(action, actor)
+        );
+        return true;
+    }
+    rec.status = OperationStatus::Ok;
     rec.reason = format!(
         "{} (recorded at recovery: the process stopped after the change and before its record)",
         reason(action, actor)

@@ -104,6 +104,10 @@ pub struct Submission {
     /// For an API key's creation: the key the action stores (with its intent, in one
     /// transaction). Set by [`Gateway::create_key`] only.
     pub(crate) new_key: Option<crate::credential::Credential>,
+    /// For an operator action whose change is outside the store (an egress secret sealed
+    /// or removed): the change, made by the action once its intent is committed (taken
+    /// once; set by the gateway only).
+    pub(crate) effect: std::sync::Mutex<Option<secrets::AdminEffect>>,
 }
 
 impl Submission {
@@ -124,6 +128,7 @@ impl Submission {
             protocol_output: false,
             egress: None,
             new_key: None,
+            effect: std::sync::Mutex::new(None),
         }
     }
 }
@@ -606,9 +611,7 @@ impl Gateway {
         // Operator actions: authorised by the front end that took them, run here so that
         // each leaves its record; they are not subject to the kill switch, policy or budget.
         if let OperationArgs::Admin { action } = &op.args {
-            return self
-                .admin_action(action, op, sub.new_key.as_ref(), rec, id, ctx)
-                .await;
+            return self.admin_action(action, sub, rec, id, ctx).await;
         }
         // The kill switch comes before every other layer. For an operation the policy
         // allows or asks about, it is read inside the admission transaction (first, before

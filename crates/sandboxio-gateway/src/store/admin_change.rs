@@ -36,6 +36,9 @@ pub enum AdminChange {
     Revoke { key_id: String, now: DateTime<Utc> },
     /// Store a new API key (its hash: the secret itself is never stored).
     CreateKey { credential: Credential },
+    /// Nothing in the store: the intent alone, for an action whose change is elsewhere
+    /// (a secret sealed in its file), made after this commits.
+    IntentOnly,
 }
 
 /// What the change did, and when: the time is taken inside the transaction, once it holds

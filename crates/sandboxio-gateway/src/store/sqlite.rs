@@ -635,6 +635,7 @@ impl Store for SqliteStore {
                     credentials::insert(tx, credential)?;
                     AdminChanged::Created
                 }
+                AdminChange::IntentOnly => AdminChanged::Done,
             };
             if done.changed() {
                 let mut j = journal.clone();

@@ -135,6 +135,7 @@ pub(super) fn admin_change(
             super::rows::insert_credential(tx, credential)?;
             AdminChanged::Created
         }
+        AdminChange::IntentOnly => AdminChanged::Done,
     };
     // After the change's locks (the kill switch's, the scope's, the rows'): this time
     // orders it among the actions that touch the same state.
