@@ -201,9 +201,11 @@ impl ServerError {
         let status = self.status();
         // Gateway internals are logged, not returned: the code says what class it was.
         let detail = match self {
+            // An operator action refused: the operator is told why (its record says so too).
             ServerError::Gateway(
                 e @ (GatewayError::ApprovalNotPending { .. }
-                | GatewayError::ApprovalNotFound { .. }),
+                | GatewayError::ApprovalNotFound { .. }
+                | GatewayError::AdminRefused { .. }),
             ) => e.to_string(),
             ServerError::Gateway(e) => {
                 tracing::warn!(code = e.code(), "request failed in the gateway: {e}");

@@ -496,3 +496,79 @@ fn a_running_or_killed_servers_trail_verifies_as_open_and_a_cut_one_does_not() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("sealed by a closing checkpoint"), "{out}");
 }
+
+/// The kill switch when the store cannot take it: strace, attached to the running server,
+/// fails every sync of the store's write-ahead log, so `POST /v1/kill` cannot commit. The
+/// answer says so (500, `SBX_E1521`, with the reason), and the brake holds anyway in this
+/// server: what runs is stopped and every later operation is refused with the kill switch's
+/// code, even once the store works again, until a release succeeds. It used to answer the
+/// same 500 with a generic text, and the next exec ran.
+#[test]
+fn a_kill_switch_the_store_cannot_take_still_holds_in_the_server() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipping: strace is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let m = marker("latch");
+    let pid = start_background(
+        &s,
+        &key,
+        &id,
+        &format!("{m}=1; while :; do sleep 0.2; done"),
+    );
+    assert!(!pid.is_empty());
+    let wal = s.state().join("state.db-wal");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-p", &s.pid().to_string(), "-P"])
+        .arg(&wal)
+        .args([
+            "-e",
+            "trace=fsync,fdatasync",
+            "-e",
+            "inject=fsync:error=EIO",
+            "-e",
+            "inject=fdatasync:error=EIO",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // strace says "Process N attached" for each thread once it holds them.
+    let mut err = std::io::BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("attached"), "{line}");
+    std::thread::sleep(Duration::from_millis(300));
+    let r = s.post(&key, "/v1/kill", &json!({"reason": "runaway agent"}));
+    let (st, p) = problem(r);
+    let _ = Command::new("kill").arg(strace.id().to_string()).status();
+    let _ = strace.wait();
+    assert_eq!((st, p["code"].as_str().unwrap()), (500, "SBX_E1521"), "{p}");
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains("holds in this process only"), "{detail}");
+    // What ran was stopped; the store does not hold the switch.
+    assert!(
+        gone_within(&m, 10).is_empty(),
+        "the background process outlived the kill"
+    );
+    let v: Value = s.get(&key, "/v1/kill").json().unwrap();
+    assert_eq!(v["engaged"], false, "{v}");
+    // The store works again, and still nothing runs here.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    );
+    let (st, p) = problem(r);
+    assert_eq!(p["code"], "SBX_E1551", "{st} {p}");
+    // Released: runs again.
+    assert_eq!(s.delete(&key, "/v1/kill").status(), 200);
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["true"]}),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+}

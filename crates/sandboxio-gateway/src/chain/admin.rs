@@ -305,7 +305,34 @@ impl Gateway {
             }
             _ => None,
         };
-        let committed = changed.transpose().map_err(fail)?;
+        let committed = match changed.transpose() {
+            Ok(c) => c,
+            Err(e) => {
+                if let AdminAction::Kill { reason } = action {
+                    // The brake must hold even when the store cannot take it: this process
+                    // refuses everything from now on and stops what it runs, until a
+                    // release succeeds. The refusal says so.
+                    self.set_kill_latch(Some(crate::store::KillState {
+                        reason: reason.clone(),
+                        by: actor.clone(),
+                        at: now,
+                    }));
+                    self.cancel_all(&format!("kill switch: {reason}"));
+                    let mut s = fail(e);
+                    s.reason = format!(
+                        "{} (not stored: the kill switch holds in this process only, until \
+                         it is released there)",
+                        s.reason
+                    );
+                    return Err(s);
+                }
+                return Err(fail(e));
+            }
+        };
+        if let (AdminAction::Kill { .. } | AdminAction::Resume, Some(_)) = (action, &committed) {
+            // The store holds the switch's state again.
+            self.set_kill_latch(None);
+        }
         ctx.committed_at = committed.as_ref().map(|c| c.at);
         let changed = committed.map(|c| c.change);
         // The intent was written with the change: the record closes it.

@@ -174,6 +174,9 @@ pub struct Gateway {
     sweep: Arc<crate::sweep::StartSweep>,
     /// Tenants refused lately: their sandboxes start after the admission (`launch.rs`).
     refusals: launch::Refusals,
+    /// A kill switch engaged by an operator that the store could not take: this process
+    /// refuses every operation until a release succeeds (the brake holds here at least).
+    kill_latch: Mutex<Option<crate::store::KillState>>,
     /// One recovery at a time in this process: its claims are this process's
     /// (`Store::claim_dead_intents`), which two overlapping recoveries would share.
     recovering: tokio::sync::Mutex<()>,
@@ -218,6 +221,7 @@ impl Gateway {
             edge_secrets: Arc::new(crate::edge::EdgeSecrets::default()),
             sweep: Arc::new(crate::sweep::StartSweep::default()),
             refusals: launch::Refusals::default(),
+            kill_latch: Mutex::new(None),
             recovering: tokio::sync::Mutex::new(()),
         }
     }
@@ -371,6 +375,17 @@ impl Gateway {
             })
             .await?;
         Ok(from_records + settled.len())
+    }
+
+    /// The kill switch this process holds on its own (the store could not take it).
+    pub fn kill_latched(&self) -> Option<crate::store::KillState> {
+        self.kill_latch.lock().ok().and_then(|k| k.clone())
+    }
+
+    fn set_kill_latch(&self, k: Option<crate::store::KillState>) {
+        if let Ok(mut l) = self.kill_latch.lock() {
+            *l = k;
+        }
     }
 
     fn cancel_all(&self, reason: &str) {
@@ -613,6 +628,9 @@ impl Gateway {
         if let OperationArgs::Admin { action } = &op.args {
             return self.admin_action(action, sub, rec, id, ctx).await;
         }
+        if let Some(k) = self.kill_latched() {
+            return Err(Stop::killed(&k));
+        }
         // The kill switch comes before every other layer. For an operation the policy
         // allows or asks about, it is read inside the admission transaction (first, before
         // rate limits, atomically with the rest: one store call, not two); the policy is
@@ -776,6 +794,12 @@ impl Gateway {
                     s.claim(Some((&aid, &fp)), key.as_ref(), &op_id, Utc::now())
                 })
                 .await;
+            if let Some(k) = self.kill_latched() {
+                // Engaged while this one waited, in this process only: it does not run.
+                if matches!(claimed, Ok(None)) {
+                    return Err(Stop::killed(&k));
+                }
+            }
             match claimed {
                 Ok(None) => ctx.idem = journal_idem,
                 Ok(Some(Claimed::KillSwitch(k))) => return Err(Stop::killed(&k)),
