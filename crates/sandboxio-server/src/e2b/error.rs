@@ -93,6 +93,9 @@ impl E2bError {
             // What E2B's proxy answers for a sandbox that is gone.
             E2bError::NoSandbox { .. } => StatusCode::BAD_GATEWAY,
             E2bError::Server(e) => e.status(),
+            // An ask is not a success: every E2B client reads a 2xx body as the answer (a
+            // file's content, a cell's output). It is refused for now, with the approval id.
+            E2bError::Stopped(p) if p.status == 202 => StatusCode::FORBIDDEN,
             E2bError::Stopped(p) => {
                 StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }

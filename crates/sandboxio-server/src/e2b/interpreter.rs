@@ -329,10 +329,7 @@ pub async fn execute(
 ) -> Response {
     match execute_inner(&st, r, &body).await {
         Ok(res) => res,
-        // An ask is not a success: the SDK would read its body as output.
-        Err(e @ E2bError::Stopped(_)) if e.status() == StatusCode::ACCEPTED => {
-            (StatusCode::FORBIDDEN, Json(e.rest_body())).into_response()
-        }
+        // An ask answers 403 (`E2bError::status`): the SDK would read a 2xx body as output.
         Err(e) => plain_err(&e),
     }
 }
