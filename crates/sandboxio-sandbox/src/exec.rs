@@ -838,6 +838,14 @@ impl Workspace {
             })?;
             paths.output_dir = d.clone();
         }
+        // The copy-out walks the output directory from a path with no symlink in it
+        // (`ns::dst`): resolved now, before the program runs, so a component the program
+        // swaps for a symlink later is refused instead of followed.
+        paths.output_dir =
+            std::fs::canonicalize(&paths.output_dir).map_err(|source| SandboxError::OutputDir {
+                path: paths.output_dir.clone(),
+                source,
+            })?;
         let ws = &paths.workspace;
         for (name, contents) in &req.files {
             let rel = plan::validate_file_name(name)?;

@@ -332,3 +332,45 @@ fn a_mount_gives_no_more_than_the_caller_may_read() {
     }
     let _ = Path::new("/");
 }
+
+/// The program has the directory holding its `--output` mounted read-write and swaps the
+/// output directory for a symlink to a host directory it may not write. The copy-out must
+/// not follow it: nothing lands in the target (as root it would be a root-owned file in
+/// any host directory, e.g. `/etc/cron.d`).
+#[test]
+fn the_copy_out_never_follows_an_output_directory_swapped_for_a_symlink() {
+    let proj = tempfile::tempdir().unwrap();
+    writable_by_sandbox(proj.path());
+    let target = tempfile::tempdir().unwrap();
+    let out = proj.path().join("out");
+    let run = Sandbox::new()
+        .mount(&format!("{}:/project:rw", proj.path().display()))
+        .output(&out)
+        .run_unchecked(&[
+            "sh",
+            "-c",
+            &format!(
+                "mv /project/out /project/old && ln -s {} /project/out && echo planted > \"$SANDBOX_OUTPUT/planted\"",
+                target.path().display()
+            ),
+        ]);
+    assert!(
+        proj.path().join("old").is_dir(),
+        "the program ran and moved the output away\n{}",
+        run.describe()
+    );
+    let planted: Vec<_> = std::fs::read_dir(target.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "the copy-out wrote through the symlink: {planted:?}\n{}",
+        run.describe()
+    );
+    assert!(
+        !run.status.success(),
+        "a refused copy-out is an error\n{}",
+        run.describe()
+    );
+}

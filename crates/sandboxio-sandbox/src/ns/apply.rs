@@ -366,8 +366,12 @@ struct CopyBudget {
     bytes: u64,
     files: u64,
     entries: u64,
+    /// The first copy of each multiply-linked inode, relative to the destination's root.
     links: std::collections::HashMap<(u64, u64), PathBuf>,
+    /// What this copy created, relative to the destination's root (`true`: a directory).
     created: Vec<(PathBuf, bool)>,
+    /// The destination, for a rollback after the copy returned.
+    dst: Option<super::dst::Dst>,
 }
 
 impl CopyBudget {
@@ -380,6 +384,7 @@ impl CopyBudget {
             entries: 0,
             links: std::collections::HashMap::new(),
             created: Vec::new(),
+            dst: None,
         }
     }
 
@@ -413,14 +418,18 @@ impl CopyBudget {
     }
 
     /// Removes everything this copy created, newest first (files and links before the
-    /// directories holding them). Best effort: the error that caused it is what is reported.
+    /// directories holding them), found from the destination's root without following any
+    /// link. Best effort: the error that caused it is what is reported.
     fn rollback(&mut self) {
-        for (path, is_dir) in self.created.drain(..).rev() {
-            let _ = if is_dir {
-                std::fs::remove_dir(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
+        let Some(dst) = self.dst.take() else {
+            return;
+        };
+        self.rollback_in(&dst);
+    }
+
+    fn rollback_in(&mut self, dst: &super::dst::Dst) {
+        for (rel, is_dir) in self.created.drain(..).rev() {
+            let _ = dst.remove(&rel, is_dir);
         }
     }
 }
@@ -428,34 +437,37 @@ impl CopyBudget {
 /// Copies a tree without following symlinks (symlinks and special files are skipped),
 /// giving every entry to `owner` when set. See [`CopyBudget`] for sparse files, hard links
 /// and the caps. Iterative (a work list, not recursion): a sandbox can make its output
-/// thousands of directories deep, which must not overflow the helper's stack.
+/// thousands of directories deep, which must not overflow the helper's stack. The
+/// destination is walked by descriptor from its root ([`super::dst::Dst`]): no name is
+/// created or opened through a symlink.
 fn copy_tree(
     src: &Path,
-    dst: &Path,
+    dst: &super::dst::Dst,
     owner: Option<(u32, u32)>,
     wrap: &dyn Fn(PathBuf, io::Error) -> NsError,
     budget: &mut CopyBudget,
 ) -> Result<(), NsError> {
+    use super::dst::Dst;
     use std::os::unix::fs::MetadataExt;
-    let mut work = vec![(src.to_path_buf(), dst.to_path_buf())];
-    while let Some((src, dst)) = work.pop() {
+    let mut work = vec![(src.to_path_buf(), PathBuf::new())];
+    while let Some((src, rel)) = work.pop() {
+        let dir = dst.dir(&rel).map_err(|e| wrap(dst.path_of(&rel), e))?;
         let rd = std::fs::read_dir(&src).map_err(|e| wrap(src.clone(), e))?;
         for entry in rd {
             let entry = entry.map_err(|e| wrap(src.clone(), e))?;
             let from = entry.path();
-            let to = dst.join(entry.file_name());
+            let name = entry.file_name();
+            let to = rel.join(&name);
+            let host = |e| wrap(dst.path_of(&to), e);
             let meta = std::fs::symlink_metadata(&from).map_err(|e| wrap(from.clone(), e))?;
             let ft = meta.file_type();
             if ft.is_dir() {
                 budget.take_entry(&from)?;
-                std::fs::DirBuilder::new()
-                    .mode(0o755)
-                    .create(&to)
-                    .map_err(|e| wrap(to.clone(), e))?;
+                let made = Dst::mkdir(dir.as_fd(), &name, 0o755).map_err(host)?;
                 budget.created.push((to.clone(), true));
                 if let Some((u, g)) = owner {
-                    std::os::unix::fs::lchown(&to, Some(u), Some(g))
-                        .map_err(|e| wrap(to.clone(), e))?;
+                    std::os::unix::fs::fchown(&made, Some(u), Some(g))
+                        .map_err(|e| wrap(dst.path_of(&to), e))?;
                 }
                 work.push((from, to));
             } else if ft.is_file() {
@@ -463,8 +475,8 @@ fn copy_tree(
                 let key = (meta.dev(), meta.ino());
                 if meta.nlink() > 1 {
                     if let Some(first) = budget.links.get(&key) {
-                        std::fs::hard_link(first, &to).map_err(|e| wrap(to.clone(), e))?;
-                        budget.created.push((to.clone(), false));
+                        dst.link(first, dir.as_fd(), &name).map_err(host)?;
+                        budget.created.push((to, false));
                         continue;
                     }
                 }
@@ -473,18 +485,13 @@ fn copy_tree(
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&from)
                     .map_err(|e| wrap(from.clone(), e))?;
-                let w = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(meta.permissions().mode() & 0o755)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&to)
-                    .map_err(|e| wrap(to.clone(), e))?;
+                let w = Dst::create(dir.as_fd(), &name, meta.permissions().mode() & 0o755)
+                    .map_err(|e| wrap(dst.path_of(&to), e))?;
                 budget.created.push((to.clone(), false));
                 copy_sparse(&r, &w, meta.len(), &from, wrap, budget)?;
                 if let Some((u, g)) = owner {
                     std::os::unix::fs::fchown(&w, Some(u), Some(g))
-                        .map_err(|e| wrap(to.clone(), e))?;
+                        .map_err(|e| wrap(dst.path_of(&to), e))?;
                 }
                 if meta.nlink() > 1 {
                     budget.links.insert(key, to);
@@ -499,13 +506,20 @@ fn copy_tree(
 /// Copies the sandbox's output tree to the host, all or nothing: at most `cap` data bytes
 /// (0: no byte cap) and [`super::plan::TMPFS_INODES`] names; on any error (a cap included,
 /// `SBX_E1470`) every entry this copy created is removed again before the error returns.
+/// `dst` must be a path with no symlink in it (a canonical path taken before the run): a
+/// component replaced by a symlink since is refused (`ELOOP`), nothing copied.
 fn copy_out(src: &Path, dst: &Path, cap: u64) -> Result<CopyBudget, NsError> {
     let mut budget = CopyBudget::new((cap > 0).then_some(cap), Some(super::plan::TMPFS_INODES));
     let wrap = |path, source| NsError::CopyOutput { path, source };
-    match copy_tree(src, dst, None, &wrap, &mut budget) {
-        Ok(()) => Ok(budget),
+    let root = super::dst::Dst::open(dst)
+        .map_err(|e| as_seen_inside(wrap(dst.to_path_buf(), e), src, dst))?;
+    match copy_tree(src, &root, None, &wrap, &mut budget) {
+        Ok(()) => {
+            budget.dst = Some(root);
+            Ok(budget)
+        }
         Err(e) => {
-            budget.rollback();
+            budget.rollback_in(&root);
             Err(as_seen_inside(e, src, dst))
         }
     }
@@ -1089,9 +1103,11 @@ pub(super) fn copy_workspace(plan: &NamespacePlan, staging: &Staging) -> Result<
     let mut budget = CopyBudget::new(None, None);
     let wrap = |path, source| NsError::CopyWorkspace { path, source };
     if plan.workspace_host.is_dir() {
+        let dst = super::dst::Dst::open_private(&staging.workspace)
+            .map_err(|e| wrap(staging.workspace.clone(), e))?;
         copy_tree(
             &plan.workspace_host,
-            &staging.workspace,
+            &dst,
             Some((plan.host_uid, plan.host_gid)),
             &wrap,
             &mut budget,
@@ -2046,7 +2062,8 @@ mod copy_tests {
         }
         let mut b = CopyBudget::new(None, Some(5));
         let wrap = |path, source| NsError::CopyOutput { path, source };
-        let r = copy_tree(src.path(), dst.path(), None, &wrap, &mut b);
+        let root = super::super::dst::Dst::open(dst.path()).unwrap();
+        let r = copy_tree(src.path(), &root, None, &wrap, &mut b);
         assert!(matches!(
             r,
             Err(NsError::OutputTooLarge {
@@ -2054,6 +2071,40 @@ mod copy_tests {
                 ..
             })
         ));
+    }
+
+    /// The output directory, or a directory above it, swapped for a symlink after the run
+    /// started: the copy is refused and writes nothing through the link. It used to follow
+    /// the link (a file planted in any directory the supervisor could write).
+    #[test]
+    fn copy_out_never_writes_through_a_symlink_in_the_destination_path() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("evil"), b"x").unwrap();
+        std::fs::create_dir(src.path().join("d")).unwrap();
+        std::fs::write(src.path().join("d/f"), b"y").unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let host = std::fs::canonicalize(host.path()).unwrap();
+        let victim = host.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        // The output itself is a link now.
+        std::os::unix::fs::symlink(&victim, host.join("out")).unwrap();
+        assert!(copy_out(src.path(), &host.join("out"), 0).is_err());
+        // A directory above the output is a link now.
+        std::fs::create_dir(victim.join("out")).unwrap();
+        std::os::unix::fs::symlink(&victim, host.join("proj")).unwrap();
+        assert!(copy_out(src.path(), &host.join("proj/out"), 0).is_err());
+        let left: Vec<_> = std::fs::read_dir(&victim)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [std::ffi::OsString::from("out")], "nothing written");
+        assert_eq!(std::fs::read_dir(victim.join("out")).unwrap().count(), 0);
+        // A real directory at the same path takes the copy, subdirectory included.
+        let real = host.join("real");
+        std::fs::create_dir(&real).unwrap();
+        let b = copy_out(src.path(), &real, 0).unwrap();
+        assert_eq!(b.files, 2);
+        assert_eq!(std::fs::read(real.join("d/f")).unwrap(), b"y");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   payload's exact exit status and the enforcement achieved.
 
 mod apply;
+mod dst;
 pub(crate) mod egress;
 pub mod error;
 pub mod landlock;

@@ -66,6 +66,23 @@ pub(crate) fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> 
     super::cvt0(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) })
 }
 
+/// `linkat(AT_FDCWD, old, dir, name, AT_SYMLINK_FOLLOW)`: a new name in `dir` for the file
+/// `old` names (a `/proc/self/fd/N` link names an open file, whatever path it had).
+#[inline]
+pub(crate) fn link_into(old: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<(), i32> {
+    // SAFETY: `old` and `name` are valid C strings and `dir` an open descriptor, all living
+    // across the call; the kernel only reads them.
+    super::cvt0(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            old.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+}
+
 /// `struct open_how` of openat2(2).
 #[repr(C)]
 struct OpenHow {
