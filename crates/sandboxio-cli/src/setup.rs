@@ -13,17 +13,67 @@ use crate::args::Common;
 pub struct Loaded {
     pub config: Config,
     pub state_dir: PathBuf,
+    /// The configuration file read (`--config`, or `./sandboxio.toml`), absolute.
+    pub config_file: Option<PathBuf>,
+    /// Where a command without `--config` looks for one (`./sandboxio.toml`), absolute.
+    pub default_config: Option<PathBuf>,
 }
+
+/// The file a command without `--config` reads when it exists.
+pub const DEFAULT_CONFIG: &str = "sandboxio.toml";
 
 /// Loads `--config`, else `./sandboxio.toml` when present, else the defaults.
 pub fn load(common: &Common) -> Result<Loaded> {
-    let config = match &common.config {
-        Some(p) => Config::load(p)?,
-        None if Path::new("sandboxio.toml").exists() => Config::load(Path::new("sandboxio.toml"))?,
-        None => Config::default(),
+    let (config, config_file) = match &common.config {
+        Some(p) => (Config::load(p)?, Some(p.clone())),
+        None if Path::new(DEFAULT_CONFIG).exists() => (
+            Config::load(Path::new(DEFAULT_CONFIG))?,
+            Some(PathBuf::from(DEFAULT_CONFIG)),
+        ),
+        None => (Config::default(), None),
     };
     let state_dir = crate::paths::absolute(&state_dir(common, &config))?;
-    Ok(Loaded { config, state_dir })
+    let config_file = config_file
+        .map(|p| crate::paths::absolute(&p))
+        .transpose()?;
+    let default_config = crate::paths::absolute(Path::new(DEFAULT_CONFIG)).ok();
+    Ok(Loaded {
+        config,
+        state_dir,
+        config_file,
+        default_config,
+    })
+}
+
+/// A `sandboxio.toml` that appeared at `path` while a sandbox ran (none was there before):
+/// renamed to `sandboxio.toml.planted-<seconds>` with a warning, so no later command reads
+/// it. Best effort: a failure to rename is warned about too.
+pub fn set_aside_planted_config(path: &Path) {
+    if std::fs::symlink_metadata(path).is_err() {
+        return;
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut aside = path.as_os_str().to_os_string();
+    aside.push(format!(".planted-{secs}"));
+    let aside = PathBuf::from(aside);
+    let aside_text = aside.display().to_string();
+    let path_text = path.display().to_string();
+    let shown = crate::output::escape::field(&path_text);
+    match std::fs::rename(path, &aside) {
+        Ok(()) => crate::out::errln!(
+            "warning: `{shown}` appeared while the sandbox ran (a program with a writable mount \
+             of this directory can write it): moved to `{}`, not read",
+            crate::output::escape::field(&aside_text)
+        ),
+        Err(e) => crate::out::errln!(
+            "warning: `{shown}` appeared while the sandbox ran (a program with a writable mount \
+             of this directory can write it) and could not be moved aside ({e}): remove it \
+             before the next command reads it"
+        ),
+    }
 }
 
 fn state_dir(common: &Common, config: &Config) -> PathBuf {
@@ -86,6 +136,14 @@ impl Loaded {
         opts.metrics_tap = metrics_tap;
         opts.policy_files = common.policies.clone();
         opts.approval_timeout = approval_timeout;
+        // No writable mount may hold the configuration in use, nor the one a later
+        // command without `--config` would read.
+        opts.config_files = self
+            .config_file
+            .iter()
+            .chain(self.default_config.iter())
+            .cloned()
+            .collect();
         let (env, skipped) = crate::hostenv::utf8_vars();
         if skipped > 0 {
             tracing::warn!(

@@ -54,6 +54,10 @@ pub struct GatewayConfig {
     /// Host paths no mount may reach, from either side (the state directory: database,
     /// trail and signing key; the policy files). Absolute, symlinks resolved.
     pub protected_paths: Vec<std::path::PathBuf>,
+    /// Files that decide how later runs are governed (the configuration file in use, and
+    /// where a front end looks for one by default): no writable mount or output directory
+    /// may hold one that exists. Absolute, symlinks of their directories resolved.
+    pub write_protected: Vec<std::path::PathBuf>,
     /// `[network]` compiled: egress rules, SSRF exceptions, the proxy's name servers.
     pub egress: sandboxio_egress::EgressConfig,
     /// `[[secrets]]` checked (values are loaded by the runtime, see `crate::edge`).
@@ -76,6 +80,7 @@ impl Default for GatewayConfig {
             retry: RetrySettings::default(),
             kill_poll: Duration::from_millis(200),
             protected_paths: Vec::new(),
+            write_protected: Vec::new(),
             egress: sandboxio_egress::EgressConfig::default(),
             secrets: Vec::new(),
             upstream_ca: None,

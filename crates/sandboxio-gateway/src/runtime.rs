@@ -84,6 +84,9 @@ pub struct RuntimeOptions {
     pub embed: Embedding,
     /// The key that seals stored secrets (default: [`secrets_key`] from the environment).
     pub secrets_key: KeySource,
+    /// The configuration file in use, and where the front end looks for one by default:
+    /// no writable mount may hold them (see `GatewayConfig::write_protected`).
+    pub config_files: Vec<PathBuf>,
 }
 
 /// Settings an embedding front end (the Python package) gives its runtime on top of the
@@ -120,6 +123,7 @@ impl RuntimeOptions {
             metrics_tap: None,
             embed: Embedding::default(),
             secrets_key: secrets_key(|k| std::env::var(k).ok()),
+            config_files: Vec::new(),
         }
     }
 }
@@ -157,6 +161,11 @@ impl Runtime {
             .chain(opts.policy_files.iter().map(|p| p.as_path()))
             .chain(key_file)
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+            .collect();
+        cfg.write_protected = opts
+            .config_files
+            .iter()
+            .map(|p| crate::chain::resolve_path_to_be(p).unwrap_or_else(|_| p.to_path_buf()))
             .collect();
         // The policy first: a policy that cannot be loaded leaves the state untouched.
         let policy = load_policy(&opts.config, &opts.policy_files)?;

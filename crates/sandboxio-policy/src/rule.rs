@@ -474,16 +474,19 @@ impl<'a> Facts<'a> {
                 .as_ref()
                 .map(|e| e.env.keys().map(String::as_str).collect())
                 .unwrap_or_default(),
+            // The input directory (bound read-only) and the output directory (written by
+            // the copy-out) reach the host like mounts, and match mount rules like them.
             mounts: op
                 .exec
                 .iter()
-                .flat_map(|e| &e.mounts)
-                .map(|m| {
-                    (
-                        normalize(&m.host.to_string_lossy()),
-                        m.mode == sandboxio_core::MountMode::Rw,
-                    )
+                .flat_map(|e| {
+                    e.mounts
+                        .iter()
+                        .map(|m| (m.host.as_path(), m.mode == sandboxio_core::MountMode::Rw))
+                        .chain(e.input_dir.iter().map(|d| (d.as_path(), false)))
+                        .chain(e.output_dir.iter().map(|d| (d.as_path(), true)))
                 })
+                .map(|(host, rw)| (normalize(&host.to_string_lossy()), rw))
                 .collect(),
             arguments: match &op.args {
                 OperationArgs::ToolCall { arguments, .. } => Some(arguments),

@@ -193,8 +193,18 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         sub.stream.events = Some(tx);
         Some(tokio::spawn(output::print_events(rx, opts.tty)))
     };
+    // A program with a writable mount of the working directory could leave a
+    // `sandboxio.toml` there for the next command to read (its tier, policy, state): one
+    // that appears during the run is set aside, never read.
+    let watch = loaded
+        .default_config
+        .clone()
+        .filter(|p| std::fs::symlink_metadata(p).is_err());
     let signals = tokio::spawn(cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;
+    if let Some(p) = watch {
+        setup::set_aside_planted_config(&p);
+    }
     signals.abort();
     waiting.abort();
     // The gateway has dropped the event sender: the printer drains and ends.

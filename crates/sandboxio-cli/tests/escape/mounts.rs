@@ -374,3 +374,22 @@ fn the_copy_out_never_follows_an_output_directory_swapped_for_a_symlink() {
         run.describe()
     );
 }
+
+/// The policy's mount rules apply to `--input` (bound read-only) as to a mount: the host's
+/// `/proc` (every host process and its command line) is refused by the default policy.
+#[test]
+fn an_input_directory_is_checked_by_the_policys_mount_rules() {
+    let run = Sandbox::new()
+        .input(Path::new("/proc"))
+        .run_unchecked(&["ls", "/input"]);
+    assert!(
+        !run.status.success(),
+        "`--input /proc` ran\n{}",
+        run.describe()
+    );
+    assert!(
+        run.raw_stderr.contains("SBX_E1550") || run.json["record"]["error_code"] == "SBX_E1550",
+        "expected the policy's denial\n{}",
+        run.describe()
+    );
+}

@@ -106,3 +106,115 @@ impl FifoLike for std::fs::FileType {
         self.is_fifo()
     }
 }
+
+/// `--input` and `--output` reach the host like mounts and get the same checks: neither may
+/// name the state directory (or a path inside it, or one containing it), by any spelling;
+/// the output directory is refused before it is made. They used to pass unchecked: a
+/// sandbox read `audit.key` and `state.db` through `--input`, and `--output` wrote into
+/// the state directory.
+#[test]
+fn input_and_output_directories_cannot_reach_the_state() {
+    let env = Env::new("state-io", "process");
+    let o = run("first run", &mut env.run_cmd(None, &[], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let st = env.state();
+    let link = env.path().join("state-link");
+    std::os::unix::fs::symlink(&st, &link).unwrap();
+    let s = |p: &std::path::Path| p.display().to_string();
+    for (what, args) in [
+        ("input = state", vec!["--input".to_string(), s(&st)]),
+        (
+            "input through a link",
+            vec!["--input".to_string(), s(&link)],
+        ),
+        (
+            "input = its parent",
+            vec!["--input".to_string(), s(env.path())],
+        ),
+        (
+            "output inside",
+            vec!["--output".to_string(), s(&st.join("x"))],
+        ),
+        (
+            "output through a link",
+            vec!["--output".to_string(), s(&link.join("y"))],
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run(
+            what,
+            &mut env.run_cmd(None, &args, &["cat", "/input/audit.key"]),
+        );
+        let err = text(&o.stderr);
+        assert!(err.contains("SBX_E1520"), "{what}: {err}");
+        assert_ne!(o.status.code(), Some(0), "{what}: {err}");
+    }
+    assert!(
+        !st.join("x").exists() && !st.join("y").exists(),
+        "nothing made in the state"
+    );
+}
+
+/// The configuration decides how the next run is governed (tier, policy, state directory,
+/// which host variables a sandbox gets), so no sandbox may write it: a writable mount that
+/// holds the configuration in use is refused, and a `sandboxio.toml` a program leaves in
+/// the working directory through a writable mount is set aside, never read by the next
+/// command. A sandbox used to plant one that ran the next command on the host with no
+/// sandbox (`tier = "process"`) and another state directory (no kill switch, no budget).
+#[test]
+fn no_sandbox_can_write_the_configuration_the_next_command_reads() {
+    let env = Env::new("state-config", "process");
+    let proj = env.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    if nix_is_root() {
+        // The namespace tier's root is uid 65534 on the host: it must be able to write.
+        std::os::unix::fs::chown(&proj, Some(65534), Some(65534)).unwrap();
+    }
+    let run_in = |extra: &[&str], script: &str| {
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg("--state-dir")
+            .arg(env.state())
+            .args(["--tier", "namespace", "--mount"])
+            .arg(format!("{}:/project:rw", proj.display()))
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .current_dir(&proj)
+            .env_remove("SBX_STATE_DIR");
+        run("run in the project", &mut c)
+    };
+    let plant = "printf '[sandbox]\\ntier = \"process\"\\n' > /project/sandboxio.toml";
+    let o = run_in(&[], plant);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !proj.join("sandboxio.toml").exists(),
+        "the planted configuration is still where the next command reads it"
+    );
+    let aside: Vec<String> = std::fs::read_dir(&proj)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sandboxio.toml.planted-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "set aside once: {aside:?}");
+    assert!(
+        text(&o.stderr).contains("appeared while the sandbox ran"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A configuration in use inside a writable mount: refused before anything runs.
+    let cfg = proj.join("sandboxio.toml");
+    std::fs::write(&cfg, "[sandbox]\n").unwrap();
+    let o = run_in(&[], "echo ran > /project/ran");
+    assert!(text(&o.stderr).contains("SBX_E1520"), "{}", text(&o.stderr));
+    assert!(!proj.join("ran").exists(), "it ran");
+    let cfg_arg = cfg.display().to_string();
+    let o = run_in(&["--config", &cfg_arg], "echo ran > /project/ran");
+    assert!(text(&o.stderr).contains("SBX_E1520"), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), "[sandbox]\n");
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

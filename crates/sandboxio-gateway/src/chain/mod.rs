@@ -24,6 +24,7 @@ mod settle_recorded;
 mod stop;
 
 pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME, LABEL_SECRETS};
+pub use mounts::resolve_path_to_be;
 pub use record::{owner_alive, process_owner};
 
 use std::collections::{BTreeMap, HashMap};

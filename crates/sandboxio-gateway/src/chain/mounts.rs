@@ -39,9 +39,124 @@ pub(crate) fn resolve(cfg: &GatewayConfig, req: &mut ExecRequest) -> Result<(), 
             )
             .code(MOUNT_REFUSED));
         }
+        if m.mode == sandboxio_core::MountMode::Rw {
+            refuse_write_protected("mount", &m.host, &real, cfg)?;
+        }
         m.host = real;
     }
+    // The input directory is bound read-only and the output directory receives the copy-out:
+    // both are host paths reaching into the sandbox like a mount, and get the same checks
+    // (and, through the policy's facts, the same mount rules).
+    if let Some(d) = &req.input_dir {
+        let real = std::fs::canonicalize(d).map_err(|e| {
+            Stop::deny(
+                Layer::Admit,
+                format!(
+                    "input directory refused: `{}` cannot be resolved: {e}",
+                    d.display()
+                ),
+            )
+            .code(MOUNT_REFUSED)
+        })?;
+        refuse_protected("input directory", d, &real, cfg)?;
+        req.input_dir = Some(real);
+    }
+    if let Some(d) = &req.output_dir {
+        let real = resolve_path_to_be(d).map_err(|e| {
+            Stop::deny(
+                Layer::Admit,
+                format!(
+                    "output directory refused: `{}` cannot be resolved: {e}",
+                    d.display()
+                ),
+            )
+            .code(MOUNT_REFUSED)
+        })?;
+        refuse_protected("output directory", d, &real, cfg)?;
+        refuse_write_protected("output directory", d, &real, cfg)?;
+        req.output_dir = Some(real);
+    }
     Ok(())
+}
+
+fn refuse_protected(
+    what: &str,
+    asked: &Path,
+    real: &Path,
+    cfg: &GatewayConfig,
+) -> Result<(), Stop> {
+    match reaches_protected(real, &cfg.protected_paths) {
+        Some(p) => Err(Stop::deny(
+            Layer::Admit,
+            format!(
+                "{what} refused: the host path `{}` reaches `{}`, which holds sandboxio's own \
+                 state or policy",
+                asked.display(),
+                p.display()
+            ),
+        )
+        .code(MOUNT_REFUSED)),
+        None => Ok(()),
+    }
+}
+
+/// A writable host tree that holds a configuration file in use: the program could change
+/// what governs the next run (its tier, policy, state directory). Only a file that exists
+/// is refused here; one a program creates where a front end looks by default is the front
+/// end's to catch (the CLI sets aside a `sandboxio.toml` that appeared during a run).
+fn refuse_write_protected(
+    what: &str,
+    asked: &Path,
+    real: &Path,
+    cfg: &GatewayConfig,
+) -> Result<(), Stop> {
+    match cfg
+        .write_protected
+        .iter()
+        .find(|p| p.starts_with(real) && p.exists())
+    {
+        Some(p) => Err(Stop::deny(
+            Layer::Admit,
+            format!(
+                "{what} refused: the writable host path `{}` holds `{}`, the configuration in \
+                 use (a program could change how the next run is governed); mount it \
+                 read-only, or keep the configuration outside it (`--config`)",
+                asked.display(),
+                p.display()
+            ),
+        )
+        .code(MOUNT_REFUSED)),
+        None => Ok(()),
+    }
+}
+
+/// `path` with its symlinks resolved, for a path that may not exist yet (an output
+/// directory made when the sandbox starts, a configuration file looked for): its deepest
+/// existing ancestor resolved, the rest appended.
+pub fn resolve_path_to_be(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    if !path.is_absolute() {
+        return Err(std::io::Error::other("the path is not absolute"));
+    }
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        match std::fs::canonicalize(at) {
+            Ok(real) => {
+                return Ok(rest.iter().rev().fold(real, |p, c| p.join(c)));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
+                    return Err(e);
+                };
+                if name == ".." {
+                    return Err(std::io::Error::other("`..` in a path still to be made"));
+                }
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The protected path that `host` is, lies inside, or contains.
@@ -57,6 +172,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use sandboxio_core::Mount;
+    use std::path::PathBuf;
 
     fn req_with(spec: &str) -> ExecRequest {
         let mut r = ExecRequest::new(["true"]);
@@ -73,6 +189,44 @@ mod tests {
         let mut r = req_with(&format!("{}/link/../link:/p:rw", d.path().display()));
         assert!(resolve(&GatewayConfig::default(), &mut r).is_ok());
         assert_eq!(r.mounts[0].host, std::fs::canonicalize(&real).unwrap());
+    }
+
+    #[test]
+    fn input_and_output_directories_get_the_checks_of_a_mount() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let state = root.join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&state, root.join("link")).unwrap();
+        let cfg = GatewayConfig {
+            protected_paths: vec![state.clone()],
+            ..GatewayConfig::default()
+        };
+        let with = |input: Option<PathBuf>, output: Option<PathBuf>| {
+            let mut r = ExecRequest::new(["true"]);
+            r.input_dir = input;
+            r.output_dir = output;
+            r
+        };
+        // Into the state, directly, through a link, or a directory still to be made in it.
+        for r in [
+            with(Some(state.clone()), None),
+            with(Some(root.join("link")), None),
+            with(None, Some(state.join("new/out"))),
+            with(None, Some(root.join("link/out"))),
+            with(None, Some(root.clone())),
+        ] {
+            let e = resolve(&cfg, &mut r.clone()).unwrap_err();
+            assert_eq!(e.code, Some(MOUNT_REFUSED), "{r:?}");
+        }
+        // Elsewhere: resolved (a link named through its target).
+        let out = root.join("work");
+        std::fs::create_dir(&out).unwrap();
+        std::os::unix::fs::symlink(&out, root.join("wl")).unwrap();
+        let mut r = with(Some(out.clone()), Some(root.join("wl/new/deeper")));
+        assert!(resolve(&cfg, &mut r).is_ok());
+        assert_eq!(r.input_dir, Some(out.clone()));
+        assert_eq!(r.output_dir, Some(out.join("new/deeper")));
     }
 
     #[test]
