@@ -17,6 +17,7 @@ E_CAPABILITY_NOT_SUPPORTED: str = _native.E_CAPABILITY_NOT_SUPPORTED
 E_BACKEND_UNAVAILABLE: str = _native.E_BACKEND_UNAVAILABLE
 E_OPERATION_DENIED: str = _native.E_OPERATION_DENIED
 E_PYTHON_CALLBACK_FAILED: str = _native.E_PYTHON_CALLBACK_FAILED
+E_SECRET_IN_BINARY: str = _native.E_SECRET_IN_BINARY
 E_RUNTIME_STOPPED: str = _native.E_RUNTIME_STOPPED
 E_AUDIT_SINK_FAILED = "SBX_E1601"
 # The gateway's answer when the record of an operation could not be written (fail mode).

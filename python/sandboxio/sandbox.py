@@ -10,7 +10,9 @@ record) and leaves exactly one record, rendered to the audit sinks and to an
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import binascii
 import json
 import logging
 import os
@@ -20,7 +22,15 @@ from sandboxio import _native, _outcome, _redaction, otel
 from sandboxio._log import set_debug
 from sandboxio.backends.base import Answer, Backend, Session, StreamHandle
 from sandboxio.capability import Capability
-from sandboxio.errors import InvalidArgument, SandboxClosed, SandboxioError, from_native
+from sandboxio.errors import (
+    E_SECRET_IN_BINARY,
+    BackendUnavailable,
+    InvalidArgument,
+    OperationFailed,
+    SandboxClosed,
+    SandboxioError,
+    from_native,
+)
 from sandboxio.events import AuditEvent
 from sandboxio.results import ExecResult, FileEntry, StreamEvent
 
@@ -47,6 +57,21 @@ def _stdin_wire(stdin: str | bytes | bytearray | memoryview | None) -> tuple[str
     if isinstance(stdin, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(stdin)).decode("ascii"), "base64"
     raise InvalidArgument(f"stdin must be str or bytes, not {type(stdin).__name__}")
+
+
+# How long a cancelled operation's caller waits for the operation to end (its program
+# killed, its record written, its reservation released) before ``CancelledError`` goes on
+# anyway: what could take longer is a wait for an approval, which the kill does not end.
+_SETTLE_S = 5.0
+
+
+async def _settle(session: Session) -> None:
+    """After an operation's awaitable was cancelled: waits (bounded) until the backend has
+    ended it, so that the next operation sees its record and its budget released."""
+    settle: Callable[[], Awaitable[None]] | None = getattr(session, "settle", None)
+    if settle is None:
+        return
+    await asyncio.wait([asyncio.ensure_future(settle())], timeout=_SETTLE_S)
 
 
 def _seconds_ms(seconds: float | None) -> int | None:
@@ -137,6 +162,11 @@ class Sandbox:
         with otel.operation_span(tool, self._backend.name) as span:
             try:
                 answer = await call(span, *args)
+            except asyncio.CancelledError:
+                # The backend fired the operation's cancel token and lets it run to its
+                # record; the caller's next operation must find it ended.
+                await _settle(self._s)
+                raise
             except _native.NativeError as e:
                 err = from_native(e)
                 otel.finish(span, None, capture_code=capture, error=err.code)
@@ -310,7 +340,7 @@ class Sandbox:
         if "entries" in v:
             raise InvalidArgument(_redaction.redact(f"`{path}` is a directory; use list_files"))
         if "content_base64" in v:
-            return base64.b64decode(v["content_base64"])
+            return _file_bytes(path, str(v["content_base64"]), out.record)
         return str(v.get("content", "")).encode()
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
@@ -358,6 +388,31 @@ class Sandbox:
     def __del__(self) -> None:
         if not getattr(self, "_released", True):
             _redaction.unregister(self._secrets)
+
+
+def _file_bytes(path: str, text: str, record: AuditEvent) -> bytes:
+    """A binary file's content from its base64 answer, strictly: the answer is redacted as
+    text, so a secret in the bytes became a marker inside the base64, which no decoding
+    turns back into the file's bytes. That content is refused with ``SBX_E2107`` rather
+    than returned garbled (or as a bare ``binascii.Error``)."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    if "[REDACTED" in text:
+        raise OperationFailed(
+            _redaction.redact(
+                f"`{path}` is binary and holds one of this sandbox's secrets, which cannot be "
+                "redacted from binary content, so it is not returned; read it as a program's "
+                f"output instead (`run('cat \"$SANDBOX_INPUT/{path}\"')`, whose bytes are "
+                "redacted) or keep the secret out of the file"
+            ),
+            code=E_SECRET_IN_BINARY,
+            record=record,
+        )
+    raise BackendUnavailable(
+        _redaction.redact(f"the content of `{path}` was answered as base64 that does not decode"),
+    )
 
 
 def _stream_event(d: Mapping[str, Any]) -> StreamEvent:

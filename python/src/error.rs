@@ -21,6 +21,9 @@ pub const BACKEND_UNAVAILABLE: &str = "SBX_E2104";
 pub const OPERATION_DENIED: &str = "SBX_E2105";
 /// The Python side of the binding failed (a sink wrapper, an approval callback).
 pub const PYTHON_CALLBACK_FAILED: &str = "SBX_E2106";
+/// A file read answered binary content holding one of the sandbox's secrets: redaction
+/// works on its text form, so the content is not returned (never garbled bytes).
+pub const SECRET_IN_BINARY: &str = "SBX_E2107";
 /// A call after the native runtime was stopped at interpreter exit (or that could not
 /// start it).
 pub const RUNTIME_STOPPED: &str = "SBX_E2120";
@@ -36,6 +39,7 @@ pub fn add_codes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("E_BACKEND_UNAVAILABLE", BACKEND_UNAVAILABLE)?;
     m.add("E_OPERATION_DENIED", OPERATION_DENIED)?;
     m.add("E_PYTHON_CALLBACK_FAILED", PYTHON_CALLBACK_FAILED)?;
+    m.add("E_SECRET_IN_BINARY", SECRET_IN_BINARY)?;
     m.add("E_RUNTIME_STOPPED", RUNTIME_STOPPED)?;
     m.add("E_TASK_PANICKED", TASK_PANICKED)?;
     Ok(())

@@ -13,7 +13,12 @@
 //! and a worker's GIL round trip with a fresh thread state on every call; that path
 //! remains for a loop that cannot watch a socket.
 //!
-//! Cancelling the Python future (its task cancelled) drops the Rust future, as before.
+//! Cancelling the Python future (its task cancelled) drops the Rust future, unless the
+//! caller gave an [`OnCancel`]: a gateway operation is not cancel-safe (dropped mid-flight
+//! it leaves no record, an open journal intent and a held budget reservation), so its
+//! token is fired instead (the program's whole tree is killed) and the future runs to its
+//! end on the runtime, which records it `cancelled`; its result is dropped. The Python
+//! side sees `CancelledError` at once, and [`Settling::wait`] lets it wait for the end.
 
 use std::future::Future;
 use std::io::{Read as _, Write as _};
@@ -29,15 +34,80 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt as _;
 use pyo3_async_runtimes::TaskLocals;
+use sandboxio_gateway::CancelToken;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::error::{own, TASK_PANICKED};
 
-/// Told when the Python future is done; a cancelled one drops the Rust future.
+/// Why an operation's token fires when its Python future is cancelled (the record's
+/// reason: `cancelled: ...`).
+pub const CANCELLED_BY_CALLER: &str = "the caller cancelled the operation";
+
+/// How many cancelled operations (of one sandbox) still run to their end: counted from
+/// the moment the Python future is cancelled (on the loop's thread, before the awaiting
+/// task sees `CancelledError`) until the Rust future has ended.
+#[derive(Debug)]
+pub struct Settling {
+    running: watch::Sender<usize>,
+}
+
+impl Default for Settling {
+    fn default() -> Self {
+        Settling {
+            running: watch::channel(0).0,
+        }
+    }
+}
+
+impl Settling {
+    fn enter(self: &Arc<Self>) -> SettlingGuard {
+        self.running.send_modify(|n| *n += 1);
+        SettlingGuard(self.clone())
+    }
+
+    /// Until no cancelled operation runs any more.
+    pub async fn wait(&self) {
+        let mut rx = self.running.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One cancelled operation still running; counted down when dropped (the operation ended,
+/// or the runtime was shut down).
+pub(crate) struct SettlingGuard(Arc<Settling>);
+
+impl Drop for SettlingGuard {
+    fn drop(&mut self) {
+        self.0.running.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// What cancelling the Python future does instead of dropping the Rust future: fires
+/// `token` (in the operation's `CallOptions.cancel`) and lets the future end, counted in
+/// `settling` meanwhile.
+#[derive(Clone)]
+pub struct OnCancel {
+    pub token: CancelToken,
+    pub settling: Arc<Settling>,
+}
+
+impl OnCancel {
+    /// Fires the token and counts the operation as settling.
+    pub(crate) fn fire(&self) -> SettlingGuard {
+        let guard = self.settling.enter();
+        self.token.cancel(CANCELLED_BY_CALLER);
+        guard
+    }
+}
+
+/// Told when the Python future is done: a cancelled one drops the Rust future, or, with an
+/// [`OnCancel`], fires its token (here, on the loop's thread, so the operation counts as
+/// settling before the awaiting task resumes) and tells the task to run on to the end.
 #[pyclass(module = "sandboxio._native")]
 struct Done {
-    cancel: Mutex<Option<oneshot::Sender<()>>>,
+    cancel: Mutex<Option<oneshot::Sender<Option<SettlingGuard>>>>,
+    on_cancel: Option<OnCancel>,
 }
 
 #[pymethods]
@@ -45,7 +115,9 @@ impl Done {
     fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
         if fut.call_method0("cancelled")?.is_truthy()? {
             if let Some(tx) = self.cancel.lock().ok().and_then(|mut c| c.take()) {
-                let _ = tx.send(());
+                // A task that has ended already gets nothing: the guard comes back and
+                // is dropped here.
+                let _ = tx.send(self.on_cancel.as_ref().map(OnCancel::fire));
             }
         }
         Ok(())
@@ -287,12 +359,16 @@ fn mailbox(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Option<Arc<Mailbox>
 /// request: that start runs on the event loop's thread, which waits meanwhile. A first
 /// poll's wakers are a no-op one; the runtime polls the task again as soon as it is
 /// spawned, and every poll registers its waker anew, so no wake-up is lost.
+///
+/// With `on_cancel`, cancelling the Python future (or dropping it unfinished) fires the
+/// token and the future still runs to its end (see the module's documentation).
 pub fn spawn<'py, F, T>(
     py: Python<'py>,
     rt: &Handle,
     locals: TaskLocals,
     fut: F,
     start_here: bool,
+    on_cancel: Option<OnCancel>,
 ) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
@@ -305,6 +381,7 @@ where
         py,
         Done {
             cancel: Mutex::new(Some(tx)),
+            on_cancel: on_cancel.clone(),
         },
     )?
     .into_any();
@@ -314,9 +391,19 @@ where
     let mailbox = mailbox_of(py, &event_loop);
     let event_loop: Py<PyAny> = event_loop.unbind();
     let mut task = crate::rt::scope(locals, async move {
+        let mut fut = std::pin::pin!(AssertUnwindSafe(fut).catch_unwind());
         let outcome = tokio::select! {
-            r = AssertUnwindSafe(fut).catch_unwind() => r,
-            _ = rx => return,
+            r = &mut fut => r,
+            told = rx => {
+                if let Some(c) = on_cancel {
+                    // Cancelled (the guard came with the message), or the Python future
+                    // was dropped unfinished (no message): either way nobody waits for
+                    // the result, and the operation must end and be recorded.
+                    let _guard = told.ok().flatten().unwrap_or_else(|| c.fire());
+                    let _ = fut.await;
+                }
+                return;
+            }
         };
         let result = outcome.unwrap_or_else(|_| {
             Err(own(

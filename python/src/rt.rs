@@ -118,15 +118,17 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
-    future_into_py_from(py, fut, false)
+    future_into_py_from(py, fut, false, None)
 }
 
-/// [`future_into_py`], the future's first poll made on this thread when `start_here` (see
+/// [`future_into_py`], the future's first poll made on this thread when `start_here`, and
+/// run to its end when its Python future is cancelled if `on_cancel` is given (see
 /// [`crate::handoff::spawn`]).
 pub fn future_into_py_from<F, T>(
     py: Python<'_>,
     fut: F,
     start_here: bool,
+    on_cancel: Option<crate::handoff::OnCancel>,
 ) -> PyResult<Bound<'_, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
@@ -137,10 +139,63 @@ where
     }
     let rt = handle()?;
     if GENERIC_HANDOFF.load(Ordering::Relaxed) {
-        return generic::future_into_py::<Native, F, T>(py, fut);
+        return match on_cancel {
+            None => generic::future_into_py::<Native, F, T>(py, fut),
+            Some(c) => {
+                // pyo3-async-runtimes drops the future it was given when the Python future
+                // is cancelled: that one only waits for the operation's own task.
+                let task = rt.spawn(scope(current_locals(py)?, fut));
+                let mut wait = RunsToEnd {
+                    task: Some(task),
+                    on_cancel: c,
+                };
+                generic::future_into_py::<Native, _, T>(py, async move {
+                    let Some(task) = wait.task.as_mut() else {
+                        return Err(stopped_error());
+                    };
+                    let r = task.await;
+                    wait.ended();
+                    r.map_err(|_| {
+                        own(
+                            crate::error::TASK_PANICKED,
+                            "internal",
+                            "the binding's task for this call panicked",
+                        )
+                    })?
+                })
+            }
+        };
     }
     let locals = current_locals(py)?;
-    crate::handoff::spawn(py, &rt, locals, fut, start_here)
+    crate::handoff::spawn(py, &rt, locals, fut, start_here, on_cancel)
+}
+
+/// The wait for an operation's own task (the generic hand-off): dropped before the task
+/// ended, it fires the operation's token and the task runs on.
+struct RunsToEnd<R: Send + 'static> {
+    task: Option<tokio::task::JoinHandle<R>>,
+    on_cancel: crate::handoff::OnCancel,
+}
+
+impl<R: Send + 'static> RunsToEnd<R> {
+    /// The task has ended: nothing to do when dropped.
+    fn ended(&mut self) {
+        self.task = None;
+    }
+}
+
+impl<R: Send + 'static> Drop for RunsToEnd<R> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            let guard = self.on_cancel.fire();
+            if let Ok(h) = handle() {
+                h.spawn(async move {
+                    let _guard = guard;
+                    let _ = task.await;
+                });
+            }
+        }
+    }
 }
 
 /// For the benchmark only: hand futures over through pyo3-async-runtimes' generic path

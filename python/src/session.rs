@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use sandboxio_core::{ByteSize, ExecRequest, Language, OperationArgs};
-use sandboxio_gateway::{CallOptions, GatewayError, Outcome, Redactor, Sandbox, Secret};
+use sandboxio_gateway::{
+    CallOptions, CancelToken, GatewayError, Outcome, Redactor, Sandbox, Secret,
+};
 
 use crate::answer::Reply;
 use crate::error::{coded, invalid, own, SANDBOX_CLOSED};
+use crate::handoff::{OnCancel, Settling};
 
 #[pyclass(frozen, module = "sandboxio._native")]
 pub struct NativeSandbox {
@@ -27,6 +30,9 @@ pub struct NativeSandbox {
     last_call_us: Arc<AtomicU64>,
     /// `AuditConfig.capture_code`: whether the answered record keeps the code.
     capture_code: bool,
+    /// Its operations whose Python future was cancelled and that still run to their end
+    /// (to be recorded `cancelled`); `settle()` waits for them.
+    settling: Arc<Settling>,
 }
 
 /// Largest request (content, standard input and code together) whose operation starts on
@@ -135,6 +141,7 @@ impl NativeSandbox {
             labels: labels.into_iter().collect(),
             last_call_us: Arc::new(AtomicU64::new(0)),
             capture_code,
+            settling: Arc::new(Settling::default()),
         }
     }
 
@@ -162,11 +169,20 @@ impl NativeSandbox {
         args: OperationArgs,
         exec: Option<ExecRequest>,
         content: Option<Vec<u8>>,
-        extra: CallOptions,
+        mut extra: CallOptions,
     ) -> PyResult<Bound<'py, PyAny>> {
         if self.sbx.is_closed() {
             return Err(own(SANDBOX_CLOSED, "usage", "the sandbox is closed"));
         }
+        // An operation is not cancel-safe (dropped mid-flight, it would leave no record,
+        // an open journal intent and a held budget reservation): a cancelled Python
+        // future fires this token instead, and the operation runs on to its record.
+        let token = CancelToken::new();
+        extra.cancel = Some(token.clone());
+        let on_cancel = OnCancel {
+            token,
+            settling: self.settling.clone(),
+        };
         let sbx = self.sbx.clone();
         let redactor = self.redactor.clone();
         let last = self.last_call_us.clone();
@@ -202,6 +218,7 @@ impl NativeSandbox {
                 }
             },
             start_here,
+            Some(on_cancel),
         )
     }
 
@@ -394,6 +411,17 @@ impl NativeSandbox {
                 out.push(us);
             }
             Ok(out)
+        })
+    }
+
+    /// Waits until every operation of this sandbox whose awaitable was cancelled has ended
+    /// (its program killed, its record written, its budget reservation released)
+    /// (awaitable).
+    fn settle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let settling = self.settling.clone();
+        crate::rt::future_into_py(py, async move {
+            settling.wait().await;
+            Ok(())
         })
     }
 

@@ -69,3 +69,36 @@ def test_the_canary_reaches_no_sink_span_log_error_or_repr(
     # What was redacted is still visibly there, as a placeholder.
     assert any("[REDACTED" in e for e in events)
     assert any("[REDACTED" in s for s in seen)
+
+
+@pytest.mark.parametrize("prefix", [b"", b"a", b"ab"])
+def test_a_binary_file_holding_a_secret_is_refused_never_garbled(backend: LocalBackend, prefix: bytes) -> None:
+    """The file-read answer is redacted as text: a secret inside binary content becomes a
+    marker inside its base64, which decodes to garbage (or fails in `binascii`). Such a
+    read raises `OperationFailed` with `SBX_E2107` (the secret nowhere in it); binary files
+    without a secret, and text files with one, read as before."""
+    from sandboxio import OperationFailed
+    from sandboxio.errors import E_SECRET_IN_BINARY
+
+    data = prefix + b"\xff\x00" + CANARY.encode() + b"\x00\xfe"
+
+    async def main() -> tuple[OperationFailed, bytes, bytes, bytes]:
+        async with await Sandbox.create(backend, secrets=[CANARY]) as sbx:
+            await sbx.write_file("bin", data)
+            with pytest.raises(OperationFailed) as refused:
+                await sbx.read_file("bin")
+            await sbx.write_file("plain.bin", prefix + b"\xff\x00\x01\xfe")
+            plain = await sbx.read_file("plain.bin")
+            await sbx.write_file("notes.txt", f"token={CANARY}\n")
+            text = await sbx.read_file("notes.txt")
+            # As a program's output the same bytes come back redacted byte for byte.
+            out = (await sbx.run('cat "$SANDBOX_INPUT/bin"')).stdout_raw
+            return refused.value, plain, text, out
+
+    err, plain, text, out = run(main())
+    assert err.code == E_SECRET_IN_BINARY and err.error_class == "internal"
+    assert CANARY not in str(err) and "secret" in str(err)
+    assert err.record is not None and err.record.event == "file_read"
+    assert plain == prefix + b"\xff\x00\x01\xfe"
+    assert CANARY.encode() not in text and text.startswith(b"token=[REDACTED")
+    assert CANARY.encode() not in out and out.startswith(prefix + b"\xff\x00[REDACTED")

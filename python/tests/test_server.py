@@ -232,3 +232,40 @@ def test_closing_a_server_stream_ends_the_command_on_the_server(server: tuple[st
     assert seen, "the sleeping grandchild was never seen running: the test could not observe it"
     recs = [r for r in _records(tmp_path, "exec") if marker in " ".join(r.get("argv") or [])]
     assert len(recs) == 1 and recs[0]["status"] == "cancelled", recs
+
+
+def test_the_server_backend_refuses_secrets_and_agent_it_cannot_send(server: tuple[str, str], tmp_path: Path) -> None:
+    """The server's API has no field for a caller's secrets or agent: `secrets=` and
+    `agent=` are refused with a typed error before anything is created, never dropped (the
+    secrets would reach the server's trail and answers unredacted)."""
+    from sandboxio import CapabilityNotSupported
+    from sandboxio.errors import E_CAPABILITY_NOT_SUPPORTED
+
+    url, key = server
+    secret = "zq7-PROBE-SECRET-9x4w"
+    b = ServerBackend(url, api_key=key)
+
+    with pytest.raises(CapabilityNotSupported) as refused:
+        run(Sandbox.create(b, secrets=[secret]))
+    assert refused.value.code == E_CAPABILITY_NOT_SUPPORTED
+    assert "secrets=" in str(refused.value) and secret not in str(refused.value)
+    with pytest.raises(CapabilityNotSupported) as refused:
+        run(b.create(agent="planner"))
+    assert refused.value.code == E_CAPABILITY_NOT_SUPPORTED and "agent=" in str(refused.value)
+
+    async def listed() -> list[Any]:
+        status, _, raw = await b.call("GET", "/v1/sandboxes")
+        assert status == 200
+        return list(json.loads(raw)["sandboxes"])
+
+    assert run(listed()) == []
+    trail = tmp_path / "server-state" / "audit.jsonl"
+    text = trail.read_text() if trail.exists() else ""
+    assert secret not in text and "sandbox.create" not in text
+
+    # Without them the same backend works.
+    async def plain() -> str:
+        async with await Sandbox.create(b) as sbx:
+            return (await sbx.run(["echo", "ok"])).stdout
+
+    assert run(plain()) == "ok\n"

@@ -311,5 +311,10 @@ class _LocalSession:
     def stream(self, language: str | None, code: str | None, argv: Sequence[str] | None, options: str) -> Any:
         return self._n.stream(language, code, list(argv) if argv is not None else None, options)
 
+    def settle(self) -> Awaitable[None]:
+        """Until every operation whose awaitable was cancelled has ended: its program
+        killed, its record (``cancelled``) written and its budget reservation released."""
+        return self._n.settle()  # type: ignore[no-any-return]
+
     async def aclose(self) -> None:
         self._n.close()

@@ -20,7 +20,13 @@ from sandboxio.audit import AuditConfig
 from sandboxio.backends._server_stream import ServerStream
 from sandboxio.backends.base import Backend, Session
 from sandboxio.capability import Capability
-from sandboxio.errors import E_BACKEND_UNAVAILABLE, BackendUnavailable, InvalidArgument, SandboxioError
+from sandboxio.errors import (
+    E_BACKEND_UNAVAILABLE,
+    BackendUnavailable,
+    CapabilityNotSupported,
+    InvalidArgument,
+    SandboxioError,
+)
 from sandboxio.events import CostEntry, _ts
 
 # How long to wait for a person, per long-poll, when an operation asks for approval.
@@ -132,6 +138,21 @@ class ServerBackend(Backend):
         agent: str | None,
         labels: Mapping[str, str],
     ) -> Session:
+        # The server's API takes neither (`POST /v1/sandboxes` and the operations have no
+        # field for a caller's secrets or agent): sent nowhere, they would be dropped in
+        # silence, and the secrets would reach the server's trail and answers unredacted.
+        if secrets:
+            raise CapabilityNotSupported(
+                "the `server` backend cannot take `secrets=`: the server's API has no way to "
+                "receive them, so it could not redact them from its records and answers. "
+                "Register them on the server instead (`[[secrets]]` in its configuration, or "
+                "`sandboxio secrets set`), whose values it redacts from everything it writes"
+            )
+        if agent is not None:
+            raise CapabilityNotSupported(
+                "the `server` backend cannot take `agent=`: the server's API has no field for "
+                "it; its records name the API key's tenant and key (mint a key per agent)"
+            )
         body: dict[str, Any] = {"labels": dict(labels)}
         if tier is not None:
             body["tier"] = tier
