@@ -187,32 +187,39 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         )?);
     }
     let router = app::router(state.clone(), extra);
+    // The handlers first: a SIGTERM right after the line below (a supervisor that waited
+    // for it) must be a graceful stop that closes the trail, never the default death.
+    let stop = shutdown_signal();
     let listener = Listener::bind(&state.opts).await?;
     let scheme = if listener.is_tls() { "https" } else { "http" };
     // One line on stdout, for scripts and tests that start the server.
     outln!("sandboxio serving {scheme} on {}", listener.address())?;
-    sandboxio_server::serve(listener, router, state, shutdown_signal()).await?;
+    sandboxio_server::serve(listener, router, state, stop).await?;
     sweeper.abort();
     // Sandboxes left open stay for the next start; an empty root goes.
     let _ = std::fs::remove_dir(&root);
     Ok(exit::OK)
 }
 
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT. The handlers are installed when this is called (not when the
+/// future is first polled), so a signal from then on is caught.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+    );
+    async move {
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }
