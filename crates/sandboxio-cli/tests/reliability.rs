@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "reliability/bound_stdin.rs"]
+mod bound_stdin;
 #[path = "reliability/cancel.rs"]
 mod cancel;
 #[path = "reliability/common.rs"]

@@ -445,6 +445,14 @@ impl Operation {
         if let Some(why) = tenant_problem(&self.principal.tenant) {
             return bad(why);
         }
+        if self.idempotency_key.is_some() && self.exec.as_ref().is_some_and(|e| e.stdin_stream) {
+            // The key's claim binds the request, and a stream's bytes are not in it: a
+            // replay would answer other input with the first run's outcome.
+            return bad(
+                "an idempotency key cannot bind a streamed standard input (its bytes are not \
+                 known when the key is claimed): send stdin as bytes, or no key",
+            );
+        }
         match &self.args {
             OperationArgs::Exec { argv } if argv.is_empty() => return bad("argv is empty"),
             OperationArgs::Exec { argv } if argv[0].is_empty() => {
@@ -565,6 +573,28 @@ fn env_name_problem(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idempotency_key_cannot_bind_a_streamed_stdin() {
+        let mut op = Operation::new(
+            Principal::default(),
+            OperationArgs::Exec {
+                argv: vec!["cat".into()],
+            },
+        );
+        let mut req = crate::ExecRequest::new(["cat"]);
+        req.stdin_stream = true;
+        op.exec = Some(req);
+        assert!(op.validate().is_ok(), "a stream without a key");
+        op.idempotency_key = Some(IdempotencyKey::new("k").unwrap());
+        let e = op.validate().unwrap_err();
+        assert_eq!(crate::ErrorCode::code(&e), "SBX_E1005");
+        if let Some(r) = op.exec.as_mut() {
+            r.stdin_stream = false;
+            r.stdin = Some(b"x".to_vec());
+        }
+        assert!(op.validate().is_ok(), "bytes with a key");
+    }
 
     fn browse(url: &str) -> Operation {
         Operation::new(

@@ -119,7 +119,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let stdin_plan = if exec.stdin.is_some() {
         stdin::Stdin::None
     } else {
-        stdin::choose(code_from_stdin)?
+        stdin::choose(code_from_stdin, opts.idempotency_key.is_some())?
     };
     // `--tty` on a terminal: our keys are streamed to the program's terminal.
     let stdin_plan = match stdin_plan {

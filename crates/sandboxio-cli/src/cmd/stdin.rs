@@ -3,8 +3,10 @@
 //! from stdin).
 //!
 //! A regular file is read whole and becomes part of the request (its bytes are in the
-//! fingerprint), up to `crate::files::MAX_INPUT_BYTES`. A pipe or socket is streamed while the program runs: the request says
-//! `stdin_stream`, and the bytes are never held in full.
+//! fingerprint), up to `crate::files::MAX_INPUT_BYTES`. A pipe or socket is streamed while
+//! the program runs: the request says `stdin_stream`, and the bytes are never held in full;
+//! except with an idempotency key, which must bind the bytes (a replay answers only the same
+//! input): then a pipe is read whole too, up to the same bound.
 
 use std::io::{IsTerminal as _, Read as _};
 use std::os::unix::fs::FileTypeExt as _;
@@ -26,8 +28,9 @@ pub fn is_terminal() -> bool {
     std::io::stdin().is_terminal()
 }
 
-/// Decides; `stdin_taken` when our stdin was already read (code from `-`).
-pub fn choose(stdin_taken: bool) -> Result<Stdin> {
+/// Decides; `stdin_taken` when our stdin was already read (code from `-`); `bind` when the
+/// bytes must be part of the request (an idempotency key): a pipe is then read whole.
+pub fn choose(stdin_taken: bool, bind: bool) -> Result<Stdin> {
     let stdin = std::io::stdin();
     if stdin_taken || stdin.is_terminal() {
         return Ok(Stdin::None);
@@ -37,7 +40,7 @@ pub fn choose(stdin_taken: bool) -> Result<Stdin> {
         return Ok(Stdin::None);
     };
     let t = meta.file_type();
-    if t.is_file() {
+    if t.is_file() || (bind && (t.is_fifo() || t.is_socket())) {
         let bytes = crate::files::read_stream(
             "standard input",
             stdin.lock(),

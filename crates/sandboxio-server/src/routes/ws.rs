@@ -7,8 +7,8 @@
 //! standard input; `{"type":"kill"}` cancels the command. From the server: the same messages
 //! as a streamed exec, one a text message each (`start`, `stdout`, `stderr`, `exit`, then
 //! `result` or `error`), then a close. A client that goes away cancels the command. The
-//! request records `stdin_stream: true`: an approval or an idempotency key covers "some
-//! streamed input", never particular bytes.
+//! request records `stdin_stream: true`: an approval covers "some streamed input", never
+//! particular bytes, and an idempotency key is refused (`SBX_E1005`: it could not bind them).
 
 use crate::extract::Path;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
