@@ -41,3 +41,36 @@ fn a_keyed_run_binds_the_bytes_of_a_piped_stdin() {
         assert!(o.stdout.is_empty(), "{other:?}: {:?}", o.stdout);
     }
 }
+
+/// The host variables a run inherits (`PATH`, `LANG`, `LC_ALL`, `TZ`) are facts of the
+/// request too: the same key with another `TZ` or `PATH` is refused (`PATH` decides which
+/// program runs). Only their names used to be bound, and a replay answered another value.
+#[test]
+fn a_keyed_run_binds_the_values_of_the_variables_it_inherits() {
+    let env = Env::new("boundenv", "process");
+    let run = |tz: &str, path: &str| {
+        env.run_cmd(
+            None,
+            &["--idempotency-key", "k-env"],
+            &["sh", "-c", "echo $TZ"],
+        )
+        .env("TZ", tz)
+        .env("PATH", path)
+        .output()
+        .unwrap()
+    };
+    let first = run("UTC", "/usr/bin:/bin");
+    assert_eq!(first.stdout, b"UTC\n", "{first:?}");
+    let same = run("UTC", "/usr/bin:/bin");
+    assert_eq!(same.status.code(), Some(0), "{same:?}");
+    assert_eq!(same.stdout, b"UTC\n");
+    for (tz, path) in [
+        ("Asia/Tokyo", "/usr/bin:/bin"),
+        ("UTC", "/tmp:/usr/bin:/bin"),
+    ] {
+        let o = run(tz, path);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("SBX_E1505"), "TZ={tz} PATH={path}: {err}");
+        assert!(o.stdout.is_empty(), "{o:?}");
+    }
+}

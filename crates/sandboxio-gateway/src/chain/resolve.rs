@@ -55,6 +55,7 @@ pub(crate) fn resolve(
                 _ => {}
             }
             mounts::resolve(cfg, &mut req)?;
+            inherit_env(&mut req);
             req.limits = req
                 .limits
                 .resolve(&cfg.limits_default, &cfg.limits_max)
@@ -89,6 +90,24 @@ pub(crate) fn resolve(
         *content_sha256 = Some(sha256_hex(bytes));
     }
     Ok(())
+}
+
+/// The host variables the request inherits (`env_allowlist`: `PATH`, `LANG`, `TZ`, ...)
+/// become part of its `env`, with the values this process has now, which are the ones the
+/// sandbox would take from it: the fingerprint, an approval and an idempotency key then
+/// bind them like any other variable (`PATH` decides which program `argv[0]` is). A
+/// variable the request sets itself keeps its value; one the host lacks stays unset.
+fn inherit_env(req: &mut ExecRequest) {
+    for name in &req.env_allowlist {
+        if req.env.contains_key(name) {
+            continue;
+        }
+        if let Some(v) = std::env::var_os(name).and_then(|v| v.into_string().ok()) {
+            if !v.contains('\0') {
+                req.env.insert(name.clone(), v);
+            }
+        }
+    }
 }
 
 /// A browse becomes the sandbox request of a disposable headless browser (`crate::browse`):
