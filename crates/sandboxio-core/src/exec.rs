@@ -355,6 +355,12 @@ pub struct ExecRequest {
     /// Allow executing files from writable places (otherwise they are `noexec`).
     #[serde(default)]
     pub allow_exec_in_writable: bool,
+    /// The code context (a kernel that keeps its state between calls) the request runs in,
+    /// instead of a fresh sandbox: its state decides the outcome, so it is a fact of the
+    /// request (bound by the fingerprint, shown to an approver). Set by the front end that
+    /// owns the context, never by the caller's request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -390,6 +396,7 @@ impl ExecRequest {
             network: NetworkMode::None,
             keep_workspace: false,
             allow_exec_in_writable: false,
+            context: None,
         }
     }
 }

@@ -156,6 +156,7 @@ mod tests {
             network: _,
             keep_workspace: _,
             allow_exec_in_writable: _,
+            context: _,
         } = req.clone();
         let base = Fingerprint::of_operation(&op);
         let mut full = req.clone();
@@ -166,6 +167,7 @@ mod tests {
                 crate::mount::Mount::parse("/src:/project:rw", std::path::Path::new("/")).unwrap(),
             ];
         full.workdir = Some("/project".into());
+        full.context = Some("ctx-1".into());
         full.stdin_stream = true;
         full.tty = true;
         full.network = crate::exec::NetworkMode::Allowlist {

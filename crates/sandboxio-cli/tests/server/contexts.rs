@@ -209,3 +209,50 @@ fn a_call_past_its_timeout_is_interrupted_and_a_figure_comes_back_as_png_when_ma
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let _ = Duration::ZERO;
 }
+
+/// The context a call runs in is part of the request: an idempotency key used in one
+/// context and then in another (or for a plain run_code) is another request, refused with
+/// `SBX_E1505`, never answered with the first context's outcome.
+#[test]
+fn an_idempotency_key_is_bound_to_the_context_it_ran_in() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let (c1, c2) = (
+        context(&s, &key, &id, "python"),
+        context(&s, &key, &id, "python"),
+    );
+    call(&s, &key, &id, &c1, "x = 1");
+    let body = json!({"code": "print('x=', globals().get('x'))", "idempotency_key": "k-ctx"});
+    let first = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{c1}/run"),
+        &body,
+    );
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().unwrap();
+    assert_eq!(first["result"]["stdout"], "x= 1\n", "{first}");
+    // The same call in the same context: replayed.
+    let again: Value = s
+        .post(
+            &key,
+            &format!("/v1/sandboxes/{id}/contexts/{c1}/run"),
+            &body,
+        )
+        .json()
+        .unwrap();
+    assert_eq!(again["result"]["stdout"], "x= 1\n", "{again}");
+    // Another context, or no context: refused.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{c2}/run"),
+        &body,
+    );
+    let (st, p) = crate::harness::problem(r);
+    assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1505"), "{p}");
+    let mut plain = body.clone();
+    plain["language"] = json!("python");
+    let r = s.post(&key, &format!("/v1/sandboxes/{id}/run_code"), &plain);
+    let (st, p) = crate::harness::problem(r);
+    assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1505"), "{p}");
+}

@@ -358,6 +358,9 @@ async fn execute_inner(
         code: req.code,
     };
     let mut sub = session_submission(&s, args, &r.caller.ctx, SubmitExtras::default());
+    if let Some(x) = sub.op.exec.as_mut() {
+        x.context = Some(c.id.clone());
+    }
     sub.labels.insert("code_context".into(), c.id.clone());
     sub.executor = Some(Arc::new(Call {
         kernel: k,

@@ -205,6 +205,11 @@ pub async fn run(
         code: body.code,
     };
     let mut sub = session_submission(&s, args, &caller.ctx, extra);
+    // The context's state decides the outcome: it is part of the request (an idempotency
+    // key used in another context, or for a plain run_code, is another request).
+    if let Some(req) = sub.op.exec.as_mut() {
+        req.context = Some(c.id.clone());
+    }
     sub.labels.insert("code_context".into(), c.id.clone());
     sub.executor = Some(Arc::new(Call {
         kernel: k,
