@@ -20,11 +20,17 @@ pub mod codes {
     pub const DENIED: &str = "SBX_E1826";
 }
 
-/// Whether the chain let the operation run (or replayed it); a failed command still ran.
+/// Whether the chain let the operation run (or replayed one that ran); a failed command
+/// still ran. A replay answers like the run it replays: one whose run ended in an error
+/// (an output that could not be copied out, say) is answered as that error again.
 pub fn ran(rec: &OperationRecord) -> bool {
+    let status = match (rec.status, rec.replayed_status) {
+        (OperationStatus::Replayed, Some(original)) => original,
+        (s, _) => s,
+    };
     rec.verdict == Verdict::Allow
         && !matches!(
-            rec.status,
+            status,
             OperationStatus::Denied | OperationStatus::Error | OperationStatus::Interrupted
         )
 }

@@ -145,3 +145,60 @@ fn a_download_larger_than_the_body_limit_is_streamed_without_buffering() {
         "{rec:?}"
     );
 }
+
+/// A replay answers like the run it replays: an exec whose output named an entry the
+/// workspace already has answered 409 `SBX_E1474` (it ran; its output was not copied), and
+/// the same request with the same key answers 409 `SBX_E1474` again, marked replayed, not
+/// 200 (nothing runs the second time).
+#[test]
+fn a_replayed_copy_out_conflict_answers_like_the_original() {
+    // The namespace tier copies its output out (the process tier writes in place).
+    let s = crate::harness::Server::start_with(&[], |dir| {
+        let mut policy = std::fs::read_to_string(dir.join("policy.toml")).unwrap();
+        policy.push_str(
+            "\n[[rule]]\nid = \"run-in-namespace\"\neffect = \"allow\"\nkind = \"exec\"\ntier = \"namespace\"\nreason = \"copy-out\"\n",
+        );
+        std::fs::write(dir.join("policy.toml"), policy).unwrap();
+    });
+    let key = s.key("acme", "all");
+    let r = s.post(
+        &key,
+        "/v1/sandboxes",
+        &serde_json::json!({"tier": "namespace"}),
+    );
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let id = r.json::<serde_json::Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = s.put_bytes(
+        &key,
+        &format!("/v1/sandboxes/{id}/files?path=count"),
+        b"kept".to_vec(),
+    );
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let body = serde_json::json!({
+        "argv": ["sh", "-c", "echo x > \"$SANDBOX_OUTPUT/count\"; echo out"],
+        "idempotency_key": "copy-1",
+    });
+    let path = format!("/v1/sandboxes/{id}/exec");
+    let (st, first) = crate::harness::problem(s.post(&key, &path, &body));
+    assert_eq!(
+        (st, first["code"].as_str().unwrap()),
+        (409, "SBX_E1474"),
+        "{first}"
+    );
+    let (st, again) = crate::harness::problem(s.post(&key, &path, &body));
+    assert_eq!(
+        (st, again["code"].as_str().unwrap()),
+        (409, "SBX_E1474"),
+        "{again}"
+    );
+    assert_eq!(again["record"]["replayed"], true, "{again}");
+    let runs = s
+        .audit()
+        .into_iter()
+        .filter(|e| e["event"] == "exec" && e["replayed"] == false)
+        .count();
+    assert_eq!(runs, 1, "one run, one replay");
+}
