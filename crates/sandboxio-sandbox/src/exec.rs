@@ -783,8 +783,11 @@ impl Workspace {
     ) -> Result<Workspace, SandboxError> {
         // The owner (this process) is in the name, so a sweep can tell a workspace whose
         // supervisor was killed from one in use (crate::sweep).
+        // Private (0700): the work root is often shared (`/dev/shm`, `/tmp`), and the
+        // workspace holds the caller's code and files.
         let dir = tempfile::Builder::new()
             .prefix(&crate::sweep::owned_prefix(crate::sweep::PREFIX))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(root)
             .map_err(|source| SandboxError::WorkspaceCreate {
                 path: root.to_path_buf(),
@@ -1331,4 +1334,25 @@ async fn write_all_and_close<W: tokio::io::AsyncWrite + Unpin>(mut w: W, data: V
     // The helper or program may exit without reading everything (EPIPE): not an error.
     let _ = w.write_all(&data).await;
     let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod workspace_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// The work root is often shared by every user (`/dev/shm`): a workspace (the caller's
+    /// code, its files) is private to its owner. It used to be 0755.
+    #[test]
+    fn a_workspace_is_private_to_its_owner() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let ws = Workspace::create_empty(root.path(), true, true).unwrap();
+        let mode = std::fs::metadata(&ws.paths.workspace)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    }
 }
