@@ -303,3 +303,49 @@ except OSError as e:
         );
     }
 }
+
+/// A host directory bound in (read-only here) that holds a host daemon's Unix socket: the
+/// bind brings the socket into the sandbox, and no network setting covers a Unix socket,
+/// so with host directories bound in the sandbox gets no `socket()` at all (a pair still
+/// works). The probe reached a listener of the host's user through such a mount.
+#[test]
+fn cannot_connect_to_a_host_unix_socket_in_a_mount() {
+    let host = host_dir();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = host.path().join("agent.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    listener.set_nonblocking(true).unwrap();
+    let script = r#"
+def conn(p):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(p)
+attempt('connect', lambda: conn(sys.argv[1]))
+attempt('pair', lambda: [x.close() for x in socket.socketpair()] and None)
+"#;
+    let out = Sandbox::new()
+        .mount(&format!("{}:/sock:ro", host.path().display()))
+        .py(script, &["/sock/agent.sock"]);
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Ok(_) => panic!(
+            "ESCAPE: the host unix socket in the mount got a connection\n{}",
+            out.describe()
+        ),
+        Err(e) => panic!("accept: {e}"),
+    }
+    out.expect_errno("connect", SOCKET_DENIED);
+    assert_eq!(
+        out.result("pair"),
+        "OK",
+        "socketpair works\n{}",
+        out.describe()
+    );
+}

@@ -190,7 +190,7 @@ impl NamespacePlan {
     /// The limits this tier enforces itself, in `Enforcement.limits` words (pure).
     pub fn enforcement_limits(&self) -> Vec<String> {
         use sandboxio_core::ByteSize;
-        vec![
+        let mut l = vec![
             format!(
                 "tmp_size={} (tmpfs /tmp and /dev/shm)",
                 ByteSize(self.workspace_size)
@@ -198,7 +198,15 @@ impl NamespacePlan {
             format!("workspace_size={} (tmpfs)", ByteSize(self.workspace_size)),
             format!("output_size={} (tmpfs)", ByteSize(self.output_size)),
             format!("tmpfs_inodes={TMPFS_INODES}"),
-        ]
+        ];
+        if self.sockets == SocketPolicy::PairsOnly {
+            l.push(
+                "sockets: socket() refused for every family, AF_UNIX included (host \
+                 directories are bound in and may hold host daemons' sockets); socketpair only"
+                    .into(),
+            );
+        }
+        l
     }
 }
 
@@ -296,6 +304,10 @@ pub fn plan(
     // With network, the sandbox still has loopback only: its egress listener there is
     // served by the proxy outside, the only way out.
     let (sockets, egress_port) = match req.network {
+        // Host directories bound in may hold host daemons' Unix sockets: no socket() then.
+        NetworkMode::None if !req.mounts.is_empty() || req.input_dir.is_some() => {
+            (SocketPolicy::PairsOnly, None)
+        }
         NetworkMode::None => (SocketPolicy::UnixOnly, None),
         NetworkMode::Allowlist { .. } | NetworkMode::Full => {
             (SocketPolicy::Inet, Some(EGRESS_PORT))
@@ -630,7 +642,7 @@ pub fn plan(
         sockets,
         seccomp: seccomp::rules_for(sockets),
         landlock,
-        landlock_deny_tcp: sockets == SocketPolicy::UnixOnly,
+        landlock_deny_tcp: sockets != SocketPolicy::Inet,
         egress_port,
         namespaces: NAMESPACES.iter().map(|s| s.to_string()).collect(),
         tty: req.tty,
@@ -945,6 +957,14 @@ mod tests {
         assert_eq!(none.egress_port, None);
         assert!(!none.env.contains_key("HTTPS_PROXY"));
         assert_eq!(none.sockets, SocketPolicy::UnixOnly);
+        // Host directories bound in: no socket() at all (a host daemon's socket in one).
+        let mut mounted = req.clone();
+        mounted.mounts =
+            vec![sandboxio_core::Mount::parse("/srv/p:/p", std::path::Path::new("/")).unwrap()];
+        assert_eq!(plan_for(&mounted).sockets, SocketPolicy::PairsOnly);
+        let mut input = req.clone();
+        input.input_dir = Some(p("/srv/in"));
+        assert_eq!(plan_for(&input).sockets, SocketPolicy::PairsOnly);
     }
 
     #[test]

@@ -61,21 +61,19 @@ pub fn mismatch(base: &NamespacePlan, real: &NamespacePlan) -> Option<&'static s
     if b == r {
         return None;
     }
-    Some(
-        if b.egress_port != r.egress_port || b.sockets != r.sockets {
-            "network"
-        } else if b.tty != r.tty {
-            "tty"
-        } else if b.mounts.len() != r.mounts.len() {
-            "mounts"
-        } else if (b.uid_map.as_str(), b.gid_map.as_str())
-            != (r.uid_map.as_str(), r.gid_map.as_str())
-        {
-            "id maps"
-        } else {
-            "shape"
-        },
-    )
+    Some(if b.egress_port != r.egress_port {
+        "network"
+    } else if b.mounts.len() != r.mounts.len() {
+        "mounts"
+    } else if b.sockets != r.sockets {
+        "network"
+    } else if b.tty != r.tty {
+        "tty"
+    } else if (b.uid_map.as_str(), b.gid_map.as_str()) != (r.uid_map.as_str(), r.gid_map.as_str()) {
+        "id maps"
+    } else {
+        "shape"
+    })
 }
 
 /// A mount the waiting init changes once the request is known.

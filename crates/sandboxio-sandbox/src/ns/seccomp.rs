@@ -233,6 +233,11 @@ const SOCK_PACKET: u32 = 10;
 pub enum SocketPolicy {
     /// Only AF_UNIX sockets (no network).
     UnixOnly,
+    /// No network and no `socket()` of any family, AF_UNIX included; `socketpair` (an
+    /// anonymous connected pair) still works. For a sandbox with host directories bound in
+    /// (mounts, an input directory): a Unix socket of a host daemon in one of them (a
+    /// Docker or ssh-agent socket) would be a way out that no network setting closes.
+    PairsOnly,
     /// AF_UNIX, AF_INET and AF_INET6 (network through the namespace's interfaces).
     Inet,
 }
@@ -291,19 +296,26 @@ pub const MEMFD_NOEXEC_SYSCTL: &str = "/proc/sys/vm/memfd_noexec";
 fn conditional_rules(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
     let families: Vec<u32> = match sockets {
         SocketPolicy::UnixOnly => vec![libc::AF_UNIX as u32],
+        SocketPolicy::PairsOnly => Vec::new(),
         SocketPolicy::Inet => vec![
             libc::AF_UNIX as u32,
             libc::AF_INET as u32,
             libc::AF_INET6 as u32,
         ],
     };
+    // A pair is never reachable from outside: AF_UNIX pairs stay in every mode.
+    let pair_families: Vec<u32> = match sockets {
+        SocketPolicy::PairsOnly => vec![libc::AF_UNIX as u32],
+        _ => families.clone(),
+    };
+    let family_check = |families: Vec<u32>| ArgCheck {
+        arg: 0,
+        test: ArgTest::NotIn(families),
+        errno: libc::EAFNOSUPPORT,
+    };
     let socket_checks = vec![
         // Families beyond the network mode (netlink, packet, vsock, bluetooth, ...).
-        ArgCheck {
-            arg: 0,
-            test: ArgTest::NotIn(families.clone()),
-            errno: libc::EAFNOSUPPORT,
-        },
+        family_check(families.clone()),
         // Raw sockets craft arbitrary packets.
         ArgCheck {
             arg: 1,
@@ -377,8 +389,12 @@ fn conditional_rules(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
         rule(
             arch,
             "socketpair",
-            RuleAction::Checks(socket_checks),
-            "same as socket",
+            RuleAction::Checks(
+                std::iter::once(family_check(pair_families))
+                    .chain(socket_checks.into_iter().skip(1))
+                    .collect(),
+            ),
+            "same as socket, but an AF_UNIX pair is always allowed",
         ),
     ]
     .into_iter()
