@@ -133,6 +133,13 @@ pub struct CgroupPlan {
 
 impl CgroupPlan {
     /// Whether a memory limit is part of this plan (then no RLIMIT_DATA is needed).
+    /// Whether a pids limit is part of this plan.
+    pub fn limits_pids(&self) -> bool {
+        self.limits
+            .iter()
+            .any(|w| w.path.file_name().and_then(|n| n.to_str()) == Some("pids.max"))
+    }
+
     pub fn limits_memory(&self) -> bool {
         self.limits.iter().any(|w| {
             let name = w.path.file_name().and_then(|n| n.to_str()).unwrap_or("");

@@ -382,7 +382,10 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
                     .into(),
             );
         }
-        gaps.push("pids: not limited (no cgroup)".into());
+        if tier != IsolationTier::Namespace {
+            // The namespace tier limits them with RLIMIT_NPROC in its own user namespace.
+            gaps.push("pids: not limited (no cgroup)".into());
+        }
         gaps.push("cpu quota: not enforced (no cgroup); only RLIMIT_CPU per process".into());
         gaps.push("kill: tree found by /proc walk (subreaper), no cgroup".into());
     }

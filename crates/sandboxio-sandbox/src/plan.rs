@@ -36,6 +36,12 @@ pub struct RlimitPlan {
     pub data: Option<u64>,
     pub file_size: Option<u64>,
     pub open_files: Option<u64>,
+    /// RLIMIT_NPROC: only in the namespace tier without a pids cgroup (a non-root user
+    /// without a delegated cgroup). The sandbox has its own user namespace, where the count
+    /// is of its own processes only (per user namespace since Linux 5.14): the program's
+    /// `pids` plus its init.
+    #[serde(default)]
+    pub nproc: Option<u64>,
     /// RLIMIT_CORE, always 0: no core dumps of sandboxed programs.
     pub core: u64,
 }
@@ -256,6 +262,7 @@ where
         return Err(SandboxError::InvalidArgument { index });
     }
     let mut env = build_env(req, host_env, &paths)?;
+    let own_user_ns = matches!(tier, TierRequest::Namespace);
     let cwd = match tier {
         // The namespace tier plans its own view (`ns::plan`), with the mounts in it.
         TierRequest::Namespace => paths.workspace.clone(),
@@ -283,6 +290,7 @@ where
     let l = &req.limits;
     let nz = |v: u64| (v > 0).then_some(v);
     let memory_in_cgroup = cgroup.as_ref().is_some_and(CgroupPlan::limits_memory);
+    let pids_in_cgroup = cgroup.as_ref().is_some_and(CgroupPlan::limits_pids);
     let rlimits = RlimitPlan {
         cpu_seconds: nz(l.cpu_seconds),
         data: if memory_in_cgroup {
@@ -292,6 +300,11 @@ where
         },
         file_size: nz(l.file_size.bytes()),
         open_files: nz(l.open_files),
+        nproc: if own_user_ns && !pids_in_cgroup {
+            nz(u64::from(l.pids)).map(|p| p.saturating_add(1))
+        } else {
+            None
+        },
         core: 0,
     };
     Ok(SandboxPlan {
@@ -352,6 +365,13 @@ pub fn rlimit_enforcement(plan: &SandboxPlan) -> Vec<String> {
     }
     if let Some(v) = r.open_files {
         out.push(format!("open_files={v} (rlimit)"));
+    }
+    if let Some(v) = r.nproc {
+        out.push(format!(
+            "pids={} (RLIMIT_NPROC in the sandbox's own user namespace: its processes only, \
+             no cgroup)",
+            v.saturating_sub(1)
+        ));
     }
     out.push("core=0 (rlimit)".into());
     out.push(format!(

@@ -214,6 +214,9 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     };
     let outcome = outcome?;
     print_outcome(&outcome, common.json, printed_live)?;
+    if !common.json {
+        warn_unenforced(&outcome, opts.memory.is_some())?;
+    }
     Ok(exit_code(&outcome))
 }
 
@@ -380,6 +383,24 @@ fn print_outcome(o: &Outcome, json: bool, printed_live: bool) -> Result<()> {
     }
     if let Some(line) = status_line(&o.record) {
         errln!("{line}");
+    }
+    Ok(())
+}
+
+/// A limit the caller asked for that this host could only approximate (a non-root user
+/// without a delegated cgroup): said on stderr, not only in `--json`'s gaps. The default
+/// limits' gaps are listed in `--json` and by `sandboxio doctor`.
+fn warn_unenforced(o: &Outcome, memory_asked: bool) -> Result<()> {
+    let Some(r) = &o.result else {
+        return Ok(());
+    };
+    for gap in &r.enforcement.gaps {
+        if memory_asked && gap.starts_with("memory:") {
+            errln!(
+                "sandboxio: warning: --memory is not enforced as a total here: {}",
+                field(gap)
+            );
+        }
     }
     Ok(())
 }

@@ -83,9 +83,12 @@ except (MemoryError, OSError):
             r["stdout"], "alloc=MemoryError\nmmap=refused\n",
             "RLIMIT_DATA not enforced: {r}"
         );
-        for what in ["memory:", "pids:", "cpu quota:", "kill:"] {
+        for what in ["memory:", "cpu quota:", "kill:"] {
             assert!(g.contains(what), "gap `{what}` not named:\n{g}");
         }
+        // pids hold without a cgroup: RLIMIT_NPROC in the sandbox's own user namespace.
+        assert!(!g.contains("pids:"), "pids named as a gap:\n{g}");
+        assert!(limits.contains("pids=8 (RLIMIT_NPROC"), "{limits}");
     } else {
         // A delegated cgroup: the limits are the cgroup's.
         assert!(limits.contains("pids=8"), "{limits}");
@@ -256,4 +259,34 @@ fn a_delegated_cgroup_subtree_is_found_and_used() {
         })
         .unwrap_or_default();
     assert!(left.is_empty(), "sandbox cgroups left: {left:?}");
+}
+
+/// Without a delegated cgroup a pids limit still holds for an unprivileged user: the
+/// sandbox's own user namespace counts only its processes against RLIMIT_NPROC (the
+/// program's `pids`; the sandbox's init is not counted). `--pids 20` used to let 200
+/// processes run.
+#[test]
+fn a_pids_limit_holds_without_a_cgroup() {
+    let Some(user) = as_nobody() else { return };
+    let script = "import os, time\nn = 0\nfor i in range(60):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(3)\n        os._exit(0)\n    n += 1\nprint('started=%d' % n)\n";
+    let o = output(user.cli(&[
+        "run", "--json", "--pids", "20", "--", "python3", "-c", script,
+    ]));
+    let r = json(&o);
+    if !r["enforcement"]["cgroup"].is_null() {
+        eprintln!("SKIP: this user has a delegated cgroup; the cgroup's pids limit applies");
+        return;
+    }
+    let out = r["stdout"].as_str().unwrap_or("");
+    let started: u64 = out
+        .trim()
+        .strip_prefix("started=")
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(u64::MAX);
+    // The forking program itself is one of the 20.
+    assert!(started < 20, "{started} children under --pids 20: {r}");
+    assert!(
+        started >= 10,
+        "{started} children: the limit is far below what was asked: {r}"
+    );
 }

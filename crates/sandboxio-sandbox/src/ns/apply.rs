@@ -48,6 +48,7 @@ pub fn rlimits_from(r: &crate::plan::RlimitPlan) -> Rlimits {
         (libc::RLIMIT_DATA, r.data),
         (libc::RLIMIT_FSIZE, r.file_size),
         (libc::RLIMIT_NOFILE, r.open_files),
+        (libc::RLIMIT_NPROC, r.nproc),
     ] {
         if let Some(v) = v {
             out.push((res, v));
