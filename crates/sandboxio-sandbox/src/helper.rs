@@ -378,9 +378,9 @@ fn spawn_process(plan: &SandboxPlan, signals: &Signals) -> Result<i32, SandboxEr
 }
 
 /// Every descendant of this process, found through /proc (children before grandchildren).
-fn descendants() -> Vec<i32> {
+fn descendants() -> Vec<(i32, u64)> {
     let me = sys::proc::getpid();
-    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    let mut children: BTreeMap<i32, Vec<(i32, u64)>> = BTreeMap::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
@@ -390,7 +390,8 @@ fn descendants() -> Vec<i32> {
                 continue;
             };
             if let Some(ppid) = parse_ppid(&stat) {
-                children.entry(ppid).or_default().push(pid);
+                let ticks = parse_cpu_ticks(&stat).unwrap_or(0);
+                children.entry(ppid).or_default().push((pid, ticks));
             }
         }
     }
@@ -398,13 +399,26 @@ fn descendants() -> Vec<i32> {
     let mut queue = VecDeque::from([me]);
     while let Some(p) = queue.pop_front() {
         if let Some(kids) = children.get(&p) {
-            for &k in kids {
-                out.push(k);
+            for &(k, ticks) in kids {
+                out.push((k, ticks));
                 queue.push_back(k);
             }
         }
     }
     out
+}
+
+/// The CPU a process and its reaped children used, in clock ticks: utime, stime, cutime
+/// and cstime of `/proc/<pid>/stat` (fields 14 to 17).
+pub(crate) fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): field n is f[n - 3].
+    let mut sum = 0u64;
+    for n in 14..=17 {
+        sum = sum.saturating_add(f.get(n - 3)?.parse::<u64>().ok()?);
+    }
+    Some(sum)
 }
 
 /// The ppid field of `/proc/<pid>/stat` (the comm field may contain spaces and parens).
@@ -416,19 +430,24 @@ pub(crate) fn parse_ppid(stat: &str) -> Option<i32> {
 }
 
 /// Kill the whole tree: cgroup first (atomic where cgroup.kill exists), then every
-/// descendant found in /proc. Returns how many descendants were signalled.
-fn kill_tree(plan: &SandboxPlan) -> u32 {
+/// descendant found in /proc. Returns how many descendants were signalled, and the CPU
+/// time (ms) they had used: a tree killed at once is never waited for by its own
+/// processes, so without a cgroup this is the only count of it (`RUSAGE_CHILDREN` sees
+/// only what was waited for).
+fn kill_tree(plan: &SandboxPlan) -> (u32, u64) {
     if let Some(cg) = &plan.cgroup {
         cgroup::kill(cg);
     }
     let mut n = 0;
-    for pid in descendants() {
+    let mut ticks = 0u64;
+    for (pid, t) in descendants() {
+        ticks = ticks.saturating_add(t);
         // `pid` is a descendant of this helper.
         if sys::proc::kill(pid, libc::SIGKILL).is_ok() {
             n += 1;
         }
     }
-    n
+    (n, ticks.saturating_mul(1000) / sys::proc::clock_ticks())
 }
 
 fn exit_status(status: i32) -> ExitStatus {
@@ -451,6 +470,8 @@ fn supervise(
     let mut timed_out = false;
     let mut cancelled: Option<String> = None;
     let mut leftovers = 0u32;
+    // CPU the tree had used when it was killed (see `kill_tree`).
+    let mut killed_cpu_ms = 0u64;
     let mut control_open = true;
     loop {
         // Reap everything that exited; orphans of the tree come to us (subreaper).
@@ -480,15 +501,17 @@ fn supervise(
         if payload_status.is_some() && !killing {
             // The command is done; anything it left behind dies now.
             killing = true;
-            leftovers = kill_tree(plan);
+            let (n, ms) = kill_tree(plan);
+            leftovers = n;
+            killed_cpu_ms = killed_cpu_ms.max(ms);
         } else if killing {
-            kill_tree(plan);
+            killed_cpu_ms = killed_cpu_ms.max(kill_tree(plan).1);
         }
         let now = Instant::now();
         if !killing && now >= deadline {
             timed_out = true;
             killing = true;
-            kill_tree(plan);
+            killed_cpu_ms = killed_cpu_ms.max(kill_tree(plan).1);
         }
         let timeout_ms: i32 = if killing {
             5
@@ -528,7 +551,7 @@ fn supervise(
                 }
                 if !killing {
                     killing = true;
-                    kill_tree(plan);
+                    killed_cpu_ms = killed_cpu_ms.max(kill_tree(plan).1);
                 }
             }
         }
@@ -549,7 +572,7 @@ fn supervise(
                 }
                 if !killing {
                     killing = true;
-                    kill_tree(plan);
+                    killed_cpu_ms = killed_cpu_ms.max(kill_tree(plan).1);
                 }
             }
         }
@@ -558,14 +581,17 @@ fn supervise(
         why: "the payload was reaped without its status".into(),
     })?;
     let exit = exit_status(status);
-    // Zero when getrusage fails (it cannot for RUSAGE_CHILDREN).
+    // Zero when getrusage fails (it cannot for RUSAGE_CHILDREN). A tree killed at its
+    // timeout (or cancelled) was not waited for by its own processes: what it had used when
+    // it was killed is counted too, never less (the two may overlap, so not their sum).
     let (ru_cpu_ms, ru_peak) = match sys::proc::getrusage(libc::RUSAGE_CHILDREN) {
         Ok(ru) => (
-            (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
-                + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000),
+            ((ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
+                + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000))
+                .max(killed_cpu_ms),
             (ru.ru_maxrss as u64).saturating_mul(1024),
         ),
-        Err(_) => (0, 0),
+        Err(_) => (killed_cpu_ms, 0),
     };
     let (cpu, peak, oom, meter) = match &plan.cgroup {
         Some(cg) => {
@@ -606,6 +632,15 @@ fn supervise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_are_the_sum_of_own_and_reaped_childrens_times() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+        // utime stime cutime cstime ...
+        let stat = "42 (a b) c) R 7 42 42 0 -1 4194560 10 0 0 0 150 25 300 5 20 0 1";
+        assert_eq!(parse_cpu_ticks(stat), Some(480));
+        assert_eq!(parse_cpu_ticks("42 (x) R 7"), None);
+    }
 
     #[test]
     fn ppid_parsing_survives_odd_comm() {

@@ -290,3 +290,31 @@ fn a_pids_limit_holds_without_a_cgroup() {
         "{started} children: the limit is far below what was asked: {r}"
     );
 }
+
+/// Without a cgroup, a program killed at its timeout is metered too: the CPU its tree had
+/// used when it was killed counts (its processes never waited for one another, so
+/// `RUSAGE_CHILDREN` saw none of it). It used to be metered at about 1 ms, under-charging
+/// a program that burns CPU until it is killed.
+#[test]
+fn a_program_killed_at_its_timeout_is_metered_without_a_cgroup() {
+    let Some(user) = as_nobody() else { return };
+    let o = output(user.cli(&[
+        "run",
+        "--json",
+        "--timeout",
+        "2s",
+        "--",
+        "python3",
+        "-c",
+        "while True: pass",
+    ]));
+    let r = json(&o);
+    if !r["enforcement"]["cgroup"].is_null() {
+        eprintln!("SKIP: this user has a delegated cgroup; the cgroup meters the run");
+        return;
+    }
+    assert_eq!(r["timed_out"], true, "{r}");
+    let cpu = r["usage"]["cpu_time_ms"].as_u64().unwrap_or(0);
+    // About 2 s of one core; a loaded host gives it less, never almost nothing.
+    assert!(cpu >= 500, "metered {cpu} ms for a 2 s busy loop: {r}");
+}

@@ -34,6 +34,13 @@ pub(crate) fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// Clock ticks per second, the unit of the times in `/proc/<pid>/stat` (100 when unknown).
+pub(crate) fn clock_ticks() -> u64 {
+    // SAFETY: sysconf only reads a constant of the C library; no pointer is involved.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(t).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
 /// `getrusage(who)` (`RUSAGE_SELF`, `RUSAGE_CHILDREN`).
 pub(crate) fn getrusage(who: libc::c_int) -> Result<libc::rusage, i32> {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
