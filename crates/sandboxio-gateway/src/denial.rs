@@ -16,3 +16,6 @@ pub const APPROVAL_DENIED: &str = "SBX_E1554";
 pub const APPROVAL_TIMEOUT: &str = "SBX_E1555";
 /// The approval was used, expired or was for another request.
 pub const APPROVAL_INVALID: &str = "SBX_E1556";
+/// The operation was cancelled while it waited for its approval (its caller went away,
+/// its sandbox was paused or deleted); the approval is withdrawn.
+pub const APPROVAL_CANCELLED: &str = "SBX_E1557";

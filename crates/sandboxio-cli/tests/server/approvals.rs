@@ -126,3 +126,37 @@ fn a_denied_ask_does_not_run_and_says_why() {
         "the denied command did not run: {p}"
     );
 }
+
+/// An ask whose sandbox is paused or deleted while it waits: the wait ends at once, the
+/// approval is withdrawn (no person is shown a request that will not run), and the
+/// outcome says so with its own code. The approval used to stay pending (holding its
+/// budget reservation) until someone answered it or it timed out.
+#[test]
+fn an_ask_whose_sandbox_goes_away_is_withdrawn() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    for how in ["pause", "delete"] {
+        let id = s.sandbox(&key);
+        let apr = ask(&s, &key, &id);
+        let r = if how == "pause" {
+            s.post(&key, &format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        } else {
+            s.delete(&key, &format!("/v1/sandboxes/{id}"))
+        };
+        assert!(r.status().is_success(), "{how}: {}", r.status());
+        let w: Value = s
+            .get(&key, &format!("/v1/approvals/{apr}/wait?timeout=10"))
+            .json()
+            .unwrap();
+        assert_ne!(w["state"], "pending", "{how}: still pending: {w}");
+        let (_, p) = problem(s.get(&key, &format!("/v1/approvals/{apr}/outcome?timeout=30")));
+        assert_eq!(p["code"], "SBX_E1557", "{how}: {p}");
+        assert_eq!(p["record"]["status"], "cancelled", "{how}: {p}");
+        // Approving it now does not run anything.
+        let r = s.post(&key, &format!("/v1/approvals/{apr}/approve"), &json!({}));
+        assert!(
+            !r.status().is_success(),
+            "{how}: a withdrawn approval was approved"
+        );
+    }
+}

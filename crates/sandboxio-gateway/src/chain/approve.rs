@@ -59,32 +59,65 @@ impl Gateway {
         metrics.approvals_pending(1);
         let waited = Instant::now();
         tracing::info!(operation_id = %id, approval_id = %approval_id, "approval required");
-        let answer = match &self.approver {
-            Approver::Nobody => None,
-            Approver::Callback(cb) => {
-                match tokio::time::timeout(self.cfg.approval_timeout, cb.decide(&a)).await {
-                    Ok(Some(ans)) => {
-                        let (aid, decided) = (approval_id.clone(), ans.clone());
-                        let _ = self
-                            .on_store("deciding an approval", move |s, _| {
-                                s.decide_approval(
-                                    &aid,
-                                    decided.approve,
-                                    &decided.approver,
-                                    decided.reason.as_deref(),
-                                    Utc::now(),
-                                )
-                            })
-                            .await;
-                        Some(ans)
+        let waiting = async {
+            match &self.approver {
+                Approver::Nobody => None,
+                Approver::Callback(cb) => {
+                    match tokio::time::timeout(self.cfg.approval_timeout, cb.decide(&a)).await {
+                        Ok(Some(ans)) => {
+                            let (aid, decided) = (approval_id.clone(), ans.clone());
+                            let _ = self
+                                .on_store("deciding an approval", move |s, _| {
+                                    s.decide_approval(
+                                        &aid,
+                                        decided.approve,
+                                        &decided.approver,
+                                        decided.reason.as_deref(),
+                                        Utc::now(),
+                                    )
+                                })
+                                .await;
+                            Some(ans)
+                        }
+                        _ => None,
                     }
-                    _ => None,
                 }
+                Approver::Store { poll } => self.poll_approval(&approval_id, *poll).await,
             }
-            Approver::Store { poll } => self.poll_approval(&approval_id, *poll).await,
+        };
+        // The caller may cancel the wait (it went away; its sandbox was paused or deleted):
+        // the approval is withdrawn, so nobody approves what will not run.
+        let cancel = sub.cancel.clone();
+        let cancelled = async {
+            match &cancel {
+                Some(t) => t.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let answer = tokio::select! {
+            a = waiting => Ok(a),
+            why = cancelled => Err(why),
         };
         rec.approval_wait_ms = Some(ms(waited.elapsed()));
         metrics.approvals_pending(-1);
+        let answer = match answer {
+            Ok(a) => a,
+            Err(why) => {
+                let aid = approval_id.clone();
+                let _ = self
+                    .on_store("withdrawing an approval", move |s, _| {
+                        s.expire_approval(&aid)
+                    })
+                    .await;
+                let mut s = Stop::deny(
+                    Layer::Approval,
+                    format!("cancelled while waiting for approval `{approval_id}`: {why}"),
+                )
+                .code(crate::denial::APPROVAL_CANCELLED);
+                s.status = sandboxio_core::OperationStatus::Cancelled;
+                return Err(s);
+            }
+        };
         let Some(ans) = answer else {
             let aid = approval_id.clone();
             let _ = self
