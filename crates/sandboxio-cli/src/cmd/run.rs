@@ -325,18 +325,29 @@ fn approval_timeout(s: &str) -> Result<std::time::Duration, CliError> {
     Ok(d)
 }
 
-/// Ctrl-C and SIGTERM cancel the operation; the sandbox's process tree is killed.
-pub(crate) async fn cancel_on_signals(cancel: CancelToken) {
+/// Ctrl-C, SIGTERM and SIGHUP cancel the operation; the sandbox's process tree is killed.
+pub(crate) fn cancel_on_signals(
+    cancel: CancelToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    // The handlers are installed now, not when the returned future is first polled: a
+    // signal from here on is caught. SIGHUP too: the caller's terminal went away. The run
+    // ends cancelled and recorded, and a `--tty` run puts the terminal back (the default
+    // action would kill us in raw mode).
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => cancel.cancel("received SIGTERM"),
-        _ = int.recv() => cancel.cancel("received SIGINT"),
+        signal(SignalKind::hangup()),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = handlers else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => cancel.cancel("received SIGTERM"),
+            _ = int.recv() => cancel.cancel("received SIGINT"),
+            _ = hup.recv() => cancel.cancel("received SIGHUP"),
+        }
     }
 }
 

@@ -75,3 +75,43 @@ fn sigterm_exits_promptly_and_leaves_nothing() {
     assert!(cg.is_empty(), "empty cgroups left behind: {cg:?}");
     assert_eq!(env.live_counts(), Default::default());
 }
+
+/// SIGHUP (the caller's terminal went away) cancels the run like SIGTERM: recorded as
+/// cancelled, nothing left running. Its default action used to kill the CLI outright (a
+/// `--tty` run left the terminal in raw mode, and the run was recorded only at the next
+/// start, as interrupted).
+#[test]
+fn sighup_cancels_the_run_and_records_it() {
+    let env = Env::new("hup", "process");
+    let m = &env.marker;
+    let script = format!("sleep 100; : {m}");
+    let mut child = env
+        .run_cmd(None, &[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs_with(&env.marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the payload never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(child.id(), "HUP");
+    let t0 = Instant::now();
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "run ignored SIGHUP");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(code, Some(122), "cancelled");
+    let left = wait_no_procs(&env.marker, Duration::from_secs(1));
+    assert!(left.is_empty(), "left:{}", describe_and_stop(&left));
+    let trail = std::fs::read_to_string(env.state().join("audit.jsonl")).unwrap();
+    assert!(
+        trail.contains("\"status\":\"cancelled\"") && trail.contains("received SIGHUP"),
+        "no cancelled record: {trail}"
+    );
+    assert_eq!(env.live_counts(), Default::default());
+}
