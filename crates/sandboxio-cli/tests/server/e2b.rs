@@ -215,3 +215,42 @@ fn a_slow_reader_of_a_command_gets_all_of_its_output() {
         "lines out of order"
     );
 }
+
+/// An ask on the E2B files route is an error an E2B client reads as one: 403 with the
+/// approval id and code, never 202 (which every E2B client reads as success: a read
+/// answered the error JSON as the file's content, a write lost its approval id).
+#[test]
+fn an_ask_on_the_e2b_files_route_is_a_403_with_its_approval() {
+    let s = Server::start_with(&[], |dir| {
+        let p = dir.join("config.toml");
+        let mut c = std::fs::read_to_string(&p).unwrap();
+        c.push_str("\n[e2b]\nenabled = true\n[e2b.templates.base]\ntier = \"process\"\n");
+        std::fs::write(p, c).unwrap();
+        let p = dir.join("policy.toml");
+        let mut pol = std::fs::read_to_string(&p).unwrap();
+        pol.push_str(
+            "\n[[rule]]\nid = \"writes-ask\"\neffect = \"ask\"\nkind = \"file_write\"\nreason = \"a person approves writes\"\n",
+        );
+        std::fs::write(p, pol).unwrap();
+    });
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let r = s
+        .client
+        .post(s.url("/files?path=a.txt"))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("E2b-Sandbox-Port", "49983")
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "application/octet-stream")
+        .body("hello")
+        .send()
+        .unwrap();
+    let st = r.status().as_u16();
+    let v: Value = r.json().unwrap_or(Value::Null);
+    assert_eq!(st, 403, "{v}");
+    assert!(
+        v["approval_id"].as_str().is_some_and(|a| !a.is_empty()),
+        "{v}"
+    );
+    assert_eq!(v["sandboxio_code"], "SBX_E1821", "{v}");
+}
