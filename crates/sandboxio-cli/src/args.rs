@@ -167,8 +167,14 @@ pub enum Command {
         /// The page: an http:// or https:// URL.
         url: String,
     },
-    /// Write a commented default sandboxio.toml.
+    /// Write a commented default sandboxio.toml (and trust it).
     Init {
+        #[arg(default_value = "sandboxio.toml")]
+        path: PathBuf,
+    },
+    /// Trust a sandboxio.toml's current content, so that commands run in its directory
+    /// read it without `--config` (review it first: it decides tier, policy and state)
+    Trust {
         #[arg(default_value = "sandboxio.toml")]
         path: PathBuf,
     },

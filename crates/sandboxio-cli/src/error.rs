@@ -67,6 +67,20 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    /// The list of trusted configuration files could not be written.
+    #[error("cannot record the trusted configuration in `{path}`")]
+    Trust {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `sandboxio.toml` found in the working directory whose content was never trusted.
+    #[error(
+        "`{path}` is not trusted: a configuration found in the working directory is read only \
+         once its content is trusted (a sandbox with a writable mount of this directory could \
+         have written it). Review it, then run `sandboxio trust`, or name it with `--config`"
+    )]
+    UntrustedConfig { path: PathBuf },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -90,6 +104,8 @@ impl ErrorCode for CliError {
             CliError::WriteScreenshot { .. } => "SBX_E1714",
             CliError::InputTooLarge { .. } => "SBX_E1715",
             CliError::ZeroLimit { .. } => "SBX_E1716",
+            CliError::UntrustedConfig { .. } => "SBX_E1717",
+            CliError::Trust { .. } => "SBX_E1718",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

@@ -15,6 +15,7 @@ mod paths;
 mod setup;
 mod telemetry;
 mod terminal;
+mod trust;
 
 use clap::Parser as _;
 

@@ -26,10 +26,15 @@ pub const DEFAULT_CONFIG: &str = "sandboxio.toml";
 pub fn load(common: &Common) -> Result<Loaded> {
     let (config, config_file) = match &common.config {
         Some(p) => (Config::load(p)?, Some(p.clone())),
-        None if Path::new(DEFAULT_CONFIG).exists() => (
-            Config::load(Path::new(DEFAULT_CONFIG))?,
-            Some(PathBuf::from(DEFAULT_CONFIG)),
-        ),
+        None if std::fs::symlink_metadata(DEFAULT_CONFIG).is_ok() => {
+            // Found, not named: read only when these exact bytes were trusted.
+            let (config, bytes) = Config::load_bytes(Path::new(DEFAULT_CONFIG))?;
+            let abs = crate::paths::absolute(Path::new(DEFAULT_CONFIG))?;
+            if !crate::trust::is_trusted(&abs, &bytes) {
+                return Err(crate::error::CliError::UntrustedConfig { path: abs }.into());
+            }
+            (config, Some(PathBuf::from(DEFAULT_CONFIG)))
+        }
         None => (Config::default(), None),
     };
     let state_dir = crate::paths::absolute(&state_dir(common, &config))?;
@@ -143,6 +148,7 @@ impl Loaded {
             .iter()
             .chain(self.default_config.iter())
             .cloned()
+            .chain(std::iter::once(crate::trust::store_path()))
             .collect();
         let (env, skipped) = crate::hostenv::utf8_vars();
         if skipped > 0 {

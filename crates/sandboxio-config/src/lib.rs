@@ -51,6 +51,12 @@ impl Config {
     /// Reads and parses a configuration file: a regular file (a FIFO, a device or a
     /// directory is refused without blocking), never read past the size limit.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_bytes(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::load`], with the bytes that were parsed (to check them against a digest
+    /// without reading the file twice).
+    pub fn load_bytes(path: &Path) -> Result<(Config, Vec<u8>), ConfigError> {
         use sandboxio_core::fileread::{read_regular, ReadLimitError};
         let origin = path.display().to_string();
         let bytes = read_regular(path, MAX_CONFIG_BYTES as u64).map_err(|e| match e {
@@ -67,7 +73,8 @@ impl Config {
             origin: origin.clone(),
             offset: e.utf8_error().valid_up_to(),
         })?;
-        Config::parse(&text, &origin)
+        let config = Config::parse(&text, &origin)?;
+        Ok((config, text.into_bytes()))
     }
 }
 

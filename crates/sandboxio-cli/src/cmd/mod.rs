@@ -36,6 +36,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         } => run::run(common, opts, run::What::Code { lang, file }).await,
         Command::Browse { common, opts, url } => browse::browse(common, opts, url).await,
         Command::Init { path } => init(&path),
+        Command::Trust { path } => trust(&path),
         Command::Doctor { json } => doctor::doctor(json).await,
         Command::Kill { common, reason } => state::kill(&common, &reason).await,
         Command::Resume { common } => state::resume(&common).await,
@@ -125,6 +126,21 @@ pub fn classify(e: &anyhow::Error) -> (&'static str, ErrorClass) {
 
 fn init(path: &std::path::Path) -> anyhow::Result<i32> {
     sandboxio_config::write_default(path)?;
+    // Written by the operator's own command: trusted as written.
+    let (_, bytes) = sandboxio_config::Config::load_bytes(path)?;
+    crate::trust::trust(&crate::paths::absolute(path)?, &bytes)?;
     outln!("wrote {}", path.display())?;
+    Ok(exit::OK)
+}
+
+fn trust(path: &std::path::Path) -> anyhow::Result<i32> {
+    // Only a file that parses is trusted (what it says is checked again at every use).
+    let (_, bytes) = sandboxio_config::Config::load_bytes(path)?;
+    let abs = crate::paths::absolute(path)?;
+    crate::trust::trust(&abs, &bytes)?;
+    outln!(
+        "trusted {} as it is now; a change to it needs `sandboxio trust` again",
+        abs.display()
+    )?;
     Ok(exit::OK)
 }

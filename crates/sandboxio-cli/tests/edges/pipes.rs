@@ -152,6 +152,11 @@ fn command(args: &[String]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
         .env_remove("SBX_STATE_DIR")
+        // `init` trusts what it writes: never in the host's own list.
+        .env(
+            "SBX_TRUSTED_CONFIGS",
+            std::env::temp_dir().join("sbx-edges-trusted-configs"),
+        )
         .stdin(Stdio::null());
     non_utf8_env(&mut c);
     c

@@ -170,6 +170,7 @@ fn no_sandbox_can_write_the_configuration_the_next_command_reads() {
         // The namespace tier's root is uid 65534 on the host: it must be able to write.
         std::os::unix::fs::chown(&proj, Some(65534), Some(65534)).unwrap();
     }
+    let trusted = env.path().join("trusted-configs");
     let run_in = |extra: &[&str], script: &str| {
         let mut c = Command::new(BIN);
         c.arg("run")
@@ -180,6 +181,7 @@ fn no_sandbox_can_write_the_configuration_the_next_command_reads() {
             .args(extra)
             .args(["--", "sh", "-c", script])
             .current_dir(&proj)
+            .env("SBX_TRUSTED_CONFIGS", &trusted)
             .env_remove("SBX_STATE_DIR");
         run("run in the project", &mut c)
     };
@@ -201,9 +203,18 @@ fn no_sandbox_can_write_the_configuration_the_next_command_reads() {
         "{}",
         text(&o.stderr)
     );
-    // A configuration in use inside a writable mount: refused before anything runs.
+    // A configuration in use (trusted) inside a writable mount: refused before anything
+    // runs.
     let cfg = proj.join("sandboxio.toml");
     std::fs::write(&cfg, "[sandbox]\n").unwrap();
+    let o = run(
+        "trust",
+        Command::new(BIN)
+            .arg("trust")
+            .current_dir(&proj)
+            .env("SBX_TRUSTED_CONFIGS", &trusted),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let o = run_in(&[], "echo ran > /project/ran");
     assert!(text(&o.stderr).contains("SBX_E1520"), "{}", text(&o.stderr));
     assert!(!proj.join("ran").exists(), "it ran");
@@ -217,4 +228,60 @@ fn nix_is_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
+}
+
+/// A `sandboxio.toml` found in the working directory (not named with `--config`) is read
+/// only when its exact content was trusted (`sandboxio init` writes and trusts one;
+/// `sandboxio trust` trusts one after review): one a sandbox wrote through a writable mount,
+/// anywhere a later command might run, is refused with `SBX_E1717` and changes nothing. A
+/// planted file used to be read by the next command run in its directory (the tier, the
+/// policy, the state directory all its own).
+#[test]
+fn a_configuration_found_in_the_working_directory_is_read_only_once_trusted() {
+    let env = Env::new("state-trust", "process");
+    let dir = env.path().join("work");
+    std::fs::create_dir(&dir).unwrap();
+    let trusted = env.path().join("trusted-configs");
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(&dir)
+            .env("SBX_TRUSTED_CONFIGS", &trusted)
+            .env("SBX_STATE_DIR", env.state());
+        run("cli", &mut c)
+    };
+    // `init` writes and trusts.
+    let o = cli(&["init"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = cli(&["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // Changed since (as a program would): refused, nothing run, until trusted again.
+    let cfg = dir.join("sandboxio.toml");
+    let mut planted = std::fs::read_to_string(&cfg).unwrap();
+    planted.push_str("\n# changed\n");
+    std::fs::write(&cfg, &planted).unwrap();
+    let o = cli(&["run", "--", "true"]);
+    assert_error("changed config", &o, "SBX_E1717", 2);
+    let o = cli(&["trust"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = cli(&["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // A file never trusted (another path, same bytes): refused; named with --config: read.
+    let other = env.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("sandboxio.toml"), &planted).unwrap();
+    let mut c = Command::new(BIN);
+    c.args(["run", "--", "true"])
+        .current_dir(&other)
+        .env("SBX_TRUSTED_CONFIGS", &trusted)
+        .env("SBX_STATE_DIR", env.state());
+    let o = run("untrusted elsewhere", &mut c);
+    assert_error("untrusted config", &o, "SBX_E1717", 2);
+    let mut c = Command::new(BIN);
+    c.args(["run", "--config", "sandboxio.toml", "--", "true"])
+        .current_dir(&other)
+        .env("SBX_TRUSTED_CONFIGS", &trusted)
+        .env("SBX_STATE_DIR", env.state());
+    let o = run("named config", &mut c);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }

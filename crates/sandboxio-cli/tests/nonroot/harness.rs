@@ -114,6 +114,9 @@ impl User {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.state())
             .env("SBX_STATE_DIR", self.state())
+            // Trusted configurations: the user's own list, wherever the command runs (a
+            // simulated host's user namespace makes it root there).
+            .env("SBX_TRUSTED_CONFIGS", self.state().join("trusted-configs"))
             .current_dir(self.state())
             .stdin(Stdio::null());
         if self.uid != current_uid() {
@@ -122,11 +125,14 @@ impl User {
         cmd
     }
 
-    /// Writes a `sandboxio.toml` into the user's cwd.
+    /// Writes a `sandboxio.toml` into the user's cwd and trusts it as that user (a
+    /// configuration found in the working directory is read only once trusted).
     pub fn config(&self, toml: &str) {
         let p = self.state().join("sandboxio.toml");
         std::fs::write(&p, toml).expect("write config");
         std::os::unix::fs::chown(&p, Some(self.uid), Some(self.uid)).expect("chown config");
+        let o = output(self.cli(&["trust"]));
+        assert!(o.status.success(), "trust: {}", text(&o.stderr));
     }
 }
 
