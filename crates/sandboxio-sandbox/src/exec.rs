@@ -830,28 +830,30 @@ impl Workspace {
         if let Some(d) = &req.input_dir {
             paths.input_dir = d.clone();
         }
-        if let Some(d) = &req.output_dir {
-            // A missing output directory is created private (0700): it receives whatever
-            // the sandboxed program writes.
-            std::os::unix::fs::DirBuilderExt::mode(
-                std::fs::DirBuilder::new().recursive(true),
-                0o700,
-            )
-            .create(d)
-            .map_err(|source| SandboxError::OutputDir {
-                path: d.clone(),
-                source,
-            })?;
-            paths.output_dir = d.clone();
+        match &req.output_dir {
+            // The caller's output directory is taken as given (the gateway resolved and
+            // checked it at admission), with no symlink allowed anywhere in it: one that
+            // appeared since (a concurrent sandbox with a writable mount of a parent) is
+            // refused, never followed. A missing directory (and parents) is made 0700 on
+            // the way: it receives whatever the sandboxed program writes. The copy-out walks
+            // the same path the same way (`ns::dst`).
+            Some(d) => {
+                paths.output_dir =
+                    make_dir_without_symlinks(d).map_err(|source| SandboxError::OutputDir {
+                        path: d.clone(),
+                        source,
+                    })?;
+            }
+            // The workspace's own (private, 0700): resolved once, for the copy-out.
+            None => {
+                paths.output_dir = std::fs::canonicalize(&paths.output_dir).map_err(|source| {
+                    SandboxError::OutputDir {
+                        path: paths.output_dir.clone(),
+                        source,
+                    }
+                })?;
+            }
         }
-        // The copy-out walks the output directory from a path with no symlink in it
-        // (`ns::dst`): resolved now, before the program runs, so a component the program
-        // swaps for a symlink later is refused instead of followed.
-        paths.output_dir =
-            std::fs::canonicalize(&paths.output_dir).map_err(|source| SandboxError::OutputDir {
-                path: paths.output_dir.clone(),
-                source,
-            })?;
         let ws = &paths.workspace;
         for (name, contents) in &req.files {
             let rel = plan::validate_file_name(name)?;
@@ -864,6 +866,40 @@ impl Workspace {
         }
         Ok(paths)
     }
+}
+
+/// Makes directory `d` and its missing parents (mode 0700), component by component from
+/// `/`, each opened with no symlink followed (`RESOLVE_NO_SYMLINKS`, `O_NOFOLLOW`): a symlink
+/// anywhere in the path is refused (`ENOTDIR`/`ELOOP`), a `..` too (`EINVAL`). Returns `d` made absolute.
+fn make_dir_without_symlinks(d: &Path) -> std::io::Result<PathBuf> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let abs = std::path::absolute(d)?;
+    let err = std::io::Error::from_raw_os_error;
+    let flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
+    let mut cur = crate::sys::fs::openat2_cwd(c"/", flags, 0, 0).map_err(err)?;
+    for c in abs.components() {
+        let name = match c {
+            std::path::Component::RootDir | std::path::Component::CurDir => continue,
+            std::path::Component::Normal(n) => n,
+            _ => return Err(err(libc::EINVAL)),
+        };
+        let cname = std::ffi::CString::new(name.as_bytes()).map_err(|_| err(libc::EINVAL))?;
+        let next = match crate::sys::fs::openat2(cur.as_fd(), &cname, flags, 0, resolve) {
+            Ok(fd) => fd,
+            Err(libc::ENOENT) => {
+                match crate::sys::fs::mkdirat(cur.as_fd(), &cname, 0o700) {
+                    Ok(()) | Err(libc::EEXIST) => {}
+                    Err(e) => return Err(err(e)),
+                }
+                crate::sys::fs::openat2(cur.as_fd(), &cname, flags, 0, resolve).map_err(err)?
+            }
+            Err(e) => return Err(err(e)),
+        };
+        cur = next;
+    }
+    Ok(abs)
 }
 
 /// A started helper: its pid and the supervisor's ends of its pipes. The helper's fds are
@@ -1357,5 +1393,32 @@ mod workspace_tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    }
+
+    /// The caller's output directory is made (and later walked) with no symlink followed:
+    /// one put in its path after the gateway checked it is refused, never followed.
+    #[test]
+    fn an_output_directory_is_made_without_following_a_symlink() {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let made = make_dir_without_symlinks(&root.join("a/b/out")).unwrap();
+        assert!(made.is_dir());
+        let mode = std::fs::metadata(root.join("a"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("link")).unwrap();
+        let e = make_dir_without_symlinks(&root.join("link/out")).unwrap_err();
+        // The link itself, opened as a directory without following it.
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)),
+            "{e}"
+        );
+        assert!(!elsewhere.join("out").exists(), "made through the link");
+        let e = make_dir_without_symlinks(&root.join("a/../a/out2")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
     }
 }

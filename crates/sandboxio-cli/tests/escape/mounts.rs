@@ -393,3 +393,45 @@ fn an_input_directory_is_checked_by_the_policys_mount_rules() {
         run.describe()
     );
 }
+
+/// A symlink an earlier sandbox left in the path of a later run's output directory (run 1
+/// has the project mounted read-write and replaces `out` with a link): run 2, the same
+/// command, is refused (`SBX_E1520`, the link is not root's) and writes nothing through it.
+/// Run 2 used to follow the link (as root: root-owned files in any directory the policy
+/// allows, `/run/systemd/system` among them).
+#[test]
+fn an_output_path_through_a_symlink_a_sandbox_left_is_refused() {
+    let proj = tempfile::tempdir().unwrap();
+    writable_by_sandbox(proj.path());
+    let target = tempfile::tempdir().unwrap();
+    let out = proj.path().join("out");
+    let sandbox = Sandbox::new()
+        .mount(&format!("{}:/project:rw", proj.path().display()))
+        .output(&out);
+    let plant = format!(
+        "rm -rf /project/out && ln -s {} /project/out",
+        target.path().display()
+    );
+    let first = sandbox.run_unchecked(&["sh", "-c", &plant]);
+    assert!(
+        std::fs::symlink_metadata(&out).is_ok_and(|m| m.file_type().is_symlink()),
+        "run 1 did not leave its link\n{}",
+        first.describe()
+    );
+    let second = sandbox.run_unchecked(&["sh", "-c", "echo planted > \"$SANDBOX_OUTPUT/planted\""]);
+    let planted: Vec<_> = std::fs::read_dir(target.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "run 2 wrote through the link: {planted:?}\n{}",
+        second.describe()
+    );
+    assert!(
+        second.raw_stderr.contains("SBX_E1520")
+            || second.json["record"]["error_code"] == "SBX_E1520",
+        "expected SBX_E1520\n{}",
+        second.describe()
+    );
+}

@@ -17,6 +17,9 @@ pub(crate) fn resolve(cfg: &GatewayConfig, req: &mut ExecRequest) -> Result<(), 
     sandboxio_core::mount::check_request(&req.mounts, req.workdir.as_deref())
         .map_err(|e| Stop::deny(Layer::Admit, e.to_string()).code(e.code()))?;
     for m in &mut req.mounts {
+        if m.mode == sandboxio_core::MountMode::Rw {
+            refuse_foreign_symlink("mount", &m.host)?;
+        }
         let real = std::fs::canonicalize(&m.host).map_err(|e| {
             Stop::deny(
                 Layer::Admit,
@@ -62,6 +65,7 @@ pub(crate) fn resolve(cfg: &GatewayConfig, req: &mut ExecRequest) -> Result<(), 
         req.input_dir = Some(real);
     }
     if let Some(d) = &req.output_dir {
+        refuse_foreign_symlink("output directory", d)?;
         let real = resolve_path_to_be(d).map_err(|e| {
             Stop::deny(
                 Layer::Admit,
@@ -98,6 +102,37 @@ fn refuse_protected(
         .code(MOUNT_REFUSED)),
         None => Ok(()),
     }
+}
+
+/// A writable host path (a `rw` mount, the output directory) as the caller named it may go
+/// through a symlink only if root owns it: any other could have been left by a sandbox
+/// (through a writable mount of its directory) to send a later run's writes somewhere the
+/// caller never named (a root-owned file in `/run/systemd/system`). The system's own links
+/// (`/var/run`, merged `/usr`) are root's.
+fn refuse_foreign_symlink(what: &str, asked: &Path) -> Result<(), Stop> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut at = std::path::PathBuf::new();
+    for c in asked.components() {
+        at.push(c);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            // The rest does not exist yet: nothing further to follow.
+            return Ok(());
+        };
+        if meta.file_type().is_symlink() && meta.uid() != 0 {
+            return Err(Stop::deny(
+                Layer::Admit,
+                format!(
+                    "{what} refused: the writable host path `{}` goes through the symlink \
+                     `{}`, which is not root's (a sandbox may have left it); name the \
+                     directory it points to instead",
+                    asked.display(),
+                    at.display()
+                ),
+            )
+            .code(MOUNT_REFUSED));
+        }
+    }
+    Ok(())
 }
 
 /// A writable host tree that holds a configuration file in use: the program could change
@@ -186,9 +221,16 @@ mod tests {
         let real = d.path().join("real");
         std::fs::create_dir(&real).unwrap();
         std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
-        let mut r = req_with(&format!("{}/link/../link:/p:rw", d.path().display()));
+        let mut r = req_with(&format!("{}/link/../link:/p", d.path().display()));
         assert!(resolve(&GatewayConfig::default(), &mut r).is_ok());
         assert_eq!(r.mounts[0].host, std::fs::canonicalize(&real).unwrap());
+    }
+
+    fn running_as_root() -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self")
+            .map(|m| m.uid() == 0)
+            .unwrap_or(false)
     }
 
     #[test]
@@ -227,6 +269,42 @@ mod tests {
         assert!(resolve(&cfg, &mut r).is_ok());
         assert_eq!(r.input_dir, Some(out.clone()));
         assert_eq!(r.output_dir, Some(out.join("new/deeper")));
+    }
+
+    /// A symlink in a writable host path must be root's (a sandbox may leave others).
+    #[test]
+    fn a_writable_path_through_a_symlink_not_roots_is_refused() {
+        if !running_as_root() {
+            eprintln!("SKIP: giving a symlink to another owner needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let target = root.join("target");
+        std::fs::create_dir(&target).unwrap();
+        let link = root.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        // Owned by a user that is not root (as a sandbox's would be).
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+        let cfg = GatewayConfig::default();
+        let mut out = ExecRequest::new(["true"]);
+        out.output_dir = Some(link.join("out"));
+        let e = resolve(&cfg, &mut out).unwrap_err();
+        assert_eq!(e.code, Some(MOUNT_REFUSED));
+        let mut rw = req_with(&format!("{}:/p:rw", link.display()));
+        assert_eq!(
+            resolve(&cfg, &mut rw).unwrap_err().code,
+            Some(MOUNT_REFUSED)
+        );
+        // Read-only: resolved through it (reading is not redirected writing).
+        let mut ro = req_with(&format!("{}:/p", link.display()));
+        assert!(resolve(&cfg, &mut ro).is_ok());
+        // Root's own link: followed.
+        std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+        let mut out = ExecRequest::new(["true"]);
+        out.output_dir = Some(link.join("out"));
+        assert!(resolve(&cfg, &mut out).is_ok());
+        assert_eq!(out.output_dir, Some(target.join("out")));
     }
 
     #[test]

@@ -511,14 +511,15 @@ pub fn plan(
         path: p(INSIDE_OUTPUT),
         flags: MountFlags::writable(exec),
     });
-    // 8. read-only input
+    // 8. read-only input, opened like a mount (no symlink followed: the gateway checked
+    // the resolved path; one swapped in since is refused)
     if let Some(input) = &req.input_dir {
         m.push(MountOp::Bind {
             source: input.clone(),
             path: p(INSIDE_INPUT),
             flags: MountFlags::ro(),
             optional: false,
-            confined: false,
+            confined: true,
         });
     }
     // 9. the caller's mounts, after everything they may sit in (the workspace and /tmp

@@ -370,9 +370,10 @@ mod tests {
         // MOUNT_ATTR_RDONLY | NOSUID | NODEV, and NOSUID | NODEV | NOEXEC.
         assert_eq!(set_attr("/r/data"), Some(0x1 | 0x2 | 0x4));
         assert_eq!(set_attr("/r/workspace/rw"), Some(0x2 | 0x4 | 0x8));
-        // The framework's own binds are not the caller's: no recursive pass.
+        // The framework's own binds are not the caller's: no recursive pass. The input
+        // directory is the caller's host path: read-only all the way down, like a mount.
         assert_eq!(set_attr("/r/usr"), None);
-        assert_eq!(set_attr("/r/input"), None);
+        assert_eq!(set_attr("/r/input"), Some(0x1 | 0x2 | 0x4));
     }
 
     #[test]
