@@ -76,6 +76,10 @@ pub struct VerifyReport {
     /// Records after the last checkpoint (0 for a sealed trail): those no checkpoint's
     /// signature covers yet.
     pub unsealed: u64,
+    /// Every line was checked and the only fault is the missing closing checkpoint at the
+    /// end (a writer still running, or stopped without closing). Never set for a torn or
+    /// damaged line: the trail could not be read whole.
+    pub open_tail: bool,
     /// The seq of the first record checked (non-zero when verifying from a later file,
     /// anchored on its opening checkpoint).
     pub starts_at: u64,
@@ -111,6 +115,7 @@ pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) ->
         signatures_checked: public_key.is_some(),
         sealed: false,
         unsealed: 0,
+        open_tail: false,
         starts_at: 0,
         first_bad: None,
     };
@@ -287,6 +292,7 @@ pub fn verify_keys<P: AsRef<Path>>(paths: &[P], public_keys: &[VerifyingKey]) ->
     rep.unsealed = merkle
         .size()
         .saturating_sub(last_checkpoint.map(|(_, size)| size).unwrap_or(0));
+    rep.open_tail = true;
     let why = match last_checkpoint {
         Some((reason, size)) => format!(
             "the trail does not end with a closing checkpoint: the last checkpoint \

@@ -155,7 +155,7 @@ impl Gateway {
     }
 
     /// [`Gateway::store_heads`] off the async workers.
-    pub(crate) async fn store_heads_async(&self) {
+    pub async fn store_heads_async(&self) {
         let heads = self.auditor().heads_to_anchor();
         let put = self
             .on_store("storing the trail head", move |s, _| {

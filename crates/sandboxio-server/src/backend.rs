@@ -291,7 +291,11 @@ impl Backend {
     pub async fn record(&self, rec: OperationRecord) {
         if let Err(e) = self.gw.auditor().record(rec).await {
             tracing::warn!(code = e.code(), "recording a server event failed: {e}");
+            return;
         }
+        // Anchored like every record: the store's signed head covers it at once (`audit
+        // verify` of the running server's trail vouches for it; a cut is caught).
+        self.gw.store_heads_async().await;
     }
 }
 

@@ -108,24 +108,34 @@ impl Open {
     /// does not hold its head, an open trail cannot be told from a truncated one.
     fn of(rep: &VerifyReport, anchor: &Anchor) -> Option<Open> {
         let bad = rep.first_bad.as_ref()?;
-        if bad.kind != Tamper::Truncated || !anchor.ok {
+        // Only a trail read whole, every line checked, whose one fault is the missing
+        // closing checkpoint; never a torn or damaged line.
+        if bad.kind != Tamper::Truncated || !rep.open_tail || !anchor.ok {
             return None;
         }
         let head = anchor.head.as_ref()?;
-        let trail_size = match anchor.check.as_ref()? {
-            HeadCheck::Extends { trail_size } => *trail_size,
-            _ => return None,
-        };
+        if !matches!(anchor.check.as_ref()?, HeadCheck::Extends { .. }) {
+            return None;
+        }
+        // Every record of the trail (from the first one checked) against the head's.
+        let trail_size = rep.starts_at.saturating_add(rep.records);
         Some(Open {
             after_checkpoint: rep.unsealed,
             after_head: trail_size.saturating_sub(head.size),
         })
     }
+
+    /// Records after the signed head are covered by no signature: nothing vouches for
+    /// them (a writer killed between a record and storing its head leaves one; anyone can
+    /// append chained records without the key).
+    fn vouched(&self) -> bool {
+        self.after_head == 0
+    }
 }
 
 impl Checked {
     fn ok(&self) -> bool {
-        (self.rep.ok || self.open.is_some()) && self.anchor.ok
+        (self.rep.ok || self.open.as_ref().is_some_and(Open::vouched)) && self.anchor.ok
     }
 
     fn to_json(&self) -> Result<serde_json::Value> {
@@ -281,6 +291,15 @@ fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
             return outln!("{prefix}TAMPERED: {b:?}");
         }
         return outln!("{prefix}TAMPERED: {}", anchor.why);
+    }
+    if let Some(open) = c.open.as_ref().filter(|o| !o.vouched()) {
+        return outln!(
+            "{prefix}UNVERIFIED: {} record(s) after the signed head are covered by no \
+             signature (the trail is not closed: a writer killed between a record and its \
+             head leaves one; anyone can append chained records without the key); {}",
+            open.after_head,
+            anchor.why
+        );
     }
     if let Some(open) = &c.open {
         return outln!(

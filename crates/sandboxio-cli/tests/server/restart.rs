@@ -446,11 +446,26 @@ fn verify_trail(state: &std::path::Path) -> (Option<i32>, String) {
     )
 }
 
+/// Copies the state directory's files (the server idle) into a fresh directory.
+fn copy_state(from: &std::path::Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+        }
+    }
+    copy
+}
+
 #[test]
 fn a_running_or_killed_servers_trail_verifies_as_open_and_a_cut_one_does_not() {
     let mut s = Server::start(&[]);
     let key = s.key("acme", "all");
     let id = s.sandbox(&key);
+    // A sandbox's own records are anchored like an operation's: the head covers them.
+    let (code, out) = verify_trail(&s.state());
+    assert_eq!(code, Some(0), "after sandbox.create: {out}");
+    let older = copy_state(&s.state());
     let r = s.post(
         &key,
         &format!("/v1/sandboxes/{id}/exec"),
@@ -464,14 +479,31 @@ fn a_running_or_killed_servers_trail_verifies_as_open_and_a_cut_one_does_not() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.starts_with("ok (open)"), "{out}");
 
+    // Records after the signed head (here: the store put back to before the exec) are
+    // covered by nothing: not vouched for.
+    std::fs::copy(
+        s.state().join("audit.jsonl"),
+        older.path().join("audit.jsonl"),
+    )
+    .unwrap();
+    let (code, out) = verify_trail(older.path());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.starts_with("UNVERIFIED"), "{out}");
+    // A torn last line: the trail cannot be read whole, never open.
+    let torn = copy_state(&s.state());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(torn.path().join("audit.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"x").unwrap();
+    drop(f);
+    let (code, out) = verify_trail(torn.path());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.starts_with("TAMPERED"), "{out}");
+
     // The same trail with its last record cut (a copy of the state, taken while the server
     // is idle): the head names a record the trail no longer holds.
-    let copy = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(s.state()).unwrap().flatten() {
-        if e.file_type().unwrap().is_file() {
-            std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
-        }
-    }
+    let copy = copy_state(&s.state());
     let trail = copy.path().join("audit.jsonl");
     let text = std::fs::read_to_string(&trail).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
@@ -553,8 +585,16 @@ fn a_kill_switch_the_store_cannot_take_still_holds_in_the_server() {
         gone_within(&m, 10).is_empty(),
         "the background process outlived the kill"
     );
+    // The store does not hold it; this server shows it engaged all the same.
     let v: Value = s.get(&key, "/v1/kill").json().unwrap();
-    assert_eq!(v["engaged"], false, "{v}");
+    assert_eq!(v["engaged"], true, "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("this server only"),
+        "{v}"
+    );
     // The store works again, and still nothing runs here.
     let r = s.post(
         &key,

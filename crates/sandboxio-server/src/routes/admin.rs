@@ -41,7 +41,17 @@ async fn blocking<T: Send + 'static>(
 
 async fn view(st: &AppState) -> Result<KillView, ServerError> {
     let store = st.backend.store().clone();
-    let k = blocking("reading the kill switch", move || store.kill_state()).await?;
+    let stored = blocking("reading the kill switch", move || store.kill_state()).await?;
+    // One the store could not take holds in this server all the same: shown as engaged.
+    let k = stored.or_else(|| {
+        st.backend.gateway().kill_latched().map(|mut k| {
+            k.reason = format!(
+                "{} (held by this server only: the store could not take it)",
+                k.reason
+            );
+            k
+        })
+    });
     Ok(KillView {
         engaged: k.is_some(),
         reason: k.as_ref().map(|k| k.reason.clone()),
