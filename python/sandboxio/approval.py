@@ -1,6 +1,7 @@
 """Approvals: an ``ask`` decision of the policy waits for a person or a callback. A
 backend's ``approval=`` callback gets an ``ApprovalRequest`` and answers ``True``
-(approve) or ``False`` (deny); it may be a coroutine function."""
+(approve) or ``False`` (deny); it may be a coroutine function. Any other answer (``"no"``,
+``1``, ``None``) denies, with a reason that says so: only ``True`` approves."""
 
 from __future__ import annotations
 
@@ -48,7 +49,13 @@ class Decider:
         answer = self.callback(req)
         if inspect.isawaitable(answer):
             answer = await answer
-        return (bool(answer), self.approver, None)
+        if isinstance(answer, bool):
+            return (answer, self.approver, None)
+        # Only `True` approves: `"no"`, `"deny"`, `1`, `None` or any other value is not an
+        # answer, and judging it by its truth would approve `"no"`.
+        why = f"the approval callback answered {type(answer).__name__} `{answer!r}`, not True or False"
+        self.report_failure(why)
+        return (False, self.approver, why + ": denied")
 
     def report_failure(self, why: str) -> None:
         logger.warning("approval callback failed, the request is denied: %s", _redaction.redact(why))

@@ -19,7 +19,11 @@ def _bytes(d: Mapping[str, Any], key: str) -> bytes:
 @dataclass(frozen=True)
 class ExecResult:
     """A program's outcome. A timeout or a kill is a result (``timed_out``,
-    ``oom_killed``, ``signal``), not an exception; a denial raises ``OperationDenied``."""
+    ``oom_killed``, ``signal``), not an exception; a denial raises ``OperationDenied``.
+
+    Each output stream is captured up to the sandbox's cap (1 MiB by default):
+    ``stdout_truncated``/``stderr_truncated`` say that the program wrote more than was
+    kept, and ``stdout_bytes``/``stderr_bytes`` how much it wrote in all."""
 
     stdout: str
     stderr: str
@@ -32,6 +36,10 @@ class ExecResult:
     record: AuditEvent
     stdout_raw: bytes = b""
     stderr_raw: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -61,7 +69,18 @@ class ExecResult:
             record=record,
             stdout_raw=out,
             stderr_raw=err,
+            stdout_truncated=bool(result.get("stdout_truncated")),
+            stderr_truncated=bool(result.get("stderr_truncated")),
+            stdout_bytes=_count(result, "stdout", out),
+            stderr_bytes=_count(result, "stderr", err),
         )
+
+
+def _count(result: Mapping[str, Any], key: str, kept: bytes) -> int:
+    """``stdout_bytes``/``stderr_bytes``: what the program wrote in all (what was kept,
+    for an answer that leaves the count out)."""
+    n = result.get(f"{key}_bytes")
+    return n if isinstance(n, int) else len(kept)
 
 
 class _RecordOnFirstUse:
@@ -96,13 +115,24 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One piece of live output (``stdout``/``stderr``, with ``data``) or the ``exit``."""
+    """One piece of live output (``stdout``/``stderr``, with ``data``) or the ``exit``.
+
+    The ``exit`` event, the last, also says what the output events left out:
+    ``stdout_truncated``/``stderr_truncated`` when the program wrote more than the cap (1
+    MiB by default; the events stop there), ``stdout_bytes``/``stderr_bytes`` how much it
+    wrote in all, and ``timed_out`` when its time limit killed it. On output events they
+    keep their defaults."""
 
     kind: Literal["stdout", "stderr", "exit"]
     data: bytes
     elapsed_us: int
     exit_code: int | None = None
     signal: int | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    timed_out: bool = False
 
     @property
     def text(self) -> str:

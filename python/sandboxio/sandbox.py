@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import json
 import logging
+import math
 import os
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
@@ -74,12 +76,56 @@ async def _settle(session: Session) -> None:
     await asyncio.wait([asyncio.ensure_future(settle())], timeout=_SETTLE_S)
 
 
+# The largest timeout the options carry (in ms, a u64 in the gateway): 100 years.
+_MAX_TIMEOUT_MS = 100 * 365 * 24 * 3600 * 1000
+
+
 def _seconds_ms(seconds: float | None) -> int | None:
+    """A ``timeout=`` in seconds as whole milliseconds, rounded to the nearest and at least
+    1 (a timeout under 1 ms is 1 ms, never none). Not a finite positive number of seconds
+    (a string, ``nan``, ``inf``, ``True``, 0 or less): ``InvalidArgument``."""
     if seconds is None:
         return None
-    if seconds <= 0:
-        raise InvalidArgument(f"timeout must be positive, got `{seconds}`")
-    return int(seconds * 1000)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidArgument(f"timeout must be a number of seconds, not {type(seconds).__name__} `{seconds!r}`")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgument(f"timeout must be a positive, finite number of seconds, got `{seconds}`")
+    ms = max(1, round(seconds * 1000))
+    if ms > _MAX_TIMEOUT_MS:
+        raise InvalidArgument(f"timeout `{seconds}` s is longer than the largest one taken (100 years)")
+    return ms
+
+
+def _content(data: Any) -> bytes:
+    """``write_file``'s data: text (UTF-8) or bytes-like; anything else (an int, which
+    ``bytes()`` would make that many NUL bytes, a list of ints) is ``InvalidArgument``."""
+    if isinstance(data, str):
+        return _utf8(data, "the file's text")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgument(f"write_file takes str or bytes, not {type(data).__name__}")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(f"{what} is not valid Unicode text (it holds a lone surrogate): {e.reason}") from None
+
+
+def _argv(cmd: Any) -> list[str]:
+    """``run``'s command: a string for ``sh -c``, or a sequence of arguments (each made a
+    string). Bytes, ``None`` or a non-sequence is ``InvalidArgument``, the same with
+    every backend."""
+    if isinstance(cmd, str):
+        return ["sh", "-c", cmd]
+    if isinstance(cmd, (bytes, bytearray, memoryview)) or not isinstance(cmd, Sequence):
+        raise InvalidArgument(f"a command is a str (for `sh -c`) or a sequence of str, not {type(cmd).__name__}")
+    argv = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in cmd]
+    for a in argv:
+        if isinstance(a, bool) or not isinstance(a, (str, int, float)):
+            raise InvalidArgument(f"a command's arguments are str, not {type(a).__name__}")
+    return [str(a) for a in argv]
 
 
 class Sandbox:
@@ -162,6 +208,13 @@ class Sandbox:
         with otel.operation_span(tool, self._backend.name) as span:
             try:
                 answer = await call(span, *args)
+            except UnicodeEncodeError as e:
+                # A lone surrogate in code, an argument, a path or the environment: the
+                # in-process backend cannot pass it on (the HTTP server answers SBX_E1805,
+                # `InvalidArgument` too).
+                bad = InvalidArgument(f"{tool}: a text argument is not valid Unicode (it holds a lone surrogate): {e.reason}")
+                otel.finish(span, None, capture_code=capture, error=bad.code)
+                raise bad from None
             except asyncio.CancelledError:
                 # The backend fired the operation's cancel token and lets it run to its
                 # record; the caller's next operation must find it ended.
@@ -217,7 +270,7 @@ class Sandbox:
     ) -> ExecResult:
         """Runs a command: a string goes to ``sh -c``, a sequence is the argv. ``stdin`` is
         text or bytes (any bytes, passed exactly)."""
-        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+        argv = _argv(cmd)
         if not argv:
             raise InvalidArgument("a command needs at least a program name")
 
@@ -296,7 +349,7 @@ class Sandbox:
         """Yields output while the program runs, then its exit; one record in all."""
         if (code is None) == (cmd is None):
             raise InvalidArgument("stream needs either `code` or `cmd`")
-        argv = None if cmd is None else (["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd))
+        argv = None if cmd is None else _argv(cmd)
         self._backend.require(Capability.STREAM, "streaming output")
         if self.closed:
             raise SandboxClosed()
@@ -308,13 +361,27 @@ class Sandbox:
             try:
                 h = self._s.stream(language if argv is None else None, code, argv, opts)
                 await h.start()
+                exit_ev: StreamEvent | None = None
                 while True:
                     raw = await h.next()
                     if raw is None:
                         break
-                    yield _stream_event(json.loads(raw))
+                    ev = _stream_event(json.loads(raw))
+                    if ev.kind == "exit":
+                        # Yielded once the outcome says what the output events left out.
+                        exit_ev = ev
+                        continue
+                    yield ev
                 ended = True
-                out = _outcome.parse(await h.outcome(), capture_code=capture)
+                failed: BaseException | None = None
+                try:
+                    out = _outcome.parse(await h.outcome(), capture_code=capture)
+                except (_native.NativeError, SandboxioError) as e:
+                    failed = e
+                if exit_ev is not None:
+                    yield exit_ev if failed is not None else _exit_event(exit_ev, out.result)
+                if failed is not None:
+                    raise failed
             except _native.NativeError as e:
                 err = from_native(e)
                 otel.finish(span, None, capture_code=capture, error=err.code)
@@ -347,7 +414,7 @@ class Sandbox:
         return (await self.read_file(path)).decode(encoding)
 
     async def write_file(self, path: str, data: str | bytes) -> AuditEvent:
-        content = data.encode() if isinstance(data, str) else bytes(data)
+        content = _content(data)
 
         def call(span: Any) -> Awaitable[Answer]:
             return self._s.write_file(path, content, otel.traceparent(span))
@@ -412,6 +479,28 @@ def _file_bytes(path: str, text: str, record: AuditEvent) -> bytes:
         )
     raise BackendUnavailable(
         _redaction.redact(f"the content of `{path}` was answered as base64 that does not decode"),
+    )
+
+
+def _exit_event(ev: StreamEvent, result: Any) -> StreamEvent:
+    """The ``exit`` event with what the operation's result says of the output (truncated,
+    bytes written in all) and of a timeout."""
+    if isinstance(result, ExecResult):
+        r: Mapping[str, Any] = {
+            "stdout_truncated": result.stdout_truncated, "stderr_truncated": result.stderr_truncated,
+            "stdout_bytes": result.stdout_bytes, "stderr_bytes": result.stderr_bytes, "timed_out": result.timed_out,
+        }
+    elif isinstance(result, Mapping):
+        r = result
+    else:
+        return ev
+    return dataclasses.replace(
+        ev,
+        stdout_truncated=bool(r.get("stdout_truncated")),
+        stderr_truncated=bool(r.get("stderr_truncated")),
+        stdout_bytes=int(r.get("stdout_bytes") or 0),
+        stderr_bytes=int(r.get("stderr_bytes") or 0),
+        timed_out=bool(r.get("timed_out")),
     )
 
 

@@ -342,6 +342,12 @@ fn exec_result<'py>(
     d.set_item(intern!(py, "sandbox_id"), sandbox_id)?;
     d.set_item(intern!(py, "stdout_raw"), stdout_raw)?;
     d.set_item(intern!(py, "stderr_raw"), stderr_raw)?;
+    // What the program wrote beyond the capture's cap (`ExecResult.from_outcome` reads the
+    // same fields of the JSON).
+    d.set_item(intern!(py, "stdout_truncated"), r.stdout_truncated)?;
+    d.set_item(intern!(py, "stderr_truncated"), r.stderr_truncated)?;
+    d.set_item(intern!(py, "stdout_bytes"), r.stdout_bytes)?;
+    d.set_item(intern!(py, "stderr_bytes"), r.stderr_bytes)?;
     Ok((obj, d))
 }
 

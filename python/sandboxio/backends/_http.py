@@ -1,8 +1,14 @@
-"""A minimal HTTP/1.1 client on asyncio streams, for answers that arrive over time (the
-server's streamed exec): one request per connection, the body read as it comes
-(``Content-Length``, chunked, or until the connection closes). Closing the response
-closes the socket, which the server notices as the client going away. Nothing else in the
-package needs more than ``urllib``."""
+"""A minimal HTTP/1.1 client on asyncio, for every call of ``ServerBackend``: one request
+per connection, the body read as it comes (``Content-Length``, chunked, or until the
+connection closes). Closing the response (or cancelling the task that awaits it) closes
+the socket, which the server notices as the client going away: it cancels what it ran
+for the request (``crates/sandboxio-server/src/launch.rs``). Nothing runs in a thread, so
+a cancelled call leaves nothing behind for ``asyncio.run()`` to wait for at exit.
+
+What the server sent is kept even when the connection then fails: a server that refuses a
+body too large for it (413) answers before it has read all of it and closes, and the
+client's further writes then fail (broken pipe, reset). The answer read before that is
+still the answer."""
 
 from __future__ import annotations
 
@@ -14,20 +20,151 @@ from typing import Mapping
 # Bounds on what the server may send before the body (a status line and its headers).
 MAX_HEAD_LINE = 16 * 1024
 MAX_HEADERS = 100
+# How much of the body is written before the writer waits for the socket to take it.
+_HIGH_WATER = 256 * 1024
+# How much of the answer is buffered before the socket is no longer read (until the
+# reader takes some): a slow reader of a stream does not make the buffer grow.
+_READ_HIGH = 4 * 1024 * 1024
 
 
 class HttpError(Exception):
     """The connection failed or the server's answer was not HTTP/1.1 as expected."""
 
 
+class SendFailed(HttpError):
+    """The connection failed while the request was sent, and no answer was read."""
+
+
+class _Conn(asyncio.Protocol):
+    """One connection: what arrived is buffered here and stays readable after the
+    connection is lost (unlike ``asyncio.StreamReader``, which then raises at once)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.eof = False
+        self.error: BaseException | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._paused = False
+        self._reading_paused = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > _READ_HIGH and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._notify()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._notify()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._notify()
+        self._resume()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._resume()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        w, self._wake = self._wake, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _resume(self) -> None:
+        w, self._writable = self._writable, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait_data(self) -> None:
+        """Until more data arrived or the connection ended."""
+        if self.eof:
+            return
+        self._wake = asyncio.get_running_loop().create_future()
+        await self._wake
+
+    async def drain(self) -> None:
+        """Until the socket took what was written (down to the low-water mark)."""
+        while self._paused and not self.eof:
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
+        if self.eof and self.error is not None:
+            raise ConnectionResetError(str(self.error) or type(self.error).__name__)
+
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _take(self, n: int) -> bytes:
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        if self._reading_paused and len(self.buf) < _READ_HIGH // 2 and self.transport is not None:
+            self._reading_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        return data
+
+    async def read_line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                return self._take(i + 2)
+            if len(self.buf) > MAX_HEAD_LINE:
+                raise HttpError("a line of the answer is too long")
+            if self.eof:
+                raise HttpError(f"the connection closed mid-answer{_why(self.error)}")
+            await self.wait_data()
+
+    async def read_some(self, n: int) -> bytes:
+        """Up to ``n`` bytes; ``b""`` only at the end of the connection."""
+        while not self.buf:
+            if self.eof:
+                if self.error is not None:
+                    raise HttpError(f"the connection failed{_why(self.error)}")
+                return b""
+            await self.wait_data()
+        return self._take(n)
+
+    async def read_exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if self.eof:
+                raise HttpError(f"the connection closed before the end of the body{_why(self.error)}")
+            await self.wait_data()
+        return self._take(n)
+
+
+def _why(e: BaseException | None) -> str:
+    return f": {e}" if e is not None else ""
+
+
 class Response:
     """A response whose body is read on demand."""
 
-    def __init__(self, status: int, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, status: int, headers: dict[str, str], conn: _Conn) -> None:
         self.status = status
         self.headers = headers
-        self._r = reader
-        self._w = writer
+        self._c = conn
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
         self._left: int | None = int(length) if length is not None and not self._chunked else None
@@ -38,7 +175,7 @@ class Response:
         if self._done:
             return b""
         if self._chunked:
-            line = await self._r.readuntil(b"\r\n")
+            line = await self._c.read_line()
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
@@ -46,38 +183,38 @@ class Response:
             if size == 0:
                 self._done = True
                 return b""
-            data = await self._r.readexactly(size)
-            await self._r.readexactly(2)
+            data = await self._c.read_exactly(size)
+            await self._c.read_exactly(2)
             return data
         if self._left is not None:
             if self._left == 0:
                 self._done = True
                 return b""
-            data = await self._r.read(min(self._left, 65536))
+            data = await self._c.read_some(min(self._left, 65536))
             if not data:
                 raise HttpError("the connection closed before the end of the body")
             self._left -= len(data)
             return data
-        data = await self._r.read(65536)
+        data = await self._c.read_some(65536)
         if not data:
             self._done = True
         return data
 
-    async def read_all(self, limit: int = 64 * 1024 * 1024) -> bytes:
+    async def read_all(self, limit: int | None = 64 * 1024 * 1024) -> bytes:
+        """The rest of the body; ``limit=None``: however large (a file's download)."""
         out = bytearray()
         while True:
             c = await self.read_chunk()
             if not c:
                 return bytes(out)
             out += c
-            if len(out) > limit:
+            if limit is not None and len(out) > limit:
                 raise HttpError("the answer is larger than expected")
 
     def close(self) -> None:
         """Closes the connection (idempotent); the server sees the client go away."""
         self._done = True
-        if not self._w.is_closing():
-            self._w.close()
+        self._c.close()
 
 
 async def request(
@@ -89,43 +226,66 @@ async def request(
     *,
     connect_timeout: float,
 ) -> Response:
-    """Sends one request and reads the status line and headers."""
+    """Sends one request and reads the status line and headers. Cancelled, it closes the
+    connection. A body the server refuses before reading it all still gets its answer
+    (the status and headers sent before the connection failed)."""
     u = urllib.parse.urlparse(url)
     tls = u.scheme == "https"
     host = u.hostname or "localhost"
     port = u.port or (443 if tls else 80)
+    loop = asyncio.get_running_loop()
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=ssl.create_default_context() if tls else None, limit=MAX_HEAD_LINE * 4),
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(_Conn, host, port, ssl=ssl.create_default_context() if tls else None),
             connect_timeout,
         )
-    except (OSError, asyncio.TimeoutError) as e:
+    except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
         raise HttpError(f"cannot connect: {e or 'timed out'}") from None
     lines = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
     try:
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
-        await writer.drain()
-        status_line = await reader.readuntil(b"\r\n")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        sent = False
+        try:
+            assert conn.transport is not None
+            conn.transport.write(head)
+            view = memoryview(body or b"")
+            for i in range(0, len(view), _HIGH_WATER):
+                if conn.eof or conn.buf or conn.closing():
+                    break  # the server answered (or left) before taking the whole body
+                conn.transport.write(view[i : i + _HIGH_WATER])
+                await conn.drain()
+            else:
+                sent = not conn.closing()
+        except OSError:
+            pass
+        try:
+            status_line = await conn.read_line()
+        except HttpError as e:
+            if not sent:
+                raise SendFailed(f"sending the request failed: {e}") from None
+            raise
         parts = status_line.decode("latin-1").split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
             raise HttpError("the server did not answer HTTP/1.1")
         status = int(parts[1])
         got: dict[str, str] = {}
         for _ in range(MAX_HEADERS + 1):
-            line = await reader.readuntil(b"\r\n")
+            line = await conn.read_line()
             if line == b"\r\n":
                 break
             k, _, v = line.decode("latin-1").partition(":")
             got[k.strip().lower()] = v.strip()
         else:
             raise HttpError("too many headers")
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
-        writer.close()
+        if 100 <= status < 200:
+            raise HttpError(f"an interim answer ({status}) this client did not ask for")
+    except (OSError, ValueError) as e:
+        conn.close()
         raise HttpError(f"reading the answer failed: {e}") from None
     except BaseException:
-        writer.close()
+        conn.close()
         raise
-    return Response(status, got, reader, writer)
+    return Response(status, got, conn)

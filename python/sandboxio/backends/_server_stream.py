@@ -71,13 +71,11 @@ class ServerStream:
         }
         if self._tp:
             headers["traceparent"] = self._tp
+        body = json.dumps(self._body).encode()
         try:
-            res = await _http.request(
-                self._b.url, "POST", self._path, headers, json.dumps(self._body).encode(),
-                connect_timeout=self._b.timeout,
-            )
+            res = await _http.request(self._b.url, "POST", self._path, headers, body, connect_timeout=self._b.timeout)
         except _http.HttpError as e:
-            raise BackendUnavailable(redact(f"cannot reach `{self._b.url}`: {e}")) from None
+            raise self._b.unreachable(e, body) from None
         ctype = res.headers.get("content-type", "")
         if res.status == 200 and ctype.startswith(NDJSON):
             self._res = res

@@ -6,17 +6,21 @@ record, so results, errors and spans look the same as with ``LocalBackend``."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import json
-import urllib.error
+import threading
+import time
 import urllib.parse
 import urllib.request
+import weakref
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
 from sandboxio._redaction import redact
 from sandboxio.audit import AuditConfig
+from sandboxio.backends import _http
 from sandboxio.backends._server_stream import ServerStream
 from sandboxio.backends.base import Backend, Session
 from sandboxio.capability import Capability
@@ -31,6 +35,15 @@ from sandboxio.events import CostEntry, _ts
 
 # How long to wait for a person, per long-poll, when an operation asks for approval.
 APPROVAL_POLL_S = 60
+# The server's JSON body limit unless configured otherwise (`--json-limit`, per tenant
+# `json_limit`; crates/sandboxio-server/README.md "Limits and operations").
+DEFAULT_JSON_LIMIT = 1024 * 1024
+# Its upload limit (`write_file`'s raw body) unless configured otherwise (`--upload-limit`).
+DEFAULT_UPLOAD_LIMIT = 16 * 1024 * 1024
+# How long a cancelled call waits for the server to take its approval's withdrawal.
+WITHDRAW_WAIT_S = 5.0
+# The server's code for a body larger than its limit (HTTP 413).
+E_BODY_TOO_LARGE = "SBX_E1807"
 
 
 class ServerBackend(Backend):
@@ -54,7 +67,7 @@ class ServerBackend(Backend):
         self.url = url.rstrip("/")
         self._key = api_key
         self.audit = audit if audit is not None else AuditConfig()
-        if len(self.audit.sinks) > 1 or type(self.audit.sinks[0]).__name__ != "NoopSink":
+        if any(type(sink).__name__ != "NoopSink" for sink in self.audit.sinks):
             raise InvalidArgument(
                 "the server writes the audit trail; Python sinks are not supported with ServerBackend"
             )
@@ -73,7 +86,15 @@ class ServerBackend(Backend):
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def _request(
+    def _headers(self, content_type: str | None, traceparent: str | None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self._key}", "Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        if traceparent:
+            headers["traceparent"] = traceparent
+        return headers
+
+    async def call(
         self,
         method: str,
         path: str,
@@ -82,25 +103,49 @@ class ServerBackend(Backend):
         json_body: Any = None,
         traceparent: str | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        headers = {"Authorization": f"Bearer {self._key}", "Accept": "application/json"}
+        """One request on its own connection (``_http``), read whole. Cancelled (a task
+        cancel, ``asyncio.wait_for``), it closes the connection at once, and the server
+        cancels what it ran for it: a command is killed and recorded ``cancelled``."""
+        ctype = None
         if json_body is not None:
             body = json.dumps(json_body).encode()
-            headers["Content-Type"] = "application/json"
+            ctype = "application/json"
         elif body is not None:
-            headers["Content-Type"] = "application/octet-stream"
-        if traceparent:
-            headers["traceparent"] = traceparent
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as res:
-                return res.status, {k.lower(): v for k, v in res.headers.items()}, res.read()
-        except urllib.error.HTTPError as e:
-            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
-        except (urllib.error.URLError, OSError) as e:
-            raise BackendUnavailable(redact(f"cannot reach `{self.url}`: {e}")) from None
+            ctype = "application/octet-stream"
+        headers = self._headers(ctype, traceparent)
 
-    async def call(self, method: str, path: str, body: bytes | None = None, **kw: Any) -> tuple[int, dict[str, str], bytes]:
-        return await asyncio.to_thread(self._request, method, path, body, **kw)
+        async def once() -> tuple[int, dict[str, str], bytes]:
+            res = await _http.request(self.url, method, path, headers, body, connect_timeout=self.timeout)
+            try:
+                # No bound: a download is a file of any size, as the server streams it.
+                return res.status, res.headers, await res.read_all(limit=None)
+            finally:
+                res.close()
+
+        try:
+            return await asyncio.wait_for(once(), self.timeout)
+        except _http.HttpError as e:
+            raise self.unreachable(e, body, DEFAULT_JSON_LIMIT if json_body is not None else DEFAULT_UPLOAD_LIMIT) from None
+        except asyncio.TimeoutError:
+            raise BackendUnavailable(redact(f"`{self.url}` did not answer within {self.timeout} s")) from None
+
+    def unreachable(self, e: _http.HttpError, body: bytes | None, limit: int = DEFAULT_JSON_LIMIT) -> SandboxioError:
+        """The error for a request that failed. Its answer is read even when sending the
+        body failed (the server refuses a body too large before reading all of it, and
+        closes); only when none could be read, a body above the server's documented
+        default ``limit`` whose sending was cut off is ``SBX_E1807`` all the same (the
+        server's 413, lost with the connection). Anything else is ``BackendUnavailable``."""
+        if isinstance(e, _http.SendFailed) and body is not None and len(body) > limit:
+            what = "JSON" if limit == DEFAULT_JSON_LIMIT else "upload"
+            return InvalidArgument(
+                redact(
+                    f"the request to `{self.url}` ({len(body)} bytes) was cut off by the server while "
+                    f"it was sent ({e}): larger than the server accepts (its {what} limit is "
+                    f"{limit} bytes unless configured otherwise)"
+                ),
+                code=E_BODY_TOO_LARGE,
+            )
+        return BackendUnavailable(redact(f"cannot reach `{self.url}`: {e}"))
 
     async def outcome(self, method: str, path: str, **kw: Any) -> str:
         """An operation's answer as outcome JSON (waiting out an approval), or an error."""
@@ -108,14 +153,35 @@ class ServerBackend(Backend):
         return await self.settle(status, raw)
 
     async def settle(self, status: int, raw: bytes) -> str:
-        """The outcome JSON of an answer, after waiting out an approval (202)."""
-        while status == 202:
-            d = _json(raw)
-            wait = d.get("wait") or f"/v1/approvals/{d.get('approval_id')}/outcome?timeout={APPROVAL_POLL_S}"
-            status, _, raw = await self.call("GET", wait)
-            if status == 408 or (status == 202 and not raw):
-                status = 202
+        """The outcome JSON of an answer, after waiting out an approval (202). Cancelled
+        while it waits, it withdraws the request (``withdraw``)."""
+        approval: str | None = None
+        try:
+            while status == 202:
+                d = _json(raw)
+                approval = str(d.get("approval_id") or approval or "") or None
+                wait = d.get("wait") or f"/v1/approvals/{approval}/outcome?timeout={APPROVAL_POLL_S}"
+                status, _, raw = await self.call("GET", wait)
+                if status == 408 or (status == 202 and not raw):
+                    status = 202
+        except asyncio.CancelledError:
+            if approval is not None:
+                await self.withdraw(approval)
+            raise
         return self.answer(status, _json(raw))
+
+    async def withdraw(self, approval_id: str) -> None:
+        """Best effort, bounded: denies the pending approval of an operation whose caller
+        was cancelled, so that nobody can approve it later and it runs for no one. The
+        server's API has no withdrawal by the asker, so this is a ``deny`` recorded under
+        the caller's key, which needs the ``approve`` scope; without it the approval stays
+        pending until it is decided, expires, or its sandbox is closed."""
+        path = f"/v1/approvals/{urllib.parse.quote(approval_id)}/deny"
+        body = {"reason": "withdrawn: the caller cancelled the operation while it waited for approval"}
+        try:
+            await asyncio.wait_for(self.call("POST", path, json_body=body), WITHDRAW_WAIT_S)
+        except (asyncio.TimeoutError, SandboxioError):
+            pass
 
     @staticmethod
     def answer(status: int, d: dict[str, Any]) -> str:
@@ -124,7 +190,10 @@ class ServerBackend(Backend):
             if isinstance(d.get("record"), dict):
                 return json.dumps({"record": d["record"], "result": None})
             code = str(d.get("code") or E_BACKEND_UNAVAILABLE)
-            klass = "usage" if status in (400, 404, 413, 422) else "internal"
+            if status in (400, 413, 422):
+                # Bad input, as LocalBackend says it: `except InvalidArgument` catches both.
+                raise InvalidArgument(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code)
+            klass = "usage" if status == 404 else "internal"
             raise SandboxioError(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code, error_class=klass)
         return json.dumps({"record": d["record"], "result": d.get("result"), "tool_output": d.get("output")})
 
@@ -173,6 +242,9 @@ class ServerBackend(Backend):
         labels: Mapping[str, str] | None = None,
     ) -> list[CostEntry]:
         self.require(Capability.COST_REPORTING, "cost reporting")
+        for t in (since, until):
+            if t is not None and (not isinstance(t, datetime) or t.tzinfo is None):
+                raise InvalidArgument("times must be timezone-aware (e.g. `datetime.now(timezone.utc)`)")
         secs = max(1, int((datetime.now(timezone.utc) - since).total_seconds()))
         status, _, raw = await self.call("GET", f"/v1/costs?since={secs}s")
         d = _json(raw)
@@ -206,12 +278,74 @@ def _json(raw: bytes) -> dict[str, Any]:
     return v if isinstance(v, dict) else {"value": v}
 
 
+# Sandboxes dropped without `close()`: each is deleted on the server, best effort, when its
+# session is collected (in a daemon thread: a collection may run on the event loop's
+# thread, which must not wait for the network) or, at the latest, at interpreter exit
+# (synchronously, bounded), so none stays `running` on the server until its idle timeout,
+# counting against the tenant's `max_sandboxes`.
+_DROP_DELETE_S = 5.0
+_drop_lock = threading.Lock()
+_drop_live: set[weakref.finalize[Any, Any]] = set()
+_drop_threads: set[threading.Thread] = set()
+_exiting = False
+
+
+def _delete_dropped(url: str, key: str, path: str) -> None:
+    """Deletes a dropped sandbox (the finalizer of its session): never raises."""
+
+    def run() -> None:
+        req = urllib.request.Request(url + path, method="DELETE", headers={"Authorization": f"Bearer {key}"})
+        try:
+            urllib.request.urlopen(req, timeout=_DROP_DELETE_S).close()
+        except Exception:  # noqa: BLE001 (best effort: the server's reaper ends it anyway)
+            pass
+        finally:
+            with _drop_lock:
+                _drop_threads.discard(threading.current_thread())
+
+    if _exiting:
+        run()
+        return
+    t = threading.Thread(target=run, name="sandboxio-drop-delete", daemon=True)
+    with _drop_lock:
+        _drop_threads.add(t)
+    try:
+        t.start()
+    except RuntimeError:  # no new threads (the interpreter is finalising)
+        with _drop_lock:
+            _drop_threads.discard(t)
+
+
+@atexit.register
+def _delete_dropped_at_exit() -> None:
+    """At exit: deletes the sandboxes still open (nothing can use them after), and waits
+    (bounded) for the deletions already started."""
+    global _exiting
+    _exiting = True
+    with _drop_lock:
+        live = list(_drop_live)
+        _drop_live.clear()
+    for f in live:
+        f()
+    deadline = time.monotonic() + _DROP_DELETE_S
+    with _drop_lock:
+        threads = list(_drop_threads)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
 class _ServerSession:
     def __init__(self, backend: ServerBackend, sid: str, tier: str) -> None:
         self._b = backend
         self._id = sid
         self._tier = tier
         self._closed = False
+        # Not a bound method nor `self` in its arguments: it must not keep the session alive.
+        self._drop = weakref.finalize(self, _delete_dropped, backend.url, backend._key, self._path(""))
+        with _drop_lock:
+            for f in [f for f in _drop_live if not f.alive]:
+                _drop_live.discard(f)
+            _drop_live.add(self._drop)
 
     @property
     def id(self) -> str:
@@ -272,6 +406,13 @@ class _ServerSession:
     async def read_file(self, path: str, traceparent: str | None) -> str:
         q = urllib.parse.quote(path)
         status, headers, raw = await self._b.call("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
+        if status == 200 and headers.get("content-type", "").startswith("application/json"):
+            # A directory: the server answers its listing as JSON (a file is always
+            # `application/octet-stream`). As a listing, `Sandbox.read_file` refuses it
+            # with `InvalidArgument`, as LocalBackend does.
+            listing = _json(raw)
+            if "entries" in listing:
+                return self._synthetic("file_read", headers, {"path": path, "entries": listing["entries"]})
         if status == 200:
             return self._synthetic("file_read", headers, {"path": path, "content_base64": base64.b64encode(raw).decode()})
         return await self._b.outcome("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
@@ -308,4 +449,7 @@ class _ServerSession:
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            self._drop.detach()
+            with _drop_lock:
+                _drop_live.discard(self._drop)
             await self._b.call("DELETE", self._path(""))
