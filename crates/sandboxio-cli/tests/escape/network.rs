@@ -322,6 +322,15 @@ fn cannot_connect_to_a_host_unix_socket_in_a_mount() {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     listener.set_nonblocking(true).unwrap();
+    // And a datagram socket (as journald's or syslog's), which any datagram socket can
+    // send to by path.
+    let dpath = host.path().join("log.sock");
+    let dlistener = std::os::unix::net::UnixDatagram::bind(&dpath).unwrap();
+    dlistener.set_nonblocking(true).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dpath, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
     let script = r#"
 def conn(p):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -329,10 +338,14 @@ def conn(p):
     s.connect(p)
 attempt('connect', lambda: conn(sys.argv[1]))
 attempt('pair', lambda: [x.close() for x in socket.socketpair()] and None)
+def dgram(p):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendto(b'hello', p)
+attempt('dgram', lambda: dgram(sys.argv[2]))
 "#;
     let out = Sandbox::new()
         .mount(&format!("{}:/sock:ro", host.path().display()))
-        .py(script, &["/sock/agent.sock"]);
+        .py(script, &["/sock/agent.sock", "/sock/log.sock"]);
     match listener.accept() {
         Err(e) if e.kind() == ErrorKind::WouldBlock => {}
         Ok(_) => panic!(
@@ -346,6 +359,13 @@ attempt('pair', lambda: [x.close() for x in socket.socketpair()] and None)
         out.result("pair"),
         "OK",
         "socketpair works\n{}",
+        out.describe()
+    );
+    out.expect_errno("dgram", SOCKET_DENIED);
+    let mut buf = [0u8; 16];
+    assert!(
+        dlistener.recv(&mut buf).is_err(),
+        "ESCAPE: the host datagram socket in the mount got a message\n{}",
         out.describe()
     );
 }

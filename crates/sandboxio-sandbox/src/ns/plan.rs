@@ -199,12 +199,20 @@ impl NamespacePlan {
             format!("output_size={} (tmpfs)", ByteSize(self.output_size)),
             format!("tmpfs_inodes={TMPFS_INODES}"),
         ];
-        if self.sockets == SocketPolicy::PairsOnly {
-            l.push(
+        match self.sockets {
+            SocketPolicy::PairsOnly => l.push(
                 "sockets: socket() refused for every family, AF_UNIX included (host \
-                 directories are bound in and may hold host daemons' sockets); socketpair only"
+                 directories are bound in and may hold host daemons' sockets); stream and \
+                 seqpacket socketpair only"
                     .into(),
-            );
+            ),
+            SocketPolicy::InetNoUnix => l.push(
+                "sockets: AF_INET and AF_INET6 only, no AF_UNIX socket() (host directories \
+                 are bound in and may hold host daemons' sockets); stream and seqpacket \
+                 socketpair only"
+                    .into(),
+            ),
+            _ => {}
         }
         l
     }
@@ -309,6 +317,11 @@ pub fn plan(
             (SocketPolicy::PairsOnly, None)
         }
         NetworkMode::None => (SocketPolicy::UnixOnly, None),
+        NetworkMode::Allowlist { .. } | NetworkMode::Full
+            if !req.mounts.is_empty() || req.input_dir.is_some() =>
+        {
+            (SocketPolicy::InetNoUnix, Some(EGRESS_PORT))
+        }
         NetworkMode::Allowlist { .. } | NetworkMode::Full => {
             (SocketPolicy::Inet, Some(EGRESS_PORT))
         }
@@ -643,7 +656,7 @@ pub fn plan(
         sockets,
         seccomp: seccomp::rules_for(sockets),
         landlock,
-        landlock_deny_tcp: sockets != SocketPolicy::Inet,
+        landlock_deny_tcp: matches!(sockets, SocketPolicy::UnixOnly | SocketPolicy::PairsOnly),
         egress_port,
         namespaces: NAMESPACES.iter().map(|s| s.to_string()).collect(),
         tty: req.tty,
@@ -966,6 +979,14 @@ mod tests {
         let mut input = req.clone();
         input.input_dir = Some(p("/srv/in"));
         assert_eq!(plan_for(&input).sockets, SocketPolicy::PairsOnly);
+        // With network too: the network families, still no AF_UNIX socket().
+        mounted.network = NetworkMode::Full;
+        let with_net = plan_for(&mounted);
+        assert_eq!(with_net.sockets, SocketPolicy::InetNoUnix);
+        assert!(
+            !with_net.landlock_deny_tcp,
+            "the egress proxy is reached over TCP"
+        );
     }
 
     #[test]

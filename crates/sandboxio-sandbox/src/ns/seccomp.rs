@@ -55,6 +55,8 @@ pub enum ArgTest {
     MaskedEq { mask: u32, value: u32 },
     /// Matches when `arg` is none of these values.
     NotIn(Vec<u32>),
+    /// Matches when `arg & mask` is none of these values.
+    MaskedNotIn { mask: u32, values: Vec<u32> },
 }
 
 /// One syscall denied outright: its name (numbered per architecture by
@@ -233,11 +235,16 @@ const SOCK_PACKET: u32 = 10;
 pub enum SocketPolicy {
     /// Only AF_UNIX sockets (no network).
     UnixOnly,
-    /// No network and no `socket()` of any family, AF_UNIX included; `socketpair` (an
-    /// anonymous connected pair) still works. For a sandbox with host directories bound in
-    /// (mounts, an input directory): a Unix socket of a host daemon in one of them (a
-    /// Docker or ssh-agent socket) would be a way out that no network setting closes.
+    /// No network and no `socket()` of any family, AF_UNIX included; `socketpair` of
+    /// AF_UNIX stream or seqpacket sockets (an anonymous connected pair) still works. For a
+    /// sandbox with host directories bound in (mounts, an input directory): a Unix socket
+    /// of a host daemon in one of them (a Docker or ssh-agent socket, journald's datagram
+    /// socket) would be a way out that no network setting closes. A datagram pair is
+    /// refused too: it can `sendto` any socket path.
     PairsOnly,
+    /// AF_INET and AF_INET6 only (network through the namespace's interfaces), for the
+    /// same sandbox with network: no AF_UNIX `socket()`, pairs as in [`PairsOnly`].
+    InetNoUnix,
     /// AF_UNIX, AF_INET and AF_INET6 (network through the namespace's interfaces).
     Inet,
 }
@@ -297,16 +304,21 @@ fn conditional_rules(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
     let families: Vec<u32> = match sockets {
         SocketPolicy::UnixOnly => vec![libc::AF_UNIX as u32],
         SocketPolicy::PairsOnly => Vec::new(),
+        SocketPolicy::InetNoUnix => vec![libc::AF_INET as u32, libc::AF_INET6 as u32],
         SocketPolicy::Inet => vec![
             libc::AF_UNIX as u32,
             libc::AF_INET as u32,
             libc::AF_INET6 as u32,
         ],
     };
-    // A pair is never reachable from outside: AF_UNIX pairs stay in every mode.
-    let pair_families: Vec<u32> = match sockets {
-        SocketPolicy::PairsOnly => vec![libc::AF_UNIX as u32],
-        _ => families.clone(),
+    // A connected pair is reachable from nowhere: AF_UNIX pairs stay in every mode, but
+    // where host sockets may be bound in only stream and seqpacket ones (a datagram
+    // socket can send to any path).
+    let host_dirs = matches!(sockets, SocketPolicy::PairsOnly | SocketPolicy::InetNoUnix);
+    let pair_families: Vec<u32> = if host_dirs {
+        vec![libc::AF_UNIX as u32]
+    } else {
+        families.clone()
     };
     let family_check = |families: Vec<u32>| ArgCheck {
         arg: 0,
@@ -392,9 +404,18 @@ fn conditional_rules(arch: Arch, sockets: SocketPolicy) -> Vec<SeccompRule> {
             RuleAction::Checks(
                 std::iter::once(family_check(pair_families))
                     .chain(socket_checks.into_iter().skip(1))
+                    .chain(host_dirs.then_some(ArgCheck {
+                        arg: 1,
+                        test: ArgTest::MaskedNotIn {
+                            mask: SOCK_TYPE_MASK,
+                            values: vec![libc::SOCK_STREAM as u32, libc::SOCK_SEQPACKET as u32],
+                        },
+                        errno: libc::EPERM,
+                    }))
                     .collect(),
             ),
-            "same as socket, but an AF_UNIX pair is always allowed",
+            "same as socket, but an AF_UNIX pair is always allowed (with host directories \
+             bound in, a stream or seqpacket pair only)",
         ),
     ]
     .into_iter()
@@ -537,6 +558,15 @@ fn compile_checks(checks: &[ArgCheck]) -> Result<Vec<SockFilter>, NsError> {
                 let n = values.len();
                 for (i, v) in values.iter().enumerate() {
                     let remaining = n - i - 1; // jeq's still after this one
+                    out.push(jump(BPF_JEQ_K, *v, remaining + 1, 0)?);
+                }
+                out.push(stmt(BPF_RET_K, ret_errno(c.errno)));
+            }
+            ArgTest::MaskedNotIn { mask, values } => {
+                out.push(stmt(BPF_AND_K, *mask));
+                let n = values.len();
+                for (i, v) in values.iter().enumerate() {
+                    let remaining = n - i - 1;
                     out.push(jump(BPF_JEQ_K, *v, remaining + 1, 0)?);
                 }
                 out.push(stmt(BPF_RET_K, ret_errno(c.errno)));
@@ -877,6 +907,44 @@ mod tests {
                 sock(libc::AF_PACKET, libc::SOCK_DGRAM)
             ),
             libc::EAFNOSUPPORT
+        );
+
+        // Host directories bound in: no AF_UNIX socket(), and only stream or seqpacket
+        // pairs (a datagram pair could send to any socket path).
+        for policy in [SocketPolicy::PairsOnly, SocketPolicy::InetNoUnix] {
+            let p = compile(&rules_for(policy)).unwrap();
+            assert_eq!(
+                probe(
+                    Some(&p),
+                    libc::SYS_socket,
+                    sock(libc::AF_UNIX, libc::SOCK_STREAM)
+                ),
+                libc::EAFNOSUPPORT,
+                "{policy:?}"
+            );
+            for (ty, want) in [
+                (libc::SOCK_STREAM, 0),
+                (libc::SOCK_SEQPACKET, 0),
+                (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::EPERM),
+            ] {
+                // A pair's fds land at an invalid address: EFAULT once the filter lets it by.
+                let got = probe(Some(&p), libc::SYS_socketpair, sock(libc::AF_UNIX, ty));
+                if want == 0 {
+                    assert_ne!(got, libc::EPERM, "{policy:?} type {ty}");
+                    assert_ne!(got, libc::EAFNOSUPPORT, "{policy:?} type {ty}");
+                } else {
+                    assert_eq!(got, want, "{policy:?} type {ty}");
+                }
+            }
+        }
+        let p = compile(&rules_for(SocketPolicy::InetNoUnix)).unwrap();
+        assert_eq!(
+            probe(
+                Some(&p),
+                libc::SYS_socket,
+                sock(libc::AF_INET, libc::SOCK_STREAM)
+            ),
+            0
         );
     }
 
