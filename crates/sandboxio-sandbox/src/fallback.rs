@@ -330,7 +330,7 @@ pub fn finish(
             why: "the landlock tier's copy-out was given a plan of another tier",
         });
     };
-    let copied = if lp.staged_output.is_dir() && plan.paths.output_dir.is_dir() {
+    let copied = if crate::ns::has_entries(&lp.staged_output) {
         crate::ns::copy_output(&lp.staged_output, &plan.paths.output_dir, lp.output_size)
     } else {
         Ok((0, 0))

@@ -435,3 +435,45 @@ fn an_output_path_through_a_symlink_a_sandbox_left_is_refused() {
         second.describe()
     );
 }
+
+/// The same with a directory above the output swapped: the copy-out is refused as an
+/// error (it used to copy nothing and exit 0, the output silently lost).
+#[test]
+fn an_output_parent_swapped_for_a_symlink_is_a_copy_error() {
+    let proj = tempfile::tempdir().unwrap();
+    writable_by_sandbox(proj.path());
+    std::fs::create_dir(proj.path().join("sub")).unwrap();
+    writable_by_sandbox(&proj.path().join("sub"));
+    let target = tempfile::tempdir().unwrap();
+    std::fs::create_dir(target.path().join("out")).unwrap();
+    let out = proj.path().join("sub/out");
+    let run = Sandbox::new()
+        .mount(&format!("{}:/project:rw", proj.path().display()))
+        .output(&out)
+        .run_unchecked(&[
+            "sh",
+            "-c",
+            &format!(
+                "mv /project/sub /project/old && ln -s {} /project/sub && echo x > \"$SANDBOX_OUTPUT/f\"",
+                target.path().display()
+            ),
+        ]);
+    assert!(
+        proj.path().join("old").is_dir(),
+        "the program ran\n{}",
+        run.describe()
+    );
+    assert_eq!(
+        std::fs::read_dir(target.path().join("out"))
+            .unwrap()
+            .count(),
+        0,
+        "written through the link\n{}",
+        run.describe()
+    );
+    assert!(
+        !run.status.success(),
+        "a lost output is an error\n{}",
+        run.describe()
+    );
+}

@@ -555,6 +555,11 @@ fn as_seen_inside(e: NsError, src: &Path, dst: &Path) -> NsError {
     }
 }
 
+/// Whether the directory holds any entry (a missing or unreadable one holds none).
+pub(crate) fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+}
+
 /// [`copy_out`] for other tiers: returns (files, bytes) copied.
 pub(crate) fn copy_output(src: &Path, dst: &Path, cap: u64) -> Result<(u64, u64), NsError> {
     copy_out(src, dst, cap).map(|b| (b.files, b.bytes))
@@ -1181,7 +1186,9 @@ impl NsChild {
                 }
             }
         }
-        let copied = if self.output_host.is_dir() {
+        // Something to copy: the host output directory must still be there as it was (a
+        // missing or swapped one is a copy error, never a silent "nothing copied").
+        let copied = if has_entries(&self.staging.output) {
             copy_out(&self.staging.output, &self.output_host, self.output_cap)
         } else {
             Ok(CopyBudget::new(None, None))

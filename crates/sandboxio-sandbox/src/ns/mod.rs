@@ -21,11 +21,11 @@ pub mod seccomp;
 pub mod syscalls;
 mod warm;
 
-pub(crate) use apply::copy_output;
 pub use apply::{
     cleanup_stale_staging, rlimits_from, spawn, spawn_plan, NsChild, NsOutcome, Rlimits,
     STAGING_PREFIX,
 };
+pub(crate) use apply::{copy_output, has_entries};
 pub use error::NsError;
 pub use plan::{
     egress_env, plan, FileSource, MountFlags, MountOp, NamespacePlan, NsHostPaths, Staged,
