@@ -69,8 +69,7 @@ pub fn is_trusted(path: &Path, bytes: &[u8]) -> bool {
 /// Trusts `bytes` as the content of the file at `path` (absolute), replacing what was
 /// trusted for it before.
 pub fn trust(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::DirBuilderExt as _;
     let store = store_path();
     let fail = |source: std::io::Error| CliError::Trust {
         path: store.clone(),
@@ -90,18 +89,6 @@ pub fn trust(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
         .map(|(d, p)| format!("{d} {p}"))
         .collect();
     lines.push(format!("{} {shown}", digest(bytes)));
-    let mut tmp_name = store.as_os_str().to_os_string();
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp_name);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(fail)?;
-    f.write_all((lines.join("\n") + "\n").as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(fail)?;
-    std::fs::rename(&tmp, &store).map_err(fail)
+    sandboxio_core::filewrite::write_private_atomic(&store, (lines.join("\n") + "\n").as_bytes())
+        .map_err(|(path, source)| CliError::Trust { path, source })
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod exec;
 pub mod fileread;
+pub mod filewrite;
 pub mod fingerprint;
 pub mod money;
 pub mod mount;

@@ -5,8 +5,6 @@
 //! atomically; a file that does not parse or open is refused and kept as it is.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -342,34 +340,8 @@ pub(crate) fn open(
 
 /// Writes `bytes` to a 0600 file beside `path`, syncs it and renames it over `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SecretError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(SecretError::io(&tmp))?;
-        f.write_all(bytes).map_err(SecretError::io(&tmp))?;
-        f.sync_all().map_err(SecretError::io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(SecretError::io(path))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    sandboxio_core::filewrite::write_private_atomic(path, bytes)
+        .map_err(|(at, e)| SecretError::io(&at)(e))
 }
 
 #[cfg(test)]

@@ -88,21 +88,9 @@ fn read(path: &Path) -> Result<BTreeMap<String, Pin>, McpError> {
 }
 
 fn write(path: &Path, map: &BTreeMap<String, Pin>) -> Result<(), McpError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let text = serde_json::to_string_pretty(map).map_err(|e| pins_error(path, e))?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| pins_error(&tmp, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| pins_error(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| pins_error(path, e))
+    sandboxio_core::filewrite::write_private_atomic(path, text.as_bytes())
+        .map_err(|(at, e)| pins_error(&at, e))
 }
 
 /// Holds the cross-process lock on the pins file until dropped.
