@@ -301,23 +301,23 @@ fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
             anchor.why
         );
     }
+    let signatures = if rep.signatures_checked {
+        "checked"
+    } else {
+        "not checked (no --key)"
+    };
     if let Some(open) = &c.open {
         return outln!(
             "{prefix}ok (open): {} record(s), {} checkpoint(s) in {} file(s); signatures {}; \
              not closed: a writer is still running, or one stopped without closing (the next \
-             start seals it); {}; {} record(s) after the last checkpoint, {} after the signed \
-             head (chained, not yet signed)",
+             start seals it); {}; {} record(s) after the last checkpoint, all covered by the \
+             signed head",
             rep.records,
             rep.checkpoints,
             rep.files,
-            if rep.signatures_checked {
-                "checked"
-            } else {
-                "not checked (no --key)"
-            },
+            signatures,
             anchor.why,
-            open.after_checkpoint,
-            open.after_head
+            open.after_checkpoint
         );
     }
     if let Some(b) = &rep.first_bad {
@@ -328,11 +328,7 @@ fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
         rep.records,
         rep.checkpoints,
         rep.files,
-        if rep.signatures_checked {
-            "checked"
-        } else {
-            "not checked (no --key)"
-        },
+        signatures,
         if rep.sealed {
             "sealed by a closing checkpoint"
         } else {
