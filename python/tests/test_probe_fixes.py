@@ -190,7 +190,14 @@ def test_a_cancelled_server_run_ends_its_command_and_does_not_hold_up_exit(serve
     run(main())
     assert time.monotonic() - t0 < 60
     assert seen, "the command was never seen running"
-    recs = [r for r in _records(tmp_path, "exec") if marker in " ".join(r.get("argv") or [])]
+    # The server writes the cancelled command's record once its tree is reaped: wait for it.
+    recs: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        recs = [r for r in _records(tmp_path, "exec") if marker in " ".join(r.get("argv") or [])]
+        if recs:
+            break
+        time.sleep(0.1)
     assert len(recs) == 1 and recs[0]["status"] == "cancelled", recs
 
 
