@@ -266,7 +266,15 @@ fn probe_landlock() -> (Check, Option<u32>) {
     let r = sys::landlock::abi_version();
     if let Ok(r @ 1..) = r {
         let abi = u32::try_from(r).unwrap_or(0);
-        return (Check::yes(format!("Landlock ABI {abi}")), Some(abi));
+        let used = abi.min(crate::ns::landlock::MAX_ABI);
+        // The kernel's ABI, and the one the sandbox uses (the newest it knows): the tiers
+        // report the latter.
+        let what = if used < abi {
+            format!("Landlock ABI {abi} (sandboxes use ABI {used}, the newest sandboxio knows)")
+        } else {
+            format!("Landlock ABI {abi}")
+        };
+        return (Check::yes(what), Some(used));
     }
     let e = std::io::Error::from_raw_os_error(r.err().unwrap_or(libc::EINVAL));
     let fix = match e.raw_os_error() {
