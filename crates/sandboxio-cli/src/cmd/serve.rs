@@ -29,6 +29,10 @@ fn size(v: &Option<String>) -> Result<Option<usize>> {
 }
 
 pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
+    // The handlers first, before anything is written (recovery writes to the trail): a
+    // SIGTERM from here on is a graceful stop that closes the trail once serving starts,
+    // never the default death (a supervisor may stop us as soon as we start).
+    let stop = shutdown_signal();
     let loaded = setup::load(&common)?;
     // Asks wait for a decision in the store, where this API and the CLI write it. The
     // chain's metric observations also feed `/metrics` and the dashboard.
@@ -187,9 +191,6 @@ pub async fn serve(common: Common, args: ServeArgs) -> Result<i32> {
         )?);
     }
     let router = app::router(state.clone(), extra);
-    // The handlers first: a SIGTERM right after the line below (a supervisor that waited
-    // for it) must be a graceful stop that closes the trail, never the default death.
-    let stop = shutdown_signal();
     let listener = Listener::bind(&state.opts).await?;
     let scheme = if listener.is_tls() { "https" } else { "http" };
     // One line on stdout, for scripts and tests that start the server.
