@@ -35,6 +35,11 @@ class SendFailed(HttpError):
     """The connection failed while the request was sent, and no answer was read."""
 
 
+class NoAnswer(HttpError):
+    """The request was sent (into the socket's buffers, at least), and the connection
+    failed before the first line of an answer: nothing of one was read."""
+
+
 class _Conn(asyncio.Protocol):
     """One connection: what arrived is buffered here and stays readable after the
     connection is lost (unlike ``asyncio.StreamReader``, which then raises at once)."""
@@ -266,7 +271,7 @@ async def request(
         except HttpError as e:
             if not sent:
                 raise SendFailed(f"sending the request failed: {e}") from None
-            raise
+            raise NoAnswer(f"no answer: {e}") from None
         parts = status_line.decode("latin-1").split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
             raise HttpError("the server did not answer HTTP/1.1")

@@ -135,7 +135,10 @@ class ServerBackend(Backend):
         closes); only when none could be read, a body above the server's documented
         default ``limit`` whose sending was cut off is ``SBX_E1807`` all the same (the
         server's 413, lost with the connection). Anything else is ``BackendUnavailable``."""
-        if isinstance(e, _http.SendFailed) and body is not None and len(body) > limit:
+        # Cut off while it was sent, or sent (into the socket's buffers) and then no answer
+        # at all: the server refusing a body larger than it accepts looks like either,
+        # depending on timing.
+        if isinstance(e, (_http.SendFailed, _http.NoAnswer)) and body is not None and len(body) > limit:
             what = "JSON" if limit == DEFAULT_JSON_LIMIT else "upload"
             return InvalidArgument(
                 redact(
