@@ -8,7 +8,6 @@ same with both backends."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 import os
@@ -35,7 +34,7 @@ from sandboxio import (
     ServerBackend,
     StreamEvent,
 )
-from test_server import _cli, _gone, _records, _running
+from test_server import _gone, _records, _running, _serve
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = 1024 * 1024  # the default stdout/stderr capture cap
@@ -51,46 +50,6 @@ kind = "exec"
 argv_prefix = ["echo", "ask"]
 reason = "echo ask needs a person"
 """
-
-
-@contextlib.contextmanager
-def _serve(tmp_path: Path, *, scopes: str = "exec,run_code,files,read", args: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
-    cli = _cli()
-    if cli is None:
-        pytest.skip("no `sandboxio` binary found (set SBX_CLI): cannot start `sandboxio serve`")
-    state = tmp_path / "server-state"
-    key = json.loads(
-        subprocess.run(
-            [cli, "keys", "create", "--state-dir", str(state), "--json", "--tenant", "acme", "--scopes", scopes],
-            check=True, capture_output=True, text=True, timeout=60,
-        ).stdout
-    )["token"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [cli, "serve", "--state-dir", str(state), "--listen", f"127.0.0.1:{port}", *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={**os.environ, "SBX_SECRETS_KEY_FILE": str(tmp_path / "secrets.key")},
-    )
-    try:
-        for _ in range(200):
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"sandboxio serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-                time.sleep(0.1)
-        yield url, key
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -30,16 +30,15 @@ def _cli() -> str | None:
     return shutil.which("sandboxio")
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+@contextlib.contextmanager
+def _serve(tmp_path: Path, *, scopes: str = "exec,run_code,files,read", args: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
     cli = _cli()
     if cli is None:
         pytest.skip("no `sandboxio` binary found (set SBX_CLI): cannot start `sandboxio serve`")
     state = tmp_path / "server-state"
     key = json.loads(
         subprocess.run(
-            [cli, "keys", "create", "--state-dir", str(state), "--json", "--tenant", "acme",
-             "--scopes", "exec,run_code,files,read"],
+            [cli, "keys", "create", "--state-dir", str(state), "--json", "--tenant", "acme", "--scopes", scopes],
             check=True, capture_output=True, text=True, timeout=60,
         ).stdout
     )["token"]
@@ -48,7 +47,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [cli, "serve", "--state-dir", str(state), "--listen", f"127.0.0.1:{port}"],
+        [cli, "serve", "--state-dir", str(state), "--listen", f"127.0.0.1:{port}", *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**os.environ, "SBX_SECRETS_KEY_FILE": str(tmp_path / "secrets.key")},
     )
@@ -69,6 +68,12 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    with _serve(tmp_path) as s:
+        yield s
 
 
 def test_the_server_backend_runs_the_same_api(server: tuple[str, str], otel_exporter: Any) -> None:
