@@ -5,6 +5,40 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
+/// Starts `sh -c script` under `sandboxio run` and waits until `procs` processes carry the
+/// env's marker (the CLI and the payload's shells).
+fn start(env: &Env, script: &str, procs: usize) -> std::process::Child {
+    let child = env
+        .run_cmd(None, &[], &["sh", "-c", script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs_with(&env.marker).len() < procs {
+        assert!(Instant::now() < deadline, "the payload never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Sends `sig` and waits (at most 10 s) for the CLI's exit: its code and how long it took.
+fn exit_after(child: &mut std::process::Child, sig: &str) -> (Option<i32>, Duration) {
+    let t0 = Instant::now();
+    signal(child.id(), sig);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "run ignored SIG{sig}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (code, t0.elapsed())
+}
+
 #[test]
 fn sigterm_exits_promptly_and_leaves_nothing() {
     let env = Env::new("term", "process");
@@ -13,18 +47,8 @@ fn sigterm_exits_promptly_and_leaves_nothing() {
     // (a bare `sleep` argv could not be found from outside once reparented).
     let m = &env.marker;
     let script = format!("sh -c 'sleep 100; : {m}' & sh -c 'sleep 100; : {m}'; : {m}");
-    let mut child = env
-        .run_cmd(None, &[], &["sh", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     // CLI + outer sh + the two inner shells.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while procs_with(&env.marker).len() < 4 {
-        assert!(Instant::now() < deadline, "the payload never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start(&env, &script, 4);
     // This run's cgroups, by the names its payload sits in (other tests running at the same
     // time create and remove cgroups of their own, which say nothing about this run).
     let ours: Vec<String> = procs_with(&env.marker)
@@ -41,19 +65,7 @@ fn sigterm_exits_promptly_and_leaves_nothing() {
         })
         .filter(|id| !id.is_empty())
         .collect();
-    let t0 = Instant::now();
-    signal(child.id(), "TERM");
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "run ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let took = t0.elapsed();
+    let (code, took) = exit_after(&mut child, "TERM");
     println!("SIGTERM: run exited after {took:?} with code {code:?}");
     assert_eq!(code, Some(122));
     assert!(took < Duration::from_secs(3), "too slow: {took:?}");
@@ -85,26 +97,8 @@ fn sighup_cancels_the_run_and_records_it() {
     let env = Env::new("hup", "process");
     let m = &env.marker;
     let script = format!("sleep 100; : {m}");
-    let mut child = env
-        .run_cmd(None, &[], &["sh", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while procs_with(&env.marker).len() < 2 {
-        assert!(Instant::now() < deadline, "the payload never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal(child.id(), "HUP");
-    let t0 = Instant::now();
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "run ignored SIGHUP");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let mut child = start(&env, &script, 2);
+    let (code, _) = exit_after(&mut child, "HUP");
     assert_eq!(code, Some(122), "cancelled");
     let left = wait_no_procs(&env.marker, Duration::from_secs(1));
     assert!(left.is_empty(), "left:{}", describe_and_stop(&left));
