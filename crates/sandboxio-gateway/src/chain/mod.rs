@@ -663,7 +663,8 @@ impl Gateway {
             };
         }
         let needs_approval = decision.verdict == Verdict::Ask;
-        // rate limit, journal intent, budget and (without an approval) the idempotency claim:
+        // rate limit, journal intent, budget and the idempotency key (claimed here without an
+        // approval; with one, only looked up, so that a replay or a conflict asks nobody):
         // one transaction, durable before any side effect; a refusal changes nothing.
         let idem = op.idempotency_key.as_ref().map(|k| IdemClaim {
             tenant: op.principal.tenant.clone(),
@@ -690,7 +691,7 @@ impl Gateway {
         let journal_idem = journal.idem.clone();
         let rate = self.rate_limits_for(op);
         let reserve = cost::reserve_request(op, id.to_string(), Some(estimate));
-        let claim_now = if needs_approval { None } else { idem.clone() };
+        let idem_now = idem.clone();
         // A sandbox starts beside the admission, held at its release until the chain gets
         // to the run (`launch.rs`); one that waits for a person starts after the approval.
         // A set-up that fails here is set up again at the run, which reports it. A tenant
@@ -716,7 +717,8 @@ impl Gateway {
                 rate,
                 budget: &cfg.budget,
                 reserve,
-                idem: claim_now,
+                idem: idem_now,
+                idem_lookup_only: needs_approval,
                 now: Utc::now(),
             })
         });

@@ -65,8 +65,12 @@ pub struct Admission<'a> {
     pub rate: Vec<(String, RateLimit)>,
     pub budget: &'a BudgetConfig,
     pub reserve: ReserveRequest,
-    /// `None` when the key is claimed later (after an approval).
+    /// The operation's idempotency key, if it carries one.
     pub idem: Option<IdemClaim>,
+    /// The key is claimed later, after an approval: the admission only looks it up, so
+    /// that a replay, a conflict or a key still running is answered before anyone is
+    /// asked (and changes nothing).
+    pub idem_lookup_only: bool,
     pub now: DateTime<Utc>,
 }
 

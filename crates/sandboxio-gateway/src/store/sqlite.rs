@@ -497,11 +497,14 @@ impl SqliteStore {
         Ok(None)
     }
 
+    /// Looks the key up and, when it is new and `insert` is set, claims it for
+    /// `operation_id`.
     fn idem_claim_in(
         tx: &rusqlite::Transaction<'_>,
         c: &IdemClaim,
         operation_id: &str,
         now: DateTime<Utc>,
+        insert: bool,
     ) -> StoreResult<IdemBegin> {
         tx.prepare_cached("DELETE FROM idempotency WHERE tenant = ?1 AND key = ?2 AND expires_ms <= ?3 AND state = 'done'").and_then(|mut stmt| stmt.execute(params![c.tenant, c.key, ms(now)]))
         .map_err(db("expiring idempotency keys"))?;
@@ -523,6 +526,7 @@ impl SqliteStore {
                 operation_id: op,
             }),
             Some(_) => Ok(IdemBegin::InProgress),
+            None if !insert => Ok(IdemBegin::New),
             None => {
                 let exp = ms(now).saturating_add(
                     i64::try_from(c.retention_s.saturating_mul(1000)).unwrap_or(i64::MAX),
@@ -676,7 +680,7 @@ impl Store for SqliteStore {
         };
         Self::store_budget(&tx, &st, None, a.now)?;
         if let Some(c) = &a.idem {
-            match Self::idem_claim_in(&tx, c, &j.operation_id, a.now)? {
+            match Self::idem_claim_in(&tx, c, &j.operation_id, a.now, !a.idem_lookup_only)? {
                 IdemBegin::New => {}
                 other => return Ok(Admitted::Idem(other)),
             }
@@ -713,7 +717,7 @@ impl Store for SqliteStore {
             }
         }
         if let Some(c) = idem {
-            match Self::idem_claim_in(&tx, c, operation_id, now)? {
+            match Self::idem_claim_in(&tx, c, operation_id, now, true)? {
                 IdemBegin::New => {}
                 other => return Ok(Some(Claimed::Idem(other))),
             }

@@ -709,6 +709,58 @@ async fn idempotency_key_replays_without_running_and_conflicts_on_different_requ
     assert_eq!(f.sink.len(), 3);
 }
 
+/// Approves, and counts how often it was asked.
+struct CountingYes(AtomicU64);
+#[async_trait]
+impl ApprovalCallback for CountingYes {
+    async fn decide(&self, _a: &store::Approval) -> Option<ApprovalAnswer> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Some(ApprovalAnswer {
+            approve: true,
+            approver: "alice".into(),
+            reason: None,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_known_key_under_ask_is_answered_without_asking_anyone() {
+    // A replay has no side effect and a conflict or a key still running is refused
+    // whatever a person says: neither puts a question to an approver.
+    let asked = Arc::new(CountingYes(AtomicU64::new(0)));
+    let f = fixture_with(
+        GatewayConfig::default(),
+        None,
+        Approver::Callback(asked.clone()),
+        false,
+    );
+    let key = IdempotencyKey::new("order-43").unwrap();
+    let keyed = |arg: &str| {
+        let mut s = call("ask_tool", arg);
+        s.op.idempotency_key = Some(key.clone());
+        s
+    };
+    let first = f.gw.submit(keyed("x")).await.unwrap();
+    assert_eq!(first.record.status, OperationStatus::Ok);
+    assert_eq!(asked.0.load(Ordering::SeqCst), 1);
+    let again = f.gw.submit(keyed("x")).await.unwrap();
+    assert_eq!(again.record.status, OperationStatus::Replayed);
+    assert_eq!(again.tool_output, first.tool_output);
+    assert_eq!(
+        again.record.approval_id, None,
+        "a replay creates no approval"
+    );
+    let other = f.gw.submit(keyed("DIFFERENT")).await.unwrap();
+    assert_eq!(other.record.error_code.as_deref(), Some("SBX_E1505"));
+    assert_eq!(other.record.approval_id, None);
+    assert_eq!(asked.0.load(Ordering::SeqCst), 1, "nobody was asked again");
+    assert_eq!(calls(&f), 1);
+    // The lookup claimed nothing: the same request without a key still asks and runs.
+    let unkeyed = f.gw.submit(call("ask_tool", "y")).await.unwrap();
+    assert_eq!(unkeyed.record.status, OperationStatus::Ok);
+    assert_eq!(asked.0.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn retry_storm_stays_within_the_retry_budget() {
     let cfg = GatewayConfig {
@@ -881,6 +933,7 @@ async fn recovery_records_an_interrupted_operation_before_settling_it() {
                 at: None,
             },
             idem: None,
+            idem_lookup_only: false,
             now: Utc::now(),
         })
         .unwrap();

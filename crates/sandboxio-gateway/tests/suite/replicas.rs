@@ -51,6 +51,7 @@ fn admission<'a>(id: &str, cfg: &'a BudgetConfig) -> Admission<'a> {
             at: None,
         },
         idem: None,
+        idem_lookup_only: false,
         now: Utc::now(),
     }
 }

@@ -131,6 +131,7 @@ fn admission<'a>(id: &str, cfg: &'a BudgetConfig, estimate: &str) -> Admission<'
             at: None,
         },
         idem: None,
+        idem_lookup_only: false,
         now: Utc::now(),
     }
 }
@@ -364,7 +365,28 @@ fn idempotency_replay_conflict_in_progress_and_tenant_scope(b: Backend) {
             operation_id: "op1".into()
         })
     );
+    // An admission that only looks the key up (its operation waits for a person first)
+    // answers a known key the same way and claims a new one for nobody.
+    c.idem_lookup_only = true;
+    assert!(matches!(
+        s.admit(&c).unwrap(),
+        Admitted::Idem(IdemBegin::Replay { .. })
+    ));
+    c.idem = Some(claim("acme", "k", "fp9"));
+    assert_eq!(s.admit(&c).unwrap(), Admitted::Idem(IdemBegin::Conflict));
+    let mut d = admission("op4", &cfg, "0");
+    d.idem = Some(claim("acme", "fresh", "fp1"));
+    d.idem_lookup_only = true;
+    assert!(matches!(s.admit(&d).unwrap(), Admitted::Proceed(_)));
+    let mut e = admission("op5", &cfg, "0");
+    e.idem = Some(claim("acme", "fresh", "fp2"));
+    assert!(
+        matches!(s.admit(&e).unwrap(), Admitted::Proceed(_)),
+        "the lookup claimed nothing"
+    );
     // After the retention the key is forgotten.
+    c.idem = Some(claim("acme", "k", "fp1"));
+    c.idem_lookup_only = false;
     c.now = Utc::now() + Duration::seconds(3601);
     assert!(matches!(s.admit(&c).unwrap(), Admitted::Proceed(_)));
 }
@@ -655,12 +677,19 @@ fn an_operator_actions_change_and_its_intent_commit_together(b: Backend) {
     assert!(matches!(created.change, AdminChanged::Created));
     let stored = s.credential(&minted.credential.id).unwrap().unwrap();
     assert_eq!(stored.tenant, "acme");
+    // An action whose change is outside the store (a secret sealed in its file): the
+    // intent alone, committed before the change is made.
+    let only = s
+        .admin_change(&intent("i1"), &AdminChange::IntentOnly)
+        .unwrap();
+    assert!(only.change.changed());
+    assert!(only.at >= k1.at);
     assert_eq!(
-        has(&["k1", "r1", "d1", "d2", "o1", "v1", "c1"]),
-        ["c1", "d1", "k1", "r1"]
+        has(&["k1", "r1", "d1", "d2", "o1", "v1", "c1", "i1"]),
+        ["c1", "d1", "i1", "k1", "r1"]
     );
     // Open until their records close them, like any operation's.
-    assert_eq!(s.live_counts().unwrap().open_intents, 4);
+    assert_eq!(s.live_counts().unwrap().open_intents, 5);
 }
 
 /// A record its sinks could not take is kept (with an admitted operation's `finish`, or on

@@ -199,7 +199,7 @@ pub(super) fn admit(
     };
     store_budget(tx, &st, None, a.now)?;
     if let Some(c) = &a.idem {
-        match idem_claim(tx, c, &j.operation_id, a.now)? {
+        match idem_claim(tx, c, &j.operation_id, a.now, !a.idem_lookup_only)? {
             IdemBegin::New => {}
             other => return Ok((Admitted::Idem(other), false)),
         }
@@ -234,7 +234,7 @@ pub(super) fn claim(
         }
     }
     if let Some(c) = idem {
-        match idem_claim(tx, c, operation_id, now)? {
+        match idem_claim(tx, c, operation_id, now, true)? {
             IdemBegin::New => {}
             other => return Ok((Some(Claimed::Idem(other)), false)),
         }
@@ -433,11 +433,13 @@ fn rate_take(
 }
 
 /// Claims an idempotency key or says why not. The caller holds the key's lock.
+/// Looks the key up and, when it is new and `insert` is set, claims it for `operation_id`.
 fn idem_claim(
     tx: &mut Tx<'_>,
     c: &IdemClaim,
     operation_id: &str,
     now: DateTime<Utc>,
+    insert: bool,
 ) -> StoreResult<IdemBegin> {
     tx.exec(
         "DELETE FROM idempotency WHERE tenant = $1 AND key = $2 AND expires_ms <= $3 AND state = 'done'",
@@ -460,6 +462,9 @@ fn idem_claim(
             },
             _ => IdemBegin::InProgress,
         });
+    }
+    if !insert {
+        return Ok(IdemBegin::New);
     }
     let exp = ms(now)
         .saturating_add(i64::try_from(c.retention_s.saturating_mul(1000)).unwrap_or(i64::MAX));
