@@ -15,19 +15,13 @@ pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> Result<(), (PathBuf, s
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
     let prefix = format!(
         ".{}.",
         path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     );
+    let tmp = dir.join(format!("{prefix}{}.tmp", std::process::id()));
     let create = || {
         std::fs::OpenOptions::new()
             .write(true)
