@@ -254,3 +254,102 @@ fn an_ask_on_the_e2b_files_route_is_a_403_with_its_approval() {
     );
     assert_eq!(v["sandboxio_code"], "SBX_E1821", "{v}");
 }
+
+/// `connect` as a given E2B caller (an API key or a capability token): the access token it
+/// is given.
+fn e2b_connect(s: &Server, id: &str, caller: &str) -> String {
+    let r = s
+        .client
+        .post(s.url(&format!("/sandboxes/{id}/connect")))
+        .header("X-API-Key", caller)
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["envdAccessToken"], v["trafficAccessToken"]);
+    v["envdAccessToken"].as_str().unwrap().to_string()
+}
+
+/// Whether an E2B `Start` of `true` with this access token ran it: `Ok(())`, or the error
+/// text of the stream.
+fn e2b_runs(s: &Server, sbx: &(String, String)) -> Result<(), String> {
+    let r = e2b_start(s, sbx, &["true"]);
+    let status = r.status();
+    let body = r.bytes().unwrap();
+    let mut ended = false;
+    for (flags, m) in envelopes(&body) {
+        if flags & 0x02 != 0 && m != json!({}) {
+            return Err(m.to_string());
+        }
+        ended |= m["event"]["end"]["exitCode"] == 0;
+    }
+    if status == 200 && ended {
+        Ok(())
+    } else {
+        Err(format!("{status} {}", String::from_utf8_lossy(&body)))
+    }
+}
+
+/// An access token acts as the credential it was given to, never as the key that created
+/// the sandbox: a `files`-only key that connects reaches files and not commands; a
+/// capability token's access token stops with the token; a token's text naming another
+/// credential is refused.
+#[test]
+fn an_access_token_acts_as_the_credential_that_connected() {
+    let s = e2b_server("");
+    let owner = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &owner);
+    assert_eq!(e2b_runs(&s, &sbx), Ok(()));
+
+    let files_only = s.key("acme", "files");
+    let t = e2b_connect(&s, &sbx.0, &files_only);
+    assert_ne!(t, sbx.1, "the connecting key's token is its own");
+    let as_files = (sbx.0.clone(), t.clone());
+    let refused = e2b_runs(&s, &as_files).unwrap_err();
+    assert!(refused.contains("SBX_E1803"), "{refused}");
+    let (st, v) = envd(
+        &s,
+        &as_files,
+        "filesystem.Filesystem/MakeDir",
+        &json!({"path": "/home/user/made"}),
+    );
+    assert_eq!(st, 200, "{v}");
+    // The record names the key that made the call.
+    let files_id = files_only.split('_').nth(1).unwrap();
+    assert!(
+        s.audit().iter().any(|e| e["event"] == "http.forbidden"
+            && e["reason"].as_str().unwrap_or_default().contains(files_id)),
+        "no refusal naming {files_id}"
+    );
+
+    // A capability token for this sandbox with `exec`: its access token works while it
+    // does, and not after it is revoked.
+    let r = s.post(
+        &owner,
+        &format!("/v1/sandboxes/{}/tokens", sbx.0),
+        &json!({"scopes": ["exec"], "ttl": "10m"}),
+    );
+    assert_eq!(r.status(), 201);
+    let minted: Value = r.json().unwrap();
+    let cap = minted["token"].as_str().unwrap();
+    let as_cap = (sbx.0.clone(), e2b_connect(&s, &sbx.0, cap));
+    assert_eq!(e2b_runs(&s, &as_cap), Ok(()));
+    let tid = minted["id"].as_str().unwrap();
+    assert_eq!(s.delete(&owner, &format!("/v1/tokens/{tid}")).status(), 204);
+    let after = e2b_runs(&s, &as_cap).unwrap_err();
+    assert!(after.contains("SBX_E1802"), "{after}");
+
+    // The files-only key's token with the owner's credential id written in: not the
+    // owner's token.
+    let owner_id = owner.split('_').nth(1).unwrap();
+    let forged = t.replacen(files_id, owner_id, 1);
+    assert_ne!(forged, t);
+    let (st, _) = envd(
+        &s,
+        &(sbx.0.clone(), forged),
+        "filesystem.Filesystem/MakeDir",
+        &json!({"path": "/home/user/forged"}),
+    );
+    assert_eq!(st, 401);
+}

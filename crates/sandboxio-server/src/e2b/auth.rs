@@ -2,8 +2,9 @@
 //! `X-API-Key` (`E2B_API_KEY`), mapped to its tenant and scopes like a bearer token. envd
 //! and the code interpreter are reached with `E2b-Sandbox-Id` / `E2b-Sandbox-Port` and the
 //! sandbox's access token (`X-Access-Token`, or the interpreter's
-//! `E2B-Traffic-Access-Token`); such a call acts as the key that created the sandbox, which
-//! must still be live.
+//! `E2B-Traffic-Access-Token`). A token is given to one credential (create: the creating
+//! key; connect: the caller) and names it; a call made with it acts as that credential,
+//! which must still be live, with its scopes, its sandbox and its directory.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -145,12 +146,13 @@ async fn in_sandbox(
         Port::Interpreter => header(h, TRAFFIC_TOKEN),
         Port::Envd => None,
     });
+    // The credential the token was given to (create: the creating key; connect: the
+    // caller that connected); the call acts as it.
+    let holder = token.and_then(|t| e2b.registry.credential_of(id, t));
     let entry = match e2b.registry.get(id) {
         Ok(e) => e.ok_or_else(gone)?,
-        // Only the holder of the sandbox's token learns that its facts are damaged.
-        Err(d) if token.is_some_and(|t| e2b.registry.token_matches(id, t)) => {
-            return Err(damaged(id, d))
-        }
+        // Only the holder of a token of the sandbox learns that its facts are damaged.
+        Err(d) if holder.is_some() => return Err(damaged(id, d)),
         Err(_) => {
             return Err(E2bError::AccessToken {
                 sandbox: id.chars().take(64).collect(),
@@ -161,14 +163,21 @@ async fn in_sandbox(
         e2b.registry.remove(id);
         return Err(gone());
     };
-    if !token.is_some_and(|t| entry.token_matches(t)) {
-        return Err(E2bError::AccessToken {
-            sandbox: entry.sandbox_id.clone(),
-        });
+    let refused = || E2bError::AccessToken {
+        sandbox: entry.sandbox_id.clone(),
+    };
+    let Some(holder) = holder else {
+        return Err(refused());
+    };
+    // Its expiry and revocation apply (and a capability token's key's); a token of another
+    // tenant's credential or a capability token for another sandbox never acts here.
+    let credential = live_credential(st, holder).await?;
+    let caller = Caller { credential, ctx };
+    if caller.tenant() != entry.tenant || !caller.may_see_sandbox(id) {
+        return Err(refused());
     }
-    let credential = live_credential(st, &entry.credential_id).await?;
     Ok(InSandbox {
-        caller: Caller { credential, ctx },
+        caller,
         session,
         entry,
     })

@@ -198,15 +198,20 @@ fn mib(b: sandboxio_core::ByteSize) -> u64 {
 }
 
 /// E2B's `Sandbox` (create and connect answers), with the envd access token.
-fn sandbox_json(e: &Entry) -> Value {
+/// E2B's `Sandbox`, with an access token given to `token_for` (the calls made with it act
+/// as that credential).
+fn sandbox_json(e2b: &E2b, e: &Entry, token_for: &Caller) -> Value {
+    let token = e2b
+        .registry
+        .access_token(&e.sandbox_id, &token_for.credential.id);
     json!({
         "templateID": e.template,
         "sandboxID": e.sandbox_id,
         "clientID": "sandboxio",
         "envdVersion": ENVD_VERSION,
-        "envdAccessToken": e.access_token,
+        "envdAccessToken": token,
         // The interpreter SDK sends this on its context calls, which carry no other token.
-        "trafficAccessToken": e.access_token,
+        "trafficAccessToken": token,
         "alias": e.template,
     })
 }
@@ -413,7 +418,7 @@ async fn create_inner(
         ),
     )
     .await;
-    Ok((StatusCode::CREATED, sandbox_json(&entry)))
+    Ok((StatusCode::CREATED, sandbox_json(e2b, &entry, &caller)))
 }
 
 fn metadata_filter(q: &ListQuery) -> BTreeMap<String, String> {
@@ -585,6 +590,7 @@ pub async fn set_timeout(
 /// with its access token; a longer `timeout` extends it.
 pub async fn connect(
     State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
     OnSandbox(t, _): OnSandbox<Acts>,
     body: Bytes,
 ) -> Response {
@@ -605,7 +611,8 @@ pub async fn connect(
             }
         }
         s.touch();
-        Ok::<_, E2bError>((StatusCode::OK, sandbox_json(&e)))
+        // The token is the caller's own: what it reaches is what the caller may.
+        Ok::<_, E2bError>((StatusCode::OK, sandbox_json(&e2b, &e, &caller)))
     };
     rest(go.await)
 }
@@ -630,7 +637,11 @@ pub async fn pause(State(st): State<AppState>, OnSandbox(t, _): OnSandbox<Acts>)
 }
 
 /// `POST /sandboxes/{id}/resume` (E2B's older call; `connect` resumes too).
-pub async fn resume(State(st): State<AppState>, OnSandbox(t, _): OnSandbox<Acts>) -> Response {
+pub async fn resume(
+    State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
+    OnSandbox(t, _): OnSandbox<Acts>,
+) -> Response {
     let go = async {
         let Target {
             caller,
@@ -643,7 +654,7 @@ pub async fn resume(State(st): State<AppState>, OnSandbox(t, _): OnSandbox<Acts>
                 json!({"code": 409, "message": format!("sandbox {} is not paused", s.id)}),
             ));
         }
-        Ok::<_, E2bError>((StatusCode::CREATED, sandbox_json(&e)))
+        Ok::<_, E2bError>((StatusCode::CREATED, sandbox_json(&e2b, &e, &caller)))
     };
     rest(go.await)
 }

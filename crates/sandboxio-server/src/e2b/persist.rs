@@ -2,8 +2,9 @@
 //! restores its sandboxes, `crate::manifest`) still answers the SDKs that hold them: one
 //! JSON file per sandbox (`<dir>/<id>.json`, 0600 in a 0700 directory: its tenant, the key
 //! that created it, its template and metadata), removed with the sandbox. No access token
-//! is written: a token is derived from the sandbox id with the key in `<dir>/access.key`
-//! (HMAC-SHA256, made once, 0600), so the same token is valid after a restart.
+//! is written: a token is derived from the sandbox id and the credential it was given to
+//! with the key in `<dir>/access.key` (HMAC-SHA256, made once, 0600), so the same token is
+//! valid after a restart.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,17 +36,34 @@ impl TokenKey {
         TokenKey(k)
     }
 
-    /// The access token of sandbox `id`.
-    pub fn token(&self, id: &str) -> String {
+    /// The access token of sandbox `id` for credential `credential_id`: calls made with it
+    /// act as that credential (its scopes, its expiry, its revocation), named in the token
+    /// (`sbxe_<credential id>_<mac>`) so that it can be found without a lookup.
+    pub fn token(&self, id: &str, credential_id: &str) -> String {
         match Hmac::<Sha256>::new_from_slice(&self.0) {
             Ok(mut m) => {
-                m.update(b"sandboxio e2b envd access token\0");
+                m.update(b"sandboxio e2b envd access token v2\0");
                 m.update(id.as_bytes());
-                format!("sbxe_{}", hex::encode(m.finalize().into_bytes()))
+                m.update(b"\0");
+                m.update(credential_id.as_bytes());
+                format!(
+                    "sbxe_{credential_id}_{}",
+                    hex::encode(m.finalize().into_bytes())
+                )
             }
             // HMAC takes a key of any length; a token no one can present otherwise.
-            Err(_) => format!("sbxe_{}", crate::context::random_hex(32)),
+            Err(_) => format!("sbxe_{credential_id}_{}", crate::context::random_hex(32)),
         }
+    }
+
+    /// The credential an access token of sandbox `id` was given to, if it is one
+    /// (compared in constant time).
+    pub fn credential_of<'t>(&self, id: &str, token: &'t str) -> Option<&'t str> {
+        let (cred, _) = token.strip_prefix("sbxe_")?.split_once('_')?;
+        if cred.is_empty() || !cred.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return None;
+        }
+        sandboxio_gateway::credential::same_secret(&self.token(id, cred), token).then_some(cred)
     }
 }
 
@@ -230,17 +248,17 @@ mod tests {
         let meta = BTreeMap::from([("job".to_string(), "x".to_string())]);
         let saved = Saved::new("ab12", "acme", "cred1", "base", &meta);
         store.save(&saved);
-        let token = key.token("ab12");
+        let token = key.token("ab12", "cred1");
         assert!(
-            token.starts_with("sbxe_") && token.len() == 5 + 64,
+            token.starts_with("sbxe_cred1_") && token.len() == 11 + 64,
             "{token}"
         );
-        assert_ne!(token, key.token("ab13"));
+        assert_ne!(token, key.token("ab13", "cred1"));
         assert_eq!(mode(dir.clone()), 0o700);
         assert_eq!(mode(dir.join("access.key")), 0o600);
         assert_eq!(mode(dir.join("ab12.json")), 0o600);
         let text = std::fs::read_to_string(dir.join("ab12.json")).unwrap();
-        assert!(!text.contains(&token[5..]), "no token on disk");
+        assert!(!text.contains(&token[11..]), "no token on disk");
         // Another process with the same directory: the same facts, the same token (and
         // modes loosened in between are tightened again).
         use std::os::unix::fs::PermissionsExt;
@@ -251,10 +269,10 @@ mod tests {
         assert_eq!(mode(dir.clone()), 0o700);
         assert_eq!(mode(dir.join("access.key")), 0o600);
         assert_eq!(again.load("ab12"), Ok(Some(saved)));
-        assert_eq!(key2.token("ab12"), token);
+        assert_eq!(key2.token("ab12", "cred1"), token);
         // Another directory's key gives other tokens.
         let (_, other) = Store::open(d.path().join("other")).unwrap();
-        assert_ne!(other.token("ab12"), token);
+        assert_ne!(other.token("ab12", "cred1"), token);
         again.remove("ab12");
         assert_eq!(again.load("ab12"), Ok(None));
     }

@@ -1,10 +1,13 @@
-//! What the E2B API keeps about a sandbox beside its session: the key that created it (its
-//! envd calls act as that key), the envd access token, the template and metadata, the E2B
-//! process ids of its commands and the default code context of each language.
+//! What the E2B API keeps about a sandbox beside its session: the key that created it, the
+//! template and metadata, the E2B process ids of its commands and the default code context
+//! of each language; and the key envd access tokens are derived from.
 //!
-//! The access token is shown to the tenant's keys only (create and connect answers). With
-//! a directory (`persist.rs`) the facts are written down and the token is derived from the
-//! sandbox id, so both outlive a restart; without one they live in memory.
+//! An access token is given to one credential (by create, to the key that creates; by
+//! connect, to the caller that connects) and calls made with it act as that credential:
+//! its scopes, its sandbox and directory, its expiry and revocation all apply, and records
+//! name it. With a directory (`persist.rs`) the facts are written down and tokens are
+//! derived from the sandbox id and the credential id, so both outlive a restart; without
+//! one they live in memory.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -17,10 +20,9 @@ use super::process::E2bProc;
 pub struct Entry {
     pub sandbox_id: String,
     pub tenant: String,
-    /// The API key that created it; envd calls act as this key (and fail once it is revoked).
+    /// The API key that created it.
     pub credential_id: String,
     pub template: String,
-    pub access_token: String,
     pub metadata: BTreeMap<String, String>,
     procs: Mutex<BTreeMap<u32, Arc<E2bProc>>>,
     next_pid: AtomicU32,
@@ -29,23 +31,17 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn new(saved: Saved, access_token: String) -> Entry {
+    fn new(saved: Saved) -> Entry {
         Entry {
             sandbox_id: saved.sandbox_id,
             tenant: saved.tenant,
             credential_id: saved.credential_id,
             template: saved.template,
-            access_token,
             metadata: saved.metadata,
             procs: Mutex::new(BTreeMap::new()),
             next_pid: AtomicU32::new(1000),
             default_contexts: Mutex::new(BTreeMap::new()),
         }
-    }
-
-    /// Whether `token` is this sandbox's access token (compared in constant time).
-    pub fn token_matches(&self, token: &str) -> bool {
-        sandboxio_gateway::credential::same_secret(&self.access_token, token)
     }
 
     pub fn next_pid(&self) -> u32 {
@@ -129,13 +125,19 @@ impl Registry {
         metadata: &BTreeMap<String, String>,
     ) -> Entry {
         let saved = Saved::new(sandbox_id, tenant, credential_id, template, metadata);
-        Entry::new(saved, self.key.token(sandbox_id))
+        Entry::new(saved)
     }
 
-    /// Whether `token` is sandbox `id`'s access token (derived from the id alone, so it
-    /// can be checked when the sandbox's facts cannot be read).
-    pub fn token_matches(&self, id: &str, token: &str) -> bool {
-        sandboxio_gateway::credential::same_secret(&self.key.token(id), token)
+    /// Sandbox `id`'s access token for credential `credential_id`.
+    pub fn access_token(&self, id: &str, credential_id: &str) -> String {
+        self.key.token(id, credential_id)
+    }
+
+    /// The credential a token of sandbox `id` was given to, when it is one of its access
+    /// tokens (derived from the ids alone, so it can be checked when the sandbox's facts
+    /// cannot be read).
+    pub fn credential_of<'t>(&self, id: &str, token: &'t str) -> Option<&'t str> {
+        self.key.credential_of(id, token)
     }
 
     pub fn insert(&self, e: Arc<Entry>) {
@@ -165,7 +167,7 @@ impl Registry {
         let Some(saved) = store.load(id)? else {
             return Ok(None);
         };
-        let e = Arc::new(Entry::new(saved, self.key.token(id)));
+        let e = Arc::new(Entry::new(saved));
         Ok(self
             .map
             .write()
@@ -199,16 +201,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_access_token_matches_only_itself() {
-        let e = Registry::default().entry("s", "t", "k", "base", &BTreeMap::new());
-        let tok = e.access_token.clone();
-        assert!(e.token_matches(&tok));
-        assert!(!e.token_matches(""));
-        assert!(!e.token_matches(&format!("{tok}x")));
-        let mut wrong = tok.into_bytes();
+    fn an_access_token_names_its_credential_and_matches_only_itself() {
+        let r = Registry::default();
+        let tok = r.access_token("s", "k1");
+        assert_eq!(r.credential_of("s", &tok), Some("k1"));
+        assert_eq!(r.credential_of("s2", &tok), None, "another sandbox's");
+        assert_ne!(tok, r.access_token("s", "k2"));
+        for bad in ["", "sbxe_", "sbxe_k1", "sbxe_k1_", &format!("{tok}x")] {
+            assert_eq!(r.credential_of("s", bad), None, "{bad}");
+        }
+        let mut wrong = tok.clone().into_bytes();
         let last = wrong.len() - 1;
         wrong[last] = if wrong[last] == b'0' { b'1' } else { b'0' };
-        assert!(!e.token_matches(&String::from_utf8_lossy(&wrong)));
+        assert_eq!(r.credential_of("s", &String::from_utf8_lossy(&wrong)), None);
+        // Naming another credential in a token's text does not make it that credential's.
+        let forged = tok.replacen("sbxe_k1_", "sbxe_k2_", 1);
+        assert_eq!(r.credential_of("s", &forged), None);
     }
 
     #[test]
@@ -219,6 +227,7 @@ mod tests {
         let a = Registry::at(dir.clone()).unwrap();
         let e = Arc::new(a.entry("ab12", "acme", "k1", "base", &BTreeMap::new()));
         a.insert(e.clone());
+        let tok = a.access_token("ab12", "k1");
         // A restarted server: a new registry over the same directory.
         let b = Registry::at(dir.clone()).unwrap();
         let r = b.get("ab12").unwrap().unwrap();
@@ -226,7 +235,7 @@ mod tests {
             (r.tenant.as_str(), r.credential_id.as_str()),
             ("acme", "k1")
         );
-        assert!(r.token_matches(&e.access_token));
+        assert_eq!(b.credential_of("ab12", &tok), Some("k1"));
         assert!(b.get("cd34").unwrap().is_none());
         b.remove("ab12");
         assert!(Registry::at(dir.clone())
@@ -237,8 +246,6 @@ mod tests {
         // Without a directory nothing is restored, and tokens differ.
         let m = Registry::default();
         assert!(m.get("ab12").unwrap().is_none());
-        assert!(!m
-            .entry("ab12", "acme", "k1", "base", &BTreeMap::new())
-            .token_matches(&e.access_token));
+        assert_eq!(m.credential_of("ab12", &tok), None);
     }
 }
