@@ -22,11 +22,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::BudgetConfig;
 use crate::error::BudgetError;
+use crate::keypart::{escape, unescape};
 
 /// A budget scope: everything, one tenant, one session, one agent of a tenant, one cost
 /// category, or one calendar window of any of these.
 /// Written as `global`, `tenant:<id>`, `session:<id>`, `agent:<tenant>/<agent>`,
-/// `category:<name>`, and `<scope>@<window id>` (`tenant:acme@day:2026-12-01`).
+/// `category:<name>`, and `<scope>@<window id>` (`tenant:acme@day:2026-12-01`); ids are
+/// written with `%`, `@`, `/`, `|` and `*` escaped ([`crate::keypart`]), so that a tenant
+/// named `alice@example.com` or `bob@day:2026-12-01` is its own scope and reads back.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScopeKey {
@@ -48,9 +51,11 @@ impl fmt::Display for ScopeKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ScopeKey::Global => f.write_str("global"),
-            ScopeKey::Tenant(t) => write!(f, "tenant:{t}"),
-            ScopeKey::Session(s) => write!(f, "session:{s}"),
-            ScopeKey::Agent { tenant, agent } => write!(f, "agent:{tenant}/{agent}"),
+            ScopeKey::Tenant(t) => write!(f, "tenant:{}", escape(t)),
+            ScopeKey::Session(s) => write!(f, "session:{}", escape(s)),
+            ScopeKey::Agent { tenant, agent } => {
+                write!(f, "agent:{}/{}", escape(tenant), escape(agent))
+            }
             ScopeKey::Category(c) => write!(f, "category:{}", c.as_str()),
             ScopeKey::Window { scope, window } => write!(f, "{scope}@{window}"),
         }
@@ -93,25 +98,27 @@ impl FromStr for ScopeKey {
         }
         };
         if let Some((scope, window)) = s.rsplit_once('@') {
-            if crate::window::Window::of_id(window).is_none() {
-                return Err(bad());
+            if crate::window::Window::of_id(window).is_some() {
+                let inner: ScopeKey = scope.parse()?;
+                return Ok(ScopeKey::Window {
+                    scope: Box::new(inner),
+                    window: window.to_string(),
+                });
             }
-            let inner: ScopeKey = scope.parse()?;
-            return Ok(ScopeKey::Window {
-                scope: Box::new(inner),
-                window: window.to_string(),
-            });
+            // Not a window: an `@` inside an id, as keys were written before ids were
+            // escaped (`tenant:alice@example.com`); read as that id below.
         }
         if s == "global" {
             return Ok(ScopeKey::Global);
         }
+        let id = |v: &str| unescape(v).into_owned();
         match s.split_once(':') {
-            Some(("tenant", t)) if !t.is_empty() => Ok(ScopeKey::Tenant(t.into())),
-            Some(("session", v)) if !v.is_empty() => Ok(ScopeKey::Session(v.into())),
+            Some(("tenant", t)) if !t.is_empty() => Ok(ScopeKey::Tenant(id(t))),
+            Some(("session", v)) if !v.is_empty() => Ok(ScopeKey::Session(id(v))),
             Some(("agent", v)) => match v.split_once('/') {
                 Some((t, a)) if !t.is_empty() && !a.is_empty() => Ok(ScopeKey::Agent {
-                    tenant: t.into(),
-                    agent: a.into(),
+                    tenant: id(t),
+                    agent: id(a),
                 }),
                 _ => Err(bad()),
             },

@@ -10,6 +10,7 @@
 mod clock;
 mod config;
 mod error;
+pub mod keypart;
 mod latency;
 mod ledger;
 mod ratecard;

@@ -14,6 +14,7 @@ use sandboxio_core::{Decision, Layer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BudgetError;
+use crate::keypart::escape;
 
 /// Largest `count` a limit may have (bounds the memory of one log).
 pub const MAX_RATE_COUNT: u32 = 100_000;
@@ -338,10 +339,12 @@ impl RateLimitsConfig {
                 (None, _) => true,
             })
             .map(|(i, r)| {
+                // Names escaped: none holds a `|` that would shift the parts, nor is a `*`.
+                let (t, a, act) = (escape(tenant), escape(agent.unwrap_or("")), escape(action));
                 let key = match r.per {
-                    RatePer::Action => format!("{i}|{tenant}|{}|{action}", agent.unwrap_or("")),
-                    RatePer::Agent => format!("{i}|{tenant}|{}|*", agent.unwrap_or("")),
-                    RatePer::Tenant => format!("{i}|{tenant}|*|*"),
+                    RatePer::Action => format!("{i}|{t}|{a}|{act}"),
+                    RatePer::Agent => format!("{i}|{t}|{a}|*"),
+                    RatePer::Tenant => format!("{i}|{t}|*|*"),
                     RatePer::Global => format!("{i}|*|*|*"),
                 };
                 (key, r.limit)

@@ -347,3 +347,57 @@ fn rate_card_computes_compute_cost() {
     };
     assert_eq!(big.cost(&max).unwrap_err().code(), "SBX_E1305");
 }
+
+#[test]
+fn ids_with_separators_are_their_own_scopes_and_read_back() {
+    use chrono::TimeZone;
+    // A tenant named like an e-mail address, one named like another tenant's day window,
+    // a session and an agent with `/`: each key reads back as the scope it was written from.
+    for k in [
+        ScopeKey::Tenant("alice@example.com".into()),
+        ScopeKey::Tenant("bob@day:2026-12-06".into()),
+        ScopeKey::Session("job@2026".into()),
+        ScopeKey::Agent {
+            tenant: "a/b".into(),
+            agent: "c".into(),
+        },
+        ScopeKey::Window {
+            scope: Box::new(ScopeKey::Tenant("x@y".into())),
+            window: "day:2026-12-06".into(),
+        },
+    ] {
+        let text = k.to_string();
+        assert_eq!(text.parse::<ScopeKey>().unwrap(), k, "{text}");
+    }
+    assert_ne!(
+        ScopeKey::Agent {
+            tenant: "a/b".into(),
+            agent: "c".into()
+        }
+        .to_string(),
+        ScopeKey::Agent {
+            tenant: "a".into(),
+            agent: "b/c".into()
+        }
+        .to_string()
+    );
+    // A key written before ids were escaped still reads as its tenant.
+    assert_eq!(
+        "tenant:alice@example.com".parse::<ScopeKey>().unwrap(),
+        ScopeKey::Tenant("alice@example.com".into())
+    );
+    // Tenant `bob@day:2026-12-06` spends in its own scope, never in bob's day window.
+    let cfg = BudgetConfig::from_toml(
+        "[[ceiling]]\nscope = \"tenant\"\namount = \"1.00\"\nwindow = \"day\"\n",
+    )
+    .unwrap();
+    let mut st = sandboxio_budget::BudgetState::new();
+    let day = chrono::Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap();
+    let mut r = req("a", "bob@day:2026-12-06", "0.90");
+    r.at = Some(day);
+    st.reserve(&cfg, &r).unwrap();
+    st.settle(&cfg, "a", m("0.90")).unwrap();
+    let mut r = req("b", "bob", "0.90");
+    r.at = Some(day);
+    st.reserve(&cfg, &r).unwrap();
+}

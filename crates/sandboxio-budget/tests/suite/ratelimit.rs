@@ -159,3 +159,19 @@ fn clock_going_backwards_does_not_reopen_the_window() {
     assert!(log.check(&limit, 5_500).is_allow());
     assert!(!log.check(&limit, 1_000).is_allow());
 }
+
+#[test]
+fn names_with_separators_never_share_a_limit() {
+    let cfg: RateLimitsConfig = toml::from_str(
+        "[[limit]]\naction = \"*\"\nlimit = \"1/minute\"\n[[limit]]\naction = \"*\"\nlimit = \"1/minute\"\nper = \"tenant\"\n",
+    )
+    .unwrap();
+    let mut rl = Limiter::new(cfg);
+    // Tenant `a|b` with agent `c` and tenant `a` with agent `b|c` once made one key.
+    assert!(rl.check("a|b", Some("c"), "exec", 0).is_allow());
+    assert!(rl.check("a", Some("b|c"), "exec", 0).is_allow());
+    // A tenant named `*` is not every tenant.
+    assert!(rl.check("*", Some("x"), "exec", 0).is_allow());
+    assert!(rl.check("t", Some("x"), "exec", 0).is_allow());
+    assert!(!rl.check("t", Some("x"), "exec", 1).is_allow());
+}

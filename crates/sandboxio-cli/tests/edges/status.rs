@@ -129,3 +129,38 @@ fn status_shows_each_ceiling_with_its_window_spent_reserved_and_remaining() {
         "{out}"
     );
 }
+
+/// A tenant named like an e-mail address, or like another tenant's day window, runs, is
+/// charged in its own scope, and leaves a store every other tenant (and `resume`) can use.
+#[test]
+fn tenants_with_at_signs_are_charged_in_their_own_scopes() {
+    let env = Env::new("status-at", "process");
+    let cfg = env.write_config(
+        "at.toml",
+        "[budget]\nper_tenant = \"50\"\n\n[[budget.ceiling]]\nscope = \"tenant\"\namount = \"2.00\"\nwindow = \"day\"\n\n[budget.rate_card]\nper_call = \"0.25\"\n",
+    );
+    let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    for tenant in ["alice@example.com", &format!("bob@day:{day}")] {
+        let o = run(env.run_cmd(Some(&cfg), &["--tenant", tenant], &["true"]));
+        assert_eq!(o.status.code(), Some(0), "{tenant}: {}", text(&o.stderr));
+    }
+    let o = run(env.run_cmd(Some(&cfg), &["--tenant", "bob"], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for (tenant, want) in [("alice@example.com", "0.25"), ("bob", "0.25")] {
+        let o = run(env
+            .cmd("status", Some(&cfg))
+            .args(["--json", "--tenant", tenant]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let budgets = v["budgets"].as_array().unwrap();
+        let today = budgets
+            .iter()
+            .find(|b| b["window"].as_str().is_some_and(|w| w.starts_with("day:")))
+            .unwrap_or_else(|| panic!("no day scope for {tenant} in {v}"));
+        assert_eq!(today["total"], want, "{tenant}: {v}");
+    }
+    let k = run(env.cmd("kill", Some(&cfg)).args(["--reason", "t"]));
+    assert_eq!(k.status.code(), Some(0), "{}", text(&k.stderr));
+    let r = run(env.cmd("resume", Some(&cfg)));
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+}
