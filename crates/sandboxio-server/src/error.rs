@@ -17,6 +17,8 @@ pub enum ServerError {
     BadCredential,
     #[error("the credential lacks the `{scope}` scope")]
     MissingScope { scope: &'static str },
+    #[error("a capability token reaches its own sandbox only: {what} is a view of the whole tenant; use an API key with the `read` scope")]
+    TenantWide { what: &'static str },
     #[error("{what} `{id}` not found")]
     NotFound { what: &'static str, id: String },
     #[error("the request body is not valid JSON: {why}")]
@@ -77,6 +79,7 @@ impl ErrorCode for ServerError {
             ServerError::Unauthenticated => "SBX_E1801",
             ServerError::BadCredential => "SBX_E1802",
             ServerError::MissingScope { .. } => "SBX_E1803",
+            ServerError::TenantWide { .. } => "SBX_E1817",
             ServerError::NotFound { .. } => "SBX_E1804",
             ServerError::MalformedJson { .. } => "SBX_E1805",
             ServerError::InvalidBody { .. } => "SBX_E1806",
@@ -108,7 +111,8 @@ impl ErrorCode for ServerError {
             | ServerError::BadCredential
             | ServerError::NoSession
             | ServerError::Csrf
-            | ServerError::MissingScope { .. } => ErrorClass::Denied,
+            | ServerError::MissingScope { .. }
+            | ServerError::TenantWide { .. } => ErrorClass::Denied,
             ServerError::NotFound { .. }
             | ServerError::MalformedJson { .. }
             | ServerError::InvalidBody { .. }
@@ -146,7 +150,9 @@ impl ServerError {
             ServerError::Unauthenticated | ServerError::BadCredential | ServerError::NoSession => {
                 StatusCode::UNAUTHORIZED
             }
-            ServerError::MissingScope { .. } | ServerError::Csrf => StatusCode::FORBIDDEN,
+            ServerError::MissingScope { .. }
+            | ServerError::TenantWide { .. }
+            | ServerError::Csrf => StatusCode::FORBIDDEN,
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ServerError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
@@ -179,7 +185,9 @@ impl ServerError {
             ServerError::Unauthenticated | ServerError::BadCredential | ServerError::NoSession => {
                 "unauthenticated"
             }
-            ServerError::MissingScope { .. } | ServerError::Csrf => "forbidden",
+            ServerError::MissingScope { .. }
+            | ServerError::TenantWide { .. }
+            | ServerError::Csrf => "forbidden",
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => "not found",
             ServerError::MethodNotAllowed { .. } => "method not allowed",
             ServerError::MalformedJson { .. }

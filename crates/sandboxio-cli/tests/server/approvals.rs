@@ -160,3 +160,79 @@ fn an_ask_whose_sandbox_goes_away_is_withdrawn() {
         );
     }
 }
+
+/// An approval and its outcome are seen by the tenant's keys that may read them or could
+/// have asked (an exec key for a command), and by a capability token of the sandbox that
+/// asked; not by a metrics key, nor by a token of another sandbox; a token's audit query
+/// holds its sandbox's events only, and it has no view of the tenant's costs.
+#[test]
+fn an_approval_is_seen_only_by_who_may_read_it_or_asked_for_it() {
+    let s = Server::start(&[]);
+    let owner = s.key("acme", "all");
+    let agent = s.key("acme", "exec");
+    let scraper = s.key("acme", "metrics");
+    let person = s.key("acme", "approve");
+    let a = s.sandbox(&owner);
+    let b = s.sandbox(&owner);
+    let mint = |id: &str, scopes: Value| -> String {
+        let r = s.post(
+            &owner,
+            &format!("/v1/sandboxes/{id}/tokens"),
+            &json!({"scopes": scopes, "ttl": "10m"}),
+        );
+        assert_eq!(r.status(), 201);
+        r.json::<Value>().unwrap()["token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let read_a = mint(&a, json!(["read"]));
+    let read_b = mint(&b, json!(["read"]));
+    let files_b = mint(&b, json!(["files"]));
+    let apr = ask(&s, &agent, &a);
+    assert_eq!(
+        s.post(&person, &format!("/v1/approvals/{apr}/approve"), &json!({}))
+            .status(),
+        200
+    );
+    let outcome = format!("/v1/approvals/{apr}/outcome?timeout=30");
+    assert_eq!(
+        s.get(&agent, &outcome).status(),
+        200,
+        "the asker waits for it"
+    );
+    assert_eq!(s.get(&read_a, &outcome).status(), 200);
+    let (st, p) = problem(s.get(&scraper, &outcome));
+    assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1803"));
+    for other in [&read_b, &files_b] {
+        let (st, p) = problem(s.get(other, &outcome));
+        assert_eq!((st, p["code"].as_str().unwrap()), (404, "SBX_E1804"));
+    }
+    let (st, _) = problem(s.get(&read_b, &format!("/v1/approvals/{apr}")));
+    assert_eq!(st, 404);
+    let listed = |k: &str| -> usize {
+        s.get(k, "/v1/approvals?state=all").json::<Value>().unwrap()["approvals"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((listed(&read_a), listed(&read_b)), (1, 0));
+    // The audit: a token of `b` sees nothing of `a`.
+    let events: Value = s.get(&read_b, "/v1/audit?limit=1000").json().unwrap();
+    assert!(
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["session_id"] == b.as_str()),
+        "{events}"
+    );
+    let all: Value = s.get(&owner, "/v1/audit?limit=1000").json().unwrap();
+    assert!(all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["session_id"] == a.as_str()));
+    let (st, p) = problem(s.get(&read_a, "/v1/costs"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1817"));
+}

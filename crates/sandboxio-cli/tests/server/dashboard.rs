@@ -347,3 +347,76 @@ fn revoking_the_key_ends_its_dashboard_sessions() {
     let html = b.get(&s, "/").text().unwrap();
     assert!(html.contains("id=\"signin\""), "back to the sign-in page");
 }
+
+/// The dashboard shows the tenant's approvals, denials and running work: only a key that
+/// may read them (read, approve or admin) signs in; the others are refused and recorded.
+#[test]
+fn only_a_key_that_may_read_signs_in() {
+    let s = Server::start(&[]);
+    for scopes in ["metrics", "exec", "files", "run_code"] {
+        let key = s.key("acme", scopes);
+        let r = s
+            .client
+            .post(s.url("/dashboard/signin"))
+            .json(&json!({ "key": key }))
+            .send()
+            .unwrap();
+        assert!(r.headers().get("set-cookie").is_none(), "{scopes}");
+        let (st, p) = problem(r);
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (403, "SBX_E1803"),
+            "{scopes}"
+        );
+    }
+    assert_eq!(events_named(&s, "http.forbidden").len(), 4);
+    for scopes in ["read", "approve", "admin"] {
+        let b = sign_in(&s, &s.key("acme", scopes));
+        assert_eq!(
+            b.get(&s, "/dashboard/api/snapshot").status(),
+            200,
+            "{scopes}"
+        );
+    }
+}
+
+/// An open event stream ends once its session is signed out.
+#[test]
+fn the_event_stream_ends_when_its_session_is_signed_out() {
+    use std::io::Read as _;
+    let s = Server::start(&[]);
+    let b = sign_in(&s, &s.key("acme", "read"));
+    let client = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut stream = client
+        .get(s.url("/dashboard/api/events"))
+        .header("cookie", &b.cookie)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut first = [0u8; 64];
+    let n = stream.read(&mut first).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[..n]).contains("snapshot"),
+        "{}",
+        String::from_utf8_lossy(&first[..n])
+    );
+    let out = b.send(
+        &s,
+        reqwest::Method::POST,
+        "/dashboard/signout",
+        Some(&b.csrf),
+        &json!({}),
+    );
+    assert_eq!(out.status(), 204);
+    // The rest of the stream: at most the event in flight, then its end (well before the
+    // 60 s client timeout and the server's request timeout).
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    let events = String::from_utf8_lossy(&rest)
+        .matches("event: snapshot")
+        .count();
+    assert!(events <= 1, "{events} snapshots after signing out");
+}

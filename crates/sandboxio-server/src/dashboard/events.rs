@@ -1,6 +1,7 @@
 //! `GET /dashboard/api/events`: the panels' data as Server-Sent Events, one `snapshot`
-//! event at once and then every [`EVERY`]. The stream ends when the session's key is
-//! revoked or expires, and with the request timeout (the browser reconnects by itself).
+//! event at once and then every [`EVERY`]. The stream ends when the session ends (signed
+//! out, expired, pushed out) or its key is revoked or expires, and with the request
+//! timeout (the browser reconnects by itself).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -18,8 +19,9 @@ use crate::state::AppState;
 /// How often a new snapshot is sent.
 pub const EVERY: Duration = Duration::from_secs(2);
 
-/// One snapshot as an event, or `None` when the session's key is no longer live.
+/// One snapshot as an event, or `None` when the session or its key is no longer live.
 async fn next_event(st: &AppState, op: &Operator) -> Option<Event> {
+    st.signins.get(&op.cookie)?;
     let (st2, caller) = (st.clone(), op.caller.clone());
     let snap = tokio::task::spawn_blocking(move || {
         let live = st2

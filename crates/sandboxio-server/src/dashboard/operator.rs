@@ -22,6 +22,8 @@ use sandboxio_gateway::credential::same_secret;
 pub struct Operator {
     pub caller: Caller,
     pub csrf: String,
+    /// The session cookie's value (a stream checks the session is still there).
+    pub cookie: String,
 }
 
 /// The signed-in caller of a request, without the CSRF check (for pages and reads).
@@ -50,6 +52,7 @@ pub async fn signed_in(parts: &Parts, st: &AppState) -> Result<Operator, ServerE
     Ok(Operator {
         caller: Caller { credential, ctx },
         csrf: session.csrf,
+        cookie,
     })
 }
 

@@ -9,7 +9,7 @@ use axum::http::header::SET_COOKIE;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandboxio_core::Verdict;
-use sandboxio_gateway::credential::CredentialKind;
+use sandboxio_gateway::credential::{CredentialKind, Scope};
 use serde::{Deserialize, Serialize};
 
 use super::operator::Operator;
@@ -47,6 +47,16 @@ pub async fn sign_in(
         credential,
         ctx: ctx.0,
     };
+    // The dashboard shows the tenant's approvals, denials and running work: a key that may
+    // read them (read, approve or admin), as the API asks; a metrics, exec or files key
+    // alone is refused and recorded.
+    let scopes = &caller.credential.scopes;
+    if ![Scope::Read, Scope::Approve, Scope::Admin]
+        .iter()
+        .any(|s| scopes.contains(*s))
+    {
+        caller.require(&st, Scope::Read).await?;
+    }
     let (cookie, csrf) = st.signins.create(&caller.credential.id);
     let rec = server_record(
         "dashboard.signin",

@@ -18,6 +18,9 @@ pub const COOKIE: &str = "sbx_dashboard";
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// At most this many live sessions (the oldest goes first).
 pub const MAX_SESSIONS: usize = 4096;
+/// At most this many live sessions of one key (its own oldest goes first): no key signs
+/// in often enough to push out everyone else's.
+pub const MAX_SESSIONS_PER_KEY: usize = 32;
 /// The header carrying the CSRF token.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
@@ -45,9 +48,15 @@ impl SignIns {
         let csrf = random_hex(32);
         if let Ok(mut m) = self.map.lock() {
             m.retain(|_, s| s.since.elapsed() < SESSION_TTL);
-            while m.len() >= MAX_SESSIONS {
+            loop {
+                let own = m.values().filter(|s| s.credential == credential).count();
+                let over_own = own >= MAX_SESSIONS_PER_KEY;
+                if !over_own && m.len() < MAX_SESSIONS {
+                    break;
+                }
                 let oldest = m
                     .iter()
+                    .filter(|(_, s)| !over_own || s.credential == credential)
                     .min_by_key(|(_, s)| s.since)
                     .map(|(k, _)| k.clone());
                 match oldest {
@@ -110,6 +119,23 @@ pub fn set_cookie(value: Option<&str>, tls: bool) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn one_key_signing_in_again_and_again_pushes_out_only_its_own_sessions() {
+        let s = SignIns::default();
+        let (other, _) = s.create("k1");
+        let mine: Vec<String> = (0..MAX_SESSIONS_PER_KEY + 8)
+            .map(|_| s.create("k2").0)
+            .collect();
+        assert!(
+            s.get(&other).is_some(),
+            "another key's session was pushed out"
+        );
+        let live = mine.iter().filter(|c| s.get(c).is_some()).count();
+        assert_eq!(live, MAX_SESSIONS_PER_KEY);
+        assert!(s.get(mine.last().unwrap()).is_some(), "the newest is kept");
+        assert!(s.get(&mine[0]).is_none(), "the oldest goes first");
+    }
 
     #[test]
     fn a_session_is_found_by_its_cookie_only() {

@@ -154,6 +154,9 @@ pub async fn costs(
     Scoped { caller, .. }: Scoped<ReadScope>,
     Query(q): Query<CostsQuery>,
 ) -> Result<Json<Costs>, ServerError> {
+    if caller.is_capability() {
+        return Err(ServerError::TenantWide { what: "costs" });
+    }
     let back = match q.since.as_deref() {
         None => Duration::from_secs(24 * 3600),
         Some(s) => s

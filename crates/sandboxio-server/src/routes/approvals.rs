@@ -1,5 +1,6 @@
 //! Approvals of the caller's tenant: list, read, approve, deny, wait for a decision, and the
-//! outcome of the operation that asked. Another tenant's approval is 404.
+//! outcome of the operation that asked. Another tenant's approval is 404, and so is, for a
+//! capability token, one asked by another sandbox than its own.
 
 use std::time::Duration;
 
@@ -52,11 +53,28 @@ async fn find(st: &AppState, caller: &Caller, id: &str) -> Result<Approval, Serv
     let store = st.backend.store().clone();
     let key = id.to_string();
     let a = blocking("reading an approval", move || store.get_approval(&key)).await?;
-    a.filter(|a| a.tenant == caller.tenant())
+    a.filter(|a| visible(caller, a))
         .ok_or_else(|| ServerError::NotFound {
             what: "approval",
             id: id.chars().take(64).collect(),
         })
+}
+
+/// The asking operation as the approval holds it (its request view).
+fn operation_of(a: &Approval) -> serde_json::Value {
+    serde_json::from_str(&a.operation).unwrap_or(serde_json::Value::Null)
+}
+
+/// Whether the caller may see approval `a`: one of its tenant's and, for a capability
+/// token, one asked by its own sandbox.
+fn visible(caller: &Caller, a: &Approval) -> bool {
+    if a.tenant != caller.tenant() {
+        return false;
+    }
+    match &caller.credential.sandbox {
+        Some(s) => operation_of(a)["principal"]["session"].as_str() == Some(s.as_str()),
+        None => !caller.is_capability(),
+    }
 }
 
 async fn see(st: &AppState, caller: &Caller) -> Result<(), ServerError> {
@@ -104,7 +122,7 @@ pub async fn list(
     .await?;
     let approvals = all
         .into_iter()
-        .filter(|a| a.tenant == caller.tenant())
+        .filter(|a| visible(&caller, a))
         .map(ApprovalView::of)
         .collect();
     Ok(Json(ApprovalList { approvals }))
@@ -206,6 +224,21 @@ pub async fn outcome(
     Path(id): Path<String>,
     Query(q): Query<WaitQuery>,
 ) -> Result<Response, ServerError> {
+    // The outcome holds the operation's record and output: for a caller that may read
+    // approvals, or that could have asked for the operation itself (the scope of its kind:
+    // an agent waiting for its own command); never a metrics or admin key alone, nor a
+    // capability token for another sandbox (404, as for the approval).
+    let a = find(&st, &caller, &id).await?;
+    let scopes = &caller.credential.scopes;
+    let own = match operation_of(&a)["args"]["kind"].as_str() {
+        Some("exec") => Some(Scope::Exec),
+        Some("run_code") => Some(Scope::RunCode),
+        Some(k) if k.starts_with("file") => Some(Scope::Files),
+        _ => None,
+    };
+    if !own.is_some_and(|s| scopes.contains(s)) {
+        see(&st, &caller).await?;
+    }
     let got = st
         .backend
         .pending_outcome(caller.tenant(), &id, wait_for(&q))

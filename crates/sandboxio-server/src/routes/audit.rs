@@ -1,4 +1,5 @@
-//! The caller's tenant's audit events (scope `read`), newest last, from the trail file.
+//! The caller's tenant's audit events (scope `read`), newest last, from the trail file; for
+//! a capability token, those of its own sandbox.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -18,8 +19,12 @@ use crate::problem::Problem;
 use crate::routes::guard::{ReadScope, Scoped};
 use crate::state::AppState;
 
-/// How much of the end of the trail a query reads.
-const TAIL_BYTES: u64 = 16 << 20;
+/// A query reads the trail backwards in blocks of this size, until it has its `limit`
+/// of the caller's events or reaches `since`: however much other tenants wrote since, the
+/// caller's events are found.
+const BLOCK: u64 = 1 << 20;
+/// The most one query reads; past it the answer says it is incomplete.
+const MAX_SCAN: u64 = 1 << 30;
 const MAX_EVENTS: usize = 1000;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -43,24 +48,85 @@ pub struct AuditQuery {
 pub struct AuditEvents {
     #[schema(value_type = Vec<Object>)]
     pub events: Vec<serde_json::Value>,
+    /// False when the query stopped at its read bound (1 GiB of trail) before it found
+    /// `limit` events or reached `since`: older matching events may exist.
+    pub complete: bool,
 }
 
-fn tail(path: &PathBuf) -> std::io::Result<String> {
+/// The newest events since `since` (up to `limit`, newest first) that `keep` accepts, read
+/// backwards from the end of the trail until a checkpoint written before `since`; and
+/// whether the read got there (false when it stopped at [`MAX_SCAN`]).
+fn newest(
+    path: &PathBuf,
+    since: DateTime<Utc>,
+    limit: usize,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> std::io::Result<(Vec<serde_json::Value>, bool)> {
     let mut f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len();
-    let start = len.saturating_sub(TAIL_BYTES);
-    f.seek(SeekFrom::Start(start))?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
-    let mut text = String::from_utf8_lossy(&buf).into_owned();
-    if start > 0 {
-        // Drop the partial first line.
-        text = text
-            .split_once('\n')
-            .map(|(_, r)| r.to_string())
-            .unwrap_or_default();
+    let mut pos = f.metadata()?.len();
+    let mut scanned = 0u64;
+    // The start of the line that ends in the block read last.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    while pos > 0 {
+        if scanned >= MAX_SCAN {
+            return Ok((out, false));
+        }
+        let start = pos.saturating_sub(BLOCK);
+        let mut buf = vec![0u8; (pos - start) as usize];
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf)?;
+        scanned += pos - start;
+        buf.extend_from_slice(&carry);
+        // Whole lines only: the first line of a block that does not start the file is
+        // finished by the next block read.
+        let body = if start == 0 {
+            carry = Vec::new();
+            &buf[..]
+        } else {
+            match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    carry = buf[..i].to_vec();
+                    &buf[i + 1..]
+                }
+                None => {
+                    carry = std::mem::take(&mut buf);
+                    pos = start;
+                    continue;
+                }
+            }
+        };
+        for line in body.split(|b| *b == b'\n').rev() {
+            let Ok(e) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            let at = |v: &serde_json::Value| {
+                v["ts"]
+                    .as_str()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            };
+            // A checkpoint's time is when it was written: every line before it was written
+            // earlier, so none of them is newer than `since` once it is older. (A record's
+            // own time can be older than lines before it: one written late, at recovery.)
+            if let Some(ts) = at(&e["checkpoint"]) {
+                if ts < since {
+                    return Ok((out, true));
+                }
+                continue;
+            }
+            if at(&e).is_none_or(|ts| ts < since) {
+                continue;
+            }
+            if keep(&e) {
+                out.push(e);
+                if out.len() >= limit {
+                    return Ok((out, true));
+                }
+            }
+        }
+        pos = start;
     }
-    Ok(text)
+    Ok((out, true))
 }
 
 /// Events of the caller's tenant (redacted as they were written).
@@ -73,7 +139,10 @@ pub async fn query(
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<AuditEvents>, ServerError> {
     let Some(path) = st.opts.audit_file.clone() else {
-        return Ok(Json(AuditEvents { events: Vec::new() }));
+        return Ok(Json(AuditEvents {
+            events: Vec::new(),
+            complete: true,
+        }));
     };
     let back = match q.since.as_deref() {
         None => std::time::Duration::from_secs(24 * 3600),
@@ -99,29 +168,80 @@ pub async fn query(
         .and_then(|d| Utc::now().checked_sub_signed(d))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_EVENTS);
-    let text = tokio::task::spawn_blocking(move || tail(&path))
-        .await
-        .map_err(|_| ServerError::Internal {
-            action: "reading the audit trail",
-        })?
-        .map_err(|_| ServerError::Internal {
-            action: "reading the audit trail",
-        })?;
     let tenant = caller.tenant().to_string();
-    let mut events: Vec<serde_json::Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["tenant_id"].as_str() == Some(tenant.as_str()))
-        .filter(|e| {
-            e["ts"]
-                .as_str()
-                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                .is_some_and(|t| t >= since)
-        })
-        .filter(|e| q.event.as_deref().is_none_or(|ev| e["event"] == ev))
-        .filter(|e| q.decision.as_deref().is_none_or(|d| e["decision"] == d))
-        .collect();
-    let skip = events.len().saturating_sub(limit);
-    events.drain(..skip);
-    Ok(Json(AuditEvents { events }))
+    let (capability, sandbox) = (caller.is_capability(), caller.credential.sandbox.clone());
+    let keep = move |e: &serde_json::Value| {
+        e["tenant_id"].as_str() == Some(tenant.as_str())
+            && (!capability || sandbox.is_some() && e["session_id"].as_str() == sandbox.as_deref())
+            && q.event.as_deref().is_none_or(|ev| e["event"] == ev)
+            && q.decision.as_deref().is_none_or(|d| e["decision"] == d)
+    };
+    let (mut events, complete) =
+        tokio::task::spawn_blocking(move || newest(&path, since, limit, keep))
+            .await
+            .map_err(|_| ServerError::Internal {
+                action: "reading the audit trail",
+            })?
+            .map_err(|_| ServerError::Internal {
+                action: "reading the audit trail",
+            })?;
+    events.reverse();
+    Ok(Json(AuditEvents { events, complete }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::Write as _;
+
+    fn line(tenant: &str, ts: DateTime<Utc>, n: usize) -> String {
+        serde_json::json!({"tenant_id": tenant, "ts": ts.to_rfc3339(), "n": n, "pad": "x".repeat(200)})
+            .to_string()
+    }
+
+    #[test]
+    fn a_tenants_events_are_found_behind_any_volume_of_others_and_stop_at_an_old_checkpoint() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("audit.jsonl");
+        let now = Utc::now();
+        let hour = chrono::Duration::hours(1);
+        let mut f = std::fs::File::create(&path).unwrap();
+        // Before `since`: an alpha event, then a checkpoint written then.
+        writeln!(f, "{}", line("alpha", now - hour * 3, 0)).unwrap();
+        let cp = serde_json::json!({"checkpoint": {"ts": (now - hour * 2).to_rfc3339()}});
+        writeln!(f, "{cp}").unwrap();
+        // Since: two alpha events, one written late with an old time of its own, then
+        // several blocks of another tenant's.
+        writeln!(
+            f,
+            "{}",
+            line("alpha", now - chrono::Duration::minutes(30), 1)
+        )
+        .unwrap();
+        writeln!(f, "{}", line("alpha", now - hour * 5, 2)).unwrap();
+        writeln!(
+            f,
+            "{}",
+            line("alpha", now - chrono::Duration::minutes(20), 3)
+        )
+        .unwrap();
+        for i in 0..15_000 {
+            writeln!(f, "{}", line("beta", now, i)).unwrap();
+        }
+        drop(f);
+        assert!(std::fs::metadata(&path).unwrap().len() > 3 * BLOCK);
+        let alpha = |e: &serde_json::Value| e["tenant_id"] == "alpha";
+        let (found, complete) = newest(&path, now - hour, 10, alpha).unwrap();
+        let ns: Vec<u64> = found.iter().map(|e| e["n"].as_u64().unwrap()).collect();
+        assert_eq!(ns, [3, 1], "newest first, only those since `since`");
+        assert!(complete);
+        // `limit` stops the read at the newest ones.
+        let (found, _) = newest(&path, now - hour, 1, alpha).unwrap();
+        assert_eq!(found[0]["n"], 3);
+        // Since long ago: the read goes past the checkpoint to the start of the trail.
+        let (found, _) = newest(&path, now - hour * 24, 10, alpha).unwrap();
+        let ns: Vec<u64> = found.iter().map(|e| e["n"].as_u64().unwrap()).collect();
+        assert_eq!(ns, [3, 2, 1, 0]);
+    }
 }
