@@ -704,3 +704,27 @@ async fn a_tenant_refused_lately_prepares_no_sandbox_for_its_next_refusals() {
         "a sandbox was prepared for a tenant refused moments before"
     );
 }
+
+#[tokio::test]
+async fn a_price_past_what_money_holds_is_refused_not_run_free() {
+    let cfg = GatewayConfig {
+        budget: sandboxio_budget::BudgetConfig::from_toml(
+            "per_tenant = \"1.00\"\n[rate_card]\ncpu_second = \"70000000000000000000000000000\"\n",
+        )
+        .unwrap(),
+        ..GatewayConfig::default()
+    };
+    let f = fx(cfg, Approver::Nobody);
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.limits.timeout = Duration::from_secs(2);
+    let o = f.gw.submit(sh("true", r)).await.unwrap();
+    assert_eq!(o.record.layer, Layer::Budget, "{:?}", o.record);
+    assert!(
+        o.record
+            .reason
+            .contains("past what a money amount can hold"),
+        "{}",
+        o.record.reason
+    );
+    assert!(o.result.is_none(), "it ran");
+}

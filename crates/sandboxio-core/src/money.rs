@@ -86,6 +86,12 @@ impl FromStr for Money {
                 why: "empty",
             });
         }
+        if t.contains('_') {
+            return Err(CoreError::InvalidMoney {
+                input: s.to_string(),
+                why: "digit separators (`_`) are not accepted: write the plain number, such as 1000.50",
+            });
+        }
         if t.contains(['e', 'E']) {
             return Err(CoreError::InvalidMoney {
                 input: s.to_string(),
@@ -162,7 +168,9 @@ mod tests {
 
     #[test]
     fn rejects_garbage_and_scientific_notation() {
-        for bad in ["", "abc", "1e3", "1.2.3", "NaN", "inf"] {
+        for bad in [
+            "", "abc", "1e3", "1.2.3", "NaN", "inf", "1_0", "0._0_1", "1_", "0.1_",
+        ] {
             let e = bad.parse::<Money>().unwrap_err();
             assert_eq!(crate::ErrorCode::code(&e), "SBX_E1003", "{bad}");
         }

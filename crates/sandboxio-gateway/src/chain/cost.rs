@@ -102,7 +102,14 @@ impl Gateway {
                 Some(req),
             ) => {
                 let u = Self::bound_usage(req);
-                let cost = rc.cost(&u).unwrap_or(b.default_estimate);
+                // Past what money can hold at this rate card: the largest amount, which no
+                // ceiling admits (never the default estimate, which would run it free).
+                let Ok(cost) = rc.cost(&u) else {
+                    return (
+                        Money::from_decimal(rust_decimal::Decimal::MAX),
+                        "the most this request can cost under its limits at the rate card is past what a money amount can hold; lower the timeout, the CPU quota or the prices".into(),
+                    );
+                };
                 (
                     cost,
                     format!(

@@ -131,8 +131,12 @@ impl PgStore {
                 .map_err(|e| unavailable(e.to_string()))
         })?;
         let (changes, _) = broadcast::channel(64);
+        // The store holds the only handle on the pool: an error below drops the store,
+        // whose `Drop` closes the pool's clients off this thread (closing one blocks, which
+        // panics on a thread that drives tokio); a handle kept here would be dropped last,
+        // on this thread.
         let mut store = PgStore {
-            pool: Some(pool.clone()),
+            pool: Some(pool),
             url: redacted.clone(),
             replica: Replica::this_process(),
             lost: Arc::new(AtomicBool::new(false)),
@@ -167,8 +171,12 @@ impl PgStore {
             )?;
             Ok(((), true))
         })?;
+        let beat = store
+            .pool
+            .clone()
+            .ok_or_else(|| unavailable("the connection pool is gone".into()))?;
         store.heartbeat = Some(Heartbeat::start(
-            pool,
+            beat,
             r.id.clone(),
             opts.lease,
             store.lost.clone(),

@@ -1137,3 +1137,32 @@ fn a_closed_sqlite_store_leaves_a_short_wal_for_the_next_opener() {
         "{frames} WAL frames left after 600 commits (a checkpoint every 64 frames keeps it under 80)"
     );
 }
+
+/// A store whose schema this role may not create (PostgreSQL 15 gives no `CREATE` on
+/// `public` to a role that does not own the database): an error with its code, never a
+/// panic, also when opened from a thread that drives tokio (as the CLI and the server do).
+#[tokio::test(flavor = "current_thread")]
+async fn a_role_that_cannot_migrate_gets_an_error_not_a_panic() {
+    // The test cluster's synchronous client may not block a thread that drives tokio:
+    // the set-up runs on its own thread.
+    let weak = std::thread::spawn(|| {
+        let url = crate::pgcluster::fresh_url(module_path!())?;
+        let role = format!("weak_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+            .unwrap();
+        let (base, _) = url.rsplit_once("&user=").unwrap();
+        Some(format!("{base}&user={role}"))
+    })
+    .join()
+    .unwrap();
+    let Some(weak) = weak else {
+        return;
+    };
+    for _ in 0..3 {
+        let e = PgStore::open(&pg_options(&weak, 10)).err().unwrap();
+        assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1540", "{e}");
+        assert!(e.to_string().contains("migrating"), "{e}");
+    }
+}
