@@ -54,6 +54,9 @@ fn status_of(rec: &OperationRecord, code: &str) -> StatusCode {
         "SBX_E1421" | "SBX_E1422" | "SBX_E1468" => return StatusCode::UNPROCESSABLE_ENTITY,
         // Idempotency: a different request, still running, interrupted.
         "SBX_E1505" | "SBX_E1506" | "SBX_E1512" => return StatusCode::CONFLICT,
+        // A code context whose kernel has ended: the caller restarts it (not a server
+        // fault to retry).
+        crate::contexts::CONTEXT_GONE => return StatusCode::CONFLICT,
         _ => {}
     }
     match rec.layer {
@@ -75,7 +78,9 @@ pub fn stopped(out: &Outcome, ctx: &RequestCtx) -> Problem {
     let rec = &out.record;
     let code = code_of(rec).to_string();
     let status = status_of(rec, &code);
-    let title = if rec.verdict == Verdict::Deny {
+    let title = if code == crate::contexts::CONTEXT_GONE {
+        "context ended".to_string()
+    } else if rec.verdict == Verdict::Deny {
         format!("denied by the {} layer", rec.layer)
     } else {
         format!("{} failed", rec.tool_name)

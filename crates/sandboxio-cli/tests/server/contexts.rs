@@ -256,3 +256,95 @@ fn an_idempotency_key_is_bound_to_the_context_it_ran_in() {
     let (st, p) = crate::harness::problem(r);
     assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1505"), "{p}");
 }
+
+fn call_with(s: &Server, key: &str, id: &str, cid: &str, body: Value) -> Value {
+    let r = s.post(
+        key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &body,
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    r.json().unwrap()
+}
+
+/// A cell blocked in a sleep, a wait for a child or an awaited promise is stopped by its
+/// call's timeout (an interrupt), and the context keeps its variables: it is not killed.
+#[test]
+fn a_blocked_cell_is_interrupted_and_the_context_lives_on() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let py = context(&s, &key, &id, "python");
+    call(&s, &key, &id, &py, "kept = 7");
+    for code in [
+        "import time\ntime.sleep(60)",
+        "import subprocess\nsubprocess.run(['sleep', '60'])",
+    ] {
+        let v = call_with(&s, &key, &id, &py, json!({"code": code, "timeout": "1s"}));
+        assert_eq!(v["result"]["timed_out"], true, "{v}");
+        assert_eq!(v["output"]["error"]["ename"], "KeyboardInterrupt", "{v}");
+        assert_eq!(
+            call(&s, &key, &id, &py, "kept")["output"]["value"],
+            "7",
+            "{code}"
+        );
+    }
+    let js = context(&s, &key, &id, "node");
+    call(&s, &key, &id, &js, "globalThis.kept = 8");
+    let v = call_with(
+        &s,
+        &key,
+        &id,
+        &js,
+        json!({"code": "new Promise((r) => setTimeout(() => r('late'), 60000))", "timeout": "1s"}),
+    );
+    assert_eq!(v["result"]["timed_out"], true, "{v}");
+    assert_eq!(v["output"]["error"]["ename"], "Interrupted", "{v}");
+    assert_eq!(call(&s, &key, &id, &js, "kept")["output"]["value"], "8");
+}
+
+/// A call's output is capped like an exec's (1 MiB by default): the rest is counted, the
+/// result says it was cut, and the context goes on answering.
+#[test]
+fn a_context_calls_output_is_capped_like_an_execs() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let v = call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import sys\nfor _ in range(5):\n    sys.stdout.write('x' * (1 << 20))\nNone",
+    );
+    let r = &v["result"];
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert_eq!(r["stdout_bytes"], 5 << 20);
+    assert_eq!(r["stdout"].as_str().unwrap().len(), 1 << 20);
+    assert_eq!(call(&s, &key, &id, &cid, "1 + 1")["output"]["value"], "2");
+}
+
+/// A context whose kernel has ended answers 409 "context ended" (restart it), never a 500
+/// that a client would retry.
+#[test]
+fn an_ended_context_is_a_409_to_restart() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &json!({"code": "import os\nos._exit(7)"}),
+    );
+    let first = r.status();
+    assert!(first == 409 || first == 200, "{first}");
+    let (st, p) = crate::harness::problem(s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
+        &json!({"code": "1"}),
+    ));
+    assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1830"), "{p}");
+    assert_eq!(p["title"], "context ended");
+}

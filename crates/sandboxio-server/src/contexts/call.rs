@@ -33,9 +33,14 @@ fn gone(why: String) -> Unrunnable {
     }
 }
 
+/// A call's output, kept and streamed up to the call's own caps (`stdout_cap`,
+/// `stderr_cap` of its request, as for an exec); what passes them is counted, not kept.
 struct Collected {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
+    caps: [usize; 2],
+    /// Bytes written to each stream, kept or not.
+    totals: [u64; 2],
     events: Option<tokio::sync::mpsc::Sender<ExecEvent>>,
     started: Instant,
 }
@@ -45,14 +50,20 @@ impl Collected {
         u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    async fn out(&mut self, stream: OutputStream, data: Vec<u8>) {
+    async fn out(&mut self, stream: OutputStream, mut data: Vec<u8>) {
         if data.is_empty() {
             return;
         }
-        match stream {
-            OutputStream::Stdout => self.stdout.extend_from_slice(&data),
-            OutputStream::Stderr => self.stderr.extend_from_slice(&data),
+        let (i, buf) = match stream {
+            OutputStream::Stdout => (0, &mut self.stdout),
+            OutputStream::Stderr => (1, &mut self.stderr),
+        };
+        self.totals[i] += data.len() as u64;
+        data.truncate(self.caps[i].saturating_sub(buf.len()));
+        if data.is_empty() {
+            return;
         }
+        buf.extend_from_slice(&data);
         if let Some(tx) = &self.events {
             let ev = ExecEvent::Output {
                 stream,
@@ -100,9 +111,12 @@ impl Executor for Call {
             k.mark_dead();
             return Err(gone("the code context's kernel no longer reads".into()));
         }
+        let cap = |b: sandboxio_core::ByteSize| usize::try_from(b.bytes()).unwrap_or(usize::MAX);
         let mut c = Collected {
             stdout: Vec::new(),
             stderr: Vec::new(),
+            caps: [cap(req.limits.stdout_cap), cap(req.limits.stderr_cap)],
+            totals: [0, 0],
             events: io.events,
             started: Instant::now(),
         };
@@ -188,12 +202,12 @@ impl Executor for Call {
         let result = ExecResult {
             sandbox_id: self.sandbox_id.clone(),
             exit,
-            stdout_bytes: c.stdout.len() as u64,
-            stderr_bytes: c.stderr.len() as u64,
+            stdout_bytes: c.totals[0],
+            stderr_bytes: c.totals[1],
+            stdout_truncated: c.totals[0] > c.stdout.len() as u64,
+            stderr_truncated: c.totals[1] > c.stderr.len() as u64,
             stdout: c.stdout,
             stderr: c.stderr,
-            stdout_truncated: false,
-            stderr_truncated: false,
             timed_out,
             oom_killed: false,
             cancelled,

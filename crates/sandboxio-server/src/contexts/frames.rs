@@ -16,8 +16,9 @@ pub enum Piece {
     Frame(Value),
 }
 
-/// Largest frame held while waiting for its newline (a figure's PNG fits many times).
-const MAX_FRAME: usize = 64 << 20;
+/// Largest frame held while waiting for its newline: a call's rich results are at most
+/// 8 MiB (the kernels bound them), a few times over in JSON.
+const MAX_FRAME: usize = 24 << 20;
 
 pub struct Parser {
     mark: Vec<u8>,

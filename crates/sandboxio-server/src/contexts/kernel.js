@@ -2,7 +2,8 @@
 // between calls (`let x = 1` in one call is `x` in the next). Requests arrive on stdin, one
 // JSON object a line: {"op":"exec","id":N,"code":"..."} or {"op":"interrupt"}. A worker
 // thread reads them, so an interrupt reaches a busy cell: it raises SIGINT, which the vm
-// turns into an error in the cell (breakOnSigint). Answers leave on stdout as frames: MARK
+// turns into an error in the cell (breakOnSigint); a cell awaiting a promise is told by a
+// message to the main thread, which stops waiting for it. Answers leave on stdout as frames: MARK
 // + JSON + newline, MARK = "\x1eSBXK" + $SBX_KERNEL_NONCE + " ". Anything else on stdout is
 // the cell's raw output.
 'use strict';
@@ -19,8 +20,10 @@ if (!isMainThread) {
   const busy = new Int32Array(workerData);
   let posted = 0;
   const interrupt = () => {
+    let told = false;
     for (let k = 0; k < 40 && Atomics.load(busy, 1) < posted; k++) {
       if (Atomics.load(busy, 0) === 1) process.kill(process.pid, 'SIGINT');
+      else if (!told) { parentPort.postMessage({ op: 'interrupt' }); told = true; }
       Atomics.wait(busy, 0, Atomics.load(busy, 0), 50);
     }
   };
@@ -80,6 +83,8 @@ if (!isMainThread) {
     }
     return { ename: 'Error', evalue: util.inspect(e), traceback: [] };
   };
+  // Rejects the promise the running cell is awaiting (an interrupt), while it awaits one.
+  let interruptAwait = null;
   const shared = new SharedArrayBuffer(8);
   const busy = new Int32Array(shared);
   const settle = () => { Atomics.store(busy, 0, 0); Atomics.notify(busy, 0); };
@@ -99,7 +104,15 @@ if (!isMainThread) {
       } finally {
         settle();
       }
-      if (v && typeof v.then === 'function') v = await v;
+      if (v && typeof v.then === 'function') {
+        // Awaited until it settles or an interrupt comes (the promise itself goes on).
+        const stop = new Promise((_, reject) => { interruptAwait = reject; });
+        try {
+          v = await Promise.race([v, stop]);
+        } finally {
+          interruptAwait = null;
+        }
+      }
       if (v !== undefined) value = util.inspect(v).slice(0, VALUE_LIMIT);
     } catch (e) {
       error = errorOf(e);
@@ -117,6 +130,14 @@ if (!isMainThread) {
   const w = new Worker(__filename, { workerData: shared });
   w.on('message', (req) => {
     if (req === null) { closed = true; if (!running) process.exit(0); return; }
+    if (req.op === 'interrupt') {
+      if (interruptAwait) {
+        const e = new Error('Script execution was interrupted while awaiting a promise');
+        e.name = 'Interrupted';
+        interruptAwait(e);
+      }
+      return;
+    }
     queue.push(req);
     pump();
   });

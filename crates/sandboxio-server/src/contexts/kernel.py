@@ -2,6 +2,8 @@
 # between calls. Requests arrive on stdin, one JSON object a line:
 #   {"op": "exec", "id": N, "code": "..."}   run a cell
 #   {"op": "interrupt"}                       raise KeyboardInterrupt in the running cell
+#                                             (a SIGINT to the main thread: it also wakes a
+#                                             cell blocked in sleep, a wait or a read)
 # Answers leave on stdout as frames: MARK + JSON + newline, where MARK is "\x1eSBXK" + the
 # nonce from $SBX_KERNEL_NONCE + " ". Anything else on stdout (a subprocess, os.write) is
 # the cell's raw output. Frames: ready, stdout/stderr (text the cell printed), done (the
@@ -13,13 +15,16 @@ import json
 import os
 import queue
 import resource
+import signal
 import sys
 import threading
 import traceback
-import _thread
 
 MARK = "\x1eSBXK" + os.environ.get("SBX_KERNEL_NONCE", "") + " "
 VALUE_LIMIT = 65536
+# The most one call's rich results (images, HTML) may hold, base64 included.
+RICH_LIMIT = 8 << 20
+MAIN = threading.get_ident()
 _out = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
 _lock = threading.Lock()
 
@@ -62,7 +67,7 @@ def reader():
             continue
         if req.get("op") == "interrupt":
             if state["busy"]:
-                _thread.interrupt_main()
+                signal.pthread_kill(MAIN, signal.SIGINT)
             elif state["pending"] > 0:
                 state["stop_next"] = True
         else:
@@ -73,6 +78,21 @@ def reader():
 
 def png(data):
     return {"mime": "image/png", "data": base64.b64encode(data).decode("ascii")}
+
+
+def bounded(items):
+    # Rich results up to RICH_LIMIT in all; each one past it is named, not sent.
+    out, size = [], 0
+    for r in items:
+        n = len(r.get("data", ""))
+        if size + n > RICH_LIMIT:
+            out.append({"mime": "text/plain",
+                        "data": "(%s of %d bytes left out: a call's rich results are at most %d bytes)"
+                        % (r.get("mime"), n, RICH_LIMIT)})
+            continue
+        size += n
+        out.append(r)
+    return out
 
 
 def rich_of(v):
@@ -132,7 +152,7 @@ def run(ns, req):
                 value = repr(v)[:VALUE_LIMIT]
                 rich = rich_of(v)
                 ns["_"] = v
-        rich += figures()
+        rich = bounded(rich + figures())
     except BaseException as e:  # noqa: B902 - a cell's SystemExit or Ctrl-C is its error
         # Without the kernel's own frame: the traceback starts in the cell.
         tb = traceback.format_exception(type(e), e, e.__traceback__.tb_next)
@@ -146,6 +166,8 @@ def run(ns, req):
 
 def main():
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # An interrupt is a SIGINT to this thread, whatever the kernel inherited for it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     threading.Thread(target=reader, daemon=True).start()
     frame({"t": "ready", "language": "python", "version": sys.version.split()[0]})

@@ -149,6 +149,13 @@ pub async fn start(
         req.limits.stdout_cap = cap(max.stdout_cap, sandboxio_core::Limits::max().stdout_cap);
         req.limits.stderr_cap = cap(max.stderr_cap, sandboxio_core::Limits::max().stderr_cap);
     }
+    // What the kernel may write over its life: past it, nothing it says reaches the
+    // server (its frames neither), so the kernel is ended with that reason (`read`).
+    let lifetime_cap = sub
+        .op
+        .exec
+        .as_ref()
+        .map_or(u64::MAX, |r| r.limits.stdout_cap.bytes());
     sub.stream.stdin = Some(stdin_rx);
     sub.labels.insert(
         "code_context".into(),
@@ -166,6 +173,7 @@ pub async fn start(
     tokio::spawn(read(
         run,
         Parser::new(mark(&nonce)),
+        lifetime_cap,
         tx,
         process.clone(),
         ctx.clone(),
@@ -216,21 +224,31 @@ pub async fn start(
 async fn read(
     mut run: Run,
     mut parser: Parser,
+    lifetime_cap: u64,
     tx: mpsc::Sender<KMsg>,
     process: Arc<Process>,
     ctx: RequestCtx,
 ) {
+    let mut written = 0u64;
     loop {
         let msgs: Vec<KMsg> = match run.next().await {
             Step::Event(ExecEvent::Output { stream, data, .. }) => match stream {
-                OutputStream::Stdout => parser
-                    .push(&data)
-                    .into_iter()
-                    .map(|p| match p {
-                        Piece::Raw(b) => KMsg::Stdout(b),
-                        Piece::Frame(v) => KMsg::Frame(v),
-                    })
-                    .collect(),
+                OutputStream::Stdout => {
+                    written += data.len() as u64;
+                    if written >= lifetime_cap {
+                        run.token.cancel(format!(
+                            "the context's output reached its lifetime cap of {lifetime_cap} bytes"
+                        ));
+                    }
+                    parser
+                        .push(&data)
+                        .into_iter()
+                        .map(|p| match p {
+                            Piece::Raw(b) => KMsg::Stdout(b),
+                            Piece::Frame(v) => KMsg::Frame(v),
+                        })
+                        .collect()
+                }
                 OutputStream::Stderr => vec![KMsg::Stderr(data)],
             },
             Step::Event(ExecEvent::Exit { .. }) => Vec::new(),
