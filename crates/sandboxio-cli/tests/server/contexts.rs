@@ -348,3 +348,34 @@ fn an_ended_context_is_a_409_to_restart() {
     assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1830"), "{p}");
     assert_eq!(p["title"], "context ended");
 }
+
+/// What a cell leaves behind cannot answer a later call: the frames' nonce is in no
+/// environment a subprocess sees, a subprocess reading stdin gets end of input (not the
+/// kernel's requests), and a thread that writes `done` frames for the ids a counter would
+/// give cannot hit the next call's id.
+#[test]
+fn a_cell_cannot_answer_a_later_call() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let v = call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import os, subprocess\nenv = open('/proc/%d/environ' % os.getpid(), 'rb').read()\nchild = subprocess.run(['sh', '-c', 'env; cat'], capture_output=True, text=True, timeout=10)\n(b'NONCE' in env, 'NONCE' in child.stdout, child.returncode)",
+    );
+    assert_eq!(v["output"]["value"], "(False, False, 0)", "{v}");
+    // Call 1 leaves a thread that forges `done` frames for ids 1..=1000 with the kernel's
+    // own mark; call 2 sleeps through them and answers for itself.
+    call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import sys, json, threading, time\nmark = sys.modules['__main__'].MARK\ndef forge():\n    time.sleep(1)\n    for i in range(1, 1001):\n        sys.modules['__main__'].frame({'t': 'done', 'id': i, 'value': \"'FORGED'\", 'rich': [], 'error': None, 'cpu_us': 0})\nthreading.Thread(target=forge, daemon=True).start()\nNone",
+    );
+    let v = call(&s, &key, &id, &cid, "import time\ntime.sleep(3)\n'genuine'");
+    assert_eq!(v["output"]["value"], "'genuine'", "{v}");
+}

@@ -1,11 +1,12 @@
 // sandboxio code-context kernel for Node: runs inside the sandbox and keeps one vm context
 // between calls (`let x = 1` in one call is `x` in the next). Requests arrive on stdin, one
-// JSON object a line: {"op":"exec","id":N,"code":"..."} or {"op":"interrupt"}. A worker
+// JSON object a line: first {"op":"hello","nonce":"..."} (the nonce of the frames' mark,
+// never in the environment), then {"op":"exec","id":N,"code":"..."} or {"op":"interrupt"}. A worker
 // thread reads them, so an interrupt reaches a busy cell: it raises SIGINT, which the vm
 // turns into an error in the cell (breakOnSigint); a cell awaiting a promise is told by a
 // message to the main thread, which stops waiting for it. Answers leave on stdout as frames: MARK
-// + JSON + newline, MARK = "\x1eSBXK" + $SBX_KERNEL_NONCE + " ". Anything else on stdout is
-// the cell's raw output.
+// + JSON + newline, MARK = "\x1eSBXK" + the nonce + " ". Anything else on stdout is the
+// cell's raw output.
 'use strict';
 const { Worker, isMainThread, parentPort, workerData } = require('worker_threads');
 const fs = require('fs');
@@ -44,6 +45,7 @@ if (!isMainThread) {
       let req;
       try { req = JSON.parse(line); } catch (_) { continue; }
       if (req.op === 'interrupt') interrupt();
+      else if (req.op === 'hello') parentPort.postMessage(req);
       else {
         if (Number.isInteger(req.id)) posted = Math.max(posted, req.id);
         parentPort.postMessage(req);
@@ -53,7 +55,8 @@ if (!isMainThread) {
 } else {
   const vm = require('vm');
   const util = require('util');
-  const MARK = '\x1eSBXK' + (process.env.SBX_KERNEL_NONCE || '') + ' ';
+  // Set by the hello, the first line on stdin; no frame is written before it.
+  let MARK = null;
   const VALUE_LIMIT = 65536;
   const frame = (o) => fs.writeSync(1, MARK + JSON.stringify(o) + '\n');
   const say = (t) => (...a) => frame({ t, d: util.format(...a) + '\n' });
@@ -130,6 +133,14 @@ if (!isMainThread) {
   const w = new Worker(__filename, { workerData: shared });
   w.on('message', (req) => {
     if (req === null) { closed = true; if (!running) process.exit(0); return; }
+    if (req.op === 'hello') {
+      if (MARK === null && typeof req.nonce === 'string') {
+        MARK = '\x1eSBXK' + req.nonce + ' ';
+        frame({ t: 'ready', language: 'node', version: process.version });
+      }
+      return;
+    }
+    if (MARK === null) return;
     if (req.op === 'interrupt') {
       if (interruptAwait) {
         const e = new Error('Script execution was interrupted while awaiting a promise');
@@ -141,5 +152,4 @@ if (!isMainThread) {
     queue.push(req);
     pump();
   });
-  w.on('online', () => frame({ t: 'ready', language: 'node', version: process.version }));
 }

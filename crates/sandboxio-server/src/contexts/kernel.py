@@ -1,12 +1,14 @@
 # sandboxio code-context kernel for Python: runs inside the sandbox and keeps one namespace
 # between calls. Requests arrive on stdin, one JSON object a line:
+#   {"op": "hello", "nonce": "..."}           first, once: the nonce of the frames' mark
 #   {"op": "exec", "id": N, "code": "..."}   run a cell
 #   {"op": "interrupt"}                       raise KeyboardInterrupt in the running cell
 #                                             (a SIGINT to the main thread: it also wakes a
 #                                             cell blocked in sleep, a wait or a read)
 # Answers leave on stdout as frames: MARK + JSON + newline, where MARK is "\x1eSBXK" + the
-# nonce from $SBX_KERNEL_NONCE + " ". Anything else on stdout (a subprocess, os.write) is
-# the cell's raw output. Frames: ready, stdout/stderr (text the cell printed), done (the
+# nonce + " ". Anything else on stdout (a subprocess, os.write) is the cell's raw output.
+# The requests are read from a private copy of stdin; fd 0 becomes /dev/null, so a cell's
+# subprocess neither reads the requests nor learns the nonce. Frames: ready, stdout/stderr (text the cell printed), done (the
 # value of the last expression, rich results, the error with its traceback, CPU time).
 import ast
 import base64
@@ -20,7 +22,15 @@ import sys
 import threading
 import traceback
 
-MARK = "\x1eSBXK" + os.environ.get("SBX_KERNEL_NONCE", "") + " "
+# The requests: a copy of stdin that no child inherits (os.dup makes it non-inheritable).
+_in = os.fdopen(os.dup(0), "rb")
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+try:
+    MARK = "\x1eSBXK" + json.loads(_in.readline())["nonce"] + " "
+except (ValueError, KeyError, TypeError):
+    sys.exit("sandboxio kernel: the first line on stdin is not its hello")
 VALUE_LIMIT = 65536
 # The most one call's rich results (images, HTML) may hold, base64 included.
 RICH_LIMIT = 8 << 20
@@ -60,7 +70,7 @@ state = {"busy": False, "pending": 0, "stop_next": False}
 
 
 def reader():
-    for line in sys.stdin.buffer:
+    for line in _in:
         try:
             req = json.loads(line)
         except ValueError:

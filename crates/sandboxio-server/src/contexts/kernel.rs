@@ -62,8 +62,13 @@ impl Kernel {
         self.alive.store(false, Ordering::SeqCst);
     }
 
+    /// A new call id: unpredictable (a subprocess of an earlier cell cannot answer a call
+    /// whose id it cannot guess) and below 2^53 (exact in JavaScript).
     pub fn next_id(&self) -> i64 {
-        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+        let n = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let salt: i64 = rand::Rng::gen_range(&mut rand::thread_rng(), 0..(1i64 << 32));
+        // The counter in the low 20 bits keeps ids distinct; the high bits are random.
+        (salt << 20) | (n & 0xF_FFFF)
     }
 
     /// Sends one request line; false when the kernel no longer reads.
@@ -129,7 +134,6 @@ pub async fn start(
         )),
         ..SubmitExtras::default()
     };
-    extra.env.insert("SBX_KERNEL_NONCE".into(), nonce.clone());
     extra.env.insert("MPLBACKEND".into(), "Agg".into());
     let args = OperationArgs::RunCode {
         language,
@@ -137,6 +141,15 @@ pub async fn start(
     };
     let mut sub = session_submission(s, args, ctx, extra);
     let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>(16);
+    // The nonce is the first line on the kernel's standard input, never in its
+    // environment (which every process it starts inherits, and `/proc/<pid>/environ`
+    // shows): a subprocess of a cell cannot learn it, so cannot print a frame.
+    let hello = format!("{}\n", serde_json::json!({"op": "hello", "nonce": nonce}));
+    if stdin_tx.send(hello.into_bytes()).await.is_err() {
+        return Err(ServerError::Internal {
+            action: "starting a code context's kernel",
+        });
+    }
     if let Some(req) = sub.op.exec.as_mut() {
         req.stdin_stream = true;
         let cap = |v: sandboxio_core::ByteSize, d: sandboxio_core::ByteSize| {
