@@ -305,10 +305,13 @@ fn child(c: &Child<'_>, err_w: BorrowedFd<'_>) -> ! {
                 | landlock::Failure::RestrictSelf(e),
             ) => fail_errno(err_w, Stage::Landlock, e),
         }
-        // Everything but stdio and the (close-on-exec) error pipe closes at exec.
-        if let Err(e) = sys::fd::set_cloexec_from(3) {
-            fail_errno(err_w, Stage::CloseFds, e);
-        }
+    }
+    // In every tier, everything but stdio and the (close-on-exec) error pipe closes at exec:
+    // no descriptor the caller's shell or harness left open reaches the program.
+    if let Err(e) = sys::fd::set_cloexec_from(3) {
+        fail_errno(err_w, Stage::CloseFds, e);
+    }
+    if let Some(confine) = &s.confine {
         if let Err(e) = seccomp::install(confine.filter) {
             fail_errno(err_w, Stage::Seccomp, e);
         }

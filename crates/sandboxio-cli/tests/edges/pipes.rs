@@ -274,3 +274,36 @@ fn audit_tail_follow_stops_when_its_reader_goes_away() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Descriptors the caller left open (a shell's, a harness's) never reach the program, in
+/// the process tier as in the others.
+#[test]
+fn descriptors_the_caller_left_open_do_not_reach_the_program() {
+    for tier in ["process", "namespace"] {
+        let env = Env::new("inherited-fds", tier);
+        let run = env.run_cmd(None, &[], &["sh", "-c", "ls /proc/self/fd"]);
+        // A shell opens fds 7 and 9 (not close-on-exec) and then becomes the CLI.
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("exec 7</dev/null 9</dev/null; exec \"$@\"")
+            .arg("sh")
+            .arg(run.get_program())
+            .args(run.get_args());
+        for (k, v) in run.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{tier}: {}", text(&o.stderr));
+        let fds: Vec<String> = text(&o.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert!(
+            !fds.iter().any(|f| f == "7" || f == "9"),
+            "{tier}: the program holds {fds:?}"
+        );
+    }
+}
