@@ -14,6 +14,9 @@ use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::state::AppState;
 
+/// The scopes that may see sandboxes (list them, read one's details).
+pub const SEE_SANDBOXES: [Scope; 4] = [Scope::Read, Scope::Exec, Scope::RunCode, Scope::Files];
+
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -103,6 +106,17 @@ impl Caller {
 
     pub fn is_capability(&self) -> bool {
         self.credential.kind == CredentialKind::Capability
+    }
+
+    /// Refuses (403, recorded, naming the first) unless the credential has one of `any`.
+    pub async fn require_any(&self, state: &AppState, any: &[Scope]) -> Result<(), ServerError> {
+        match any.iter().find(|s| self.credential.scopes.contains(**s)) {
+            Some(_) => Ok(()),
+            None => {
+                self.require(state, any.first().copied().unwrap_or(Scope::Read))
+                    .await
+            }
+        }
     }
 
     /// Refuses (403, recorded) unless the credential has `scope`.

@@ -353,3 +353,29 @@ fn an_access_token_acts_as_the_credential_that_connected() {
     );
     assert_eq!(st, 401);
 }
+
+/// Listing and reading E2B sandboxes needs what the native API asks (read, exec, run_code
+/// or files): a metrics key sees none of them.
+#[test]
+fn a_metrics_key_cannot_list_or_read_e2b_sandboxes() {
+    let s = e2b_server("");
+    let owner = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &owner);
+    let scraper = s.key("acme", "metrics");
+    for path in ["/sandboxes".to_string(), format!("/sandboxes/{}", sbx.0)] {
+        let r = s
+            .client
+            .get(s.url(&path))
+            .header("X-API-Key", &scraper)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}: {}", r.text().unwrap());
+        let r = s
+            .client
+            .get(s.url(&path))
+            .header("X-API-Key", &owner)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+}

@@ -249,16 +249,65 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(format!("{v}\n"))
 }
 
-fn output_line(stream: OutputStream, data: &[u8]) -> Bytes {
+fn output_line(stream: OutputStream, text: &str) -> Bytes {
     let kind = match stream {
         OutputStream::Stdout => "stdout",
         OutputStream::Stderr => "stderr",
     };
     line(&json!({
         "type": kind,
-        "text": String::from_utf8_lossy(data),
+        "text": text,
         "timestamp": Utc::now().to_rfc3339(),
     }))
+}
+
+/// The text of output whose chunks may split a UTF-8 character: a character left
+/// incomplete at a chunk's end waits for the next chunk of its stream; bytes that are not
+/// UTF-8 at all become U+FFFD.
+#[derive(Default)]
+struct Utf8Chunks {
+    held: [Vec<u8>; 2],
+}
+
+/// How many bytes at the end of `b` start a character that is not complete yet.
+fn incomplete_tail(b: &[u8]) -> usize {
+    (1..=b.len().min(3))
+        .find(|k| {
+            std::str::from_utf8(&b[b.len() - k..])
+                .err()
+                .is_some_and(|e| e.valid_up_to() == 0 && e.error_len().is_none())
+        })
+        .unwrap_or(0)
+}
+
+impl Utf8Chunks {
+    fn slot(stream: OutputStream) -> usize {
+        match stream {
+            OutputStream::Stdout => 0,
+            OutputStream::Stderr => 1,
+        }
+    }
+
+    /// The line for `data`, or none while all of it waits for the rest of a character.
+    fn line(&mut self, stream: OutputStream, data: &[u8]) -> Option<Bytes> {
+        let held = &mut self.held[Self::slot(stream)];
+        let mut bytes = std::mem::take(held);
+        bytes.extend_from_slice(data);
+        let cut = bytes.len() - incomplete_tail(&bytes);
+        *held = bytes.split_off(cut);
+        (!bytes.is_empty()).then(|| output_line(stream, &String::from_utf8_lossy(&bytes)))
+    }
+
+    /// What is still held (an incomplete character at the end of the output), as lines.
+    fn rest(&mut self) -> Vec<Bytes> {
+        [OutputStream::Stdout, OutputStream::Stderr]
+            .into_iter()
+            .filter_map(|st| {
+                let held = std::mem::take(&mut self.held[Self::slot(st)]);
+                (!held.is_empty()).then(|| output_line(st, &String::from_utf8_lossy(&held)))
+            })
+            .collect()
+    }
 }
 
 /// The closing lines of a cell that ran: its results, its error, the end.
@@ -378,6 +427,7 @@ async fn execute_inner(
     );
     let first = tokio::time::timeout(FIRST_WORD, run.next()).await.ok();
     let mut pre = Vec::new();
+    let mut utf8 = Utf8Chunks::default();
     match first {
         Some(Step::Done(res)) => {
             s.processes.remove(&native.id);
@@ -399,7 +449,7 @@ async fn execute_inner(
             ))));
         }
         Some(Step::Event(ExecEvent::Output { stream, data, .. })) => {
-            pre.push(output_line(stream, &data));
+            pre.extend(utf8.line(stream, &data));
         }
         Some(Step::Event(_)) | None => {}
     }
@@ -416,10 +466,17 @@ async fn execute_inner(
             // The client going away drops `run`, which cancels the cell (as E2B does).
             let lines = match run.next().await {
                 Step::Event(ExecEvent::Output { stream, data, .. }) => {
-                    vec![output_line(stream, &data)]
+                    match utf8.line(stream, &data) {
+                        Some(l) => vec![l],
+                        None => continue,
+                    }
                 }
                 Step::Event(_) => continue,
-                Step::Done(Ok(out)) if answer::ran(&out.record) => closing(&out),
+                Step::Done(Ok(out)) if answer::ran(&out.record) => {
+                    let mut lines = utf8.rest();
+                    lines.extend(closing(&out));
+                    lines
+                }
                 Step::Done(Ok(out)) => {
                     stopped_line(&E2bError::Stopped(Box::new(answer::stopped(&out, &ctx))))
                 }
@@ -465,4 +522,43 @@ fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response {
         HeaderValue::from_static("application/x-ndjson"),
     );
     res
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn texts(lines: &[Bytes]) -> String {
+        lines
+            .iter()
+            .map(|b| {
+                serde_json::from_slice::<Value>(b).unwrap()["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_arrives_whole() {
+        let bytes = "é€😀 ok".as_bytes();
+        // Every split of every prefix: each chunk one byte.
+        let mut u = Utf8Chunks::default();
+        let mut lines: Vec<Bytes> = bytes
+            .iter()
+            .filter_map(|b| u.line(OutputStream::Stdout, std::slice::from_ref(b)))
+            .collect();
+        lines.extend(u.rest());
+        assert_eq!(texts(&lines), "é€😀 ok");
+        // Bytes that are not UTF-8 become U+FFFD; an incomplete end is flushed at the end.
+        let mut u = Utf8Chunks::default();
+        let mut lines: Vec<Bytes> = u
+            .line(OutputStream::Stderr, b"a\xffb\xe2\x82")
+            .into_iter()
+            .collect();
+        lines.extend(u.rest());
+        assert_eq!(texts(&lines), "a\u{fffd}b\u{fffd}");
+    }
 }

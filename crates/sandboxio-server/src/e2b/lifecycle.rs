@@ -29,7 +29,7 @@ use super::auth::{api_caller, Ctx};
 use super::error::E2bError;
 use super::registry::Entry;
 use super::{E2b, ENVD_VERSION};
-use crate::auth::Caller;
+use crate::auth::{Caller, SEE_SANDBOXES};
 use crate::backend::server_record;
 use crate::error::ServerError;
 use crate::sessions::{Session, SessionSpec};
@@ -324,7 +324,9 @@ impl<A: Access> FromRequestParts<AppState> for OnSandbox<A> {
             let caller = if A::ACTS {
                 acting(st, &parts.headers, ctx).await?
             } else {
-                api_caller(st, &parts.headers, ctx).await?
+                let c = api_caller(st, &parts.headers, ctx).await?;
+                c.require_any(st, &SEE_SANDBOXES).await?;
+                c
             };
             let (entry, session) = find(st, e2b, &caller, &id)?;
             Ok(Target {
@@ -465,6 +467,7 @@ pub async fn list(
 ) -> Response {
     let go = async {
         let caller = api_caller(&st, &headers, ctx).await?;
+        caller.require_any(&st, &SEE_SANDBOXES).await?;
         let Query(q) = q?;
         e2b.registry
             .prune(|e| st.sessions.get(&e.tenant, &e.sandbox_id).is_some());

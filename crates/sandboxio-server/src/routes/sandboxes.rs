@@ -35,14 +35,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 /// Any of these scopes lets a key act on sandboxes.
 const ACT: [Scope; 3] = [Scope::Exec, Scope::RunCode, Scope::Files];
-const SEE: [Scope; 4] = [Scope::Read, Scope::Exec, Scope::RunCode, Scope::Files];
-
-async fn require_any(st: &AppState, caller: &Caller, any: &[Scope]) -> Result<(), ServerError> {
-    if any.iter().any(|s| caller.credential.scopes.contains(*s)) {
-        return Ok(());
-    }
-    caller.require(st, any[0]).await
-}
+use crate::auth::SEE_SANDBOXES as SEE;
 
 /// Creates a sandbox with a fresh workspace.
 #[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", request_body = CreateSandbox,
@@ -56,7 +49,7 @@ pub async fn create(
     if caller.is_capability() {
         return Err(ServerError::MissingScope { scope: "exec" });
     }
-    require_any(&st, &caller, &ACT).await?;
+    caller.require_any(&st, &ACT).await?;
     let o = &st.opts;
     let lifetime = body.lifetime.map(|d| d.as_duration()).unwrap_or(o.lifetime);
     if lifetime.is_zero() || lifetime > o.max_lifetime {
@@ -141,7 +134,7 @@ pub async fn list(
     State(st): State<AppState>,
     caller: Caller,
 ) -> Result<Json<SandboxList>, ServerError> {
-    require_any(&st, &caller, &SEE).await?;
+    caller.require_any(&st, &SEE).await?;
     let sandboxes = st
         .sessions
         .list(caller.tenant())
@@ -167,7 +160,7 @@ pub async fn get_one(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxView>, ServerError> {
-    require_any(&st, &caller, &SEE).await?;
+    caller.require_any(&st, &SEE).await?;
     let s = session_for(&st, &caller, &id)?;
     Ok(Json(SandboxView::of(&s)))
 }
@@ -417,7 +410,7 @@ pub async fn revoke_token(
         if caller.is_capability() {
             return Err(not_found());
         }
-        require_any(&st, &caller, &ACT).await?;
+        caller.require_any(&st, &ACT).await?;
     }
     let store = st.backend.store().clone();
     let key = c.id.clone();
