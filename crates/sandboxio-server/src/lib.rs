@@ -13,6 +13,7 @@ pub mod app;
 pub mod auth;
 pub mod backend;
 pub mod body;
+pub mod conns;
 pub mod context;
 pub mod contexts;
 pub mod dashboard;

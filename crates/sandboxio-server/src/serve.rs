@@ -1,12 +1,13 @@
 //! The accept loop: a Unix socket (0600) or TCP, optionally TLS; a bound on open
-//! connections; a header timeout per connection (slow or idle clients are cut); graceful
+//! connections, where a new connection takes the place of one with no request in progress
+//! once it is reached (`conns.rs`); a header timeout per connection (slow or idle clients
+//! are cut); graceful
 //! shutdown: stop accepting, let running requests finish up to the grace period, then cancel
 //! what still runs and wait for it to be recorded.
 
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -14,7 +15,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::ServerError;
@@ -122,7 +122,7 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let opts = state.opts.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let conns = Arc::new(Semaphore::new(opts.max_connections));
+    let conns = crate::conns::Conns::new(opts.max_connections);
     let (restored, lost) = crate::lifecycle::restore(&state).await;
     if restored + lost > 0 {
         tracing::info!(restored, lost, "sandboxes from the last run");
@@ -144,27 +144,28 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = conns.clone().try_acquire_owned() else {
-            // Past the bound on open connections: close this one at once.
-            drop(stream);
-            continue;
-        };
         let app = app.clone();
         let tls = tls.clone();
         let header_timeout = opts.header_timeout;
         let stop = stop_rx.clone();
+        let conns = conns.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let svc = TowerToHyperService::new(app);
+            // Past the bound, with every connection busy: close this one at once.
+            let Some(admitted) = conns.admit().await else {
+                drop(stream);
+                return;
+            };
+            let svc = TowerToHyperService::new(conns.service(app, admitted.state.clone()));
+            let evict = &*admitted.state;
             match (stream, tls) {
                 (Stream::Tcp(s), Some(acc)) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(s)).await {
-                        Ok(Ok(s)) => serve_conn(s, svc, header_timeout, stop).await,
+                        Ok(Ok(s)) => serve_conn(s, svc, header_timeout, stop, evict).await,
                         _ => tracing::debug!("tls handshake failed or timed out"),
                     }
                 }
-                (Stream::Tcp(s), None) => serve_conn(s, svc, header_timeout, stop).await,
-                (Stream::Unix(s), _) => serve_conn(s, svc, header_timeout, stop).await,
+                (Stream::Tcp(s), None) => serve_conn(s, svc, header_timeout, stop, evict).await,
+                (Stream::Unix(s), _) => serve_conn(s, svc, header_timeout, stop, evict).await,
             }
         });
     }
@@ -177,7 +178,8 @@ pub async fn serve(
     tracing::info!("shutting down: waiting for running requests");
     let _ = stop_tx.send(true);
     let all = u32::try_from(opts.max_connections).unwrap_or(u32::MAX);
-    let drained = tokio::time::timeout(opts.shutdown_grace, conns.acquire_many(all)).await;
+    let slots = conns.slots();
+    let drained = tokio::time::timeout(opts.shutdown_grace, slots.acquire_many(all)).await;
     if drained.is_err() {
         let n = state.backend.cancel_all("the server is shutting down");
         tracing::warn!(
@@ -219,9 +221,10 @@ async fn accept(b: &Bound) -> std::io::Result<Stream> {
 
 async fn serve_conn<S>(
     io: S,
-    svc: TowerToHyperService<Router>,
+    svc: TowerToHyperService<crate::conns::Tracked>,
     header_timeout: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    evict: &crate::conns::ConnState,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -233,6 +236,12 @@ async fn serve_conn<S>(
     tokio::pin!(conn);
     let ended = tokio::select! {
         r = conn.as_mut() => r,
+        // Another connection needs the place of this idle one: closed (dropped), unless
+        // a request started in between.
+        _ = evicted(evict) => {
+            tracing::debug!("closed an idle connection to make room for a new one");
+            return;
+        }
         _ = stopped(&mut stop) => {
             // Finish the request in flight (if any), then close.
             conn.as_mut().graceful_shutdown();
@@ -241,6 +250,18 @@ async fn serve_conn<S>(
     };
     if let Err(e) = ended {
         tracing::debug!("connection ended: {e}");
+    }
+}
+
+/// Resolves when this connection is asked to make room while it has no request in
+/// progress.
+async fn evicted(c: &crate::conns::ConnState) {
+    loop {
+        c.evict.notified().await;
+        if c.idle() {
+            return;
+        }
+        c.stay();
     }
 }
 

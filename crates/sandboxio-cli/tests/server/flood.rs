@@ -173,3 +173,64 @@ fn a_client_that_never_reads_its_stream_holds_bounded_memory_and_others_go_on() 
         "the stalled command outlived its client"
     );
 }
+
+/// Connections that send their headers a byte at a time and never finish them hold every
+/// place: a new client is still served at once (an idle one gives its place), not after
+/// the header timeout; a connection with a request in progress keeps its place.
+#[test]
+fn slow_header_connections_give_their_place_to_a_new_client() {
+    use std::io::Write as _;
+    const BOUND: usize = 8;
+    let s = Server::start(&[
+        "--max-connections",
+        &BOUND.to_string(),
+        "--header-timeout",
+        "120s",
+    ]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // One place busy with a long command.
+    let busy = {
+        let (c, url, key) = (
+            crate::harness::client(),
+            s.url(&format!("/v1/sandboxes/{id}/exec")),
+            key.clone(),
+        );
+        std::thread::spawn(move || {
+            c.post(url)
+                .bearer_auth(key)
+                .json(&serde_json::json!({"argv": ["sleep", "6"], "timeout": "30s"}))
+                .timeout(Duration::from_secs(60))
+                .send()
+                .map(|r| r.status().as_u16())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // The other places: slow headers, a byte now and then.
+    let mut slow: Vec<TcpStream> = (0..BOUND * 2)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    for c in &mut slow {
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for c in &mut slow {
+        let _ = c.write_all(b"X-a: b\r\n");
+    }
+    let t0 = Instant::now();
+    let r = crate::harness::client()
+        .get(s.url("/v1/sandboxes"))
+        .bearer_auth(&key)
+        .timeout(Duration::from_secs(20))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    println!(
+        "served in {:?} with every place held by slow headers",
+        t0.elapsed()
+    );
+    // The long command's connection was not the one to go.
+    assert_eq!(busy.join().unwrap().unwrap(), 200);
+    drop(slow);
+}
