@@ -439,8 +439,15 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
     // Start the helper (cold) or take the one that is already waiting (warm pool). The plan
     // goes into the pipe before the helper needs it whenever it fits the pipe buffer, so the
     // helper never waits for a supervisor task to be scheduled.
+    // A task the run owns (aborted when it ends), as the stdin task below.
+    let mut resize = None;
     let stdio = if req.tty {
         let (master, slave) = stream::open_pty(io.tty_size.unwrap_or_default())?;
+        if let Some(rx) = io.tty_resize.take() {
+            if let Ok(m) = master.try_clone() {
+                resize = Some(tokio::spawn(stream::resize_pty(rx, m)));
+            }
+        }
         HelperStdio::Pty { master, slave }
     } else {
         HelperStdio::Pipes {
@@ -526,9 +533,14 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
         (None, Some(rx), Some(w)) if req.stdin_stream => {
             Some(tokio::spawn(stream::pump_stdin(rx, w, req.tty)))
         }
+        // A terminal with no input at all: end of input at once, as a closed pipe would be.
+        (None, _, Some(w)) if req.tty => {
+            Some(tokio::spawn(stream::write_stdin(Vec::new(), w, true)))
+        }
         _ => None,
     };
     let _stdin_task = StdinTask(stdin_task);
+    let _resize_task = StdinTask(resize);
     let out_cap = Capture::new(req.limits.stdout_cap.bytes());
     let err_cap = Capture::new(req.limits.stderr_cap.bytes());
     let events = io.events.clone();

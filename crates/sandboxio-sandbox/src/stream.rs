@@ -31,6 +31,9 @@ pub struct StreamIo {
     pub stdin: Option<mpsc::Receiver<Vec<u8>>>,
     /// Window size of the pseudo-terminal of a `tty` request (default 24x80).
     pub tty_size: Option<TtySize>,
+    /// New window sizes for that pseudo-terminal while the program runs (the caller's
+    /// terminal was resized); the program gets `SIGWINCH` from its terminal.
+    pub tty_resize: Option<mpsc::Receiver<TtySize>>,
     /// Network `allowlist` or `full` in the namespace tier: receives the sandbox's egress
     /// listener (a TCP socket listening on 127.0.0.1 inside the sandbox's own network
     /// namespace) for the egress proxy to serve. Without it such a request is refused
@@ -227,14 +230,26 @@ pub(crate) async fn pump_output(
 /// the input: closes the pipe, or under a terminal sends end-of-file (Ctrl-D).
 pub(crate) async fn pump_stdin(mut rx: mpsc::Receiver<Vec<u8>>, fd: OwnedFd, tty: bool) {
     let Ok(w) = FdIo::new(fd) else { return };
+    let mut last = None;
     while let Some(chunk) = rx.recv().await {
         // The program may exit without reading (EPIPE): not an error of the run.
         if w.write_all(&chunk).await.is_err() {
             return;
         }
+        last = chunk.last().copied().or(last);
     }
     if tty {
-        let _ = w.write_all(&[0x04]).await;
+        let _ = w.write_all(end_of_input(last)).await;
+    }
+}
+
+/// What ends input under a terminal, after input whose last byte was `last`: one Ctrl-D at
+/// the start of a line, two after a line left open (the first only hands that line to the
+/// program; the second, at an empty line, is end of file).
+fn end_of_input(last: Option<u8>) -> &'static [u8] {
+    match last {
+        None | Some(b'\n') => &[0x04],
+        Some(_) => &[0x04, 0x04],
     }
 }
 
@@ -245,7 +260,21 @@ pub(crate) async fn write_stdin(data: Vec<u8>, fd: OwnedFd, tty: bool) {
         return;
     }
     if tty {
-        let _ = w.write_all(&[0x04]).await;
+        let _ = w.write_all(end_of_input(data.last().copied())).await;
+    }
+}
+
+/// Applies each new window size to the pseudo-terminal's master until the sender goes
+/// (or the run ends and the task is dropped).
+pub(crate) async fn resize_pty(mut rx: mpsc::Receiver<TtySize>, master: OwnedFd) {
+    while let Some(size) = rx.recv().await {
+        let ws = libc::winsize {
+            ws_row: size.rows,
+            ws_col: size.cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let _ = sys::pty::set_window_size(master.as_fd(), &ws);
     }
 }
 

@@ -181,6 +181,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     // (restored when `_raw` drops, after the run).
     let _raw = if opts.tty {
         sub.stream.tty_size = crate::terminal::window_size();
+        sub.stream.tty_resize = crate::terminal::resizes();
         crate::terminal::raw_input()
     } else {
         None

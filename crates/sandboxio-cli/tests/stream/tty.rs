@@ -6,6 +6,8 @@
 //!   the program (not sandboxio), and escape sequences it prints are shown, not obeyed.
 //! - `run` without `--tty` on a terminal: OSC and CSI sequences from the program arrive
 //!   escaped.
+//! - `run --tty`: a resize of the operator's window reaches the program's terminal; input
+//!   from a pipe or from nothing ends (end of file reaches the program).
 
 use std::process::Command;
 
@@ -43,7 +45,11 @@ def read_until(needle, timeout):
     return True
 met = []
 for send, expect, pause in steps:
-    if send:
+    if send.startswith('\x00winch:'):
+        # The operator resizes the window: the kernel signals the CLI (SIGWINCH).
+        _, rows, cols = send.split(':')
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', int(rows), int(cols), 0, 0))
+    elif send:
         os.write(fd, send.encode())
     if pause:
         time.sleep(pause)
@@ -275,4 +281,74 @@ fn escaped_without_tty(uid: Option<u32>) {
     }
     assert_eq!(s.status, Some(0), "{}", s.out);
     assert_ran_as(&w, uid);
+}
+
+/// The operator resizes the window while a `--tty` program runs: the program's terminal
+/// takes the new size.
+#[test]
+fn a_window_resize_reaches_the_programs_terminal() {
+    if !have_python() {
+        return;
+    }
+    let w = world_for("tty-winch", None);
+    let argv = cli_argv(
+        &w,
+        None,
+        &["--tty", "--timeout", "60s"],
+        &[
+            "/bin/sh",
+            "-c",
+            "stty size; echo READY; read line; stty size",
+        ],
+    );
+    let s = drive(
+        &argv,
+        &[
+            ("", "READY", 0.0),
+            ("\x00winch:50:120", "", 0.5),
+            ("go\n", "50 120", 0.0),
+        ],
+    );
+    assert!(s.out.contains("33 101"), "{}", s.out);
+    assert_eq!(s.met.len(), 3, "the new size did not arrive:\n{}", s.out);
+    assert_eq!(s.status, Some(0), "{}", s.out);
+}
+
+/// `--tty` with input from a pipe or from nothing: end of input reaches the program,
+/// also after a last line without its newline.
+#[test]
+fn piped_or_absent_input_under_tty_ends() {
+    use std::io::Write as _;
+    let w = world_for("tty-eof", None);
+    for (input, want) in [(Some("abc"), "3"), (Some("ab\ncd"), "5"), (None, "0")] {
+        let mut c = w.run(&["--tty", "--timeout", "30s"], &["wc", "-c"]);
+        c.stdin(match input {
+            Some(_) => std::process::Stdio::piped(),
+            None => std::process::Stdio::null(),
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        if let Some(text) = input {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{input:?}: {out} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // The terminal echoes the input before the count.
+        assert!(
+            out.trim_end().ends_with(want),
+            "{input:?}: wanted {want} at the end of {out:?}"
+        );
+    }
 }
