@@ -856,3 +856,62 @@ fn a_full_disk_under_the_trail_does_not_stop_the_kill_switch() {
     assert!(env.store().unrecorded(100).unwrap().is_empty());
     assert_verifies(&state);
 }
+
+/// A run killed while its program runs (the CLI SIGKILLed, so no outcome is recorded) is
+/// charged its reservation at the next start: the most it could cost, never nothing. A
+/// caller that kills its own runs before they end cannot use the sandbox free of its
+/// budget.
+#[test]
+fn a_run_killed_while_it_runs_is_charged_its_reservation() {
+    let env = Env::new("killedrun", "process");
+    let cfg = env.write_config(
+        "priced.toml",
+        "[limits]\ntimeout = \"20s\"\n\n[budget]\nper_tenant = \"100\"\n\n[budget.rate_card]\ncpu_second = \"0.01\"\ngib_second = \"0\"\nper_call = \"0\"\n",
+    );
+    let script = format!("sleep 30 # {}", env.marker);
+    let mut child = env
+        .run_cmd(Some(&cfg), &[], &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    // The program's shell (the CLI's own command line names the marker too).
+    while !procs_with(&env.marker).iter().any(|p| *p != child.id()) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the program did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let left = wait_no_procs(&env.marker, std::time::Duration::from_secs(10));
+    assert!(left.is_empty(), "{}", describe_and_stop(&left));
+    assert_eq!(env.live_counts().open_intents, 1, "its intent is open");
+    // The next start recovers it.
+    ok(
+        env.run_cmd(Some(&cfg), &[], &["true"]).output().unwrap(),
+        "the next run",
+    );
+    let ledger = env
+        .store()
+        .ledger(
+            chrono::Utc::now() - chrono::Duration::days(1),
+            chrono::Utc::now() + chrono::Duration::days(1),
+        )
+        .unwrap();
+    let charged: Vec<&sandboxio_gateway::store::LedgerLine> = ledger
+        .iter()
+        .filter(|l| l.description.starts_with("interrupted"))
+        .collect();
+    assert_eq!(charged.len(), 1, "{ledger:?}");
+    // 20 s at one CPU at 0.01 a CPU-second: 0.20.
+    assert_eq!(charged[0].amount, "0.20".parse::<Money>().unwrap());
+    assert_eq!(env.live_counts().reservations, 0);
+    let trail = std::fs::read_to_string(env.state().join("audit.jsonl")).unwrap();
+    assert!(
+        trail.contains("charged its reservation of 0.2"),
+        "the interrupted record does not say what it was charged"
+    );
+}

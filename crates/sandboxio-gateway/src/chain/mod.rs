@@ -297,7 +297,8 @@ impl Gateway {
     }
 
     /// Marks work that dead processes (or, with a shared store, replicas whose lease
-    /// expired) left as interrupted: recorded, reservations released, keys settled.
+    /// expired) left as interrupted: recorded, each charged its reservation (it may have
+    /// run: nothing runs free of its budget by dying), keys settled.
     /// Returns how many operations it marked. [`Gateway::recover`] calls it at start;
     /// a server calls it periodically (`Runtime::start_sweeper`).
     pub async fn recover_interrupted(&self) -> Result<usize, GatewayError> {
@@ -329,6 +330,14 @@ impl Gateway {
         if dead.is_empty() {
             return Ok(from_records);
         }
+        // Each is charged its reservation when it is settled below: its record says so.
+        let ids: Vec<String> = dead.iter().map(|e| e.operation_id.clone()).collect();
+        let reserved = self
+            .on_store(
+                "reading interrupted operations' reservations",
+                move |s, _| s.reserved_amounts(&ids),
+            )
+            .await?;
         for e in &dead {
             let op = serde_json::from_str::<Operation>(&e.intent).ok();
             let mut rec = match &op {
@@ -339,6 +348,14 @@ impl Gateway {
             rec.verdict = Verdict::Allow;
             rec.layer = Layer::Journal;
             rec.reason = "interrupted: its outcome was not recorded (the process running it stopped, or could write neither its record nor its store): it may or may not have run".into();
+            if let Some(amount) = reserved.get(&e.operation_id).filter(|a| !a.is_zero()) {
+                rec.cost_reserved = Some(*amount);
+                rec.cost_settled = Some(*amount);
+                rec.reason = format!(
+                    "{}; charged its reservation of {amount}, the most it could cost",
+                    rec.reason
+                );
+            }
             if let Some(op) = &op {
                 // An operator action's intent was written with its change: it took effect,
                 // at the intent's time (which orders it among the others' records).
@@ -359,8 +376,8 @@ impl Gateway {
         let now = Utc::now();
         let auditor = self.auditor.clone();
         let settled = self
-            .on_store("recovering interrupted operations", move |s, _| {
-                let settled = s.settle_interrupted(now, &dead, &|e| {
+            .on_store("recovering interrupted operations", move |s, cfg| {
+                let settled = s.settle_interrupted(now, &dead, &cfg.budget, &|e| {
                     let mut rec = OperationRecord::new(e.operation_id.clone(), "interrupted");
                     rec.status = OperationStatus::Interrupted;
                     rec.layer = Layer::Journal;

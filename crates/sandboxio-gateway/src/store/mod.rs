@@ -115,6 +115,37 @@ pub struct Finish<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// The ledger line of an interrupted operation charged its reservation `r` at recovery:
+/// its tenant is its reservation's (else the one its intent names).
+pub(crate) fn interrupted_ledger_line(
+    e: &JournalEntry,
+    r: &sandboxio_budget::Reservation,
+    charged: sandboxio_core::Money,
+    now: DateTime<Utc>,
+) -> LedgerLine {
+    let tenant = r
+        .scopes
+        .iter()
+        .find_map(|s| match s.base() {
+            ScopeKey::Tenant(t) => Some(t.clone()),
+            _ => None,
+        })
+        .or_else(|| {
+            let intent: serde_json::Value = serde_json::from_str(&e.intent).ok()?;
+            intent["principal"]["tenant"].as_str().map(str::to_string)
+        })
+        .unwrap_or_else(|| "unknown".into());
+    LedgerLine {
+        operation_id: e.operation_id.clone(),
+        tenant,
+        category: r.category,
+        amount: charged,
+        at: now,
+        description: "interrupted: charged its reservation, the most it could cost (it may have run; its cost was not recorded)".into(),
+        labels: Default::default(),
+    }
+}
+
 /// A record that audit sinks could not take (`on_sink_failure = "warn"`: the operation
 /// went on, a full disk under the trail, say), kept in the store until it is written to
 /// them: each start (and a server's sweeper) writes it late, so no operation stays
@@ -310,14 +341,23 @@ pub trait Store: Send + Sync {
         is_alive: &dyn Fn(&str) -> bool,
     ) -> StoreResult<Vec<JournalEntry>>;
 
-    /// Of `dead`, the intents still open: marks them interrupted, releases their
-    /// reservations, expires their approvals, settles their idempotency keys (to
+    /// The reserved amount of each of `ids` that holds a reservation (what its recovery
+    /// will charge).
+    fn reserved_amounts(
+        &self,
+        ids: &[String],
+    ) -> StoreResult<std::collections::BTreeMap<String, sandboxio_core::Money>>;
+
+    /// Of `dead`, the intents still open: marks them interrupted, charges each its
+    /// reservation (the most it could cost: it may have run, and its cost is not known;
+    /// a ledger line says so), expires their approvals, settles their idempotency keys (to
     /// `interrupted_outcome(entry)`, or forgets the key when the operation is idempotent,
     /// so a retry runs it) and returns them. One transaction.
     fn settle_interrupted(
         &self,
         now: DateTime<Utc>,
         dead: &[JournalEntry],
+        budget: &BudgetConfig,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>>;
 
@@ -327,13 +367,13 @@ pub trait Store: Send + Sync {
     fn recover(
         &self,
         now: DateTime<Utc>,
-        _budget: &BudgetConfig,
+        budget: &BudgetConfig,
         is_alive: &dyn Fn(&str) -> bool,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
         let owner = crate::chain::process_owner();
         let dead = self.claim_dead_intents(&owner, RECOVERY_HOLD, is_alive)?;
-        self.settle_interrupted(now, &dead, interrupted_outcome)
+        self.settle_interrupted(now, &dead, budget, interrupted_outcome)
     }
 
     /// Of `ids`, those the journal holds (open or settled): an operation the audit trail

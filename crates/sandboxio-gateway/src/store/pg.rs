@@ -449,10 +449,27 @@ impl Store for PgStore {
         })
     }
 
+    fn reserved_amounts(
+        &self,
+        ids: &[String],
+    ) -> StoreResult<std::collections::BTreeMap<String, sandboxio_core::Money>> {
+        self.tx("reading reservations", |tx| {
+            let mut out = std::collections::BTreeMap::new();
+            for id in ids {
+                let st = ops::load_budget(tx, &[], Some(id))?;
+                if let Some(r) = st.reservations.get(id) {
+                    out.insert(id.clone(), r.amount);
+                }
+            }
+            Ok((out, false))
+        })
+    }
+
     fn settle_interrupted(
         &self,
         now: DateTime<Utc>,
         dead: &[JournalEntry],
+        budget: &BudgetConfig,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
         let chosen: Vec<(JournalEntry, String)> = dead
@@ -461,7 +478,7 @@ impl Store for PgStore {
             .collect();
         let me = &self.replica.id;
         self.tx("recovering interrupted work", |tx| {
-            ops::interrupt(tx, &chosen, me, now).map(|v| (v, true))
+            ops::interrupt(tx, &chosen, budget, me, now).map(|v| (v, true))
         })
     }
 

@@ -10,6 +10,7 @@
 //! floating point). SQL is kept portable (ON CONFLICT, no INSERT OR REPLACE) so a
 //! PostgreSQL store can share it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -450,15 +451,25 @@ impl SqliteStore {
     }
 
     /// Releases the reservation of `operation_id`, if it has one.
-    fn release_in(
+    /// Charges an interrupted operation its reservation, with its ledger line.
+    fn charge_reservation_in(
         tx: &rusqlite::Transaction<'_>,
-        operation_id: &str,
+        budget: &BudgetConfig,
+        e: &JournalEntry,
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
-        let mut st = Self::load_budget(tx, &[], Some(operation_id))?;
-        if st.reservations.contains_key(operation_id) {
-            st.release(operation_id).map_err(budget_err)?;
-            Self::store_budget(tx, &st, Some(operation_id), now)?;
+        let id = &e.operation_id;
+        let mut st = Self::load_budget(tx, &[], Some(id))?;
+        let Some(r) = st.reservations.get(id).cloned() else {
+            return Ok(());
+        };
+        let s = st.settle(budget, id, r.amount).map_err(budget_err)?;
+        Self::store_budget(tx, &st, Some(id), now)?;
+        if !s.charged.is_zero() {
+            let l = super::interrupted_ledger_line(e, &r, s.charged, now);
+            tx.prepare_cached("INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '{}')")
+                .and_then(|mut stmt| stmt.execute(params![l.operation_id, l.tenant, l.category.as_str(), l.amount.to_string(), ms(l.at), l.description]))
+                .map_err(db("writing ledger"))?;
         }
         Ok(())
     }
@@ -966,10 +977,24 @@ impl Store for SqliteStore {
         })
     }
 
+    fn reserved_amounts(&self, ids: &[String]) -> StoreResult<BTreeMap<String, Money>> {
+        self.with_tx_durability("reading reservations", false, |tx| {
+            let mut out = BTreeMap::new();
+            for id in ids {
+                let st = Self::load_budget(tx, &[], Some(id))?;
+                if let Some(r) = st.reservations.get(id) {
+                    out.insert(id.clone(), r.amount);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     fn settle_interrupted(
         &self,
         now: DateTime<Utc>,
         dead: &[JournalEntry],
+        budget: &BudgetConfig,
         interrupted_outcome: &dyn Fn(&JournalEntry) -> String,
     ) -> StoreResult<Vec<JournalEntry>> {
         if dead.is_empty() {
@@ -984,7 +1009,7 @@ impl Store for SqliteStore {
                 if n != 1 {
                     continue;
                 }
-                Self::release_in(tx, &e.operation_id, now)?;
+                Self::charge_reservation_in(tx, budget, e, now)?;
                 tx.prepare_cached("UPDATE approvals SET state = 'expired' WHERE id = ?1 AND state IN ('pending', 'approved')").and_then(|mut stmt| stmt.execute(params![approval_id_for(&e.operation_id)]))
                 .map_err(db("expiring an interrupted approval"))?;
                 if let Some((tenant, key)) = &e.idem {

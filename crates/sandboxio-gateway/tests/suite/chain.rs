@@ -532,13 +532,20 @@ impl Store for Watched {
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
         self.inner.claim_dead_intents(c, h, a)
     }
+    fn reserved_amounts(
+        &self,
+        ids: &[String],
+    ) -> store::StoreResult<std::collections::BTreeMap<String, Money>> {
+        self.inner.reserved_amounts(ids)
+    }
     fn settle_interrupted(
         &self,
         n: DateTime<Utc>,
         d: &[store::JournalEntry],
+        b: &sandboxio_budget::BudgetConfig,
         i: &dyn Fn(&store::JournalEntry) -> String,
     ) -> store::StoreResult<Vec<store::JournalEntry>> {
-        self.inner.settle_interrupted(n, d, i)
+        self.inner.settle_interrupted(n, d, b, i)
     }
     fn live_counts(&self) -> store::StoreResult<store::LiveCounts> {
         self.inner.live_counts()

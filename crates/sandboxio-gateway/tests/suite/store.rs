@@ -88,7 +88,7 @@ conformance!(
     idempotency_replay_conflict_in_progress_and_tenant_scope,
     approval_is_single_use_and_bound_to_fingerprint,
     expired_approval_cannot_be_used_or_decided,
-    recovery_marks_dead_intents_interrupted_and_releases_everything,
+    recovery_marks_dead_intents_interrupted_and_charges_their_reservations,
     dead_intents_are_claimed_by_one_recovery_and_settled_once,
     concurrent_recoveries_claim_each_dead_intent_once,
     the_journal_says_which_operations_it_holds,
@@ -511,11 +511,15 @@ fn dead_intents_are_claimed_by_one_recovery_and_settled_once(b: Backend) {
         2
     );
     let settled = s
-        .settle_interrupted(Utc::now(), &first, &|_| String::new())
+        .settle_interrupted(Utc::now(), &first, &BudgetConfig::default(), &|_| {
+            String::new()
+        })
         .unwrap();
     assert_eq!(settled.len(), 2);
     let again = s
-        .settle_interrupted(Utc::now(), &first, &|_| String::new())
+        .settle_interrupted(Utc::now(), &first, &BudgetConfig::default(), &|_| {
+            String::new()
+        })
         .unwrap();
     assert!(again.is_empty(), "settled twice: {again:?}");
     let live = s.live_counts().unwrap();
@@ -752,7 +756,7 @@ fn the_journal_says_which_operations_it_holds(b: Backend) {
     assert!(s.journal_has(&[]).unwrap().is_empty());
 }
 
-fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {
+fn recovery_marks_dead_intents_interrupted_and_charges_their_reservations(b: Backend) {
     let Some((_p, s)) = b.store(module_path!()) else {
         return;
     };
@@ -783,7 +787,33 @@ fn recovery_marks_dead_intents_interrupted_and_releases_everything(b: Backend) {
         "only the live op keeps its reservation"
     );
     assert_eq!(live.open_intents, 1);
-    assert_eq!(tenant_spent(s, &cfg), (Money::ZERO, m("1")));
+    // Each interrupted op may have run: charged its reservation (1), never free.
+    assert_eq!(tenant_spent(s, &cfg), (m("2"), m("1")));
+    let ledger = s
+        .ledger(
+            Utc::now() - Duration::hours(1),
+            Utc::now() + Duration::hours(1),
+        )
+        .unwrap();
+    let mut charged: Vec<(&str, &str, String)> = ledger
+        .iter()
+        .map(|l| {
+            (
+                l.operation_id.as_str(),
+                l.tenant.as_str(),
+                l.amount.to_string(),
+            )
+        })
+        .collect();
+    charged.sort();
+    assert_eq!(
+        charged,
+        [
+            ("op1", "acme", "1".to_string()),
+            ("op3", "acme", "1".to_string())
+        ]
+    );
+    assert!(ledger[0].description.contains("charged its reservation"));
     // Non-idempotent interrupted op: its key answers with the interrupted outcome, never re-runs.
     let mut again = admission("x", &cfg, "0");
     again.idem = Some(claim("acme", "op1", "fp"));

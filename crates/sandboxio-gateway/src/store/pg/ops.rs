@@ -561,11 +561,13 @@ pub(super) fn claim_intent(
     Ok(n == 1)
 }
 
-/// Marks the chosen intents interrupted (those still open), releases their reservations,
-/// expires their approvals, settles their keys; marks expired replicas lost.
+/// Marks the chosen intents interrupted (those still open), charges each its reservation
+/// (with its ledger line), expires their approvals, settles their keys; marks expired
+/// replicas lost.
 pub(super) fn interrupt(
     tx: &mut Tx<'_>,
     chosen: &[(JournalEntry, String)],
+    budget: &BudgetConfig,
     me: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<JournalEntry>> {
@@ -589,8 +591,19 @@ pub(super) fn interrupt(
         if st.reservations.contains_key(&e.operation_id) {
             lock_scopes_of(tx, &st)?;
             st = load_budget(tx, &[], Some(&e.operation_id))?;
-            st.release(&e.operation_id).map_err(budget_err)?;
-            store_budget(tx, &st, Some(&e.operation_id), now)?;
+            if let Some(r) = st.reservations.get(&e.operation_id).cloned() {
+                let s = st
+                    .settle(budget, &e.operation_id, r.amount)
+                    .map_err(budget_err)?;
+                store_budget(tx, &st, Some(&e.operation_id), now)?;
+                if !s.charged.is_zero() {
+                    let l = crate::store::interrupted_ledger_line(e, &r, s.charged, now);
+                    tx.exec(
+                        "INSERT INTO ledger (operation_id, tenant, category, amount, at_ms, description, labels) VALUES ($1, $2, $3, $4, $5, $6, '{}')",
+                        &[&l.operation_id, &l.tenant, &l.category.as_str(), &l.amount.to_string(), &ms(l.at), &l.description],
+                    )?;
+                }
+            }
         }
         tx.exec(
             "UPDATE approvals SET state = 'expired' WHERE id = $1 AND state IN ('pending', 'approved')",
