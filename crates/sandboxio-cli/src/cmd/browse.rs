@@ -74,7 +74,10 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
     let cancel = CancelToken::new();
     let mut sub = Submission::new(op.with_exec(exec));
     sub.cancel = Some(cancel.clone());
-    let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
+    let (pending, waiting) = super::waiting::announce(super::waiting::Place {
+        config: loaded.config_file.clone(),
+        state_dir: loaded.state_dir.clone(),
+    });
     sub.approval_pending = Some(pending);
     let signals = tokio::spawn(super::run::cancel_on_signals(cancel));
     let outcome = gateway.submit(sub).await;

@@ -172,7 +172,10 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .clone()
         .or_else(|| std::env::var("TRACEPARENT").ok());
     sub.cancel = Some(cancel.clone());
-    let (pending, waiting) = super::waiting::announce(loaded.state_dir.clone());
+    let (pending, waiting) = super::waiting::announce(super::waiting::Place {
+        config: loaded.config_file.clone(),
+        state_dir: loaded.state_dir.clone(),
+    });
     sub.approval_pending = Some(pending);
     if exec_streams_stdin {
         sub.stream.stdin = Some(stdin::stream());

@@ -9,10 +9,33 @@ use tokio::sync::mpsc;
 use crate::out::errln;
 use crate::output::escape::field;
 
+/// Where the decision is to be written: the state this run uses, named the way it was
+/// named (its configuration file, which may name a shared store, and its state directory).
+pub struct Place {
+    pub config: Option<PathBuf>,
+    pub state_dir: PathBuf,
+}
+
+impl Place {
+    /// The options that reach this state from any directory.
+    fn options(&self) -> String {
+        let config = self
+            .config
+            .as_ref()
+            .map(|c| {
+                let abs = crate::paths::absolute(c).unwrap_or_else(|_| c.clone());
+                format!(" --config {}", shell_quote(&abs.display().to_string()))
+            })
+            .unwrap_or_default();
+        format!(
+            "{config} --state-dir {}",
+            shell_quote(&self.state_dir.display().to_string())
+        )
+    }
+}
+
 /// A sender for `Submission::approval_pending` and the task that prints what it receives.
-pub fn announce(
-    state_dir: PathBuf,
-) -> (mpsc::UnboundedSender<Approval>, tokio::task::JoinHandle<()>) {
+pub fn announce(place: Place) -> (mpsc::UnboundedSender<Approval>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Approval>();
     let task = tokio::spawn(async move {
         while let Some(a) = rx.recv().await {
@@ -23,7 +46,7 @@ pub fn announce(
                         "id": a.id,
                         "expires_at": a.expires_at,
                         "reason": a.reason,
-                        "approve": approve_command(&a, &state_dir),
+                        "approve": approve_command(&a, &place),
                     }
                 });
                 if let Ok(line) = crate::out::compact(&v) {
@@ -31,7 +54,7 @@ pub fn announce(
                 }
                 continue;
             }
-            for line in lines(&a, &state_dir) {
+            for line in lines(&a, &place) {
                 errln!("{line}");
             }
         }
@@ -40,17 +63,12 @@ pub fn announce(
 }
 
 /// The exact command that approves `a`.
-fn approve_command(a: &Approval, state_dir: &std::path::Path) -> String {
-    format!(
-        "sandboxio approvals approve {} --state-dir {}",
-        a.id,
-        shell_quote(&state_dir.display().to_string())
-    )
+fn approve_command(a: &Approval, place: &Place) -> String {
+    format!("sandboxio approvals approve {}{}", a.id, place.options())
 }
 
 /// The lines printed for one pending approval.
-pub fn lines(a: &Approval, state_dir: &std::path::Path) -> Vec<String> {
-    let dir = shell_quote(&state_dir.display().to_string());
+pub fn lines(a: &Approval, place: &Place) -> Vec<String> {
     vec![
         format!(
             "sandboxio: waiting for approval {} until {} ({})",
@@ -58,10 +76,11 @@ pub fn lines(a: &Approval, state_dir: &std::path::Path) -> Vec<String> {
             a.expires_at.format("%Y-%m-%dT%H:%M:%SZ"),
             field(&a.reason)
         ),
-        format!("sandboxio: approve with: {}", approve_command(a, state_dir)),
+        format!("sandboxio: approve with: {}", approve_command(a, place)),
         format!(
-            "sandboxio: deny with:    sandboxio approvals deny {} --state-dir {dir} --reason '...'",
-            a.id
+            "sandboxio: deny with:    sandboxio approvals deny {}{} --reason '...'",
+            a.id,
+            place.options()
         ),
     ]
 }

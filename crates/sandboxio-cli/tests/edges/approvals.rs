@@ -65,13 +65,14 @@ fn with_json_the_pending_approval_is_one_json_line_on_stderr() {
         .unwrap_or_else(|| panic!("no approval_pending line: {}", text(&o.stderr)));
     let id = pending["approval_pending"]["id"].as_str().unwrap();
     assert!(id.starts_with("apr_"), "{pending}");
+    // The command names the configuration the run read (it may name a shared store)
+    // and the state directory, so it reaches the same state from any directory.
+    let approve = pending["approval_pending"]["approve"].as_str().unwrap();
     assert!(
-        pending["approval_pending"]["approve"]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("sandboxio approvals approve {id} --state-dir ")),
+        approve.starts_with(&format!("sandboxio approvals approve {id} --config /")),
         "{pending}"
     );
+    assert!(approve.contains(" --state-dir "), "{pending}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["record"]["approval_id"], id);
     assert_eq!(v["record"]["error_code"], "SBX_E1555");
