@@ -92,6 +92,16 @@ fn assert_lost(o: &Output, what: &str) {
     );
 }
 
+/// The state's ledger lines of the last day (and the next: all of a test's).
+fn ledger_of(env: &Env) -> Vec<sandboxio_gateway::store::LedgerLine> {
+    env.store()
+        .ledger(
+            chrono::Utc::now() - chrono::Duration::days(1),
+            chrono::Utc::now() + chrono::Duration::days(1),
+        )
+        .unwrap()
+}
+
 fn ok(o: Output, what: &str) -> Output {
     assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o));
     o
@@ -411,13 +421,7 @@ fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_re
         "the record was not written before the kill"
     );
     assert_eq!(env.live_counts().open_intents, 1, "its intent is open");
-    let spend_before = env
-        .store()
-        .ledger(
-            chrono::Utc::now() - chrono::Duration::days(1),
-            chrono::Utc::now() + chrono::Duration::days(1),
-        )
-        .unwrap()
+    let spend_before = ledger_of(&env)
         .iter()
         .fold(Money::ZERO, |a, l| a.checked_add(l.amount).unwrap());
     // The next start recovers.
@@ -438,13 +442,7 @@ fn an_operation_killed_between_its_record_and_its_outcome_is_settled_from_its_re
     );
     assert_ne!(mine[0]["status"], "interrupted", "{mine:?}");
     let op = mine[0]["operation_id"].as_str().unwrap().to_string();
-    let ledger = env
-        .store()
-        .ledger(
-            chrono::Utc::now() - chrono::Duration::days(1),
-            chrono::Utc::now() + chrono::Duration::days(1),
-        )
-        .unwrap();
+    let ledger = ledger_of(&env);
     let charged: Vec<_> = ledger.iter().filter(|l| l.operation_id == op).collect();
     assert_eq!(
         charged.len(),
@@ -894,13 +892,7 @@ fn a_run_killed_while_it_runs_is_charged_its_reservation() {
         env.run_cmd(Some(&cfg), &[], &["true"]).output().unwrap(),
         "the next run",
     );
-    let ledger = env
-        .store()
-        .ledger(
-            chrono::Utc::now() - chrono::Duration::days(1),
-            chrono::Utc::now() + chrono::Duration::days(1),
-        )
-        .unwrap();
+    let ledger = ledger_of(&env);
     let charged: Vec<&sandboxio_gateway::store::LedgerLine> = ledger
         .iter()
         .filter(|l| l.description.starts_with("interrupted"))

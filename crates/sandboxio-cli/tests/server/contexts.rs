@@ -22,13 +22,7 @@ fn context(s: &Server, key: &str, id: &str, language: &str) -> String {
 }
 
 fn call(s: &Server, key: &str, id: &str, cid: &str, code: &str) -> Value {
-    let r = s.post(
-        key,
-        &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
-        &json!({ "code": code }),
-    );
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
-    r.json().unwrap()
+    call_with(s, key, id, cid, json!({ "code": code }))
 }
 
 #[test]
