@@ -1,10 +1,11 @@
 //! Open connections: the bound on how many, and which one gives its place to a new one
 //! once the bound is reached. A connection with no request in progress (still sending its
-//! first request's headers, or idle between requests) is closed to make room, the one idle
-//! the longest first; a connection with a request in progress, its response still
-//! streaming included, keeps its place. A client that opens connections and sends nothing,
-//! or sends its headers a byte at a time, therefore cannot hold every place while others
-//! wait: each new connection pushes one of its idle ones out.
+//! first request's headers, or idle between requests), or whose request body has not moved
+//! for [`STALLED`], is closed to make room, the one waiting the longest first; a
+//! connection whose request is being received or served, its response still streaming
+//! included, keeps its place. A client that opens connections and sends nothing, sends its
+//! headers a byte at a time, or announces a body it never sends, therefore cannot hold
+//! every place while others wait: each new connection pushes one of its waiting ones out.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -23,12 +24,19 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// How long a new connection waits for the place of the idle one it pushed out (which
 /// closes at once, unless a request started on it in between).
 const MAKE_ROOM: Duration = Duration::from_millis(250);
+/// A request body with no new bytes for this long is waiting, not being received: its
+/// connection may be closed for a newcomer.
+pub const STALLED: Duration = Duration::from_secs(2);
 
 /// One open connection's state, shared by its task and the bound.
 pub struct ConnState {
     inflight: AtomicUsize,
-    /// When it last had no request in progress (ms since the bound was made).
+    /// When it last had no request in progress, or its request body last moved (ms since
+    /// the bound was made).
     idle_since_ms: AtomicU64,
+    /// Its request's body is still being received.
+    receiving: std::sync::atomic::AtomicBool,
+    epoch: Instant,
     /// Already asked to make room (one new connection per idle one).
     leaving: std::sync::atomic::AtomicBool,
     /// Closes the connection (to make room).
@@ -39,6 +47,21 @@ impl ConnState {
     /// No request in progress.
     pub fn idle(&self) -> bool {
         self.inflight.load(Ordering::SeqCst) == 0
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Waiting for its client: no request in progress, or a request body that has not
+    /// moved for [`STALLED`]. Such a connection may be closed for a newcomer.
+    pub fn waiting(&self) -> bool {
+        self.idle()
+            || (self.receiving.load(Ordering::SeqCst)
+                && self
+                    .now_ms()
+                    .saturating_sub(self.idle_since_ms.load(Ordering::SeqCst))
+                    >= STALLED.as_millis() as u64)
     }
 
     /// Asked to make room while a request had started: it stays, and may be asked again.
@@ -98,7 +121,7 @@ impl Conns {
             Err(_) => {
                 let victim = self.open.lock().ok().and_then(|m| {
                     m.values()
-                        .filter(|c| c.idle() && !c.leaving.load(Ordering::SeqCst))
+                        .filter(|c| c.waiting() && !c.leaving.load(Ordering::SeqCst))
                         .min_by_key(|c| c.idle_since_ms.load(Ordering::SeqCst))
                         .cloned()
                 })?;
@@ -113,6 +136,8 @@ impl Conns {
         let state = Arc::new(ConnState {
             inflight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(self.now_ms()),
+            receiving: std::sync::atomic::AtomicBool::new(false),
+            epoch: self.epoch,
             leaving: std::sync::atomic::AtomicBool::new(false),
             evict: Notify::new(),
         });
@@ -154,6 +179,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.state.receiving.store(false, Ordering::SeqCst);
         self.state
             .idle_since_ms
             .store(self.conns.now_ms(), Ordering::SeqCst);
@@ -187,6 +213,44 @@ impl HttpBody for Guarded {
     }
 }
 
+/// A request body that notes when its bytes move and when it has all arrived.
+struct Received<B> {
+    inner: B,
+    state: Arc<ConnState>,
+}
+
+impl<B> HttpBody for Received<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => {
+                let now = self.state.now_ms();
+                self.state.idle_since_ms.store(now, Ordering::SeqCst);
+            }
+            Poll::Ready(_) => self.state.receiving.store(false, Ordering::SeqCst),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The router, counting the requests in progress on one connection.
 #[derive(Clone)]
 pub struct Tracked {
@@ -197,7 +261,7 @@ pub struct Tracked {
 
 impl<B> tower::Service<Request<B>> for Tracked
 where
-    B: HttpBody<Data = Bytes> + Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<axum::BoxError>,
 {
     type Response = Response<Body>;
@@ -210,6 +274,15 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inflight = InFlight::new(self.state.clone(), self.conns.clone());
+        let req = if req.body().is_end_stream() {
+            req.map(Body::new)
+        } else {
+            let now = self.state.now_ms();
+            self.state.idle_since_ms.store(now, Ordering::SeqCst);
+            self.state.receiving.store(true, Ordering::SeqCst);
+            let state = self.state.clone();
+            req.map(|inner| Body::new(Received { inner, state }))
+        };
         let fut = tower::Service::call(&mut self.app, req);
         Box::pin(async move {
             let res = fut.await?;

@@ -253,12 +253,12 @@ async fn serve_conn<S>(
     }
 }
 
-/// Resolves when this connection is asked to make room while it has no request in
-/// progress.
+/// Resolves when this connection is asked to make room while it waits for its client (no
+/// request in progress, or a request body that stalled).
 async fn evicted(c: &crate::conns::ConnState) {
     loop {
         c.evict.notified().await;
-        if c.idle() {
+        if c.waiting() {
             return;
         }
         c.stay();

@@ -174,11 +174,12 @@ fn a_client_that_never_reads_its_stream_holds_bounded_memory_and_others_go_on() 
     );
 }
 
-/// Connections that send their headers a byte at a time and never finish them hold every
-/// place: a new client is still served at once (an idle one gives its place), not after
-/// the header timeout; a connection with a request in progress keeps its place.
+/// Connections that send their headers a line at a time, or announce a body they never
+/// send, hold every place: a new client is still served (a waiting one gives its place),
+/// not after the header or request timeout; a connection whose request is being served
+/// keeps its place.
 #[test]
-fn slow_header_connections_give_their_place_to_a_new_client() {
+fn slow_headers_and_stalled_bodies_give_their_place_to_a_new_client() {
     use std::io::Write as _;
     const BOUND: usize = 8;
     let s = Server::start(&[
@@ -200,37 +201,49 @@ fn slow_header_connections_give_their_place_to_a_new_client() {
         std::thread::spawn(move || {
             c.post(url)
                 .bearer_auth(key)
-                .json(&serde_json::json!({"argv": ["sleep", "6"], "timeout": "30s"}))
+                .json(&serde_json::json!({"argv": ["sleep", "12"], "timeout": "30s"}))
                 .timeout(Duration::from_secs(60))
                 .send()
                 .map(|r| r.status().as_u16())
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    // The other places: slow headers, a byte now and then.
-    let mut slow: Vec<TcpStream> = (0..BOUND * 2)
-        .filter_map(|_| TcpStream::connect(&addr).ok())
-        .collect();
-    for c in &mut slow {
-        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    // The other places, held one way then the other: headers a line at a time, or a body
+    // announced and never sent (to a route that reads the body before it knows who asks).
+    for body in [false, true] {
+        let mut slow: Vec<TcpStream> = (0..BOUND * 2)
+            .filter_map(|_| TcpStream::connect(&addr).ok())
+            .collect();
+        for c in &mut slow {
+            let _ = if body {
+                c.write_all(b"POST /dashboard/signin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            } else {
+                c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            };
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if body {
+            // Past the time a body may stall before its connection counts as waiting.
+            std::thread::sleep(Duration::from_millis(2500));
+        } else {
+            for c in &mut slow {
+                let _ = c.write_all(b"X-a: b\r\n");
+            }
+        }
+        let t0 = Instant::now();
+        let r = crate::harness::client()
+            .get(s.url("/v1/sandboxes"))
+            .bearer_auth(&key)
+            .timeout(Duration::from_secs(20))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        println!(
+            "served in {:?} with every place held (stalled bodies: {body})",
+            t0.elapsed()
+        );
+        drop(slow);
     }
-    std::thread::sleep(Duration::from_millis(300));
-    for c in &mut slow {
-        let _ = c.write_all(b"X-a: b\r\n");
-    }
-    let t0 = Instant::now();
-    let r = crate::harness::client()
-        .get(s.url("/v1/sandboxes"))
-        .bearer_auth(&key)
-        .timeout(Duration::from_secs(20))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    println!(
-        "served in {:?} with every place held by slow headers",
-        t0.elapsed()
-    );
     // The long command's connection was not the one to go.
     assert_eq!(busy.join().unwrap().unwrap(), 200);
-    drop(slow);
 }
