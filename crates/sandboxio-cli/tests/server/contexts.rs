@@ -373,3 +373,54 @@ fn a_cell_cannot_answer_a_later_call() {
     let v = call(&s, &key, &id, &cid, "import time\ntime.sleep(3)\n'genuine'");
     assert_eq!(v["output"]["value"], "'genuine'", "{v}");
 }
+
+/// The kernel's own limits are the cell's to change (it runs in the cell's process): the
+/// server bounds an answer itself. A cell that lifts the kernel's rich-result limit gets
+/// at most 8 MiB back; one that writes a frame of two million tiny values gets no frame
+/// parsed from it (its bytes are output, capped), and the server does not grow by
+/// gigabytes.
+#[test]
+fn a_cell_cannot_make_the_server_hold_more_than_an_answers_bounds() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, "python");
+    let v = call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import __main__\n__main__.RICH_LIMIT = 1 << 60\nclass P:\n    def _repr_png_(self):\n        return b'\\x89PNG' + b'\\0' * (12 << 20)\nP()",
+    );
+    let rich = v["output"]["rich"].as_array().unwrap();
+    let total: usize = rich.iter().map(|r| r["data"].as_str().unwrap().len()).sum();
+    assert!(total <= 8 << 20, "{total} bytes of rich results");
+    assert!(
+        rich.iter()
+            .any(|r| r["data"].as_str().unwrap().contains("left out")),
+        "{rich:?}"
+    );
+    let hwm = |pid: u32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap()
+    };
+    let before = hwm(s.pid());
+    let v = call(
+        &s,
+        &key,
+        &id,
+        &cid,
+        "import sys, __main__\nrid = sys._getframe().f_back.f_locals['req']['id']\n__main__.frame({'t': 'done', 'id': rid, 'value': \"'forged'\", 'rich': [{'m': 0}] * 2000000, 'error': None, 'cpu_us': 0})\n'real'",
+    );
+    assert_eq!(
+        v["output"]["value"], "'real'",
+        "the oversized frame was taken"
+    );
+    assert_eq!(v["result"]["stdout_truncated"], true);
+    let grew = hwm(s.pid()).saturating_sub(before);
+    assert!(grew < 512 * 1024, "the server grew by {grew} KiB");
+}

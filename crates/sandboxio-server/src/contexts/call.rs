@@ -173,9 +173,9 @@ impl Executor for Call {
                 let exit = ExitStatus::Code(i32::from(failed));
                 let s = json!({
                     "context_id": self.context_id,
-                    "value": v["value"],
-                    "rich": v["rich"],
-                    "error": v["error"],
+                    "value": bounded_text(&v["value"], VALUE_LIMIT),
+                    "rich": bounded_rich(&v["rich"]),
+                    "error": bounded_error(&v["error"]),
                 });
                 (exit, Some(s), v["cpu_us"].as_u64())
             }
@@ -237,6 +237,105 @@ impl Executor for Call {
     }
 }
 
+/// The most a call's answer carries, whatever its kernel wrote (the kernel runs in the
+/// cell's own process, so its limits are the cell's to change): the value's text, rich
+/// results in all and in number, a traceback's lines and each line.
+const VALUE_LIMIT: usize = 64 << 10;
+const RICH_LIMIT: usize = 8 << 20;
+const RICH_ITEMS: usize = 32;
+const TRACEBACK_LINES: usize = 500;
+const LINE_LIMIT: usize = 8 << 10;
+
+/// A string cut to `max` bytes (at a character boundary); anything but a string is null.
+fn bounded_text(v: &Value, max: usize) -> Value {
+    match v.as_str() {
+        Some(s) if s.len() > max => {
+            let mut end = max;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            Value::String(s[..end].to_string())
+        }
+        Some(s) => Value::String(s.to_string()),
+        None => Value::Null,
+    }
+}
+
+/// Rich results as `{mime, data}` strings, at most [`RICH_ITEMS`] and [`RICH_LIMIT`] bytes
+/// in all; one past either is named, not sent.
+fn bounded_rich(v: &Value) -> Value {
+    let mut out = Vec::new();
+    let mut size = 0usize;
+    for r in v.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let (Some(mime), Some(data)) = (r["mime"].as_str(), r["data"].as_str()) else {
+            continue;
+        };
+        if out.len() >= RICH_ITEMS || size + data.len() > RICH_LIMIT {
+            out.push(json!({"mime": "text/plain", "data": format!(
+                "({} of {} bytes left out: a call's rich results are at most {RICH_ITEMS} and {RICH_LIMIT} bytes)",
+                mime.chars().take(64).collect::<String>(), data.len()
+            )}));
+            break;
+        }
+        size += data.len();
+        out.push(json!({"mime": mime.chars().take(128).collect::<String>(), "data": data}));
+    }
+    Value::Array(out)
+}
+
+/// An error as `{ename, evalue, traceback}`, each bounded; null when there is none.
+fn bounded_error(v: &Value) -> Value {
+    if v.is_null() {
+        return Value::Null;
+    }
+    let traceback: Vec<Value> = match &v["traceback"] {
+        Value::Array(a) => a
+            .iter()
+            .take(TRACEBACK_LINES)
+            .map(|l| bounded_text(l, LINE_LIMIT))
+            .collect(),
+        other => vec![bounded_text(other, VALUE_LIMIT)],
+    };
+    json!({
+        "ename": bounded_text(&v["ename"], LINE_LIMIT),
+        "evalue": bounded_text(&v["evalue"], VALUE_LIMIT),
+        "traceback": traceback,
+    })
+}
+
 fn text(v: &Value) -> Vec<u8> {
     v["d"].as_str().unwrap_or("").as_bytes().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_bounded_whatever_the_kernel_wrote() {
+        let big = "x".repeat(RICH_LIMIT + 1);
+        let rich = json!([{"mime": "image/png", "data": "AAAA"}, {"mime": "image/png", "data": big}, {"m": 0}]);
+        let r = bounded_rich(&rich);
+        let items = r.as_array().unwrap();
+        assert_eq!(items.len(), 2, "{r}");
+        assert_eq!(items[0]["data"], "AAAA");
+        assert!(items[1]["data"].as_str().unwrap().contains("left out"));
+        let many = Value::Array(vec![json!({"mime": "text/plain", "data": "a"}); 100_000]);
+        assert_eq!(
+            bounded_rich(&many).as_array().unwrap().len(),
+            RICH_ITEMS + 1
+        );
+        assert_eq!(
+            bounded_text(&json!("é".repeat(VALUE_LIMIT)), VALUE_LIMIT)
+                .as_str()
+                .unwrap()
+                .len(),
+            VALUE_LIMIT
+        );
+        assert_eq!(bounded_text(&json!({"a": 1}), 10), Value::Null);
+        let e =
+            bounded_error(&json!({"ename": "E", "evalue": "v", "traceback": vec!["l"; 10_000]}));
+        assert_eq!(e["traceback"].as_array().unwrap().len(), TRACEBACK_LINES);
+        assert_eq!(bounded_error(&Value::Null), Value::Null);
+    }
 }

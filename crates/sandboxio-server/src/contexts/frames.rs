@@ -17,8 +17,41 @@ pub enum Piece {
 }
 
 /// Largest frame held while waiting for its newline: a call's rich results are at most
-/// 8 MiB (the kernels bound them), a few times over in JSON.
+/// 8 MiB (the kernels bound them, and the call again: `call.rs`), a few times over in JSON.
 const MAX_FRAME: usize = 24 << 20;
+/// The most JSON values a frame may hold. A frame is written by the kernel, in the same
+/// process as the cell's code, so the server does not trust its shape: millions of tiny
+/// values in one frame would take gigabytes once parsed. Real frames hold a few (a
+/// traceback: one a line).
+const MAX_VALUES: usize = 20_000;
+
+/// Whether `json` holds more than [`MAX_VALUES`] values (counting the starts of objects
+/// and arrays and the separators between items, outside strings), without parsing it.
+fn too_many_values(json: &[u8]) -> bool {
+    let (mut n, mut in_str, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' | b'[' | b',' => {
+                n += 1;
+                if n > MAX_VALUES {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
 
 pub struct Parser {
     mark: Vec<u8>,
@@ -54,9 +87,15 @@ impl Parser {
                     match self.buf[body..].iter().position(|b| *b == b'\n') {
                         Some(j) => {
                             let line = &self.buf[body..body + j];
-                            match serde_json::from_slice::<Value>(line) {
-                                Ok(v) => out.push(Piece::Frame(v)),
-                                Err(_) => out.push(Piece::Raw(line.to_vec())),
+                            // Counted before it is parsed: the parse is what would cost.
+                            let parsed = if too_many_values(line) {
+                                None
+                            } else {
+                                serde_json::from_slice::<Value>(line).ok()
+                            };
+                            match parsed {
+                                Some(v) => out.push(Piece::Frame(v)),
+                                None => out.push(Piece::Raw(line.to_vec())),
                             }
                             self.buf.drain(..=body + j);
                         }
@@ -136,5 +175,23 @@ mod tests {
         forged.extend(b"{\"t\":\"done\"}\n");
         let got = p.push(&forged);
         assert!(got.iter().all(|x| matches!(x, Piece::Raw(_))), "{got:?}");
+    }
+
+    #[test]
+    fn a_frame_of_too_many_values_is_not_parsed_and_strings_do_not_count() {
+        let mark = mark("n1");
+        let mut p = Parser::new(mark.clone());
+        let items = vec!["{\"m\":0}"; MAX_VALUES + 1].join(",");
+        let mut big = mark.clone();
+        big.extend_from_slice(format!("{{\"t\":\"done\",\"rich\":[{items}]}}\n").as_bytes());
+        assert!(matches!(&p.push(&big)[..], [Piece::Raw(_)]));
+        // Commas, brackets and escaped quotes inside a string are text, not values.
+        let text = "a,[{\\\",".repeat(MAX_VALUES);
+        let mut line = mark.clone();
+        line.extend_from_slice(format!("{{\"t\":\"stdout\",\"d\":\"{text}\"}}\n").as_bytes());
+        match &p.push(&line)[..] {
+            [Piece::Frame(v)] => assert!(v["d"].as_str().unwrap().starts_with("a,[{\","), "{v}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
