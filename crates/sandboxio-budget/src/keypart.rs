@@ -41,10 +41,10 @@ pub fn unescape(part: &str) -> Cow<'_, str> {
     while let Some(i) = rest.find('%') {
         out.push_str(&rest[..i]);
         let tail = &rest[i..];
-        match ESCAPES
-            .iter()
-            .find(|(_, code)| tail.len() >= 3 && tail[..3].eq_ignore_ascii_case(code))
-        {
+        // Compared as bytes: what follows a `%` may be any character, of any width.
+        match ESCAPES.iter().find(|(_, code)| {
+            tail.len() >= 3 && tail.as_bytes()[..3].eq_ignore_ascii_case(code.as_bytes())
+        }) {
             Some((c, _)) => {
                 out.push(*c);
                 rest = &tail[3..];
@@ -81,8 +81,11 @@ mod tests {
             assert_eq!(unescape(&e), n, "{e}");
         }
         assert!(matches!(escape("acme"), Cow::Borrowed(_)));
-        // A stray `%` (a key from before escaping) reads back as it is.
+        // A stray `%` (a key from before escaping) reads back as it is, whatever follows.
         assert_eq!(unescape("50%off"), "50%off");
         assert_eq!(unescape("100%"), "100%");
+        for odd in ["50%€", "%€x", "a%é", "%4€", "%%", "%"] {
+            assert_eq!(unescape(odd), odd);
+        }
     }
 }

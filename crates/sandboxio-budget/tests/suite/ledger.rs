@@ -381,6 +381,12 @@ fn ids_with_separators_are_their_own_scopes_and_read_back() {
         }
         .to_string()
     );
+    // Any text after a `%` (a key from before escaping, an operator's typing) reads back
+    // or is refused, never a panic.
+    for odd in ["tenant:%€x", "tenant:50%€", "session:%", "agent:a%é/b%"] {
+        let k: ScopeKey = odd.parse().unwrap();
+        assert_eq!(k.to_string().parse::<ScopeKey>().unwrap(), k, "{odd}");
+    }
     // A key written before ids were escaped still reads as its tenant.
     assert_eq!(
         "tenant:alice@example.com".parse::<ScopeKey>().unwrap(),
