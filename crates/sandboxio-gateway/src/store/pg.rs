@@ -458,7 +458,9 @@ impl Store for PgStore {
             for id in ids {
                 let st = ops::load_budget(tx, &[], Some(id))?;
                 if let Some(r) = st.reservations.get(id) {
-                    out.insert(id.clone(), r.amount);
+                    if !ops::waited_for_approval(tx, id)? {
+                        out.insert(id.clone(), r.amount);
+                    }
                 }
             }
             Ok((out, false))

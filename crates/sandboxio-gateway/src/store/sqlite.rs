@@ -451,7 +451,19 @@ impl SqliteStore {
     }
 
     /// Releases the reservation of `operation_id`, if it has one.
-    /// Charges an interrupted operation its reservation, with its ledger line.
+    /// Whether operation `id` asked a person and its approval was never used (pending,
+    /// decided or expired): then it never got past the approval, so never ran.
+    fn waited_for_approval_in(tx: &rusqlite::Transaction<'_>, id: &str) -> StoreResult<bool> {
+        let state: Option<String> = tx
+            .prepare_cached("SELECT state FROM approvals WHERE id = ?1")
+            .and_then(|mut stmt| stmt.query_row(params![approval_id_for(id)], |r| r.get(0)))
+            .optional()
+            .map_err(db("reading an approval"))?;
+        Ok(state.is_some_and(|s| s != "used"))
+    }
+
+    /// Charges an interrupted operation its reservation, with its ledger line; one that
+    /// was still waiting for its approval is released instead.
     fn charge_reservation_in(
         tx: &rusqlite::Transaction<'_>,
         budget: &BudgetConfig,
@@ -463,6 +475,11 @@ impl SqliteStore {
         let Some(r) = st.reservations.get(id).cloned() else {
             return Ok(());
         };
+        if Self::waited_for_approval_in(tx, id)? {
+            // Stopped while a person had not let it go: it never ran.
+            st.release(id).map_err(budget_err)?;
+            return Self::store_budget(tx, &st, Some(id), now);
+        }
         let s = st.settle(budget, id, r.amount).map_err(budget_err)?;
         Self::store_budget(tx, &st, Some(id), now)?;
         if !s.charged.is_zero() {
@@ -983,7 +1000,9 @@ impl Store for SqliteStore {
             for id in ids {
                 let st = Self::load_budget(tx, &[], Some(id))?;
                 if let Some(r) = st.reservations.get(id) {
-                    out.insert(id.clone(), r.amount);
+                    if !Self::waited_for_approval_in(tx, id)? {
+                        out.insert(id.clone(), r.amount);
+                    }
                 }
             }
             Ok(out)

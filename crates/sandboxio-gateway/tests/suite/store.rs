@@ -89,6 +89,7 @@ conformance!(
     approval_is_single_use_and_bound_to_fingerprint,
     expired_approval_cannot_be_used_or_decided,
     recovery_marks_dead_intents_interrupted_and_charges_their_reservations,
+    recovery_releases_an_operation_that_was_still_waiting_for_its_approval,
     dead_intents_are_claimed_by_one_recovery_and_settled_once,
     concurrent_recoveries_claim_each_dead_intent_once,
     the_journal_says_which_operations_it_holds,
@@ -1195,4 +1196,49 @@ async fn a_role_that_cannot_migrate_gets_an_error_not_a_panic() {
         assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1540", "{e}");
         assert!(e.to_string().contains("migrating"), "{e}");
     }
+}
+
+/// An operation stopped while it waited for a person never ran: recovery releases its
+/// reservation. One whose approval was used (it went on to run) is charged.
+fn recovery_releases_an_operation_that_was_still_waiting_for_its_approval(b: Backend) {
+    let Some((_p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let cfg = budget("10");
+    for id in ["waiting", "went-on"] {
+        let mut a = admission(id, &cfg, "1");
+        a.journal.owner = "dead".into();
+        assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
+        s.create_approval(&approval(&approval_id_for(id), "fp", 600))
+            .unwrap();
+    }
+    let went = approval_id_for("went-on");
+    s.decide_approval(&went, true, "alice", None, Utc::now())
+        .unwrap();
+    assert_eq!(
+        s.claim(Some((&went, "fp")), None, "went-on", Utc::now())
+            .unwrap(),
+        None
+    );
+    let ids = ["waiting".to_string(), "went-on".to_string()];
+    let amounts = s.reserved_amounts(&ids).unwrap();
+    assert_eq!(
+        amounts.keys().collect::<Vec<_>>(),
+        ["went-on"],
+        "{amounts:?}"
+    );
+    s.recover(Utc::now(), &cfg, &|_| false, &|_| String::new())
+        .unwrap();
+    assert_eq!(tenant_spent(s, &cfg), (m("1"), Money::ZERO));
+    let charged: Vec<String> = s
+        .ledger(
+            Utc::now() - Duration::hours(1),
+            Utc::now() + Duration::hours(1),
+        )
+        .unwrap()
+        .into_iter()
+        .map(|l| l.operation_id)
+        .collect();
+    assert_eq!(charged, ["went-on"]);
 }

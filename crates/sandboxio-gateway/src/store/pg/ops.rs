@@ -561,6 +561,19 @@ pub(super) fn claim_intent(
     Ok(n == 1)
 }
 
+/// Whether operation `id` asked a person and its approval was never used (pending,
+/// decided or expired): then it never got past the approval, so never ran.
+pub(super) fn waited_for_approval(tx: &mut Tx<'_>, id: &str) -> StoreResult<bool> {
+    let row = tx.opt(
+        "SELECT state FROM approvals WHERE id = $1",
+        &[&approval_id_for(id)],
+    )?;
+    Ok(match row {
+        Some(r) => col::<String>(&r, 0, "approvals", "state")? != "used",
+        None => false,
+    })
+}
+
 /// Marks the chosen intents interrupted (those still open), charges each its reservation
 /// (with its ledger line), expires their approvals, settles their keys; marks expired
 /// replicas lost.
@@ -591,7 +604,11 @@ pub(super) fn interrupt(
         if st.reservations.contains_key(&e.operation_id) {
             lock_scopes_of(tx, &st)?;
             st = load_budget(tx, &[], Some(&e.operation_id))?;
-            if let Some(r) = st.reservations.get(&e.operation_id).cloned() {
+            if waited_for_approval(tx, &e.operation_id)? {
+                // Stopped while a person had not let it go: it never ran.
+                st.release(&e.operation_id).map_err(budget_err)?;
+                store_budget(tx, &st, Some(&e.operation_id), now)?;
+            } else if let Some(r) = st.reservations.get(&e.operation_id).cloned() {
                 let s = st
                     .settle(budget, &e.operation_id, r.amount)
                     .map_err(budget_err)?;
