@@ -17,7 +17,7 @@ pub enum ServerError {
     BadCredential,
     #[error("the credential lacks the `{scope}` scope")]
     MissingScope { scope: &'static str },
-    #[error("a capability token reaches its own sandbox only: {what} is a view of the whole tenant; use an API key with the `read` scope")]
+    #[error("{what}; use an API key with the `read` scope")]
     TenantWide { what: &'static str },
     #[error("{what} `{id}` not found")]
     NotFound { what: &'static str, id: String },

@@ -235,4 +235,20 @@ fn an_approval_is_seen_only_by_who_may_read_it_or_asked_for_it() {
         .any(|e| e["session_id"] == a.as_str()));
     let (st, p) = problem(s.get(&read_a, "/v1/costs"));
     assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1817"));
+    // A token of the same sandbox confined to one directory sees none of its commands.
+    let r = s.post(
+        &owner,
+        &format!("/v1/sandboxes/{a}/tokens"),
+        &json!({"scopes": ["read", "files"], "dir": "pub", "ttl": "10m"}),
+    );
+    assert_eq!(r.status(), 201);
+    let dir_a = r.json::<Value>().unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(listed(&dir_a), 0);
+    let (st, _) = problem(s.get(&dir_a, &outcome));
+    assert_eq!(st, 404);
+    let (st, p) = problem(s.get(&dir_a, "/v1/audit"));
+    assert_eq!((st, p["code"].as_str().unwrap()), (403, "SBX_E1817"));
 }

@@ -155,7 +155,10 @@ pub async fn costs(
     Query(q): Query<CostsQuery>,
 ) -> Result<Json<Costs>, ServerError> {
     if caller.is_capability() {
-        return Err(ServerError::TenantWide { what: "costs" });
+        return Err(ServerError::TenantWide {
+            what:
+                "a capability token reaches its own sandbox only, and costs are the whole tenant's",
+        });
     }
     let back = match q.since.as_deref() {
         None => Duration::from_secs(24 * 3600),

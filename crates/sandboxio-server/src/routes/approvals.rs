@@ -66,9 +66,10 @@ fn operation_of(a: &Approval) -> serde_json::Value {
 }
 
 /// Whether the caller may see approval `a`: one of its tenant's and, for a capability
-/// token, one asked by its own sandbox.
+/// token, one asked by its own sandbox (none for a token confined to a directory: an
+/// approval shows commands and paths of the whole sandbox).
 fn visible(caller: &Caller, a: &Approval) -> bool {
-    if a.tenant != caller.tenant() {
+    if a.tenant != caller.tenant() || caller.credential.dir.is_some() {
         return false;
     }
     match &caller.credential.sandbox {

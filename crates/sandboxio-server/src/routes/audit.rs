@@ -2,7 +2,6 @@
 //! a capability token, those of its own sandbox.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::path::PathBuf;
 
 use crate::extract::Query;
 use axum::extract::State;
@@ -54,79 +53,122 @@ pub struct AuditEvents {
 }
 
 /// The newest events since `since` (up to `limit`, newest first) that `keep` accepts, read
-/// backwards from the end of the trail until a checkpoint written before `since`; and
-/// whether the read got there (false when it stopped at [`MAX_SCAN`]).
+/// backwards from the end of the trail, and on through its rotated files, until a
+/// checkpoint written before `since`; and whether the read got there (false when it
+/// stopped at [`MAX_SCAN`]).
 fn newest(
-    path: &PathBuf,
+    path: &std::path::Path,
     since: DateTime<Utc>,
     limit: usize,
     keep: impl Fn(&serde_json::Value) -> bool,
 ) -> std::io::Result<(Vec<serde_json::Value>, bool)> {
-    let mut f = std::fs::File::open(path)?;
-    let mut pos = f.metadata()?.len();
-    let mut scanned = 0u64;
-    // The start of the line that ends in the block read last.
-    let mut carry: Vec<u8> = Vec::new();
-    let mut out = Vec::new();
-    while pos > 0 {
-        if scanned >= MAX_SCAN {
-            return Ok((out, false));
+    let files = sandboxio_audit::trail_files(path).map_err(std::io::Error::other)?;
+    let mut scan = Scan {
+        out: Vec::new(),
+        scanned: 0,
+        since,
+        limit,
+    };
+    for f in files.iter().rev() {
+        match scan.file(f, &keep)? {
+            Step::Done => return Ok((scan.out, true)),
+            Step::Bounded => return Ok((scan.out, false)),
+            Step::Older => {}
         }
-        let start = pos.saturating_sub(BLOCK);
-        let mut buf = vec![0u8; (pos - start) as usize];
-        f.seek(SeekFrom::Start(start))?;
-        f.read_exact(&mut buf)?;
-        scanned += pos - start;
-        buf.extend_from_slice(&carry);
-        // Whole lines only: the first line of a block that does not start the file is
-        // finished by the next block read.
-        let body = if start == 0 {
-            carry = Vec::new();
-            &buf[..]
-        } else {
-            match buf.iter().position(|b| *b == b'\n') {
-                Some(i) => {
-                    carry = buf[..i].to_vec();
-                    &buf[i + 1..]
-                }
-                None => {
-                    carry = std::mem::take(&mut buf);
-                    pos = start;
-                    continue;
-                }
-            }
-        };
-        for line in body.split(|b| *b == b'\n').rev() {
-            let Ok(e) = serde_json::from_slice::<serde_json::Value>(line) else {
-                continue;
-            };
-            let at = |v: &serde_json::Value| {
-                v["ts"]
-                    .as_str()
-                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            };
-            // A checkpoint's time is when it was written: every line before it was written
-            // earlier, so none of them is newer than `since` once it is older. (A record's
-            // own time can be older than lines before it: one written late, at recovery.)
-            if let Some(ts) = at(&e["checkpoint"]) {
-                if ts < since {
-                    return Ok((out, true));
-                }
-                continue;
-            }
-            if at(&e).is_none_or(|ts| ts < since) {
-                continue;
-            }
-            if keep(&e) {
-                out.push(e);
-                if out.len() >= limit {
-                    return Ok((out, true));
-                }
-            }
-        }
-        pos = start;
     }
-    Ok((out, true))
+    Ok((scan.out, true))
+}
+
+/// How reading one file ended.
+enum Step {
+    /// `limit` found, or a checkpoint older than `since`.
+    Done,
+    /// [`MAX_SCAN`] read.
+    Bounded,
+    /// The start of the file: go on to the one before it.
+    Older,
+}
+
+struct Scan {
+    out: Vec<serde_json::Value>,
+    scanned: u64,
+    since: DateTime<Utc>,
+    limit: usize,
+}
+
+impl Scan {
+    /// Reads `path` backwards, block by block.
+    fn file(
+        &mut self,
+        path: &std::path::Path,
+        keep: &impl Fn(&serde_json::Value) -> bool,
+    ) -> std::io::Result<Step> {
+        let mut f = std::fs::File::open(path)?;
+        let mut pos = f.metadata()?.len();
+        // The start of the line that ends in the block read last.
+        let mut carry: Vec<u8> = Vec::new();
+        while pos > 0 {
+            if self.scanned >= MAX_SCAN {
+                return Ok(Step::Bounded);
+            }
+            let start = pos.saturating_sub(BLOCK);
+            let mut buf = vec![0u8; (pos - start) as usize];
+            f.seek(SeekFrom::Start(start))?;
+            f.read_exact(&mut buf)?;
+            self.scanned += pos - start;
+            buf.extend_from_slice(&carry);
+            // Whole lines only: the first line of a block that does not start the file is
+            // finished by the next block read.
+            let body = if start == 0 {
+                carry = Vec::new();
+                &buf[..]
+            } else {
+                match buf.iter().position(|b| *b == b'\n') {
+                    Some(i) => {
+                        carry = buf[..i].to_vec();
+                        &buf[i + 1..]
+                    }
+                    None => {
+                        carry = std::mem::take(&mut buf);
+                        pos = start;
+                        continue;
+                    }
+                }
+            };
+            for line in body.split(|b| *b == b'\n').rev() {
+                if self.line(line, keep) {
+                    return Ok(Step::Done);
+                }
+            }
+            pos = start;
+        }
+        Ok(Step::Older)
+    }
+
+    /// Takes one line; true when the read is over.
+    fn line(&mut self, line: &[u8], keep: &impl Fn(&serde_json::Value) -> bool) -> bool {
+        let Ok(e) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return false;
+        };
+        let at = |v: &serde_json::Value| {
+            v["ts"]
+                .as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        };
+        // A checkpoint's time is when it was written: every line before it was written
+        // earlier, so none of them is newer than `since` once it is older. (A record's own
+        // time can be older than lines before it: one written late, at recovery.)
+        if let Some(ts) = at(&e["checkpoint"]) {
+            return ts < self.since;
+        }
+        if at(&e).is_none_or(|ts| ts < self.since) {
+            return false;
+        }
+        if keep(&e) {
+            self.out.push(e);
+        }
+        self.out.len() >= self.limit
+    }
 }
 
 /// Events of the caller's tenant (redacted as they were written).
@@ -168,6 +210,11 @@ pub async fn query(
         .and_then(|d| Utc::now().checked_sub_signed(d))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_EVENTS);
+    if caller.credential.dir.is_some() {
+        return Err(ServerError::TenantWide {
+            what: "a token confined to a directory reaches its files only, not its sandbox's audit events",
+        });
+    }
     let tenant = caller.tenant().to_string();
     let (capability, sandbox) = (caller.is_capability(), caller.credential.sandbox.clone());
     let keep = move |e: &serde_json::Value| {
@@ -243,5 +290,28 @@ mod tests {
         let (found, _) = newest(&path, now - hour * 24, 10, alpha).unwrap();
         let ns: Vec<u64> = found.iter().map(|e| e["n"].as_u64().unwrap()).collect();
         assert_eq!(ns, [3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn the_read_goes_on_into_rotated_files() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().join("audit.jsonl");
+        let now = Utc::now();
+        let lines = |tenant: &str, from: usize, n: usize| -> String {
+            (from..from + n)
+                .map(|i| line(tenant, now, i) + "\n")
+                .collect()
+        };
+        // The oldest rotated file holds alpha's events; the next one and the active file
+        // only beta's (another tenant's volume forced the rotations).
+        std::fs::write(d.path().join("audit.jsonl.000001"), lines("alpha", 0, 2)).unwrap();
+        std::fs::write(d.path().join("audit.jsonl.000002"), lines("beta", 0, 50)).unwrap();
+        std::fs::write(&base, lines("beta", 50, 50)).unwrap();
+        let alpha = |e: &serde_json::Value| e["tenant_id"] == "alpha";
+        let hour = chrono::Duration::hours(1);
+        let (found, complete) = newest(&base, now - hour, 10, alpha).unwrap();
+        let ns: Vec<u64> = found.iter().map(|e| e["n"].as_u64().unwrap()).collect();
+        assert_eq!(ns, [1, 0]);
+        assert!(complete);
     }
 }
