@@ -424,3 +424,38 @@ fn a_cell_cannot_make_the_server_hold_more_than_an_answers_bounds() {
     let grew = hwm(s.pid()).saturating_sub(before);
     assert!(grew < 512 * 1024, "the server grew by {grew} KiB");
 }
+
+/// A cell's child cannot read its kernel's memory (where the frames' nonce and each call's
+/// id live): the kernel is not dumpable. In the namespace tier, where the sandbox holds no
+/// capability (the process tier run as root keeps them, and is no boundary).
+#[test]
+fn a_cells_child_cannot_read_its_kernels_memory() {
+    let s = Server::start_with(&[], |dir| {
+        let mut policy = std::fs::read_to_string(dir.join("policy.toml")).unwrap();
+        policy.push_str(
+            "\n[[rule]]\nid = \"contexts-in-namespace\"\neffect = \"allow\"\nkind = \"run_code\"\ntier = \"namespace\"\nnetwork = \"none\"\nreason = \"contexts\"\n",
+        );
+        std::fs::write(dir.join("policy.toml"), policy).unwrap();
+    });
+    let key = s.key("acme", "all");
+    let r = s.post(&key, "/v1/sandboxes", &json!({"tier": "namespace"}));
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    let id = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cid = context(&s, &key, &id, "python");
+    let reader = r#"
+import sys
+p = sys.argv[1]
+start = int(open("/proc/%s/maps" % p).readline().split("-")[0], 16)
+f = open("/proc/%s/mem" % p, "rb")
+f.seek(start)
+print(len(f.read(16)))
+"#;
+    let code = format!(
+        "import os, subprocess, sys\nc = subprocess.run([sys.executable, '-c', {reader:?}, str(os.getpid())], capture_output=True, text=True)\n(c.stdout.strip(), 'PermissionError' in c.stderr)"
+    );
+    let v = call(&s, &key, &id, &cid, &code);
+    assert_eq!(v["output"]["value"], "('', True)", "{v}");
+}

@@ -22,6 +22,14 @@ import sys
 import threading
 import traceback
 
+# Not dumpable: no other process, the cell's own children included, may read this
+# process's memory (/proc/<pid>/mem, ptrace), where the nonce and each call's id live.
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+except Exception:  # noqa: BLE001 - without ctypes the kernel still runs
+    pass
+
 # The requests: a copy of stdin that no child inherits (os.dup makes it non-inheritable).
 _in = os.fdopen(os.dup(0), "rb")
 _null = os.open(os.devnull, os.O_RDONLY)
