@@ -907,3 +907,64 @@ fn a_run_killed_while_it_runs_is_charged_its_reservation() {
         "the interrupted record does not say what it was charged"
     );
 }
+
+/// A keyed run killed while it runs is recorded interrupted at the next start, and its key
+/// answers "may have run; not run again". After the database is lost and rebuilt from the
+/// trail, the key still answers so: the program is not run a second time.
+#[test]
+fn a_rebuilt_state_keeps_the_key_of_an_interrupted_run() {
+    let env = Env::new("rebuiltkey", "process");
+    let marker = env.path().join("side-effects");
+    let script = format!(
+        "echo once >> '{}'; sleep 30 # {}",
+        marker.display(),
+        env.marker
+    );
+    let keyed =
+        |env: &Env| env.run_cmd(None, &["--idempotency-key", "once"], &["sh", "-c", &script]);
+    let mut child = keyed(&env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !marker.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let left = wait_no_procs(&env.marker, std::time::Duration::from_secs(10));
+    assert!(left.is_empty(), "{}", describe_and_stop(&left));
+    ok(
+        env.run_cmd(None, &[], &["true"]).output().unwrap(),
+        "recovery",
+    );
+    let again = keyed(&env).output().unwrap();
+    assert_eq!(again.status.code(), Some(123), "{}", text(&again));
+    // The database is lost; the operator rebuilds it from the trail and resumes.
+    let db = env.state().join("state.db");
+    std::fs::rename(&db, env.path().join("state.db.lost")).unwrap();
+    for ext in ["state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.state().join(ext));
+    }
+    ok(
+        env.cmd("state", None)
+            .args(["recover", "--from-trail"])
+            .output()
+            .unwrap(),
+        "recover",
+    );
+    ok(env.cmd("resume", None).output().unwrap(), "resume");
+    let after = keyed(&env).output().unwrap();
+    assert_eq!(after.status.code(), Some(123), "{}", text(&after));
+    assert!(text(&after).contains("SBX_E1512"), "{}", text(&after));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "once\n",
+        "the program ran again"
+    );
+}

@@ -347,6 +347,11 @@ impl Gateway {
             rec.status = OperationStatus::Interrupted;
             rec.verdict = Verdict::Allow;
             rec.layer = Layer::Journal;
+            // Its key, from the journal whatever the intent says: a state rebuilt from the
+            // trail takes the key as used (its operation may have run).
+            if let Some((_, key)) = &e.idem {
+                rec.idempotency_key = Some(key.clone());
+            }
             rec.reason = "interrupted: its outcome was not recorded (the process running it stopped, or could write neither its record nor its store): it may or may not have run".into();
             if let Some(amount) = reserved.get(&e.operation_id).filter(|a| !a.is_zero()) {
                 rec.cost_reserved = Some(*amount);

@@ -115,6 +115,11 @@ pub struct Finish<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// The fingerprint of an idempotency key that answers every request under it with its
+/// outcome: a key rebuilt from the trail for an operation recorded interrupted (whose
+/// request's fingerprint the record does not hold).
+pub const ANY_REQUEST: &str = "*";
+
 /// The ledger line of an interrupted operation charged its reservation `r` at recovery:
 /// its tenant is its reservation's (else the one its intent names).
 pub(crate) fn interrupted_ledger_line(

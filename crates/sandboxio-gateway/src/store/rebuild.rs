@@ -123,7 +123,13 @@ pub fn rebuild_from_trail(
                 out.ledger_lines += 1;
                 out.spend = out.spend.checked_add(cost).unwrap_or(out.spend);
             }
-            if let (Some(key), Some(fp)) = (&ev.idempotency_key, &ev.fingerprint) {
+            // An operation recorded interrupted at recovery carries its key but not its
+            // request's fingerprint: its key answers any request with that outcome
+            // ([`ANY_REQUEST`]): it may have run, so it is not run again.
+            let fp = ev.fingerprint.clone().or_else(|| {
+                (ev.status == OperationStatus::Interrupted).then(|| super::ANY_REQUEST.to_string())
+            });
+            if let (Some(key), Some(fp)) = (&ev.idempotency_key, &fp) {
                 let expires = ev.ts.timestamp_millis().saturating_add(retention_ms);
                 if claimed_key(e) && expires > now_ms {
                     let mut rec = OperationRecord::new(ev.operation_id.clone(), ev.event.clone());

@@ -548,7 +548,9 @@ impl SqliteStore {
             .optional()
             .map_err(db("reading an idempotency key"))?;
         match row {
-            Some((fp, _, _, _)) if fp != c.fingerprint => Ok(IdemBegin::Conflict),
+            Some((fp, _, _, _)) if fp != c.fingerprint && fp != ANY_REQUEST => {
+                Ok(IdemBegin::Conflict)
+            }
             Some((_, state, Some(outcome), op)) if state == "done" => Ok(IdemBegin::Replay {
                 outcome,
                 operation_id: op,

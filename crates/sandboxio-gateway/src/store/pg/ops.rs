@@ -455,7 +455,7 @@ fn idem_claim(
         let outcome: Option<String> = col(&r, 2, "idempotency", "outcome")?;
         let op: String = col(&r, 3, "idempotency", "operation_id")?;
         return Ok(match outcome {
-            _ if fp != c.fingerprint => IdemBegin::Conflict,
+            _ if fp != c.fingerprint && fp != ANY_REQUEST => IdemBegin::Conflict,
             Some(outcome) if state == "done" => IdemBegin::Replay {
                 outcome,
                 operation_id: op,
