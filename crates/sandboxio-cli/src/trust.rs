@@ -83,6 +83,9 @@ pub fn trust(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
             .map_err(fail)?;
     }
     let shown = path.display().to_string();
+    // Held from the read to the replace: two `trust` runs at once both keep their entry.
+    let _lock = sandboxio_core::filewrite::lock_beside(&store)
+        .map_err(|(path, source)| CliError::Trust { path, source })?;
     let mut lines: Vec<String> = entries(&store)
         .into_iter()
         .filter(|(_, p)| *p != shown)

@@ -58,6 +58,35 @@ pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> Result<(), (PathBuf, s
     result
 }
 
+/// An exclusive lock on `<path>.lock` (a 0600 file beside `path`), held until it drops:
+/// taken around a read, change and replace of `path`, so that two processes changing it at
+/// once both keep their change (without it, the second replace loses the first's).
+pub struct Locked(std::fs::File);
+
+/// Takes the lock for changing `path` (waits while another process holds it).
+pub fn lock_beside(path: &Path) -> Result<Locked, (PathBuf, std::io::Error)> {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".lock");
+    let lock = PathBuf::from(name);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock)
+        .map_err(|e| (lock.clone(), e))?;
+    f.lock().map_err(|e| (lock, e))?;
+    Ok(Locked(f))
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
 /// Removes `<prefix><pid>.tmp` files in `dir` whose process is gone: what a writer killed
 /// between creating its temporary file and renaming it left behind.
 fn remove_dead_writers_files(dir: &Path, prefix: &str) {
@@ -98,6 +127,29 @@ mod tests {
         // Into a missing directory: an error, nothing left.
         let e = write_private_atomic(&d.path().join("no/f"), b"x").unwrap_err();
         assert_eq!(e.1.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn changes_made_under_the_lock_at_once_are_all_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("list");
+        std::fs::write(&p, b"").unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let _l = lock_beside(&p).unwrap();
+                    let mut text = std::fs::read_to_string(&p).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    text.push_str(&format!("{i}\n"));
+                    write_private_atomic(&p, text.as_bytes()).unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&p).unwrap().lines().count(), 8);
     }
 
     #[test]

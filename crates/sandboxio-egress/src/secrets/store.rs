@@ -94,6 +94,7 @@ impl SecretStore {
     ) -> Result<Undo, SecretError> {
         validate_name(name)?;
         validate_hosts(hosts)?;
+        let _lock = self.lock()?;
         let (mut file, key, before) = match self.read()? {
             Some((file, before)) => {
                 let key = self.key_for_existing()?;
@@ -131,6 +132,7 @@ impl SecretStore {
         let unknown = || SecretError::Unknown {
             name: name.chars().take(140).collect(),
         };
+        let _lock = self.lock()?;
         let Some((mut file, before)) = self.read()? else {
             return Err(unknown());
         };
@@ -246,6 +248,12 @@ impl SecretStore {
             }
         }
         Ok(Some((file, bytes)))
+    }
+
+    /// Held around a change: two processes setting secrets at once both keep theirs.
+    fn lock(&self) -> Result<sandboxio_core::filewrite::Locked, SecretError> {
+        sandboxio_core::filewrite::lock_beside(&self.path)
+            .map_err(|(at, e)| SecretError::io(&at)(e))
     }
 
     fn write(&self, file: &StoreFile) -> Result<(), SecretError> {
@@ -388,6 +396,30 @@ mod tests {
         s.remove("API_TOKEN").unwrap();
         assert!(s.list().unwrap().is_empty());
         assert_eq!(s.remove("API_TOKEN").unwrap_err().code(), "SBX_E2428");
+    }
+
+    #[test]
+    fn secrets_set_at_once_are_all_kept() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("state")).unwrap();
+        // The first one makes the key; then eight writers at once (as eight processes would).
+        store(d.path())
+            .set("FIRST", &["a.example".to_string()], &value())
+            .unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let root = d.path().to_path_buf();
+                std::thread::spawn(move || {
+                    store(&root)
+                        .set(&format!("S{i}"), &["a.example".to_string()], &value())
+                        .unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(store(d.path()).list().unwrap().len(), 9);
     }
 
     #[test]
