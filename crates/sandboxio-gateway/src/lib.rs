@@ -38,7 +38,9 @@ pub use redaction::Redaction;
 pub use runtime::{Embedding, Runtime, RuntimeError, RuntimeOptions};
 /// What an embedding front end needs of the audit layer: its sink interface and events,
 /// the failure mode, and secrets.
-pub use sandboxio_audit::{AuditError, AuditEvent, AuditSink, OnSinkFailure, Redactor, Secret};
+pub use sandboxio_audit::{
+    trail_files, AuditError, AuditEvent, AuditSink, OnSinkFailure, Redactor, Secret,
+};
 /// The server's Prometheus endpoint and dashboard read the chain's metric observations.
 pub use sandboxio_audit::{MetricsTap, OperationObservation};
 /// The egress proxy, for front ends that show or configure it.

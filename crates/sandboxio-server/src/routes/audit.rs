@@ -62,7 +62,7 @@ fn newest(
     limit: usize,
     keep: impl Fn(&serde_json::Value) -> bool,
 ) -> std::io::Result<(Vec<serde_json::Value>, bool)> {
-    let files = sandboxio_audit::trail_files(path).map_err(std::io::Error::other)?;
+    let files = sandboxio_gateway::trail_files(path).map_err(std::io::Error::other)?;
     let mut scan = Scan {
         out: Vec::new(),
         scanned: 0,
