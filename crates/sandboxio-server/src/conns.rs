@@ -28,6 +28,11 @@ const MAKE_ROOM: Duration = Duration::from_millis(250);
 /// connection may be closed for a newcomer.
 pub const STALLED: Duration = Duration::from_secs(2);
 
+/// Milliseconds since `epoch`.
+fn ms_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// One open connection's state, shared by its task and the bound.
 pub struct ConnState {
     inflight: AtomicUsize,
@@ -50,7 +55,7 @@ impl ConnState {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        ms_since(self.epoch)
     }
 
     /// Waiting for its client: no request in progress, or a request body that has not
@@ -109,12 +114,12 @@ impl Conns {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        ms_since(self.epoch)
     }
 
-    /// A place for a new connection: a free one, or the place of the connection idle the
-    /// longest, which is closed for it; `None` when every connection has a request in
-    /// progress.
+    /// A place for a new connection: a free one, or the place of the connection waiting the
+    /// longest (see [`ConnState::waiting`]), which is closed for it; `None` when every
+    /// connection is busy.
     pub async fn admit(self: &Arc<Conns>) -> Option<Admitted> {
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
