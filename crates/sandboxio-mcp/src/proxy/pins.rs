@@ -93,29 +93,10 @@ fn write(path: &Path, map: &BTreeMap<String, Pin>) -> Result<(), McpError> {
         .map_err(|(at, e)| pins_error(&at, e))
 }
 
-/// Holds the cross-process lock on the pins file until dropped.
-struct FileLock(std::fs::File);
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
-/// Takes the lock beside `path` (waits for another holder; a short critical section).
-fn lock(path: &Path) -> Result<FileLock, McpError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let lp = path.with_file_name(LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lp)
-        .map_err(|e| pins_error(&lp, e))?;
-    f.lock().map_err(|e| pins_error(&lp, e))?;
-    Ok(FileLock(f))
+/// Takes the cross-process lock beside `path` (`mcp-pins.json.lock`; waits for another
+/// holder; a short critical section), held until dropped.
+fn lock(path: &Path) -> Result<sandboxio_core::filewrite::Locked, McpError> {
+    sandboxio_core::filewrite::lock_beside(path).map_err(|(at, e)| pins_error(&at, e))
 }
 
 impl Pins {
