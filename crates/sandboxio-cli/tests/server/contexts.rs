@@ -27,10 +27,7 @@ fn call(s: &Server, key: &str, id: &str, cid: &str, code: &str) -> Value {
 
 #[test]
 fn a_python_context_keeps_variables_and_each_call_is_one_record() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let a = call(&s, &key, &id, &cid, "x = 1\nprint('set')");
     assert_eq!(a["result"]["stdout"], "set\n");
     assert!(a["output"]["value"].is_null());
@@ -78,10 +75,7 @@ fn a_python_context_keeps_variables_and_each_call_is_one_record() {
 
 #[test]
 fn a_node_context_keeps_variables_between_calls() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "node");
+    let (s, key, id, cid) = fresh_context("node");
     let a = call(&s, &key, &id, &cid, "let x = 1; console.log('set', {a: 1})");
     assert_eq!(a["result"]["stdout"], "set { a: 1 }\n", "{a}");
     assert_eq!(call(&s, &key, &id, &cid, "x + 1")["output"]["value"], "2");
@@ -95,10 +89,7 @@ fn a_node_context_keeps_variables_between_calls() {
 
 #[test]
 fn a_context_call_streams_and_a_cell_is_interrupted_with_its_variables_kept() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     call(&s, &key, &id, &cid, "kept = 42");
     let r = s
         .client
@@ -165,10 +156,7 @@ fn a_context_call_streams_and_a_cell_is_interrupted_with_its_variables_kept() {
 #[test]
 fn a_call_past_its_timeout_is_interrupted_and_a_figure_comes_back_as_png_when_matplotlib_is_there()
 {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let r = s.post(
         &key,
         &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
@@ -251,6 +239,15 @@ fn an_idempotency_key_is_bound_to_the_context_it_ran_in() {
     assert_eq!((st, p["code"].as_str().unwrap()), (409, "SBX_E1505"), "{p}");
 }
 
+/// A server, a key with every scope, a sandbox and a context of `language` in it.
+fn fresh_context(language: &str) -> (Server, String, String, String) {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "all");
+    let id = s.sandbox(&key);
+    let cid = context(&s, &key, &id, language);
+    (s, key, id, cid)
+}
+
 fn call_with(s: &Server, key: &str, id: &str, cid: &str, body: Value) -> Value {
     let r = s.post(
         key,
@@ -265,10 +262,7 @@ fn call_with(s: &Server, key: &str, id: &str, cid: &str, body: Value) -> Value {
 /// call's timeout (an interrupt), and the context keeps its variables: it is not killed.
 #[test]
 fn a_blocked_cell_is_interrupted_and_the_context_lives_on() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let py = context(&s, &key, &id, "python");
+    let (s, key, id, py) = fresh_context("python");
     call(&s, &key, &id, &py, "kept = 7");
     for code in [
         "import time\ntime.sleep(60)",
@@ -301,10 +295,7 @@ fn a_blocked_cell_is_interrupted_and_the_context_lives_on() {
 /// result says it was cut, and the context goes on answering.
 #[test]
 fn a_context_calls_output_is_capped_like_an_execs() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let v = call(
         &s,
         &key,
@@ -323,10 +314,7 @@ fn a_context_calls_output_is_capped_like_an_execs() {
 /// that a client would retry.
 #[test]
 fn an_ended_context_is_a_409_to_restart() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let r = s.post(
         &key,
         &format!("/v1/sandboxes/{id}/contexts/{cid}/run"),
@@ -349,10 +337,7 @@ fn an_ended_context_is_a_409_to_restart() {
 /// give cannot hit the next call's id.
 #[test]
 fn a_cell_cannot_answer_a_later_call() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let v = call(
         &s,
         &key,
@@ -381,10 +366,7 @@ fn a_cell_cannot_answer_a_later_call() {
 /// gigabytes.
 #[test]
 fn a_cell_cannot_make_the_server_hold_more_than_an_answers_bounds() {
-    let s = Server::start(&[]);
-    let key = s.key("acme", "all");
-    let id = s.sandbox(&key);
-    let cid = context(&s, &key, &id, "python");
+    let (s, key, id, cid) = fresh_context("python");
     let v = call(
         &s,
         &key,
