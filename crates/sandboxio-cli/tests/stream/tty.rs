@@ -284,71 +284,85 @@ fn escaped_without_tty(uid: Option<u32>) {
 }
 
 /// The operator resizes the window while a `--tty` program runs: the program's terminal
-/// takes the new size.
+/// takes the new size. As root and as a non-root user.
 #[test]
 fn a_window_resize_reaches_the_programs_terminal() {
     if !have_python() {
         return;
     }
-    let w = world_for("tty-winch", None);
-    let argv = cli_argv(
-        &w,
-        None,
-        &["--tty", "--timeout", "60s"],
-        &[
-            "/bin/sh",
-            "-c",
-            "stty size; echo READY; read line; stty size",
-        ],
-    );
-    let s = drive(
-        &argv,
-        &[
-            ("", "READY", 0.0),
-            ("\x00winch:50:120", "", 0.5),
-            ("go\n", "50 120", 0.0),
-        ],
-    );
-    assert!(s.out.contains("33 101"), "{}", s.out);
-    assert_eq!(s.met.len(), 3, "the new size did not arrive:\n{}", s.out);
-    assert_eq!(s.status, Some(0), "{}", s.out);
+    for uid in runners() {
+        let w = world_for("tty-winch", uid);
+        let argv = cli_argv(
+            &w,
+            uid,
+            &["--tty", "--timeout", "60s"],
+            &[
+                "/bin/sh",
+                "-c",
+                "stty size; echo READY; read line; stty size",
+            ],
+        );
+        let s = drive(
+            &argv,
+            &[
+                ("", "READY", 0.0),
+                ("\x00winch:50:120", "", 0.5),
+                ("go\n", "50 120", 0.0),
+            ],
+        );
+        assert!(s.out.contains("33 101"), "{uid:?}: {}", s.out);
+        assert_eq!(
+            s.met.len(),
+            3,
+            "{uid:?}: the new size did not arrive:\n{}",
+            s.out
+        );
+        assert_eq!(s.status, Some(0), "{uid:?}: {}", s.out);
+        assert_ran_as(&w, uid);
+    }
 }
 
 /// `--tty` with input from a pipe or from nothing: end of input reaches the program,
-/// also after a last line without its newline.
+/// also after a last line without its newline. As root and as a non-root user.
 #[test]
 fn piped_or_absent_input_under_tty_ends() {
     use std::io::Write as _;
-    let w = world_for("tty-eof", None);
-    for (input, want) in [(Some("abc"), "3"), (Some("ab\ncd"), "5"), (None, "0")] {
-        let mut c = w.run(&["--tty", "--timeout", "30s"], &["wc", "-c"]);
-        c.stdin(match input {
-            Some(_) => std::process::Stdio::piped(),
-            None => std::process::Stdio::null(),
-        })
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        if let Some(text) = input {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
+    for uid in runners() {
+        let w = world_for("tty-eof", uid);
+        for (input, want) in [(Some("abc"), "3"), (Some("ab\ncd"), "5"), (None, "0")] {
+            let argv = cli_argv(&w, uid, &["--tty", "--timeout", "30s"], &["wc", "-c"]);
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..])
+                .env_remove("SBX_STATE_DIR")
+                .stdin(match input {
+                    Some(_) => std::process::Stdio::piped(),
+                    None => std::process::Stdio::null(),
+                })
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            if let Some(text) = input {
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(text.as_bytes())
+                    .unwrap();
+            }
+            let o = child.wait_with_output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{uid:?} {input:?}: {out} {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            // The terminal echoes the input before the count.
+            assert!(
+                out.trim_end().ends_with(want),
+                "{uid:?} {input:?}: wanted {want} at the end of {out:?}"
+            );
         }
-        let o = child.wait_with_output().unwrap();
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{input:?}: {out} {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        // The terminal echoes the input before the count.
-        assert!(
-            out.trim_end().ends_with(want),
-            "{input:?}: wanted {want} at the end of {out:?}"
-        );
+        assert_ran_as(&w, uid);
     }
 }
