@@ -968,3 +968,43 @@ fn a_rebuilt_state_keeps_the_key_of_an_interrupted_run() {
         "the program ran again"
     );
 }
+
+/// A run SIGKILLed while it waits for its approval never ran: the next start records it
+/// interrupted and releases its reservation (no charge, no ledger line).
+#[test]
+fn a_run_killed_while_it_waits_for_approval_is_not_charged() {
+    use std::io::BufRead as _;
+    let env = Env::new("killedask", "process");
+    ask_policy(&env);
+    let cfg = env.write_config(
+        "priced.toml",
+        "[limits]\ntimeout = \"20s\"\n\n[budget]\nper_tenant = \"100\"\n\n[budget.rate_card]\ncpu_second = \"0.01\"\ngib_second = \"0\"\nper_call = \"0\"\n",
+    );
+    let mut child = env
+        .run_cmd(Some(&cfg), &["--approval-timeout", "60s"], &["true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Killed once it says it waits for a person.
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let waiting = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("waiting for approval"));
+    assert!(waiting, "the run never waited for its approval");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(env.live_counts().reservations, 1, "its reservation is held");
+    // The next start recovers it (a denied run: the policy asks, nobody answers at once).
+    let _ = env
+        .run_cmd(Some(&cfg), &["--approval-timeout", "1s"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(env.live_counts().reservations, 0);
+    assert!(
+        ledger_of(&env).is_empty(),
+        "a run that never started was charged: {:?}",
+        ledger_of(&env)
+    );
+}
