@@ -169,6 +169,18 @@ pub struct ScopeState {
     pub charges: Vec<Charge>,
 }
 
+impl ScopeState {
+    /// Whether every amount is what the ledger can produce: none negative. A stored state
+    /// failing this was written by something else (a forged negative spend doubled a
+    /// ceiling's headroom), so the stores refuse it as corrupt rather than act on it.
+    pub fn is_sane(&self) -> bool {
+        !(self.spent.values().any(Money::is_negative)
+            || self.reserved.is_negative()
+            || self.overrun.is_negative()
+            || self.charges.iter().any(|c| c.amount.is_negative()))
+    }
+}
+
 /// Charges of one category in one time bucket of a rolling window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {

@@ -187,6 +187,63 @@ fn three_replicas_with_eight_clients_each_never_pass_one_ceiling() {
 }
 
 #[test]
+fn a_replica_that_lost_its_lease_says_so_on_its_health_endpoints() {
+    let Some(url) = crate::pgcluster::fresh_url(module_path!()) else {
+        return;
+    };
+    let (a, b) = (
+        Server::start_with(&[], write_config(&url, "1.00")),
+        Server::start_with(&[], write_config(&url, "1.00")),
+    );
+    let key = a.key("acme", "all");
+    for s in [&a, &b] {
+        for path in ["/healthz", "/readyz"] {
+            assert_eq!(s.get(&key, path).status(), 200, "{path} before");
+        }
+    }
+    // Another replica found B's lease expired and took its work (as after a stall longer
+    // than the lease): B's next renewal finds it lost.
+    let mut pg = db(&url);
+    let owner = format!("{}:%", b.pid());
+    let n = pg
+        .execute(
+            "UPDATE replicas SET lost_ms = 1 WHERE owner LIKE $1",
+            &[&owner],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "B's replica row");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let h = b.get(&key, "/healthz");
+        if h.status() == 503 {
+            let body: Value = h.json().unwrap();
+            assert!(
+                body["status"].as_str().unwrap().contains("SBX_E1542"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never reported its lost lease");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(b.get(&key, "/readyz").status(), 503);
+    let sbx = b.post(&key, "/v1/sandboxes", &json!({"tier": "process"}));
+    let refused = sbx.status() != 201 || {
+        let id = sbx.json::<Value>().unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        exec(&b, &key, &id, &json!({"argv": ["true"]})).0 != 200
+    };
+    assert!(refused, "a lost replica admitted an exec");
+    // A, untouched, stays healthy, ready and serving.
+    assert_eq!(a.get(&key, "/healthz").status(), 200);
+    assert_eq!(a.get(&key, "/readyz").status(), 200);
+    let id = a.sandbox(&key);
+    assert_eq!(exec(&a, &key, &id, &json!({"argv": ["true"]})).0, 200);
+}
+
+#[test]
 fn an_idempotency_key_runs_once_across_replicas() {
     let Some(url) = crate::pgcluster::fresh_url(module_path!()) else {
         return;

@@ -16,11 +16,12 @@
 //! records as interrupted, and no operation that ran is missing from the trail.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use sandboxio_audit::{AuditError, Auditor, RecordOutcome, RedactedRecord};
 use sandboxio_budget::{ScopeKey, Settlement, Summary};
-use sandboxio_core::Money;
+use sandboxio_core::{ErrorCode, Money};
 
 use crate::config::GatewayConfig;
 use crate::store::{Finish, IdemEnd, LedgerLine, Store, StoreResult, Unrecorded};
@@ -72,6 +73,48 @@ pub(super) struct Closed {
     pub summaries: Option<StoreResult<Vec<Summary>>>,
 }
 
+/// How long a `finish` the store could not take (a database restarting, a connection
+/// lost) is tried again before the operation is left open for recovery.
+pub(super) const FINISH_PATIENCE: Duration = Duration::from_secs(60);
+
+/// `finish`, tried again while the store is unavailable (transient errors only), for up
+/// to [`FINISH_PATIENCE`]. The record is already in the trail: an operation left open
+/// would be recorded a second time, as interrupted, by whichever process recovers it, and
+/// on a shared store that is usually another replica, which cannot see this one's trail.
+/// While this process is alive and keeps its lease nobody else touches the operation, so
+/// waiting for the store here settles it once, with its real outcome.
+fn finish_patiently(
+    store: &dyn Store,
+    cfg: &GatewayConfig,
+    f: &Finishing,
+    heads: &[sandboxio_audit::SignedHead],
+    unrecorded: Option<&Unrecorded>,
+) -> StoreResult<Option<Settlement>> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let r = store.finish(&Finish {
+            operation_id: &f.operation_id,
+            budget: &cfg.budget,
+            charge: f.charge,
+            ledger: Some(f.ledger.clone()),
+            idem: f.idem.clone(),
+            journal_status: f.journal_status,
+            heads,
+            unrecorded,
+            now: Utc::now(),
+        });
+        match r {
+            Err(e) if e.is_transient() && started.elapsed() + pause < FINISH_PATIENCE => {
+                tracing::warn!(operation_id = %f.operation_id, code = e.code(), "finishing in the store failed; trying again in {pause:?}: {e}");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs on the blocking pool (see `offload.rs`); never on an async worker.
 pub(super) fn close(
     auditor: &Arc<Auditor>,
@@ -89,17 +132,7 @@ pub(super) fn close(
     let heads = auditor.heads_to_anchor();
     let (finished, heads_stored) = match c.finish {
         Some(f) => {
-            let finished = store.finish(&Finish {
-                operation_id: &f.operation_id,
-                budget: &cfg.budget,
-                charge: f.charge,
-                ledger: Some(f.ledger),
-                idem: f.idem,
-                journal_status: f.journal_status,
-                heads: &heads,
-                unrecorded: unrecorded.as_ref(),
-                now: Utc::now(),
-            });
+            let finished = finish_patiently(store, cfg, &f, &heads, unrecorded.as_ref());
             (finished, Ok(()))
         }
         None => {

@@ -620,7 +620,7 @@ impl Gateway {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed; recovery will mark it interrupted: {e}")
+                tracing::warn!(operation_id = %id, code = e.code(), "finishing in the store failed (tried again for {:?}); recovery will mark it interrupted: {e}", close::FINISH_PATIENCE)
             }
         }
         let recorded = match (closed.recorded, early) {

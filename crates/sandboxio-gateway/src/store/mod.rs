@@ -279,6 +279,13 @@ pub struct LiveCounts {
 }
 
 pub trait Store: Send + Sync {
+    /// On a shared store: this replica's id when another replica found its lease expired
+    /// and took over its work. It admits nothing more until restarted, so it is neither
+    /// ready nor healthy. `None` for a store without replicas.
+    fn lease_lost(&self) -> Option<String> {
+        None
+    }
+
     // Kill switch.
     fn kill_state(&self) -> StoreResult<Option<KillState>>;
     /// Engages the kill switch and ends every pending (or approved, unused) approval as a

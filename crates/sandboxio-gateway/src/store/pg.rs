@@ -69,6 +69,9 @@ pub struct PgStore {
     pool: Option<r2d2::Pool<Manager>>,
     url: String,
     replica: Replica,
+    /// This replica's lease, in milliseconds: also how long the database must have been up
+    /// before a lease that ran out is believed (see `ops::open_intents`).
+    lease_ms: i64,
     lost: Arc<AtomicBool>,
     changes: broadcast::Sender<StoreChange>,
     heartbeat: Option<Heartbeat>,
@@ -81,10 +84,28 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// Whether a PostgreSQL error is worth trying again (contention, a lost connection).
+/// Whether a PostgreSQL error is worth trying again: contention, a lost connection (closed,
+/// an I/O error on it, SQLSTATE class 08), or a server shutting down, restarting or not
+/// yet accepting connections (57P01-57P03).
 pub(crate) fn pg_transient(e: &GatewayError) -> bool {
     match e {
-        GatewayError::Postgres { source, .. } => retryable(e) || source.is_closed(),
+        GatewayError::Postgres { source, .. } => {
+            let io = {
+                let mut cause = std::error::Error::source(source);
+                let mut found = false;
+                while let Some(c) = cause {
+                    found |= c.is::<std::io::Error>();
+                    cause = c.source();
+                }
+                found
+            };
+            let state = source.code().map(|c| c.code()).unwrap_or_default();
+            retryable(e)
+                || source.is_closed()
+                || io
+                || state.starts_with("08")
+                || matches!(state, "57P01" | "57P02" | "57P03")
+        }
         _ => false,
     }
 }
@@ -139,6 +160,7 @@ impl PgStore {
             pool: Some(pool),
             url: redacted.clone(),
             replica: Replica::this_process(),
+            lease_ms: i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX),
             lost: Arc::new(AtomicBool::new(false)),
             changes,
             heartbeat: None,
@@ -284,6 +306,12 @@ impl Drop for PgStore {
 }
 
 impl Store for PgStore {
+    fn lease_lost(&self) -> Option<String> {
+        self.lost
+            .load(Ordering::SeqCst)
+            .then(|| self.replica.id.clone())
+    }
+
     fn kill_state(&self) -> StoreResult<Option<KillState>> {
         self.tx("reading the kill switch", |tx| {
             Ok((ops::read_kill(tx)?, false))
@@ -422,9 +450,9 @@ impl Store for PgStore {
         // (read without locks), decided here where the callback lives; then each is
         // claimed in one transaction by compare and set, so of two replicas sweeping at
         // once, one records it. `settle_interrupted` re-checks each in its own.
-        let (host, me) = (&self.replica.host, &self.replica.id);
+        let (host, me, grace) = (&self.replica.host, &self.replica.id, self.lease_ms);
         let open = self.tx("reading open intents", |tx| {
-            Ok((ops::open_intents(tx, host, me, claimant)?, false))
+            Ok((ops::open_intents(tx, host, me, claimant, grace)?, false))
         })?;
         let candidates: Vec<_> = open
             .into_iter()
@@ -478,9 +506,9 @@ impl Store for PgStore {
             .iter()
             .map(|e| (e.clone(), interrupted_outcome(e)))
             .collect();
-        let me = &self.replica.id;
+        let (me, grace) = (&self.replica.id, self.lease_ms);
         self.tx("recovering interrupted work", |tx| {
-            ops::interrupt(tx, &chosen, budget, me, now).map(|v| (v, true))
+            ops::interrupt(tx, &chosen, budget, me, now, grace).map(|v| (v, true))
         })
     }
 

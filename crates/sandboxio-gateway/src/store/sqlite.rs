@@ -400,8 +400,10 @@ impl SqliteStore {
                 .optional()
                 .map_err(db("reading a reservation"))?;
             if let Some(json) = row {
-                let r: sandboxio_budget::Reservation = serde_json::from_str(&json)
-                    .map_err(|_| corrupt("reservations", "reservation", json.clone()))?;
+                let r = serde_json::from_str::<sandboxio_budget::Reservation>(&json)
+                    .ok()
+                    .filter(|r| !r.amount.is_negative())
+                    .ok_or_else(|| corrupt("reservations", "reservation", json.clone()))?;
                 keys.extend(r.scopes.iter().cloned());
                 st.reservations.insert(r.id.clone(), r);
             }
@@ -415,7 +417,9 @@ impl SqliteStore {
                 .map_err(db("reading budget scope"))?;
             let scope: ScopeState = match row {
                 Some(json) => serde_json::from_str(&json)
-                    .map_err(|_| corrupt("budget_scopes", "state", json.clone()))?,
+                    .ok()
+                    .filter(ScopeState::is_sane)
+                    .ok_or_else(|| corrupt("budget_scopes", "state", json.clone()))?,
                 None => ScopeState::default(),
             };
             st.scopes.insert(key, scope);

@@ -22,6 +22,15 @@ fn url(test: &str) -> Option<String> {
     crate::pgcluster::fresh_url(test)
 }
 
+/// Recovery believes a lease that ran out only once the database has been up for the
+/// recovering replica's lease (10 s in these tests): the shared cluster may have just
+/// started.
+fn cluster_up_for_a_lease() {
+    if let Ok(c) = crate::pgcluster::shared() {
+        c.wait_up_for(Duration::from_secs(10));
+    }
+}
+
 fn budget() -> BudgetConfig {
     BudgetConfig {
         global: Some("100".parse().unwrap()),
@@ -82,6 +91,7 @@ fn a_dead_replicas_work_is_interrupted_after_its_lease_and_a_live_ones_never() {
         live.admit(&admission("live-op", &cfg)).unwrap(),
         Admitted::Proceed(_)
     ));
+    cluster_up_for_a_lease();
     // The replica dies: its heartbeat stops; its row and open intent stay.
     let died = Instant::now();
     drop(dead);
@@ -125,6 +135,7 @@ fn a_replica_found_lost_admits_nothing() {
         stalled.admit(&admission("op1", &cfg)).unwrap(),
         Admitted::Proceed(_)
     ));
+    cluster_up_for_a_lease();
     // Its lease runs out (as if it had stalled longer than the lease).
     let mut c = postgres::Client::connect(
         &url.replace("postgres:///", "postgresql:///"),
@@ -144,6 +155,150 @@ fn a_replica_found_lost_admits_nothing() {
         LiveCounts::default(),
         "the refusal changed nothing"
     );
+}
+
+#[test]
+fn a_hosts_clock_behind_does_not_push_its_spend_out_of_a_rolling_window() {
+    let Some(url) = url(module_path!()) else {
+        return;
+    };
+    let cfg = BudgetConfig {
+        ceiling: vec![sandboxio_budget::CeilingRule {
+            scope: sandboxio_budget::ScopeKind::Tenant,
+            name: None,
+            amount: "2".parse().unwrap(),
+            window: "rolling:1m".parse().unwrap(),
+        }],
+        ..budget()
+    };
+    let s = PgStore::open(&pg_options(&url, 10)).unwrap();
+    // A replica whose clock is 61 s behind admits and spends 2 (the whole minute's
+    // ceiling); on its own clock that spend is already outside the window.
+    let behind = Utc::now() - chrono::Duration::seconds(61);
+    for id in ["behind-1", "behind-2"] {
+        let mut a = admission(id, &cfg);
+        a.now = behind;
+        a.reserve.at = Some(behind);
+        assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
+        s.finish(&Finish {
+            operation_id: id,
+            budget: &cfg,
+            charge: Some("1".parse().unwrap()),
+            ledger: None,
+            idem: None,
+            journal_status: "ok",
+            heads: &[],
+            unrecorded: None,
+            now: behind,
+        })
+        .unwrap();
+    }
+    // A replica with the right time finds the minute spent: the database's clock decided.
+    match s.admit(&admission("on-time", &cfg)).unwrap() {
+        Admitted::Budget(_) => {}
+        other => panic!("the spend of a host behind fell out of the window: {other:?}"),
+    }
+}
+
+/// `recover_elsewhere`, again while the pool reconnects after a restart.
+fn recover_when_reachable(s: &PgStore) -> Vec<String> {
+    let t = Instant::now();
+    loop {
+        match s.recover(Utc::now(), &budget(), &|_| true, &|_| "interrupted".into()) {
+            Ok(v) => return v.into_iter().map(|e| e.operation_id).collect(),
+            Err(e) if t.elapsed() < Duration::from_secs(30) => {
+                eprintln!("recovery after the restart: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the store never came back: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_database_down_longer_than_a_lease_fences_off_no_live_replica() {
+    // Its own cluster: this test stops and restarts the server.
+    let cluster = match crate::pgcluster::Cluster::own() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIP {} (PostgreSQL half): {why}", module_path!());
+            return;
+        }
+    };
+    let url = cluster.database();
+    let cfg = budget();
+    let lease = 2;
+    let sweeper = PgStore::open(&pg_options(&url, lease)).unwrap();
+    let live = PgStore::open(&pg_options(&url, lease)).unwrap();
+    let dead = PgStore::open(&pg_options(&url, lease)).unwrap();
+    for (s, id) in [(&live, "live-op"), (&dead, "dead-op")] {
+        assert!(matches!(
+            s.admit(&admission(id, &cfg)).unwrap(),
+            Admitted::Proceed(_)
+        ));
+    }
+    // One replica dies (its heartbeat stops; its open intent keeps its row); then the
+    // database is down for two leases: every lease runs out, the live ones' too.
+    drop(dead);
+    cluster.stop();
+    std::thread::sleep(Duration::from_secs(2 * lease));
+    let cluster = cluster.restart().unwrap();
+    let back = Instant::now();
+    // The first sweep after the restart cannot tell the dead from the live: it touches
+    // nobody's work and marks nobody lost.
+    let first = recover_when_reachable(&sweeper);
+    let mut c = postgres::Client::connect(
+        &url.replace("postgres:///", "postgresql:///"),
+        postgres::NoTls,
+    )
+    .unwrap();
+    if back.elapsed() < Duration::from_secs(lease) {
+        assert!(
+            first.is_empty(),
+            "work recovered right after the database came back: {first:?}"
+        );
+        let lost: i64 = c
+            .query_one(
+                "SELECT COUNT(*) FROM replicas WHERE lost_ms IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(lost, 0, "a replica was marked lost right after the restart");
+    } else {
+        eprintln!(
+            "the first sweep came {:?} after the restart, past the grace: not judged",
+            back.elapsed()
+        );
+    }
+    // Once the database has been up for a lease, the dead replica's work is recovered
+    // (it never renewed) and the live replica's is not: it renewed and admits again.
+    cluster.wait_up_for(Duration::from_millis(lease * 1000 + 200));
+    let mut recovered = first;
+    recovered.extend(recover_when_reachable(&sweeper));
+    assert_eq!(recovered, ["dead-op"]);
+    let t = Instant::now();
+    loop {
+        match live.admit(&admission("live-op-2", &cfg)) {
+            Ok(Admitted::Proceed(_)) => break,
+            other => assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the live replica does not admit after the restart: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lost: Vec<String> = c
+        .query("SELECT id FROM replicas WHERE lost_ms IS NOT NULL", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(lost.len(), 1, "only the dead replica is lost: {lost:?}");
+    assert!(!lost.contains(&live.replica_id().to_string()));
+    assert!(!lost.contains(&sweeper.replica_id().to_string()));
+    drop((sweeper, live));
+    cluster.stop();
 }
 
 fn next_change(
@@ -235,6 +390,20 @@ impl Tool for Echo {
     }
 }
 
+/// A tool that says it started, then waits to be let go.
+struct Gate {
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    go: Arc<tokio::sync::Notify>,
+}
+#[async_trait]
+impl Tool for Gate {
+    async fn call(&self, a: &serde_json::Value) -> Result<serde_json::Value, ToolError> {
+        let _ = self.started.send(());
+        self.go.notified().await;
+        Ok(a.clone())
+    }
+}
+
 fn replica(url: &str, poll: Duration) -> Arc<Gateway> {
     let store: Arc<dyn Store> = Arc::new(PgStore::open(&pg_options(url, 10)).unwrap());
     let redaction = Redaction::from_env(vec![]);
@@ -320,4 +489,108 @@ async fn an_approval_on_one_replica_releases_the_waiter_on_another() {
     );
     assert_eq!(done.record.approver.as_deref(), Some("alice"));
     assert_eq!(done.tool_output, Some(serde_json::json!({"v": 1})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_that_ends_while_the_database_is_down_is_finished_once_it_is_back() {
+    // Its own cluster: this test stops and restarts the server. Its client and the
+    // stores' pools must not run on a runtime thread.
+    let own = std::thread::spawn(|| {
+        crate::pgcluster::Cluster::own().map(|c| {
+            let url = c.database();
+            (c, url)
+        })
+    });
+    let (cluster, url) = match own.join().unwrap() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIP {} (PostgreSQL half): {why}", module_path!());
+            return;
+        }
+    };
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let gw = {
+        let url = url.clone();
+        let (started_tx, go) = (started_tx.clone(), go.clone());
+        std::thread::spawn(move || {
+            let g = replica(&url, Duration::from_secs(1));
+            Arc::try_unwrap(g).ok().unwrap().with_tool(
+                "slow",
+                Arc::new(Gate {
+                    started: started_tx,
+                    go,
+                }),
+            )
+        })
+        .join()
+        .unwrap()
+    };
+    let gw = Arc::new(gw);
+    let run = tokio::spawn({
+        let gw = gw.clone();
+        async move {
+            gw.submit(Submission::new(Operation::new(
+                Principal::tenant("acme"),
+                OperationArgs::ToolCall {
+                    tool: "slow".into(),
+                    arguments: serde_json::json!({"v": 1}),
+                },
+            )))
+            .await
+        }
+    });
+    started.recv().await.unwrap();
+    // The database goes down while the tool runs, and comes back 3 s later; the tool
+    // ends in between, so its `finish` meets a database that is down.
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop();
+        cluster
+    })
+    .await
+    .unwrap();
+    go.notify_one();
+    let cluster = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        cluster.restart().unwrap()
+    })
+    .await
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("the operation ended")
+        .unwrap()
+        .unwrap();
+    let id = out.record.operation_id.clone();
+    // Finished by the process that ran it: its journal row closed with its outcome, its
+    // reservation gone; nothing left for a recovery to record a second time.
+    let (status, reservations) = tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(
+            &url.replace("postgres:///", "postgresql:///"),
+            postgres::NoTls,
+        )
+        .unwrap();
+        let status: Option<String> = c
+            .query_one("SELECT status FROM journal WHERE operation_id = $1", &[&id])
+            .unwrap()
+            .get(0);
+        let n: i64 = c
+            .query_one(
+                "SELECT COUNT(*) FROM reservations WHERE operation_id = $1",
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        cluster.stop();
+        (status, n)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status.as_deref(),
+        Some(out.record.status.as_str()),
+        "the journal row is closed with the operation's own outcome"
+    );
+    assert_eq!(reservations, 0, "its reservation was settled");
+    drop(gw);
 }

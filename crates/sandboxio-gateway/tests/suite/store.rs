@@ -27,6 +27,24 @@ pub struct Place {
 }
 
 impl Place {
+    /// Runs `sql` on the store's database directly, as anyone with write access to it
+    /// could.
+    pub fn execute(&self, sql: &str) {
+        match &self.url {
+            None => rusqlite::Connection::open(&self.db)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap(),
+            Some(u) => postgres::Client::connect(
+                &u.replace("postgres:///", "postgresql:///"),
+                postgres::NoTls,
+            )
+            .unwrap()
+            .batch_execute(sql)
+            .unwrap(),
+        }
+    }
+
     pub fn open(&self) -> Box<dyn Store> {
         match &self.url {
             None => Box::new(SqliteStore::open(&self.db, SyncMode::Full).unwrap()),
@@ -78,6 +96,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    a_negative_amount_written_into_the_budget_state_is_refused_as_corrupt,
     reservation_past_ceiling_is_denied_with_numbers_and_changes_nothing,
     an_overrun_is_charged_and_closes_the_scope,
     settle_within_the_reservation_releases_the_rest,
@@ -219,6 +238,28 @@ fn an_overrun_is_charged_and_closes_the_scope(b: Backend) {
     ));
 }
 
+fn a_negative_amount_written_into_the_budget_state_is_refused_as_corrupt(b: Backend) {
+    let Some((p, s)) = b.store(module_path!()) else {
+        return;
+    };
+    let s = &*s;
+    let cfg = budget("1.00");
+    s.admit(&admission("op1", &cfg, "0.50")).unwrap();
+    s.finish(&finish("op1", &cfg, Some("0.20"))).unwrap();
+    // A forged negative spend would double the tenant's headroom.
+    p.execute(
+        r#"UPDATE budget_scopes SET state = '{"spent":{"compute":"-1000"},"reserved":"0","overrun":"0","warned":false}' WHERE scope = 'tenant:acme'"#,
+    );
+    let e = s.admit(&admission("op2", &cfg, "0.50")).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1504", "{e}");
+    // A negative reservation likewise.
+    p.execute(
+        r#"UPDATE budget_scopes SET state = '{"spent":{"compute":"0.20"},"reserved":"-5","overrun":"0","warned":false}' WHERE scope = 'tenant:acme'"#,
+    );
+    let e = s.admit(&admission("op3", &cfg, "0.50")).unwrap_err();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1504", "{e}");
+}
+
 fn settle_within_the_reservation_releases_the_rest(b: Backend) {
     let Some((_p, s)) = b.store(module_path!()) else {
         return;
@@ -313,6 +354,22 @@ fn rate_limit_counts_within_window_and_refusal_takes_no_token(b: Backend) {
     }
     let mut a = admission("op9", &cfg, "0");
     a.rate = vec![("k".into(), limit)];
+    if matches!(b, Backend::Postgres) {
+        // A shared store judges the window on the database's clock: a host whose clock
+        // runs ahead (here by a second) does not see its peers' events as expired.
+        a.now = t0 + Duration::milliseconds(1001);
+        let wait = match s.admit(&a).unwrap() {
+            Admitted::RateLimited { retry_after_ms, .. } => {
+                assert!((1..=1000).contains(&retry_after_ms), "{retry_after_ms}");
+                retry_after_ms
+            }
+            other => panic!("a host's clock ahead emptied the window: {other:?}"),
+        };
+        std::thread::sleep(std::time::Duration::from_millis(wait + 20));
+        a.now = Utc::now();
+        assert!(matches!(s.admit(&a).unwrap(), Admitted::Proceed(_)));
+        return;
+    }
     a.now = t0 + Duration::milliseconds(500);
     match s.admit(&a).unwrap() {
         Admitted::RateLimited { retry_after_ms, .. } => assert_eq!(retry_after_ms, 500),
@@ -332,6 +389,7 @@ fn claim(tenant: &str, key: &str, fp: &str) -> IdemClaim {
 }
 
 fn idempotency_replay_conflict_in_progress_and_tenant_scope(b: Backend) {
+    let shared = matches!(b, Backend::Postgres);
     let Some((_p, s)) = b.store(module_path!()) else {
         return;
     };
@@ -389,6 +447,15 @@ fn idempotency_replay_conflict_in_progress_and_tenant_scope(b: Backend) {
     c.idem = Some(claim("acme", "k", "fp1"));
     c.idem_lookup_only = false;
     c.now = Utc::now() + Duration::seconds(3601);
+    if shared {
+        // On a shared store the retention runs on the database's clock: a host whose
+        // clock is an hour ahead does not forget the key (and so cannot run it again).
+        assert!(
+            matches!(s.admit(&c).unwrap(), Admitted::Idem(_)),
+            "a host's clock ahead forgot a key"
+        );
+        return;
+    }
     assert!(matches!(s.admit(&c).unwrap(), Admitted::Proceed(_)));
 }
 

@@ -18,6 +18,9 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub pid: u32,
     pub port: u16,
+    fsync: bool,
+    /// When the server (last) started.
+    started: Instant,
 }
 
 const USER: &str = "sbx";
@@ -91,14 +94,6 @@ impl Cluster {
                 .map_err(|e| format!("cannot hand {} to uid {NOBODY}: {e}", dir.display()))?;
         }
         let data = dir.join("data");
-        let log = |name: &str| {
-            std::fs::File::create(std::env::temp_dir().join(format!(
-                "{}-{name}.log",
-                dir.file_name().and_then(|n| n.to_str()).unwrap_or("sbx-pg")
-            )))
-            .map(Stdio::from)
-            .unwrap_or_else(|_| Stdio::null())
-        };
         let out = as_owner(&bin.join("initdb"))
             .args(["-D"])
             .arg(&data)
@@ -120,7 +115,32 @@ impl Cluster {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        let port: u16 = 5432;
+        let c = Cluster {
+            dir,
+            pid: 0,
+            port: 5432,
+            fsync,
+            started: Instant::now(),
+        };
+        c.serve()
+    }
+
+    /// Starts the server on the cluster's directory (again, after [`Cluster::stop`]), with a
+    /// watchdog that stops it by pid when this test process is gone; waits until it answers.
+    fn serve(mut self) -> Result<Cluster, String> {
+        let bin = bin_dir()?;
+        let (dir, data) = (self.dir.clone(), self.dir.join("data"));
+        let log = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(std::env::temp_dir().join(format!(
+                    "{}-{name}.log",
+                    dir.file_name().and_then(|n| n.to_str()).unwrap_or("sbx-pg")
+                )))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null())
+        };
         let child = as_owner(&bin.join("postgres"))
             .arg("-D")
             .arg(&data)
@@ -128,13 +148,13 @@ impl Cluster {
             .arg(&dir)
             .args([
                 "-p",
-                &port.to_string(),
+                &self.port.to_string(),
                 "-c",
                 "listen_addresses=",
                 "-c",
                 "max_connections=300",
                 "-c",
-                if fsync { "fsync=on" } else { "fsync=off" },
+                if self.fsync { "fsync=on" } else { "fsync=off" },
             ])
             .stdin(Stdio::null())
             .stdout(log("out"))
@@ -144,10 +164,12 @@ impl Cluster {
         let pid = child.id();
         // The watchdog: when this test process is gone, stop the server by pid and clean up.
         let script = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -INT {pid} 2>/dev/null; \
+            "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; \
+             tr '\\0' ' ' < /proc/{pid}/cmdline 2>/dev/null | grep -qF -- '{data}' && kill -INT {pid} 2>/dev/null; \
              for i in $(seq 1 40); do kill -0 {pid} 2>/dev/null || break; sleep 0.25; done; rm -rf '{dir}'",
             me = std::process::id(),
-            dir = dir.display()
+            dir = dir.display(),
+            data = data.display()
         );
         Command::new("sh")
             .args(["-c", &script])
@@ -158,17 +180,54 @@ impl Cluster {
             .map_err(|e| format!("cannot start the cluster watchdog: {e}"))?;
         // The child handle is dropped on purpose: the watchdog owns the server's end.
         drop(child);
-        let c = Cluster { dir, pid, port };
+        self.pid = pid;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match postgres::Client::connect(&c.conninfo("postgres"), postgres::NoTls) {
-                Ok(_) => return Ok(c),
+            match postgres::Client::connect(&self.conninfo("postgres"), postgres::NoTls) {
+                Ok(_) => {
+                    // Answering: it started before now (what `wait_up_for` counts from).
+                    self.started = Instant::now();
+                    return Ok(self);
+                }
                 Err(e) if Instant::now() > deadline => {
                     return Err(format!("the test cluster did not come up: {e}"))
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+
+    /// A cluster of its own (not the shared one), for tests that stop and restart it.
+    pub fn own() -> Result<Cluster, String> {
+        Self::start_with(false)
+    }
+
+    /// Stops the server at once (SIGQUIT: immediate shutdown, as a crash would) and waits
+    /// for it to be gone.
+    pub fn stop(&self) {
+        let _ = Command::new("kill")
+            .args(["-QUIT", &self.pid.to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && Path::new(&format!("/proc/{}", self.pid)).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the stopped server again on the same data.
+    pub fn restart(self) -> Result<Cluster, String> {
+        self.serve()
+    }
+
+    /// Waits until the server has been up for `d` (recovery believes a lease that ran out
+    /// only once the database has been up for a lease).
+    pub fn wait_up_for(&self, d: Duration) {
+        std::thread::sleep(d.saturating_sub(self.started.elapsed()));
     }
 
     fn conninfo(&self, db: &str) -> String {

@@ -76,6 +76,19 @@ fn lease_ok(tx: &mut Tx<'_>, replica: &str) -> StoreResult<bool> {
     }
 }
 
+/// The database's clock (the one every replica shares), to the millisecond.
+fn db_now(tx: &mut Tx<'_>) -> StoreResult<DateTime<Utc>> {
+    let row = tx.opt(
+        "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
+        &[],
+    )?;
+    let at: i64 = match row {
+        Some(r) => col(&r, 0, "clock", "now")?,
+        None => return Err(corrupt("clock", "now", "no row")),
+    };
+    Ok(from_ms(at))
+}
+
 /// Writes an operation's intent (its journal row, open), owned by `replica`.
 pub(super) fn journal(tx: &mut Tx<'_>, j: &JournalEntry, replica: &str) -> StoreResult<()> {
     let (it, ik) = match &j.idem {
@@ -156,7 +169,15 @@ pub(super) fn admit(
     replica: &str,
 ) -> StoreResult<(Admitted, bool)> {
     locks::kill_shared(tx)?;
-    let scopes = a.reserve.scopes_in(a.budget);
+    // Rate limits and budget windows are judged on the database's clock, as leases are:
+    // with each host's own, a host whose clock ran ahead pruned its peers' rate events as
+    // expired and counted their spend in a rolling window as past.
+    let now = db_now(tx)?;
+    let reserve = sandboxio_budget::ReserveRequest {
+        at: Some(now),
+        ..a.reserve.clone()
+    };
+    let scopes = reserve.scopes_in(a.budget);
     let mut names = Names::default();
     for (key, _) in &a.rate {
         names.add("rate", key);
@@ -177,7 +198,7 @@ pub(super) fn admit(
             replica: replica.to_string(),
         });
     }
-    let now_ms = ms(a.now);
+    let now_ms = ms(now);
     for (key, limit) in &a.rate {
         if let Some(retry_after_ms) = rate_take(tx, key, limit, now_ms)? {
             return Ok((
@@ -193,13 +214,13 @@ pub(super) fn admit(
     let j = &a.journal;
     journal(tx, j, replica)?;
     let mut st = load_budget(tx, &scopes, None)?;
-    let reservation = match st.reserve(a.budget, &a.reserve) {
+    let reservation = match st.reserve(a.budget, &reserve) {
         Ok(r) => r,
         Err(denial) => return Ok((Admitted::Budget(denial), false)),
     };
-    store_budget(tx, &st, None, a.now)?;
+    store_budget(tx, &st, None, now)?;
     if let Some(c) = &a.idem {
-        match idem_claim(tx, c, &j.operation_id, a.now, !a.idem_lookup_only)? {
+        match idem_claim(tx, c, &j.operation_id, now, !a.idem_lookup_only)? {
             IdemBegin::New => {}
             other => return Ok((Admitted::Idem(other), false)),
         }
@@ -343,8 +364,10 @@ pub(super) fn load_budget(
         )?;
         if let Some(r) = row {
             let json: String = col(&r, 0, "reservations", "reservation")?;
-            let r: Reservation = serde_json::from_str(&json)
-                .map_err(|_| corrupt("reservations", "reservation", json.clone()))?;
+            let r: Reservation = serde_json::from_str::<Reservation>(&json)
+                .ok()
+                .filter(|r| !r.amount.is_negative())
+                .ok_or_else(|| corrupt("reservations", "reservation", json.clone()))?;
             keys.extend(r.scopes.iter().cloned());
             st.reservations.insert(r.id.clone(), r);
         }
@@ -363,7 +386,9 @@ pub(super) fn load_budget(
     for (key, name) in keys.into_iter().zip(names) {
         let scope: ScopeState = match found.get(&name) {
             Some(json) => serde_json::from_str(json)
-                .map_err(|_| corrupt("budget_scopes", "state", json.clone()))?,
+                .ok()
+                .filter(ScopeState::is_sane)
+                .ok_or_else(|| corrupt("budget_scopes", "state", json.clone()))?,
             None => ScopeState::default(),
         };
         st.scopes.insert(key, scope);
@@ -492,26 +517,46 @@ pub(super) struct OpenIntent {
     pub claim_same_host: bool,
 }
 
+/// The database's clock, in milliseconds, and whether leases that ran out can be believed:
+/// only once the database has been up for `grace_ms` (a lease). While it was down (a
+/// restart, a failover) no replica could renew, so every lease ran out; counting those as
+/// dead fenced off every live replica but the first to sweep. A live replica renews
+/// within a third of its lease of the database coming back.
+macro_rules! now_and_trust {
+    ($grace:literal) => {
+        concat!(
+            "WITH now AS (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS ms,
+             (extract(epoch from clock_timestamp()) - extract(epoch from pg_postmaster_start_time())) * 1000 >= ",
+            $grace,
+            "::bigint AS trust)"
+        )
+    };
+}
+
 pub(super) fn open_intents(
     tx: &mut Tx<'_>,
     host: &str,
     me: &str,
     claimant: &str,
+    grace_ms: i64,
 ) -> StoreResult<Vec<OpenIntent>> {
     let rows = tx.rows(
-        "WITH now AS (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS ms)
+        concat!(
+            now_and_trust!("$4"),
+            "
          SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent, j.idem_tenant, j.idem_key,
-                j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL OR r.lease_until_ms < now.ms),
+                j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL OR (now.trust AND r.lease_until_ms < now.ms)),
                 COALESCE(r.host = $1, FALSE),
                 c.claimant, c.until_ms,
                 c.operation_id IS NULL OR c.until_ms <= now.ms OR c.claimant = $3
-                  OR cr.id IS NULL OR cr.lost_ms IS NOT NULL OR cr.lease_until_ms < now.ms,
+                  OR cr.id IS NULL OR cr.lost_ms IS NOT NULL OR (now.trust AND cr.lease_until_ms < now.ms),
                 COALESCE(cr.host = $1, FALSE)
          FROM now, journal j LEFT JOIN replicas r ON r.id = j.replica
               LEFT JOIN recovery_claims c ON c.operation_id = j.operation_id
               LEFT JOIN replicas cr ON cr.id = c.replica
-         WHERE j.status IS NULL ORDER BY j.started_ms, j.operation_id",
-        &[&host, &me, &claimant],
+         WHERE j.status IS NULL ORDER BY j.started_ms, j.operation_id"
+        ),
+        &[&host, &me, &claimant, &grace_ms],
     )?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
@@ -583,12 +628,17 @@ pub(super) fn interrupt(
     budget: &BudgetConfig,
     me: &str,
     now: DateTime<Utc>,
+    grace_ms: i64,
 ) -> StoreResult<Vec<JournalEntry>> {
-    // A replica whose lease expired is lost from now on: it admits nothing more.
+    // A replica whose lease expired (while the database was up long enough for it to
+    // renew) is lost from now on: it admits nothing more.
     tx.exec(
-        "UPDATE replicas SET lost_ms = $2 WHERE id <> $1 AND lost_ms IS NULL
-         AND lease_until_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint",
-        &[&me, &ms(now)],
+        concat!(
+            now_and_trust!("$3"),
+            " UPDATE replicas SET lost_ms = $2 FROM now WHERE id <> $1 AND lost_ms IS NULL
+             AND now.trust AND lease_until_ms < now.ms"
+        ),
+        &[&me, &ms(now), &grace_ms],
     )?;
     let mut done = Vec::new();
     for (e, outcome) in chosen {
