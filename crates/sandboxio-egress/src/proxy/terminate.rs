@@ -4,6 +4,7 @@
 //! address, the upstream's certificate verified.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
@@ -44,9 +45,12 @@ impl Proxy {
             }
         };
         let me = self.clone();
+        // Whether a value went up on this tunnel: the upstream may hand it back later.
+        let injected = Arc::new(AtomicBool::new(false));
         let service = hyper::service::service_fn(move |req| {
             let (me, tunnel, edge) = (me.clone(), tunnel.clone(), edge.clone());
-            async move { Ok::<_, Infallible>(me.inner(req, &tunnel, &edge).await) }
+            let injected = injected.clone();
+            async move { Ok::<_, Infallible>(me.inner(req, &tunnel, &edge, &injected).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -59,7 +63,13 @@ impl Proxy {
     }
 
     /// One request inside a terminated tunnel.
-    async fn inner(&self, req: Request<Incoming>, tunnel: &Target, edge: &Edge) -> Response<Body> {
+    async fn inner(
+        &self,
+        req: Request<Incoming>,
+        tunnel: &Target,
+        edge: &Edge,
+        injected: &AtomicBool,
+    ) -> Response<Body> {
         // Every request here is parsed: a CONNECT (in any case) ends nothing but itself.
         if req.method().as_str().eq_ignore_ascii_case("CONNECT") {
             let refusal = Refusal::ConnectInConnect {
@@ -84,7 +94,12 @@ impl Proxy {
             return respond::denied(&self.refuse(&target, refusal).await);
         }
         match edge.inject(&target, &mut parts) {
-            Ok(names) => target.secrets = names,
+            Ok(names) => {
+                if !names.is_empty() {
+                    injected.store(true, Ordering::Relaxed);
+                }
+                target.secrets = names
+            }
             Err(refusal) => return respond::denied(&self.refuse(&target, refusal).await),
         }
         let stream = match self.open(&target).await {
@@ -139,7 +154,12 @@ impl Proxy {
                     );
                 }
                 strip_hop_headers(&mut parts.headers);
-                scrub_headers(&mut parts.headers, &edge.pairs());
+                scrub::headers(&mut parts.headers, &edge.pairs());
+                scrub::reason(
+                    &mut parts.extensions,
+                    &edge.pairs(),
+                    injected.load(Ordering::Relaxed),
+                );
                 parts.headers.remove(header::CONTENT_LENGTH);
                 Response::from_parts(parts, scrub::Scrub::new(body, edge.pairs()).boxed())
             }
@@ -158,32 +178,4 @@ fn encoded(h: &hyper::HeaderMap) -> Option<String> {
                 .to_ascii_lowercase()
         })
         .find(|e| !e.is_empty() && e != "identity")
-}
-
-/// Every header of an answer with the secrets' values replaced by their placeholders, in
-/// values and names; a header that cannot be rewritten (the result is not a valid name or
-/// value) is dropped, never passed on with the value in it.
-fn scrub_headers(h: &mut hyper::HeaderMap, pairs: &scrub::Pairs) {
-    let old = std::mem::take(h);
-    // Names arrive lowercased: so are the values looked for in them.
-    let lower: scrub::Pairs = pairs
-        .iter()
-        .map(|(v, p)| (v.to_ascii_lowercase(), p.to_ascii_lowercase()))
-        .collect();
-    let mut name = None;
-    for (n, v) in old {
-        if let Some(n) = n {
-            name = Some(n);
-        }
-        let Some(n) = name.clone() else { continue };
-        let (new_name, _) = scrub::scrub(n.as_str().as_bytes(), &lower, true);
-        let (new_value, _) = scrub::scrub(v.as_bytes(), pairs, true);
-        let (Ok(n), Ok(v)) = (
-            header::HeaderName::from_bytes(&new_name),
-            HeaderValue::from_bytes(&new_value),
-        ) else {
-            continue;
-        };
-        h.append(n, v);
-    }
 }

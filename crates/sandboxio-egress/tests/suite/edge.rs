@@ -87,10 +87,29 @@ async fn tls_upstream() -> (SocketAddr, String, Seen) {
                     ),
                     _ => String::new(),
                 };
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\n{extra}connection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let token = auth.trim_start_matches("Bearer ");
+                // `/reason`: the token echoed in the status line's reason phrase (raw, in
+                // hex, in base64); `/trailer`: in a trailer of a chunked answer.
+                let resp = match path.as_str() {
+                    "/reason" => format!("HTTP/1.1 200 {auth}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n"),
+                    "/reason-hex" => format!(
+                        "HTTP/1.1 200 id {}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
+                        token.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+                    ),
+                    "/reason-b64" => {
+                        use base64::Engine as _;
+                        let enc = base64::engine::general_purpose::STANDARD.encode(format!("u:{token}"));
+                        format!("HTTP/1.1 401 {enc}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
+                    }
+                    "/trailer" => format!(
+                        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-echo\r\nconnection: close\r\n\r\n6\r\nhello\n\r\n0\r\nx-echo: {auth}\r\nx-{}: name\r\n\r\n",
+                        token.to_ascii_lowercase()
+                    ),
+                    _ => format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\n{extra}connection: close\r\n\r\n{body}",
+                        body.len()
+                    ),
+                };
                 let _ = s.write_all(resp.as_bytes()).await;
                 let _ = s.shutdown().await;
             });
@@ -441,4 +460,41 @@ async fn a_request_naming_another_host_inside_a_terminated_tunnel_is_refused() {
     );
     assert!(heads[0].contains(VALUE), "{heads:?}");
     assert!(s.proxy.summary().denials >= 8, "{:?}", s.proxy.summary());
+}
+
+/// An upstream that reflects the token in its status line's reason phrase (or a trailer)
+/// handed the value to the program: the reason is the canonical one once a value went up
+/// on the tunnel, and trailers are scrubbed like headers.
+#[tokio::test]
+async fn the_reason_phrase_and_trailers_never_carry_the_value_back() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let bearer = format!("Bearer {p}");
+    let hex: String = VALUE.bytes().map(|b| format!("{b:02x}")).collect();
+    let b64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("u:{VALUE}"))
+    };
+    for (path, status) in [
+        ("/reason", "HTTP/1.1 200 OK\r\n"),
+        ("/reason-hex", "HTTP/1.1 200 OK\r\n"),
+        ("/reason-b64", "HTTP/1.1 401 Unauthorized\r\n"),
+    ] {
+        let got = via_tunnel_to(&s, "up.test", path, "", &bearer).await;
+        assert!(got.starts_with(status), "{path}: {got}");
+        for form in [VALUE, hex.as_str(), &b64[4..20]] {
+            assert!(!got.contains(form), "{path}: the value came back: {got}");
+        }
+    }
+    // Trailers, asked for by the program.
+    let got = via_tunnel_to(&s, "up.test", "/trailer", "te: trailers\r\n", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        !got.to_ascii_lowercase()
+            .contains(&VALUE.to_ascii_lowercase()),
+        "the value came back in a trailer: {got}"
+    );
+    // Nothing injected on the tunnel and nothing of a value in it: the reason stays.
+    let got = via_tunnel_to(&s, "up.test", "/reason", "", "Bearer none").await;
+    assert!(got.starts_with("HTTP/1.1 200 Bearer none\r\n"), "{got}");
 }
