@@ -80,6 +80,8 @@ pub enum Refusal {
     },
     #[error("a request inside the tunnel to `{target}` is refused: {why}; only an origin-form target (`/path`) for the tunnel's own host goes there")]
     NotTheTunnelsHost { target: String, why: String },
+    #[error("the sandbox holds {limit} tunnels, the most it may at once; the CONNECT to `{target}` is refused (close one and retry)")]
+    TooManyTunnels { target: String, limit: usize },
 }
 
 impl ErrorCode for Refusal {
@@ -95,6 +97,7 @@ impl ErrorCode for Refusal {
             Refusal::SecretNotBound { .. } => "SBX_E2417",
             Refusal::SecretNotInjectable { .. } => "SBX_E2418",
             Refusal::NotTheTunnelsHost { .. } => "SBX_E2419",
+            Refusal::TooManyTunnels { .. } => "SBX_E2430",
         }
     }
     fn class(&self) -> ErrorClass {
@@ -132,4 +135,5 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2427", "secret store damaged (kept as it is, never reset)"),
     ("SBX_E2428", "no secret of that name in the store"),
     ("SBX_E2429", "secret store or key file i/o error"),
+    ("SBX_E2430", "egress refused: the sandbox holds as many tunnels as it may at once (503; close one and retry)"),
 ];

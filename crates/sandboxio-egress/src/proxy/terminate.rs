@@ -16,16 +16,33 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::forward::strip_hop_headers;
-use super::origin;
 use super::respond::{self, Body};
 use super::scrub;
 use super::{http1_client, upstream_unreachable, Proxy, HEADER_TIMEOUT, MAX_HEAD};
+use super::{idle, origin};
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
 
 impl Proxy {
+    /// Serves the tunnel until it ends or has been idle for the proxy's idle time (the
+    /// TLS handshake included).
     pub(super) async fn terminate<S>(self: Arc<Self>, client: S, tunnel: Target, edge: Arc<Edge>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (client, activity) = idle::watch(client);
+        let idle = self.limits.idle;
+        let authority = tunnel.authority();
+        tokio::select! {
+            _ = self.terminated(client, tunnel, edge) => {}
+            _ = activity.idle_for(idle) => {
+                tracing::debug!("egress tunnel to {authority} idle: closed");
+            }
+        }
+    }
+
+    async fn terminated<S>(self: Arc<Self>, client: S, tunnel: Target, edge: Arc<Edge>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {

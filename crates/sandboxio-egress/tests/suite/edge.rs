@@ -10,7 +10,7 @@ use sandboxio_core::NetworkMode;
 use sandboxio_egress::edge::{upstream_trust, EdgeCa, LoadedSecret};
 use sandboxio_egress::rules::HostGlob;
 use sandboxio_egress::secrets::SecretValue;
-use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Limits, Proxy, Resolver};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -139,6 +139,11 @@ struct Setup {
 /// bound to up.test and OTHER bound to other.test. `trust_upstream`: whether the upstream's
 /// CA is given as `upstream_ca`.
 async fn setup(trust_upstream: bool) -> Setup {
+    setup_with(trust_upstream, Limits::default()).await
+}
+
+/// [`setup`] with the proxy's own limits.
+async fn setup_with(trust_upstream: bool, limits: Limits) -> Setup {
     let (up, up_ca, seen) = tls_upstream().await;
     let (ns, _) = name_server(&[
         ("up.test", LOOP),
@@ -175,7 +180,11 @@ async fn setup(trust_upstream: bool) -> Setup {
         )
         .unwrap(),
     );
-    let proxy = Proxy::with_edge(Arc::new(GuardOnly(Arc::new(guard))), Some(edge.clone()));
+    let proxy = Proxy::with_limits(
+        Arc::new(GuardOnly(Arc::new(guard))),
+        Some(edge.clone()),
+        limits,
+    );
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy_addr = l.local_addr().unwrap();
     tokio::spawn(proxy.clone().serve(l));
@@ -497,4 +506,39 @@ async fn the_reason_phrase_and_trailers_never_carry_the_value_back() {
     // Nothing injected on the tunnel and nothing of a value in it: the reason stays.
     let got = via_tunnel_to(&s, "up.test", "/reason", "", "Bearer none").await;
     assert!(got.starts_with("HTTP/1.1 200 Bearer none\r\n"), "{got}");
+}
+
+/// A terminated tunnel whose client never starts TLS (or stops talking) is closed once
+/// idle, like an opaque one.
+#[tokio::test]
+async fn an_idle_terminated_tunnel_is_closed() {
+    let limits = Limits {
+        idle: std::time::Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let s = setup_with(true, limits).await;
+    let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
+    let connect = format!(
+        "CONNECT up.test:{p} HTTP/1.1\r\nhost: up.test:{p}\r\n\r\n",
+        p = s.up.port()
+    );
+    tcp.write_all(connect.as_bytes()).await.unwrap();
+    assert!(head_of(&mut tcp).await.starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tcp.read_to_end(&mut rest),
+    )
+    .await
+    .expect("a silent terminated tunnel stayed open");
+    assert_eq!(n.unwrap_or(0), 0);
+    // After a request, too.
+    let mut tls = open_tunnel(&s, "up.test").await;
+    tls.write_all(b"GET /v1/me HTTP/1.1\r\nhost: up.test\r\n\r\n")
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), read_all(&mut tls)).await;
+    assert!(got
+        .expect("an idle terminated tunnel stayed open")
+        .starts_with("HTTP/1.1 200"));
 }

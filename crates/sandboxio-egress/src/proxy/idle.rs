@@ -1,0 +1,126 @@
+//! Idle tunnels: the client's side of a tunnel wrapped so that every byte read from it or
+//! written to it (what the upstream sent back) counts as activity, and a future that ends
+//! once there has been none for a given time. A tunnel serves until either ends.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// When a stream last moved a byte.
+pub(super) struct Activity {
+    start: Instant,
+    /// Milliseconds from `start` to the last byte.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// Ends once no byte has moved for `limit`.
+    pub(super) async fn idle_for(&self, limit: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let deadline = last + limit;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// `io`, its bytes counted as activity.
+pub(super) struct Watched<S> {
+    io: S,
+    activity: Arc<Activity>,
+}
+
+/// Wraps `io`; the activity it reports starts now.
+pub(super) fn watch<S>(io: S) -> (Watched<S>, Arc<Activity>) {
+    let activity = Arc::new(Activity {
+        start: Instant::now(),
+        last: AtomicU64::new(0),
+    });
+    (
+        Watched {
+            io,
+            activity: activity.clone(),
+        },
+        activity,
+    )
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn bytes_either_way_keep_it_alive_and_silence_ends_it() {
+        use std::time::Duration;
+        let (mut peer, io) = tokio::io::duplex(64);
+        let (mut io, activity) = super::watch(io);
+        let start = tokio::time::Instant::now();
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            peer.write_all(b"x").await.unwrap();
+            let mut b = [0u8; 1];
+            io.read_exact(&mut b).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            io.write_all(b"y").await.unwrap();
+        }
+        activity.idle_for(Duration::from_millis(300)).await;
+        // 1.2 s of a byte every 200 ms, then 300 ms of silence.
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(1500), "{took:?}");
+        assert!(took < Duration::from_millis(3000), "{took:?}");
+    }
+}
