@@ -1,6 +1,8 @@
-//! CONNECT tunnels: decided on `host:port`, then bytes both ways. A CONNECT sent inside
-//! an allowed tunnel (relaying through an allowed host that is itself a proxy, or through
-//! this proxy) is refused before it leaves.
+//! CONNECT tunnels: decided on `host:port`, then bytes both ways. A CONNECT sent as the
+//! first bytes of an opaque tunnel (relaying through an allowed host that is itself a
+//! proxy, or through this proxy) is refused before it leaves; that check is best effort,
+//! since the rest of an opaque tunnel is not parsed (a terminated tunnel parses every
+//! request: see `terminate`).
 
 use std::sync::Arc;
 

@@ -542,3 +542,53 @@ async fn an_idle_terminated_tunnel_is_closed() {
         .expect("an idle terminated tunnel stayed open")
         .starts_with("HTTP/1.1 200"));
 }
+
+/// In a terminated tunnel every request is parsed: a CONNECT (any case) is refused at each
+/// request boundary, not only as the first bytes, and a request line that does not parse
+/// ends the tunnel; nothing of either reaches the upstream.
+#[tokio::test]
+async fn a_connect_anywhere_in_a_terminated_tunnel_is_refused() {
+    let s = setup(true).await;
+    let first = "GET /v1/me HTTP/1.1\r\nhost: up.test\r\n\r\n";
+    for (inner, expect) in [
+        (
+            "CONNECT evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "connect evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "Connect https://evil.test/ HTTP/1.1\r\nhost: up.test\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "\x0bCONNECT evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+    ] {
+        // Pipelined after a first request, in the same write.
+        let got = tunnel_raw(&s, "up.test", format!("{first}{inner}").as_bytes()).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{inner:?}: {got}");
+        let second = &got[4..];
+        let at = second.find("HTTP/1.1 ").map(|i| &second[i..]).unwrap_or("");
+        assert!(at.contains(expect), "{inner:?}: {got}");
+        // After a first request that was answered.
+        let mut tls = open_tunnel(&s, "up.test").await;
+        tls.write_all(first.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tls.write_all(inner.as_bytes()).await.unwrap();
+        let got = read_all(&mut tls).await;
+        assert!(got.contains(expect), "{inner:?}: {got}");
+    }
+    let seen = s.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|h| h.starts_with("GET /v1/me ")),
+        "something else reached the upstream: {seen:?}"
+    );
+    assert_eq!(seen.len(), 8, "{seen:?}");
+}
