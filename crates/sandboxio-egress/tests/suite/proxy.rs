@@ -368,3 +368,67 @@ async fn an_idle_tunnel_is_closed_and_a_busy_one_is_not() {
         .expect("a tunnel idle after its traffic stayed open");
     assert_eq!(n.unwrap_or(0), 0);
 }
+
+/// A proxy for `up.test` (at 127.0.0.1) on `port` with one rule: plain HTTP, GET, paths
+/// under `/simple/`.
+async fn path_rule_proxy(ns: std::net::SocketAddr, port: u16) -> std::net::SocketAddr {
+    use std::sync::Arc;
+
+    use sandboxio_core::NetworkMode;
+    use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+    let section = sandboxio_config::NetworkSection {
+        resolver: vec![ns.to_string()],
+        allow_private: vec!["127.0.0.1".into()],
+        rules: vec![sandboxio_config::EgressRuleSection {
+            host: vec!["up.test".into()],
+            ports: vec![port],
+            schemes: vec!["http".into()],
+            methods: vec!["GET".into()],
+            paths: vec!["/simple/".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let cfg = EgressConfig::from_section(&section).unwrap();
+    let rules = cfg
+        .rules_for(&NetworkMode::Allowlist { allow: vec![] })
+        .unwrap()
+        .unwrap();
+    let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
+    let proxy = Proxy::new(Arc::new(GuardOnly(Arc::new(guard))));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(proxy.serve(l));
+    addr
+}
+
+/// Paths that Tomcat, Jetty or Spring (`;` parameters), a server decoding twice (`%25`)
+/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..` passed a path rule: they now
+/// match no rule, and nothing is forwarded.
+#[tokio::test]
+async fn paths_read_in_different_ways_match_no_path_rule() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let p = path_rule_proxy(ns, up.port()).await;
+    let get = |path: &str| {
+        format!(
+            "GET http://up.test:{}{path} HTTP/1.1\r\nconnection: close\r\n\r\n",
+            up.port()
+        )
+    };
+    let got = exchange(p, get("/simple/numpy/").as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    for path in [
+        "/simple/..;/admin",
+        "/simple/.%2e;x=1/admin",
+        "/simple/..%3b/admin",
+        "/simple/%252e%252e/admin",
+        "/simple/%c0%ae%c0%ae/admin",
+    ] {
+        let got = exchange(p, get(path).as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2410"),
+            "{path}: {got}"
+        );
+    }
+}
