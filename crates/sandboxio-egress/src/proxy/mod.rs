@@ -2,6 +2,7 @@
 //! tunnels, serving one sandbox. Every tunnel and every forwarded request is decided
 //! before anything leaves; the connection goes to the address the decision checked.
 
+mod bodyless;
 mod forward;
 mod idle;
 mod limits;

@@ -432,3 +432,43 @@ async fn paths_read_in_different_ways_match_no_path_rule() {
         );
     }
 }
+
+/// A GET with a body was forwarded; an upstream that does not read bodies on GET runs the
+/// body as a second request that the rules never decided (here `GET /admin` past a
+/// `/simple/` rule). Refused, and nothing reaches the upstream.
+#[tokio::test]
+async fn a_body_on_get_and_the_like_is_refused_before_it_leaves() {
+    let (echo, seen) = echo_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let p = path_rule_proxy(ns, echo.port()).await;
+    let smuggled = "GET /admin HTTP/1.1\r\nhost: up.test\r\n\r\n";
+    let port = echo.port();
+    let with_length = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ncontent-length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    let chunked = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n",
+        smuggled.len()
+    );
+    let head_with_length = with_length.replacen("GET", "HEAD", 1);
+    for req in [with_length, chunked, head_with_length] {
+        let got = exchange(p, req.as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2431"),
+            "{req}: {got}"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the upstream got: {:?}",
+        String::from_utf8_lossy(&seen.lock().unwrap())
+    );
+    // Without a body (or `content-length: 0`) a GET goes through.
+    let req = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    let _ = exchange(p, req.as_bytes()).await;
+    let got = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
+    assert!(got.starts_with("GET /simple/x HTTP/1.1\r\n"), "{got}");
+}
