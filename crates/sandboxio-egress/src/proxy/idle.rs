@@ -1,10 +1,12 @@
 //! Idle tunnels: the client's side of a tunnel wrapped so that every byte read from it or
 //! written to it (what the upstream sent back) counts as activity, and a future that ends
-//! once there has been none for a given time. A tunnel serves until either ends.
+//! once there has been none for a given time. A tunnel serves until either ends. A
+//! request waiting for its upstream's answer (the client silent meanwhile) keeps it busy,
+//! not idle.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +19,18 @@ pub(super) struct Activity {
     start: Instant,
     /// Milliseconds from `start` to the last byte.
     last: AtomicU64,
+    /// Requests waiting for their upstream.
+    busy: AtomicUsize,
+}
+
+/// A request in flight: the stream is not idle while this lives.
+pub(super) struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Activity {
@@ -25,11 +39,21 @@ impl Activity {
         self.last.store(ms, Ordering::Relaxed);
     }
 
-    /// Ends once no byte has moved for `limit`.
+    /// Marks a request in flight until the guard is dropped.
+    pub(super) fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// Ends once no byte has moved for `limit` and no request is in flight.
     pub(super) async fn idle_for(&self, limit: Duration) {
         loop {
             let last = self.start + Duration::from_millis(self.last.load(Ordering::Relaxed));
             let deadline = last + limit;
+            if self.busy.load(Ordering::Relaxed) > 0 {
+                tokio::time::sleep(limit).await;
+                continue;
+            }
             if Instant::now() >= deadline {
                 return;
             }
@@ -49,6 +73,7 @@ pub(super) fn watch<S>(io: S) -> (Watched<S>, Arc<Activity>) {
     let activity = Arc::new(Activity {
         start: Instant::now(),
         last: AtomicU64::new(0),
+        busy: AtomicUsize::new(0),
     });
     (
         Watched {
@@ -122,5 +147,17 @@ mod tests {
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(1500), "{took:?}");
         assert!(took < Duration::from_millis(3000), "{took:?}");
+        // A request in flight keeps a silent stream from being idle.
+        let start = tokio::time::Instant::now();
+        let busy = activity.busy();
+        let waited = tokio::time::timeout(
+            Duration::from_millis(700),
+            activity.idle_for(Duration::from_millis(200)),
+        )
+        .await;
+        assert!(waited.is_err(), "idle while a request was in flight");
+        drop(busy);
+        activity.idle_for(Duration::from_millis(200)).await;
+        assert!(start.elapsed() >= Duration::from_millis(900));
     }
 }

@@ -35,15 +35,20 @@ impl Proxy {
         let idle = self.limits.idle;
         let authority = tunnel.authority();
         tokio::select! {
-            _ = self.terminated(client, tunnel, edge) => {}
+            _ = self.terminated(client, tunnel, edge, activity.clone()) => {}
             _ = activity.idle_for(idle) => {
                 tracing::debug!("egress tunnel to {authority} idle: closed");
             }
         }
     }
 
-    async fn terminated<S>(self: Arc<Self>, client: S, tunnel: Target, edge: Arc<Edge>)
-    where
+    async fn terminated<S>(
+        self: Arc<Self>,
+        client: S,
+        tunnel: Target,
+        edge: Arc<Edge>,
+        activity: Arc<idle::Activity>,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let config = match edge.server_config(&tunnel.host) {
@@ -67,7 +72,13 @@ impl Proxy {
         let service = hyper::service::service_fn(move |req| {
             let (me, tunnel, edge) = (me.clone(), tunnel.clone(), edge.clone());
             let injected = injected.clone();
-            async move { Ok::<_, Infallible>(me.inner(req, &tunnel, &edge, &injected).await) }
+            // Waiting for the upstream's answer is not idling.
+            let busy = activity.busy();
+            async move {
+                let answer = me.inner(req, &tunnel, &edge, &injected).await;
+                drop(busy);
+                Ok::<_, Infallible>(answer)
+            }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

@@ -110,6 +110,10 @@ async fn tls_upstream() -> (SocketAddr, String, Seen) {
                         body.len()
                     ),
                 };
+                // `/slow`: the answer takes 2 s.
+                if path == "/slow" {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
                 let _ = s.write_all(resp.as_bytes()).await;
                 let _ = s.shutdown().await;
             });
@@ -541,6 +545,9 @@ async fn an_idle_terminated_tunnel_is_closed() {
     assert!(got
         .expect("an idle terminated tunnel stayed open")
         .starts_with("HTTP/1.1 200"));
+    // An upstream slower than the idle time: the tunnel waits for its answer.
+    let got = via_tunnel_to(&s, "up.test", "/slow", "", "Bearer none").await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
 }
 
 /// In a terminated tunnel every request is parsed: a CONNECT (any case) is refused at each
