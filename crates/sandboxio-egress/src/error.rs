@@ -78,6 +78,12 @@ pub enum Refusal {
         target: String,
         why: &'static str,
     },
+    #[error("a request inside the tunnel to `{target}` is refused: {why}; only an origin-form target (`/path`) for the tunnel's own host goes there")]
+    NotTheTunnelsHost { target: String, why: String },
+    #[error("the sandbox holds {limit} tunnels, the most it may at once; the CONNECT to `{target}` is refused (close one and retry)")]
+    TooManyTunnels { target: String, limit: usize },
+    #[error("the `{method}` request to `{target}` carries a body; a GET, HEAD, OPTIONS, DELETE or TRACE is forwarded without one only")]
+    BodyNotAllowed { method: String, target: String },
 }
 
 impl ErrorCode for Refusal {
@@ -92,6 +98,9 @@ impl ErrorCode for Refusal {
             Refusal::SecretInCleartext { .. } => "SBX_E2416",
             Refusal::SecretNotBound { .. } => "SBX_E2417",
             Refusal::SecretNotInjectable { .. } => "SBX_E2418",
+            Refusal::NotTheTunnelsHost { .. } => "SBX_E2419",
+            Refusal::TooManyTunnels { .. } => "SBX_E2430",
+            Refusal::BodyNotAllowed { .. } => "SBX_E2431",
         }
     }
     fn class(&self) -> ErrorClass {
@@ -118,6 +127,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2416", "egress refused: a secret's placeholder in a plain HTTP request (secrets go over TLS only)"),
     ("SBX_E2417", "egress refused: a secret's placeholder headed to a host the secret is not bound to"),
     ("SBX_E2418", "egress refused: a secret's value cannot be put where its placeholder is (the request line would not be valid)"),
+    ("SBX_E2419", "egress refused: a request inside a terminated tunnel names another host than the tunnel's (absolute-form target for another authority, userinfo, `Host`), or its target is not origin-form"),
     ("SBX_E2420", "invalid secret name (an environment variable name, 1 to 128 characters)"),
     ("SBX_E2421", "invalid secret value (empty, over 16 KiB, or holding control bytes)"),
     ("SBX_E2422", "invalid bound host for a secret (none, `*`, or not a host glob)"),
@@ -128,4 +138,6 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2427", "secret store damaged (kept as it is, never reset)"),
     ("SBX_E2428", "no secret of that name in the store"),
     ("SBX_E2429", "secret store or key file i/o error"),
+    ("SBX_E2430", "egress refused: the sandbox holds as many tunnels as it may at once (503; close one and retry)"),
+    ("SBX_E2431", "egress refused: a plain HTTP GET, HEAD, OPTIONS, DELETE or TRACE with a body (`Content-Length` above 0 or `Transfer-Encoding`)"),
 ];

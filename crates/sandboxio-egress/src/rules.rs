@@ -216,14 +216,15 @@ impl Rule {
 
 /// `raw` (a request target's path, with or without its query) with `%2e` decoded and its
 /// dot segments removed (RFC 3986, section 5.2.4). `None` for a path servers read in
-/// different ways: an encoded `/` or `\\`, a raw `\\`, a NUL, or `..` past the root.
+/// different ways: an encoded `/` or `\\`, a raw `\\`, a NUL, `..` past the root, or
+/// anything [`ambiguous`].
 pub fn canonical_path(raw: &str) -> Option<String> {
     let path = raw.split(['?', '#']).next().unwrap_or("");
     let lower = path.to_ascii_lowercase();
     if lower.contains("%2f") || lower.contains("%5c") || lower.contains("%00") {
         return None;
     }
-    if path.contains('\\') || path.contains('\0') {
+    if path.contains('\\') || path.contains('\0') || ambiguous(path) {
         return None;
     }
     let decoded = path.replace("%2e", ".").replace("%2E", ".");
@@ -251,6 +252,43 @@ pub fn canonical_path(raw: &str) -> Option<String> {
         }
     }
     Some(out.join("/"))
+}
+
+/// Whether servers may read `path` (without its query) in different ways, beyond dot
+/// segments: a `;` (raw or `%3b`: Tomcat, Jetty and Spring drop `;params` from each
+/// segment, so `/simple/..;/admin` is `/admin` there), an encoded `%` followed by a hex
+/// digit (double encoding: `%252e` is `.` to a server that decodes twice), a `%` that does
+/// not start two hex digits, an encoded control byte, or encoded bytes that are not UTF-8
+/// (overlong forms such as `%c0%ae`, which lax decoders read as `.`).
+fn ambiguous(path: &str) -> bool {
+    if path.contains(';') {
+        return true;
+    }
+    let b = path.as_bytes();
+    let mut decoded = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            decoded.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let hex = |c: u8| char::from(c).to_digit(16);
+        let (Some(hi), Some(lo)) = (
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) else {
+            return true;
+        };
+        let byte = u8::try_from(hi * 16 + lo).unwrap_or(0);
+        let next_is_hex = b.get(i + 3).copied().and_then(hex).is_some();
+        if byte == b';' || (byte == b'%' && next_is_hex) || byte < 0x20 || byte == 0x7f {
+            return true;
+        }
+        decoded.push(byte);
+        i += 3;
+    }
+    std::str::from_utf8(&decoded).is_err()
 }
 
 fn tenant_glob(glob: &str, tenant: &str) -> bool {
@@ -471,9 +509,27 @@ mod tests {
             "/simple/..%5cadmin",
             "/simple\\..\\admin",
             "/../simple/x",
+            // Path parameters, double encoding, overlong UTF-8, broken escapes.
+            "/simple/..;/admin",
+            "/simple/.%2e;x=1/admin",
+            "/simple/..%3b/admin",
+            "/simple/..%3B/admin",
+            "/simple/x;jsessionid=1",
+            "/simple/%252e%252e/admin",
+            "/simple/%252E%252E/admin",
+            "/simple/%c0%ae%c0%ae/admin",
+            "/simple/%e0%80%ae%e0%80%ae/admin",
+            "/simple/%ff/x",
+            "/simple/%2",
+            "/simple/%zz/x",
+            "/simple/%0a/x",
         ] {
             assert!(!get(bypass), "{bypass} matched /simple/");
         }
+        // Encodings that read one way only still match.
+        assert!(get("/simple/caf%C3%A9/"));
+        assert!(get("/simple/a%20b/?q=%25;x"));
+        assert!(get("/simple/100%25/"));
         assert_eq!(canonical_path("/a/b/../c/./d").as_deref(), Some("/a/c/d"));
         assert_eq!(canonical_path("/a/b/..").as_deref(), Some("/a/"));
         assert_eq!(canonical_path("/.."), None);

@@ -200,6 +200,14 @@ impl Edge {
             let line = parts.uri.to_string();
             if let Some(new) = placeholder::replace(line.as_bytes(), p, value) {
                 found = true;
+                // Only into an origin-form target: never into an authority or a userinfo.
+                if parts.uri.authority().is_some() {
+                    return Err(Refusal::SecretNotInjectable {
+                        name: b.secret.name.clone(),
+                        target: target.authority(),
+                        why: "the request target names a host; a value goes only into a path or query",
+                    });
+                }
                 if b.bound_to(&target.host) {
                     parts.uri =
                         hyper::Uri::try_from(new).map_err(|_| Refusal::SecretNotInjectable {
@@ -283,6 +291,22 @@ mod tests {
             .inject(&Target::tunnel("api.github.test", 443), &mut parts)
             .unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_placeholder_is_never_put_into_an_authority() {
+        let e = edge();
+        for uri in [
+            "https://user:$GH@api.github.test/x",
+            "https://api.github.test/x?t=$GH",
+        ] {
+            let mut parts = head(&e, uri, "none");
+            let r = e
+                .inject(&Target::tunnel("api.github.test", 443), &mut parts)
+                .unwrap_err();
+            assert_eq!(r.code(), "SBX_E2418", "{uri}");
+            assert!(!parts.uri.to_string().contains("gh-value-1"), "{uri}");
+        }
     }
 
     #[test]

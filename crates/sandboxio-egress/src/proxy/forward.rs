@@ -9,7 +9,7 @@ use hyper::header::{self, HeaderName};
 use hyper::{Request, Response};
 
 use super::respond::{self, Body};
-use super::{http1_client, upstream_unreachable, Proxy};
+use super::{bodyless, http1_client, upstream_unreachable, Proxy};
 use crate::error::Refusal;
 use crate::target::{valid_host, Target};
 
@@ -76,6 +76,15 @@ impl Proxy {
             };
             let v = self.refuse(&target, refusal).await;
             return respond::denied(&v);
+        }
+        // A body on GET (and the like) is refused: a lax upstream would run it as a
+        // second request that no rule decided.
+        if bodyless::unexpected_body(&parts) {
+            let refusal = Refusal::BodyNotAllowed {
+                method: parts.method.to_string(),
+                target: target.authority(),
+            };
+            return respond::denied(&self.refuse(&target, refusal).await);
         }
         let req = Request::from_parts(parts, body);
         let stream = match self.open(&target).await {

@@ -2,7 +2,11 @@
 //! tunnels, serving one sandbox. Every tunnel and every forwarded request is decided
 //! before anything leaves; the connection goes to the address the decision checked.
 
+mod bodyless;
 mod forward;
+mod idle;
+mod limits;
+mod origin;
 mod respond;
 pub(crate) mod scrub;
 mod terminate;
@@ -20,15 +24,25 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::decide::{Decide, Verdict};
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
+pub use limits::Limits;
 pub use respond::Body;
 
-/// Connections one proxy serves at once; more wait in the listener's backlog.
+/// A client connection's slot, held by its tunnel once it becomes one.
+type Slot = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
+
+/// Connections one proxy serves at once, tunnels included; more wait in the listener's
+/// backlog. Lower when the process may hold few descriptors (see [`Limits`]).
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Tunnels one proxy (one sandbox) holds at once; a CONNECT past it gets 503.
+pub const MAX_TUNNELS: usize = 512;
+/// How long a tunnel may go without a byte either way.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an upstream may take to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request head.
@@ -50,7 +64,11 @@ pub struct Summary {
 pub struct Proxy {
     decider: Arc<dyn Decide>,
     summary: Mutex<Summary>,
-    slots: Arc<tokio::sync::Semaphore>,
+    /// Client connections (tunnels keep theirs).
+    slots: Arc<Semaphore>,
+    /// Tunnels.
+    tunnels: Arc<Semaphore>,
+    limits: Limits,
     /// Secrets at the edge, when the sandbox has any.
     edge: Option<Arc<Edge>>,
 }
@@ -62,12 +80,28 @@ impl Proxy {
 
     /// A proxy that also injects the secrets of `edge` (see [`crate::edge`]).
     pub fn with_edge(decider: Arc<dyn Decide>, edge: Option<Arc<Edge>>) -> Arc<Proxy> {
+        Proxy::with_limits(decider, edge, Limits::default())
+    }
+
+    /// A proxy with its own [`Limits`].
+    pub fn with_limits(
+        decider: Arc<dyn Decide>,
+        edge: Option<Arc<Edge>>,
+        limits: Limits,
+    ) -> Arc<Proxy> {
+        let limits = limits.checked();
         Arc::new(Proxy {
             decider,
             summary: Mutex::new(Summary::default()),
-            slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+            slots: Arc::new(Semaphore::new(limits.connections)),
+            tunnels: Arc::new(Semaphore::new(limits.tunnels)),
+            limits,
             edge,
         })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub fn summary(&self) -> Summary {
@@ -84,10 +118,8 @@ impl Proxy {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let me = self.clone();
-                    tokio::spawn(async move {
-                        me.serve_connection(stream).await;
-                        drop(permit);
-                    });
+                    // The slot goes with the connection, and with its tunnel if it becomes one.
+                    tokio::spawn(me.serve_in_slot(stream, Some(permit)));
                 }
                 Err(e) => {
                     // Out of fds or a connection reset before accept: wait and go on.
@@ -103,8 +135,16 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        self.serve_in_slot(io, None).await;
+    }
+
+    async fn serve_in_slot<S>(self: Arc<Self>, io: S, permit: Option<OwnedSemaphorePermit>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let me = self.clone();
-        let service = hyper::service::service_fn(move |req| me.clone().handle(req));
+        let slot: Slot = Arc::new(Mutex::new(permit));
+        let service = hyper::service::service_fn(move |req| me.clone().handle(req, slot.clone()));
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
@@ -116,9 +156,13 @@ impl Proxy {
         }
     }
 
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        slot: Slot,
+    ) -> Result<Response<Body>, Infallible> {
         Ok(if req.method() == Method::CONNECT {
-            self.connect(req).await
+            self.connect(req, slot).await
         } else {
             self.forward(req).await
         })

@@ -47,6 +47,13 @@ pub fn denied(v: &Verdict) -> Response<Body> {
     )
 }
 
+/// 503 with the denial line: the proxy holds as much as it may for this sandbox.
+pub fn busy(v: &Verdict) -> Response<Body> {
+    let mut r = denied(v);
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r
+}
+
 /// 400 for a request the proxy cannot serve.
 pub fn bad_request(r: &Refusal) -> Response<Body> {
     text(

@@ -1,13 +1,15 @@
 //! Responses from an upstream a secret was injected for go back to the sandbox with each
 //! value replaced by its placeholder (an API that echoes the token it got never hands the
-//! value to the program): in the headers, and in the body as it streams (a value split
-//! across frames is found too; the tail that could start one is held back).
+//! value to the program): in the status line's reason, the headers, the body as it
+//! streams (a value split across frames is found too; the tail that could start one is
+//! held back) and the trailers.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue};
 
 /// `(value, placeholder)` pairs.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -78,17 +80,67 @@ pub fn scrub(buf: &[u8], pairs: &Pairs, last: bool) -> (Vec<u8>, usize) {
     (out, i)
 }
 
+/// Every header of an answer with the secrets' values replaced by their placeholders, in
+/// values and names; a header that cannot be rewritten (the result is not a valid name or
+/// value) is dropped, never passed on with the value in it.
+pub fn headers(h: &mut hyper::HeaderMap, pairs: &Pairs) {
+    let old = std::mem::take(h);
+    // Names arrive lowercased: so are the values looked for in them.
+    let lower: Pairs = pairs
+        .iter()
+        .map(|(v, p)| (v.to_ascii_lowercase(), p.to_ascii_lowercase()))
+        .collect();
+    let mut name = None;
+    for (n, v) in old {
+        if let Some(n) = n {
+            name = Some(n);
+        }
+        let Some(n) = name.clone() else { continue };
+        let (new_name, _) = scrub(n.as_str().as_bytes(), &lower, true);
+        let (new_value, _) = scrub(v.as_bytes(), pairs, true);
+        let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(&new_name),
+            HeaderValue::from_bytes(&new_value),
+        ) else {
+            continue;
+        };
+        h.append(n, v);
+    }
+}
+
+/// The status line's reason phrase: the upstream's own (hyper keeps a non-canonical one
+/// in the extensions and writes it back as received) only while no value went up on this
+/// tunnel and none of its forms is in it; otherwise the canonical one for the status.
+pub fn reason(ext: &mut hyper::http::Extensions, pairs: &Pairs, injected: bool) {
+    let Some(r) = ext.remove::<hyper::ext::ReasonPhrase>() else {
+        return;
+    };
+    if injected {
+        return;
+    }
+    let lower: Pairs = pairs
+        .iter()
+        .map(|(v, p)| (v.to_ascii_lowercase(), p.to_ascii_lowercase()))
+        .collect();
+    let folded = r.as_bytes().to_ascii_lowercase();
+    if scrub(r.as_bytes(), pairs, true).0 == r.as_bytes()
+        && scrub(&folded, &lower, true).0 == folded
+    {
+        ext.insert(r);
+    }
+}
+
 /// A response body with the values scrubbed.
-pub struct Scrub {
-    inner: Incoming,
+pub struct Scrub<B = Incoming> {
+    inner: B,
     pairs: Pairs,
     carry: Vec<u8>,
     trailers: Option<Frame<Bytes>>,
     done: bool,
 }
 
-impl Scrub {
-    pub fn new(inner: Incoming, pairs: Pairs) -> Scrub {
+impl<B> Scrub<B> {
+    pub fn new(inner: B, pairs: Pairs) -> Scrub<B> {
         Scrub {
             inner,
             pairs,
@@ -108,7 +160,10 @@ impl Scrub {
     }
 }
 
-impl Body for Scrub {
+impl<B> Body for Scrub<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -143,8 +198,15 @@ impl Body for Scrub {
                     }
                 }
                 Err(other) => {
-                    // Trailers come last: send what is held back first.
-                    this.trailers = Some(other);
+                    // Trailers come last: send what is held back first. They are headers
+                    // like any others: scrubbed the same way.
+                    this.trailers = match other.into_trailers() {
+                        Ok(mut t) => {
+                            headers(&mut t, &this.pairs);
+                            Some(Frame::trailers(t))
+                        }
+                        Err(_) => None,
+                    };
                     this.done = true;
                 }
             }
@@ -185,6 +247,59 @@ mod tests {
     }
 
     use super::*;
+
+    /// A body of given frames.
+    struct Frames(std::collections::VecDeque<Frame<Bytes>>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = hyper::Error;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+            Poll::Ready(self.get_mut().0.pop_front().map(Ok))
+        }
+    }
+
+    #[tokio::test]
+    async fn trailers_are_scrubbed_like_headers() {
+        use http_body_util::BodyExt;
+        let mut t = hyper::HeaderMap::new();
+        t.insert("x-echo", HeaderValue::from_static("Bearer VALUE-123"));
+        t.insert("x-value-123", HeaderValue::from_static("name"));
+        let frames = [
+            Frame::data(Bytes::from_static(b"body VALUE-")),
+            Frame::trailers(t),
+        ];
+        let body = Scrub::new(Frames(frames.into_iter().collect()), pairs());
+        let got = body.collect().await.unwrap();
+        let trailers = got.trailers().cloned().unwrap();
+        assert_eq!(trailers["x-echo"], "Bearer sbx-secret-T-00");
+        assert!(trailers.contains_key("x-sbx-secret-t-00"), "{trailers:?}");
+        assert!(!format!("{trailers:?}")
+            .to_ascii_lowercase()
+            .contains("value-123"));
+        assert_eq!(got.to_bytes(), Bytes::from_static(b"body VALUE-"));
+    }
+
+    #[test]
+    fn a_reason_phrase_is_kept_only_when_clean_and_nothing_was_injected() {
+        let reason = |text: &'static [u8], injected: bool| {
+            let mut ext = hyper::http::Extensions::new();
+            ext.insert(hyper::ext::ReasonPhrase::from_static(text));
+            super::reason(&mut ext, &pairs(), injected);
+            ext.get::<hyper::ext::ReasonPhrase>()
+                .map(|r| r.as_bytes().to_vec())
+        };
+        assert_eq!(
+            reason(b"All Good", false).as_deref(),
+            Some(&b"All Good"[..])
+        );
+        assert_eq!(reason(b"All Good", true), None);
+        assert_eq!(reason(b"Bearer VALUE-123", false), None);
+        assert_eq!(reason(b"Bearer value-123", false), None);
+    }
 
     fn pairs() -> Pairs {
         vec![(b"VALUE-123".to_vec(), b"sbx-secret-T-00".to_vec())]

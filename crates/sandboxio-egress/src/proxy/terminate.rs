@@ -4,12 +4,13 @@
 //! address, the upstream's certificate verified.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response};
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -18,13 +19,36 @@ use super::forward::strip_hop_headers;
 use super::respond::{self, Body};
 use super::scrub;
 use super::{http1_client, upstream_unreachable, Proxy, HEADER_TIMEOUT, MAX_HEAD};
+use super::{idle, origin};
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
 
 impl Proxy {
+    /// Serves the tunnel until it ends or has been idle for the proxy's idle time (the
+    /// TLS handshake included).
     pub(super) async fn terminate<S>(self: Arc<Self>, client: S, tunnel: Target, edge: Arc<Edge>)
     where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (client, activity) = idle::watch(client);
+        let idle = self.limits.idle;
+        let authority = tunnel.authority();
+        tokio::select! {
+            _ = self.terminated(client, tunnel, edge, activity.clone()) => {}
+            _ = activity.idle_for(idle) => {
+                tracing::debug!("egress tunnel to {authority} idle: closed");
+            }
+        }
+    }
+
+    async fn terminated<S>(
+        self: Arc<Self>,
+        client: S,
+        tunnel: Target,
+        edge: Arc<Edge>,
+        activity: Arc<idle::Activity>,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let config = match edge.server_config(&tunnel.host) {
@@ -43,9 +67,18 @@ impl Proxy {
             }
         };
         let me = self.clone();
+        // Whether a value went up on this tunnel: the upstream may hand it back later.
+        let injected = Arc::new(AtomicBool::new(false));
         let service = hyper::service::service_fn(move |req| {
             let (me, tunnel, edge) = (me.clone(), tunnel.clone(), edge.clone());
-            async move { Ok::<_, Infallible>(me.inner(req, &tunnel, &edge).await) }
+            let injected = injected.clone();
+            // Waiting for the upstream's answer is not idling.
+            let busy = activity.busy();
+            async move {
+                let answer = me.inner(req, &tunnel, &edge, &injected).await;
+                drop(busy);
+                Ok::<_, Infallible>(answer)
+            }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -58,8 +91,15 @@ impl Proxy {
     }
 
     /// One request inside a terminated tunnel.
-    async fn inner(&self, req: Request<Incoming>, tunnel: &Target, edge: &Edge) -> Response<Body> {
-        if req.method() == Method::CONNECT {
+    async fn inner(
+        &self,
+        req: Request<Incoming>,
+        tunnel: &Target,
+        edge: &Edge,
+        injected: &AtomicBool,
+    ) -> Response<Body> {
+        // Every request here is parsed: a CONNECT (in any case) ends nothing but itself.
+        if req.method().as_str().eq_ignore_ascii_case("CONNECT") {
             let refusal = Refusal::ConnectInConnect {
                 target: tunnel.authority(),
             };
@@ -72,8 +112,22 @@ impl Proxy {
             req.uri().path(),
         );
         let (mut parts, body) = req.into_parts();
+        // The request names the tunnel's host and nothing else, before a placeholder is
+        // replaced anywhere (so a value never lands in another authority or a userinfo).
+        if let Err(why) = origin::to_origin_form(&mut parts, tunnel) {
+            let refusal = Refusal::NotTheTunnelsHost {
+                target: tunnel.authority(),
+                why,
+            };
+            return respond::denied(&self.refuse(&target, refusal).await);
+        }
         match edge.inject(&target, &mut parts) {
-            Ok(names) => target.secrets = names,
+            Ok(names) => {
+                if !names.is_empty() {
+                    injected.store(true, Ordering::Relaxed);
+                }
+                target.secrets = names
+            }
             Err(refusal) => return respond::denied(&self.refuse(&target, refusal).await),
         }
         let stream = match self.open(&target).await {
@@ -128,7 +182,12 @@ impl Proxy {
                     );
                 }
                 strip_hop_headers(&mut parts.headers);
-                scrub_headers(&mut parts.headers, &edge.pairs());
+                scrub::headers(&mut parts.headers, &edge.pairs());
+                scrub::reason(
+                    &mut parts.extensions,
+                    &edge.pairs(),
+                    injected.load(Ordering::Relaxed),
+                );
                 parts.headers.remove(header::CONTENT_LENGTH);
                 Response::from_parts(parts, scrub::Scrub::new(body, edge.pairs()).boxed())
             }
@@ -147,32 +206,4 @@ fn encoded(h: &hyper::HeaderMap) -> Option<String> {
                 .to_ascii_lowercase()
         })
         .find(|e| !e.is_empty() && e != "identity")
-}
-
-/// Every header of an answer with the secrets' values replaced by their placeholders, in
-/// values and names; a header that cannot be rewritten (the result is not a valid name or
-/// value) is dropped, never passed on with the value in it.
-fn scrub_headers(h: &mut hyper::HeaderMap, pairs: &scrub::Pairs) {
-    let old = std::mem::take(h);
-    // Names arrive lowercased: so are the values looked for in them.
-    let lower: scrub::Pairs = pairs
-        .iter()
-        .map(|(v, p)| (v.to_ascii_lowercase(), p.to_ascii_lowercase()))
-        .collect();
-    let mut name = None;
-    for (n, v) in old {
-        if let Some(n) = n {
-            name = Some(n);
-        }
-        let Some(n) = name.clone() else { continue };
-        let (new_name, _) = scrub::scrub(n.as_str().as_bytes(), &lower, true);
-        let (new_value, _) = scrub::scrub(v.as_bytes(), pairs, true);
-        let (Ok(n), Ok(v)) = (
-            header::HeaderName::from_bytes(&new_name),
-            HeaderValue::from_bytes(&new_value),
-        ) else {
-            continue;
-        };
-        h.append(n, v);
-    }
 }

@@ -1,6 +1,8 @@
-//! CONNECT tunnels: decided on `host:port`, then bytes both ways. A CONNECT sent inside
-//! an allowed tunnel (relaying through an allowed host that is itself a proxy, or through
-//! this proxy) is refused before it leaves.
+//! CONNECT tunnels: decided on `host:port`, then bytes both ways. A CONNECT sent as the
+//! first bytes of an opaque tunnel (relaying through an allowed host that is itself a
+//! proxy, or through this proxy) is refused before it leaves; that check is best effort,
+//! since the rest of an opaque tunnel is not parsed (a terminated tunnel parses every
+//! request: see `terminate`).
 
 use std::sync::Arc;
 
@@ -9,15 +11,36 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::respond::{self, Body};
-use super::{connect_any, upstream_unreachable, Proxy};
+use super::{connect_any, idle, upstream_unreachable, Proxy, Slot};
 use crate::decide::Verdict;
 use crate::error::Refusal;
 use crate::target::{valid_host, Target};
 
+/// What a tunnel holds while it lives: its place among the sandbox's tunnels and the
+/// client connection's slot (so tunnels count against the connection cap too).
+pub(super) struct Held {
+    _tunnel: OwnedSemaphorePermit,
+    _connection: Option<OwnedSemaphorePermit>,
+}
+
+/// A spawned task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Proxy {
-    pub(super) async fn connect(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+    pub(super) async fn connect(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        slot: Slot,
+    ) -> Response<Body> {
         let Some((host, port)) = req
             .uri()
             .authority()
@@ -33,9 +56,22 @@ impl Proxy {
                 why: format!("`{}` is not a valid host and port", target.authority()),
             });
         }
+        // The sandbox's tunnels are capped: past the cap, refused (and recorded) before
+        // anything is decided or opened.
+        let Ok(tunnel_permit) = self.tunnels.clone().try_acquire_owned() else {
+            let refusal = Refusal::TooManyTunnels {
+                target: target.authority(),
+                limit: self.limits.tunnels,
+            };
+            return respond::busy(&self.refuse(&target, refusal).await);
+        };
         let addrs = match self.decide(&target).await {
             Verdict::Allow(a) => a,
             deny => return respond::denied(&deny),
+        };
+        let held = Held {
+            _tunnel: tunnel_permit,
+            _connection: slot.lock().ok().and_then(|mut s| s.take()),
         };
         // A host a secret is bound to: TLS ends here, each request is decided and gets
         // its secrets (see `terminate`).
@@ -45,6 +81,7 @@ impl Proxy {
                     Ok(up) => self.terminate(TokioIo::new(up), target, edge).await,
                     Err(e) => tracing::debug!("egress tunnel upgrade failed: {e}"),
                 }
+                drop(held);
             });
             return Response::new(respond::body(""));
         }
@@ -57,30 +94,47 @@ impl Proxy {
                 Ok(up) => self.pipe(TokioIo::new(up), upstream, target).await,
                 Err(e) => tracing::debug!("egress tunnel upgrade failed: {e}"),
             }
+            drop(held);
         });
         Response::new(respond::body(""))
     }
 
+    /// Bytes both ways until either side is done or the tunnel has been idle for the
+    /// proxy's idle time.
     async fn pipe(
         &self,
         client: TokioIo<hyper::upgrade::Upgraded>,
         upstream: TcpStream,
         target: Target,
     ) {
+        let (client, activity) = idle::watch(client);
+        tokio::select! {
+            _ = self.relay(client, upstream, &target) => {}
+            _ = activity.idle_for(self.limits.idle) => {
+                tracing::debug!("egress tunnel to {} idle: closed", target.authority());
+            }
+        }
+    }
+
+    async fn relay<C>(&self, client: C, upstream: TcpStream, target: &Target)
+    where
+        C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (mut cr, mut cw) = tokio::io::split(client);
         let (mut ur, mut uw) = upstream.into_split();
-        let down = tokio::spawn(async move {
+        let mut down = AbortOnDrop(tokio::spawn(async move {
             let _ = tokio::io::copy(&mut ur, &mut cw).await;
             let _ = cw.shutdown().await;
-        });
+        }));
         // The client's first bytes: a CONNECT inside the tunnel ends it. They may come in
         // pieces (`CONN`, then `ECT host:443 ...`): read on while they could still be one.
+        // Best effort: the tunnel is opaque (TLS, or any protocol), so only its first
+        // bytes are looked at; tunnels the proxy terminates parse every request.
         let first = first_bytes(&mut cr).await;
         let n = first.len();
         if is_connect(&first) {
-            down.abort();
             self.refuse(
-                &target,
+                target,
                 Refusal::ConnectInConnect {
                     target: target.authority(),
                 },
@@ -95,19 +149,18 @@ impl Proxy {
             .as_ref()
             .and_then(|e| e.placeholder_in(&first[..n]))
         {
-            down.abort();
             let refusal = Refusal::SecretNotBound {
                 name: name.to_string(),
                 target: target.authority(),
             };
-            self.refuse(&target, refusal).await;
+            self.refuse(target, refusal).await;
             return;
         }
         if n > 0 && uw.write_all(&first[..n]).await.is_ok() {
             let _ = tokio::io::copy(&mut cr, &mut uw).await;
         }
         let _ = uw.shutdown().await;
-        let _ = down.await;
+        let _ = (&mut down.0).await;
     }
 }
 

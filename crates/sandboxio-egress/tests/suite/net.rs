@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use sandboxio_core::NetworkMode;
-use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Limits, Proxy, Resolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -104,6 +104,16 @@ pub async fn proxy(
     allow_private: &[&str],
     ns: SocketAddr,
 ) -> (SocketAddr, Arc<Proxy>) {
+    proxy_with(allow, allow_private, ns, Limits::default()).await
+}
+
+/// [`proxy`] with its own limits.
+pub async fn proxy_with(
+    allow: &[String],
+    allow_private: &[&str],
+    ns: SocketAddr,
+    limits: Limits,
+) -> (SocketAddr, Arc<Proxy>) {
     let section = sandboxio_config::NetworkSection {
         allow_private: allow_private.iter().map(|s| s.to_string()).collect(),
         resolver: vec![ns.to_string()],
@@ -117,7 +127,7 @@ pub async fn proxy(
         .unwrap()
         .unwrap();
     let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
-    let proxy = Proxy::new(Arc::new(GuardOnly(Arc::new(guard))));
+    let proxy = Proxy::with_limits(Arc::new(GuardOnly(Arc::new(guard))), None, limits);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(proxy.clone().serve(l));

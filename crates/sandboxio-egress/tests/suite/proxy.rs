@@ -263,3 +263,212 @@ async fn in_full_mode_an_address_named_for_other_tenants_and_ports_stays_refused
     let got = exchange(p, get("127.0.0.1").as_bytes()).await;
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
 }
+
+/// Opens a tunnel to `target` through the proxy at `p`; the stream and the answer's head.
+async fn tunnel(p: std::net::SocketAddr, target: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(p).await.unwrap();
+    let req = format!("CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let head = read_head(&mut s).await;
+    (s, head)
+}
+
+/// Whether the peer has answered (or closed) within `wait`.
+async fn answers_within(s: &mut TcpStream, wait: Duration) -> bool {
+    let mut b = [0u8; 1];
+    tokio::time::timeout(wait, s.read(&mut b)).await.is_ok()
+}
+
+/// Tunnels kept their connection's place only until the upgrade: one sandbox held more
+/// tunnels than the cap (and the supervisor's descriptors with them). A tunnel now holds
+/// its connection's slot for its whole life, and the sandbox's tunnels are capped: past
+/// the cap a CONNECT gets 503 with its code, counted.
+#[tokio::test]
+async fn tunnels_count_against_the_connection_cap_and_past_their_own_get_503() {
+    use sandboxio_egress::Limits;
+    let (echo, _) = echo_upstream().await;
+    let (ns, _) = name_server(&[("echo.test", LOOP)]).await;
+    let limits = Limits {
+        connections: 3,
+        tunnels: 2,
+        idle: Duration::from_secs(30),
+    };
+    let allow = [format!("echo.test:{}", echo.port())];
+    let (p, proxy) = proxy_with(&allow, &["127.0.0.1"], ns, limits).await;
+    let target = format!("echo.test:{}", echo.port());
+    let (t1, head) = tunnel(p, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (mut t2, head) = tunnel(p, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_, head) = tunnel(p, &target).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(head.contains("x-sandboxio-code: SBX_E2430"), "{head}");
+    assert_eq!(proxy.summary().denials, 1);
+    // The two tunnels hold two of the three connection slots: one idle connection takes
+    // the last, and the next waits.
+    let _idle = TcpStream::connect(p).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut waiting = TcpStream::connect(p).await.unwrap();
+    waiting
+        .write_all(b"GET /relative HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        !answers_within(&mut waiting, Duration::from_millis(700)).await,
+        "a connection past the cap was served while tunnels held its slots"
+    );
+    // A tunnel closed gives its slot back: the waiting connection is served.
+    drop(t1);
+    assert!(answers_within(&mut waiting, Duration::from_secs(10)).await);
+    // The remaining tunnel still carries bytes.
+    t2.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), t2.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"ping");
+}
+
+/// A tunnel had no idle timeout: one that stopped sending held two descriptors forever.
+#[tokio::test]
+async fn an_idle_tunnel_is_closed_and_a_busy_one_is_not() {
+    use sandboxio_egress::Limits;
+    let (echo, _) = echo_upstream().await;
+    let (ns, _) = name_server(&[("echo.test", LOOP)]).await;
+    let limits = Limits {
+        idle: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let allow = [format!("echo.test:{}", echo.port())];
+    let (p, _) = proxy_with(&allow, &["127.0.0.1"], ns, limits).await;
+    let target = format!("echo.test:{}", echo.port());
+    // Silent from the start.
+    let (mut silent, head) = tunnel(p, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Busy: a byte every 400 ms for 2 s keeps it open, then silence closes it.
+    let (mut busy, head) = tunnel(p, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        busy.write_all(b"x").await.unwrap();
+        let mut b = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(5), busy.read_exact(&mut b))
+            .await
+            .expect("a busy tunnel was closed")
+            .unwrap();
+    }
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut rest))
+        .await
+        .expect("an idle tunnel stayed open");
+    assert_eq!(n.unwrap_or(0), 0);
+    let n = tokio::time::timeout(Duration::from_secs(5), busy.read_to_end(&mut rest))
+        .await
+        .expect("a tunnel idle after its traffic stayed open");
+    assert_eq!(n.unwrap_or(0), 0);
+}
+
+/// A proxy for `up.test` (at 127.0.0.1) on `port` with one rule: plain HTTP, GET, paths
+/// under `/simple/`.
+async fn path_rule_proxy(ns: std::net::SocketAddr, port: u16) -> std::net::SocketAddr {
+    use std::sync::Arc;
+
+    use sandboxio_core::NetworkMode;
+    use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Proxy, Resolver};
+    let section = sandboxio_config::NetworkSection {
+        resolver: vec![ns.to_string()],
+        allow_private: vec!["127.0.0.1".into()],
+        rules: vec![sandboxio_config::EgressRuleSection {
+            host: vec!["up.test".into()],
+            ports: vec![port],
+            schemes: vec!["http".into()],
+            methods: vec!["GET".into()],
+            paths: vec!["/simple/".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let cfg = EgressConfig::from_section(&section).unwrap();
+    let rules = cfg
+        .rules_for(&NetworkMode::Allowlist { allow: vec![] })
+        .unwrap()
+        .unwrap();
+    let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
+    let proxy = Proxy::new(Arc::new(GuardOnly(Arc::new(guard))));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(proxy.serve(l));
+    addr
+}
+
+/// Paths that Tomcat, Jetty or Spring (`;` parameters), a server decoding twice (`%25`)
+/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..` passed a path rule: they now
+/// match no rule, and nothing is forwarded.
+#[tokio::test]
+async fn paths_read_in_different_ways_match_no_path_rule() {
+    let up = http_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let p = path_rule_proxy(ns, up.port()).await;
+    let get = |path: &str| {
+        format!(
+            "GET http://up.test:{}{path} HTTP/1.1\r\nconnection: close\r\n\r\n",
+            up.port()
+        )
+    };
+    let got = exchange(p, get("/simple/numpy/").as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    for path in [
+        "/simple/..;/admin",
+        "/simple/.%2e;x=1/admin",
+        "/simple/..%3b/admin",
+        "/simple/%252e%252e/admin",
+        "/simple/%c0%ae%c0%ae/admin",
+    ] {
+        let got = exchange(p, get(path).as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2410"),
+            "{path}: {got}"
+        );
+    }
+}
+
+/// A GET with a body was forwarded; an upstream that does not read bodies on GET runs the
+/// body as a second request that the rules never decided (here `GET /admin` past a
+/// `/simple/` rule). Refused, and nothing reaches the upstream.
+#[tokio::test]
+async fn a_body_on_get_and_the_like_is_refused_before_it_leaves() {
+    let (echo, seen) = echo_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let p = path_rule_proxy(ns, echo.port()).await;
+    let smuggled = "GET /admin HTTP/1.1\r\nhost: up.test\r\n\r\n";
+    let port = echo.port();
+    let with_length = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ncontent-length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    let chunked = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n",
+        smuggled.len()
+    );
+    let head_with_length = with_length.replacen("GET", "HEAD", 1);
+    for req in [with_length, chunked, head_with_length] {
+        let got = exchange(p, req.as_bytes()).await;
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("SBX_E2431"),
+            "{req}: {got}"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the upstream got: {:?}",
+        String::from_utf8_lossy(&seen.lock().unwrap())
+    );
+    // Without a body (or `content-length: 0`) a GET goes through.
+    let req = format!(
+        "GET http://up.test:{port}/simple/x HTTP/1.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    let _ = exchange(p, req.as_bytes()).await;
+    let got = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
+    assert!(got.starts_with("GET /simple/x HTTP/1.1\r\n"), "{got}");
+}
