@@ -29,6 +29,8 @@ pub enum McpError {
         "no MCP tool, prompt or resource `{tool}` has been seen (list them once; pins are `<upstream>__<tool>`, `prompt:<upstream>__<prompt>`, `resource:<URI>`, `template:<URI template>`)"
     )]
     NoPin { tool: String },
+    #[error("the resource URI `{uri}` is ambiguous ({why}); it was not read")]
+    AmbiguousUri { uri: String, why: String },
     #[error("the MCP tool pins in `{path}` are unusable: {why}")]
     Pins { path: String, why: String },
     #[error("the caller may not use `{tool}`: {why}")]
@@ -53,6 +55,7 @@ impl ErrorCode for McpError {
             McpError::Forbidden { code, .. } => code,
             McpError::Pins { .. } => "SBX_E1913",
             McpError::NoPin { .. } => "SBX_E1915",
+            McpError::AmbiguousUri { .. } => "SBX_E1922",
         }
     }
 
@@ -63,7 +66,8 @@ impl ErrorCode for McpError {
             | McpError::NoSandbox { .. }
             | McpError::TooManySandboxes { .. }
             | McpError::Quota { .. }
-            | McpError::NoPin { .. } => ErrorClass::Usage,
+            | McpError::NoPin { .. }
+            | McpError::AmbiguousUri { .. } => ErrorClass::Usage,
             McpError::Forbidden { .. } => ErrorClass::Denied,
             McpError::Gateway { .. }
             | McpError::Poisoned

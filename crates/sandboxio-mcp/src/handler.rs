@@ -190,12 +190,13 @@ impl ServerHandler for SandboxioMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let found = self
-            .opts
-            .proxy
-            .as_ref()
-            .and_then(|p| p.find_resource(&request.uri));
-        let Some((up, own)) = found else {
+        let found = match self.opts.proxy.as_ref() {
+            Some(p) => p
+                .resolve_resource(&request.uri)
+                .map_err(|e| crate::proxy::forward::mcp_error(&e))?,
+            None => None,
+        };
+        let Some((up, decoded, own)) = found else {
             // The spec's "resource not found".
             return Err(ErrorData::resource_not_found(
                 format!("no resource `{}`", request.uri),
@@ -203,7 +204,9 @@ impl ServerHandler for SandboxioMcp {
             ));
         };
         let name = format!("{}__{}", up.name(), crate::proxy::forward::READ_RESOURCE);
-        let pin = crate::proxy::offer_pins::resource_pin(&request.uri);
+        // Refused when the resource (in either spelling) or a template it could expand
+        // changed; policy and the upstream see the normal form only.
+        let pin = self.offer_pin(&up, &[decoded.as_str(), own.as_str()]);
         self.check_offer(&pin, &name, serde_json::json!({ "uri": own }), &context)
             .await?;
         Ok(self.proxy_read(up, own, context).await?.into())

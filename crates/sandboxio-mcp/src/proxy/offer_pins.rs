@@ -2,8 +2,8 @@
 //! what an agent reads to decide what a prompt or resource is (its name, title,
 //! description, arguments or MIME type) is pinned at first sight; a later listing that
 //! differs marks it in the listing, and getting the prompt, reading or subscribing to the
-//! resource is refused (`SBX_E1911`, one record) until a person approves it with
-//! `sandboxio mcp trust <pin>`.
+//! resource (or to any URI a changed template could expand to) is refused (`SBX_E1911`,
+//! one record) until a person approves it with `sandboxio mcp trust <pin>`.
 //!
 //! The pins live in the same `mcp-pins.json` as the tools', under names that cannot be a
 //! tool's (tool pins are `<upstream>__<tool>`): `prompt:<upstream>__<prompt>`,
@@ -13,6 +13,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use sandboxio_core::fingerprint::sha256_hex;
 
 use super::pins::{Pins, Seen};
+use super::uri;
 
 /// Marks a prompt or resource whose description changed since it was approved.
 pub const CHANGED_OFFER_MARK: &str =
@@ -95,6 +96,35 @@ pub fn template(pins: &Pins, t: &mut ResourceTemplate) {
     if observe(pins, &pin, d, t.description.as_deref()) {
         mark(&mut t.description, &pin);
     }
+}
+
+/// The pin that refuses a read or subscription of `upstream`'s resource, given the
+/// upstream's own URI in each spelling the proxy considered (as decoded, normalised): a
+/// changed pin of that resource (keyed by the canonical namespaced URI), or a changed
+/// pin of a template the URI could be an expansion of. `None` when nothing changed.
+pub fn changed_for_uri(pins: &Pins, upstream: &str, owns: &[&str]) -> Option<String> {
+    for own in owns {
+        let pin = resource_pin(&uri::wrap(upstream, own));
+        if pins.is_changed(&pin) {
+            return Some(pin);
+        }
+    }
+    let prefix = template_pin(&format!("{}{upstream}/", uri::SCHEME));
+    for (pin, p) in pins.list() {
+        if !pin.starts_with(&prefix) || !p.changed() {
+            continue;
+        }
+        let Some((_, own_template)) = uri::unwrap(&pin["template:".len()..]) else {
+            continue;
+        };
+        if owns
+            .iter()
+            .any(|own| uri::template_matches(&own_template, own))
+        {
+            return Some(pin);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

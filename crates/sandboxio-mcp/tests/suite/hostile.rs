@@ -3,11 +3,209 @@
 //! runtime: the refusal is asserted, and where it matters that the upstream was never
 //! reached.
 
-use super::harness::Env;
+#![allow(deprecated)] // resources/subscribe is part of the 2025-11-25 revision spoken here
+
+use rmcp::model::{ReadResourceRequestParams, SubscribeRequestParams};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::RoleClient;
+
+use super::harness::{call, Env, TestClient, User};
 use super::proxy::{stdio_upstream, tool_records, POLICY, WAIT};
 
+const OFFERS_POLICY: &str = r#"
+[[rule]]
+id = "upstream-offers"
+effect = "allow"
+kind = "tool_call"
+tool = ["up__resources/read", "up__resources/subscribe", "up__resources/unsubscribe", "up__prompts/get"]
+reason = "the test upstream's resources and prompts"
+"#;
+
 fn env() -> Env {
-    Env::with(WAIT, &stdio_upstream("up", "20s"), POLICY)
+    Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!("{POLICY}\n{OFFERS_POLICY}"),
+    )
+}
+
+/// The JSON-RPC error code and the `data.code` of a refused request.
+fn refused(e: ServiceError) -> (i32, String) {
+    match e {
+        ServiceError::McpError(d) => {
+            let code = d
+                .data
+                .as_ref()
+                .and_then(|v| v.get("code"))
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_string();
+            (d.code.0, code)
+        }
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+async fn mutate(client: &RunningService<RoleClient, TestClient>) {
+    let r = client
+        .call_tool(call("up__mutate", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+}
+
+async fn read(
+    client: &RunningService<RoleClient, TestClient>,
+    uri: &str,
+) -> Result<String, (i32, String)> {
+    client
+        .read_resource(ReadResourceRequestParams::new(uri))
+        .await
+        .map(|r| serde_json::to_string(&r.contents).unwrap())
+        .map_err(refused)
+}
+
+/// A changed resource, refused under its listed URI, is refused under every other
+/// spelling of the same namespaced URI (lower-case escapes, raw characters, an escaped
+/// unreserved letter), for reads and subscriptions alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_resource_is_refused_under_every_spelling_of_its_uri() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let listed = client.list_all_resources().await.unwrap();
+    let note = listed[0].uri.clone();
+    assert_eq!(note, "sandboxio://up/mem%3A%2F%2Fnote");
+    read(&client, &note).await.unwrap();
+    mutate(&client).await;
+    client.list_all_resources().await.unwrap();
+    for spelling in [
+        note.clone(),
+        "sandboxio://up/mem%3a%2f%2fnote".to_string(),
+        "sandboxio://up/mem://note".to_string(),
+        "sandboxio://up/%6Dem%3A%2F%2Fnot%65".to_string(),
+    ] {
+        let got = read(&client, &spelling).await;
+        assert_eq!(got, Err((-32001, "SBX_E1911".into())), "{spelling}");
+        let sub = client
+            .subscribe(SubscribeRequestParams::new(spelling.clone()))
+            .await
+            .map_err(refused);
+        assert_eq!(sub, Err((-32001, "SBX_E1911".into())), "{spelling}");
+    }
+    let reads = tool_records(&env, "up__resources/read");
+    assert!(
+        reads[1..].iter().all(|r| r["error_code"] == "SBX_E1911"),
+        "{reads:?}"
+    );
+}
+
+/// A changed resource template refuses reads and subscriptions of its expansions until
+/// it is trusted; URIs it cannot expand to are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_template_refuses_its_expansions_until_trusted() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let templates = client.list_all_resource_templates().await.unwrap();
+    let t = templates[0].uri_template.clone();
+    assert_eq!(t, "sandboxio://up/mem%3A%2F%2Fnotes%2F{name}");
+    let zzz = t.replace("{name}", "zzz");
+    assert!(read(&client, &zzz).await.unwrap().contains("note zzz"));
+    mutate(&client).await;
+    let templates = client.list_all_resource_templates().await.unwrap();
+    assert!(templates[0]
+        .description
+        .as_deref()
+        .unwrap_or_default()
+        .starts_with(sandboxio_mcp::proxy::offer_pins::CHANGED_OFFER_MARK));
+    for uri in [
+        zzz.clone(),
+        "sandboxio://up/mem://notes/other".to_string(),
+        t.replace("{name}", "a%2Fb"),
+    ] {
+        assert_eq!(
+            read(&client, &uri).await,
+            Err((-32001, "SBX_E1911".into())),
+            "{uri}"
+        );
+    }
+    let sub = client
+        .subscribe(SubscribeRequestParams::new(zzz.clone()))
+        .await
+        .map_err(refused);
+    assert_eq!(sub, Err((-32001, "SBX_E1911".into())));
+    // A person approves the template: its expansions are served again.
+    let pin = format!("template:{t}");
+    sandboxio_mcp::proxy::trust(&env.runtime, &pin, "tester")
+        .await
+        .unwrap();
+    assert!(read(&client, &zzz).await.unwrap().contains("note zzz"));
+}
+
+/// A deny rule on a resource URI holds for every spelling an upstream would take for the
+/// same resource (case of the scheme, `localhost`, `file:/`, escaped letters, dot
+/// segments); policy decides on the normal form and the upstream is sent exactly that.
+/// A URI that decodes to something ambiguous is refused (`SBX_E1922`) before policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_rules_hold_for_every_equivalent_spelling() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            r#"
+[[rule]]
+id = "no-private"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
+reason = "not the private directory"
+
+[[rule]]
+id = "no-private-notes"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "mem://notes/private*" }]
+reason = "not the private notes"
+"#
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    for u in [
+        "file:///data/private/k",
+        "file://localhost/data/private/k",
+        "file:///data/%70rivate/k",
+        "FILE:///data/private/k",
+        "file:/data/private/k",
+        "file:///data/public/../private/k",
+        "MEM://notes/%70rivate",
+        "mem://notes/x/../private",
+    ] {
+        let got = read(&client, &wrap(u)).await;
+        assert_eq!(got, Err((-32001, "SBX_E1550".into())), "{u}");
+    }
+    // Policy and upstream agree: the upstream is sent the normal form.
+    let got = read(&client, &wrap("MEM://notes/public/../%61"))
+        .await
+        .unwrap();
+    assert!(got.contains("note a"), "{got}");
+    let recs = tool_records(&env, "up__resources/read");
+    assert_eq!(recs.last().unwrap()["arguments"]["uri"], "mem://notes/a");
+    assert!(recs[..recs.len() - 1]
+        .iter()
+        .all(|r| r["decision"] == "deny"));
+    // Ambiguous: refused, not decided, not forwarded.
+    for u in [
+        "file:///data/private%2Fk",
+        "file:///data\\private",
+        "mem://notes/a%00",
+    ] {
+        let got = read(&client, &wrap(u)).await;
+        assert_eq!(got, Err((-32602, "SBX_E1922".into())), "{u}");
+    }
+    assert_eq!(tool_records(&env, "up__resources/read").len(), recs.len());
 }
 
 async fn answer(r: &mut tokio::io::BufReader<tokio::io::DuplexStream>) -> serde_json::Value {
