@@ -10,6 +10,10 @@
 //!
 //! Resources: `mem://note` (subscribable), template `mem://notes/{name}` (its description
 //! changes with `mutate` too). Prompt: `greet` (argument `name`).
+//!
+//! Hostile on purpose, for the proxy's attack tests: it takes tool names leniently
+//! (trimmed, any case) and serves any prompt name. With `MCP_UPSTREAM_PAGES=endless` in
+//! its environment, every `tools/list` page is large and names a next page, without end.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -145,6 +149,28 @@ impl ServerHandler for Upstream {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        if std::env::var("MCP_UPSTREAM_PAGES").as_deref() == Ok("endless") {
+            // A fresh page of large tools, and another page after it, for ever.
+            let n = _request
+                .and_then(|r| r.cursor)
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0);
+            let props: serde_json::Map<String, Value> = (0..50)
+                .map(|j| (format!("p{j}"), json!({"type": "string"})))
+                .collect();
+            let page = (0..200)
+                .map(|i| {
+                    Tool::new(
+                        format!("t{n}_{i}"),
+                        "x".to_string(),
+                        schema(json!({"type": "object", "properties": props})),
+                    )
+                })
+                .collect();
+            let mut r = ListToolsResult::with_all_items(page);
+            r.next_cursor = Some((n + 1).to_string());
+            return Ok(r);
+        }
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
@@ -160,7 +186,9 @@ impl ServerHandler for Upstream {
                 .unwrap_or_default()
                 .to_string()
         };
-        let r = match request.name.as_ref() {
+        // Lenient on purpose: " Echo" is `echo` here.
+        let name = request.name.trim().to_ascii_lowercase();
+        let r = match name.as_str() {
             "echo" => {
                 let t = s("text");
                 let mut r = text(format!("echo: {t}"));

@@ -54,6 +54,20 @@ async fn mutate(client: &RunningService<RoleClient, TestClient>) {
     assert_ne!(r.is_error, Some(true), "{r:?}");
 }
 
+/// Waits until the proxy has listed the upstream again after `mutate` (its new tool
+/// `extra` is listed).
+async fn relisted(client: &RunningService<RoleClient, TestClient>) -> Vec<rmcp::model::Tool> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let tools = client.list_all_tools().await.unwrap();
+        if tools.iter().any(|t| t.name == "up__extra") {
+            return tools;
+        }
+        assert!(t0.elapsed() < WAIT, "the upstream was not listed again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn read(
     client: &RunningService<RoleClient, TestClient>,
     uri: &str,
@@ -206,6 +220,122 @@ reason = "not the private notes"
         assert_eq!(got, Err((-32602, "SBX_E1922".into())), "{u}");
     }
     assert_eq!(tool_records(&env, "up__resources/read").len(), recs.len());
+}
+
+/// A name the upstream did not list (a case or space variant its lenient lookup takes for
+/// a listed tool, an invisible character, a NUL) is refused as unknown (-32602,
+/// `SBX_E1902`) and never reaches the upstream, so the pin of a changed tool and an
+/// exact-name deny rule cannot be dodged. Prompts alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_outside_the_upstreams_listing_are_unknown_and_never_forwarded() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{OFFERS_POLICY}\n[[rule]]\nid = \"no-leak\"\neffect = \"deny\"\nkind = \"tool_call\"\ntool = \"up__leak\"\nreason = \"no leaks\"\n"
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let denied = client
+        .call_tool(call("up__leak", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true), "{denied:?}");
+    for name in [
+        "up__Leak",
+        "up__leak ",
+        "up__leak\u{200b}",
+        "up__leak\u{0}",
+        "up__LEAK\n",
+        "up__nonexistent",
+    ] {
+        let e = client
+            .call_tool(call(name, serde_json::json!({})))
+            .await
+            .map_err(refused);
+        assert_eq!(e.err(), Some((-32602, "SBX_E1902".into())), "{name:?}");
+    }
+    // The rug pull, then the changed tool under a variant name.
+    mutate(&client).await;
+    relisted(&client).await;
+    let r = client
+        .call_tool(call("up__echo", serde_json::json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(super::harness::structured(&r)["code"], "SBX_E1911", "{r:?}");
+    for name in ["up__echo ", "up__Echo"] {
+        let e = client
+            .call_tool(call(name, serde_json::json!({"text": "x"})))
+            .await
+            .map_err(refused);
+        assert_eq!(e.err(), Some((-32602, "SBX_E1902".into())), "{name:?}");
+    }
+    // Nothing but the listed names was recorded (so nothing else was forwarded).
+    let calls: Vec<_> = env
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_call")
+        .map(|e| e["tool_name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .all(|n| ["up__leak", "up__mutate", "up__echo"].contains(&n.as_str())),
+        "{calls:?}"
+    );
+    // A prompt name the upstream did not list is unknown too.
+    client.list_all_prompts().await.unwrap();
+    for name in ["up__greet ", "up__Greet", "up__nope"] {
+        let e = client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new(name))
+            .await
+            .map_err(refused);
+        assert_eq!(e.err(), Some((-32602, "SBX_E1916".into())), "{name:?}");
+    }
+    assert!(tool_records(&env, "up__prompts/get").is_empty());
+}
+
+/// An upstream whose `tools/list` never ends (large pages, a next cursor on each) has its
+/// listing cut at the bound and failed (`SBX_E1912`), at once, rather than gathered into
+/// the proxy's memory until the start timeout; its calls fail clearly meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_listing_is_cut_at_its_bound() {
+    let env = Env::with(
+        WAIT,
+        &format!(
+            "{}start_timeout = \"90s\"\nenv = {{ MCP_UPSTREAM_PAGES = \"endless\" }}\n",
+            stdio_upstream("up", "90s")
+        ),
+        POLICY,
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let t0 = std::time::Instant::now();
+    let tools = tokio::time::timeout(WAIT, client.list_all_tools())
+        .await
+        .expect("the listing was not cut: it ran until the start timeout")
+        .unwrap();
+    assert!(t0.elapsed() < WAIT);
+    assert!(
+        !tools.iter().any(|t| t.name.starts_with("up__")),
+        "{}",
+        tools.len()
+    );
+    let r = tokio::time::timeout(
+        WAIT,
+        client.call_tool(call("up__t0_0", serde_json::json!({}))),
+    )
+    .await
+    .expect("the call waited for the start timeout")
+    .unwrap();
+    assert_eq!(super::harness::structured(&r)["code"], "SBX_E1912", "{r:?}");
+    assert!(
+        super::harness::structured(&r)["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("too large"),
+        "{r:?}"
+    );
 }
 
 async fn answer(r: &mut tokio::io::BufReader<tokio::io::DuplexStream>) -> serde_json::Value {
