@@ -1,7 +1,8 @@
 //! Attacks of a hostile tester on the proxy, each tried for real against the test upstream
-//! (`examples/mcp_upstream.rs`) run over stdio in the process tier, through a real
-//! runtime: the refusal is asserted, and where it matters that the upstream was never
-//! reached.
+//! (`examples/mcp_upstream.rs`, hostile on purpose: lenient tool names, any prompt name,
+//! changes beyond descriptions, endless pages) run over stdio in the process tier, through
+//! a real runtime: the refusal is asserted, and where it matters that the upstream was
+//! never reached.
 
 #![allow(deprecated)] // resources/subscribe is part of the 2025-11-25 revision spoken here
 
@@ -149,77 +150,10 @@ async fn a_changed_template_refuses_its_expansions_until_trusted() {
     assert_eq!(sub, Err((-32001, "SBX_E1911".into())));
     // A person approves the template: its expansions are served again.
     let pin = format!("template:{t}");
-    sandboxio_mcp::proxy::trust(&env.runtime, &pin, "tester")
+    sandboxio_mcp::proxy::trust(&env.runtime, &pin, "tester", None)
         .await
         .unwrap();
     assert!(read(&client, &zzz).await.unwrap().contains("note zzz"));
-}
-
-/// A deny rule on a resource URI holds for every spelling an upstream would take for the
-/// same resource (case of the scheme, `localhost`, `file:/`, escaped letters, dot
-/// segments); policy decides on the normal form and the upstream is sent exactly that.
-/// A URI that decodes to something ambiguous is refused (`SBX_E1922`) before policy.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn uri_rules_hold_for_every_equivalent_spelling() {
-    let env = Env::with(
-        WAIT,
-        &stdio_upstream("up", "20s"),
-        &format!(
-            "{POLICY}\n{OFFERS_POLICY}\n{}",
-            r#"
-[[rule]]
-id = "no-private"
-effect = "deny"
-kind = "tool_call"
-tool = "up__resources/read"
-args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
-reason = "not the private directory"
-
-[[rule]]
-id = "no-private-notes"
-effect = "deny"
-kind = "tool_call"
-tool = "up__resources/read"
-args = [{ pointer = "/uri", glob = "mem://notes/private*" }]
-reason = "not the private notes"
-"#
-        ),
-    );
-    let client = env.connect(TestClient::new(User::Absent)).await;
-    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
-    for u in [
-        "file:///data/private/k",
-        "file://localhost/data/private/k",
-        "file:///data/%70rivate/k",
-        "FILE:///data/private/k",
-        "file:/data/private/k",
-        "file:///data/public/../private/k",
-        "MEM://notes/%70rivate",
-        "mem://notes/x/../private",
-    ] {
-        let got = read(&client, &wrap(u)).await;
-        assert_eq!(got, Err((-32001, "SBX_E1550".into())), "{u}");
-    }
-    // Policy and upstream agree: the upstream is sent the normal form.
-    let got = read(&client, &wrap("MEM://notes/public/../%61"))
-        .await
-        .unwrap();
-    assert!(got.contains("note a"), "{got}");
-    let recs = tool_records(&env, "up__resources/read");
-    assert_eq!(recs.last().unwrap()["arguments"]["uri"], "mem://notes/a");
-    assert!(recs[..recs.len() - 1]
-        .iter()
-        .all(|r| r["decision"] == "deny"));
-    // Ambiguous: refused, not decided, not forwarded.
-    for u in [
-        "file:///data/private%2Fk",
-        "file:///data\\private",
-        "mem://notes/a%00",
-    ] {
-        let got = read(&client, &wrap(u)).await;
-        assert_eq!(got, Err((-32602, "SBX_E1922".into())), "{u}");
-    }
-    assert_eq!(tool_records(&env, "up__resources/read").len(), recs.len());
 }
 
 /// A name the upstream did not list (a case or space variant its lenient lookup takes for
@@ -294,6 +228,178 @@ async fn names_outside_the_upstreams_listing_are_unknown_and_never_forwarded() {
         assert_eq!(e.err(), Some((-32602, "SBX_E1916".into())), "{name:?}");
     }
     assert!(tool_records(&env, "up__prompts/get").is_empty());
+}
+
+/// Pins cover annotations and the output schema; while a change is unapproved the agent
+/// is shown the approved definition, never the new text; a tool that appears after the
+/// upstream's first listing is withheld and refused until a person approves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rug_pulls_beyond_descriptions_and_new_tools_are_refused_and_never_shown() {
+    use sandboxio_mcp::proxy::{CHANGED_MARK, NEW_MARK};
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    mutate(&client).await;
+    let tools = relisted(&client).await;
+    let find = |n: &str| tools.iter().find(|t| t.name == n).unwrap().clone();
+    // The description changed: shown as approved, the new text withheld.
+    let echo = find("up__echo");
+    let d = echo.description.as_deref().unwrap_or_default();
+    assert!(d.starts_with(CHANGED_MARK), "{d}");
+    assert!(d.ends_with("Echo the text back."), "{d}");
+    assert!(!d.contains("id_rsa"), "{d}");
+    // Only the annotations changed: marked, the approved annotations shown, refused.
+    let read = find("up__read");
+    assert!(read
+        .description
+        .as_deref()
+        .unwrap_or_default()
+        .starts_with(CHANGED_MARK));
+    assert_eq!(
+        read.annotations.as_ref().and_then(|a| a.read_only_hint),
+        Some(true)
+    );
+    // Only an output schema appeared: marked, shown without it.
+    let leak = find("up__leak");
+    assert!(leak.output_schema.is_none(), "{leak:?}");
+    // The new tool: withheld, marked.
+    let extra = find("up__extra");
+    let d = extra.description.as_deref().unwrap_or_default();
+    assert!(d.starts_with(NEW_MARK), "{d}");
+    assert!(!d.contains("added later"), "{d}");
+    for name in ["up__read", "up__leak", "up__extra"] {
+        let r = client
+            .call_tool(call(name, serde_json::json!({"path": "/nonexistent"})))
+            .await
+            .unwrap();
+        assert_eq!(
+            super::harness::structured(&r)["code"],
+            "SBX_E1911",
+            "{name}: {r:?}"
+        );
+    }
+    // A person approves the new tool: its definition is shown and it is callable.
+    let pin = sandboxio_mcp::proxy::pins::Pins::open(&env.state())
+        .unwrap()
+        .get("up__extra")
+        .unwrap();
+    assert!(pin.unapproved());
+    sandboxio_mcp::proxy::trust(&env.runtime, "up__extra", "tester", Some(&pin.seen))
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let extra = tools.iter().find(|t| t.name == "up__extra").unwrap();
+    assert_eq!(extra.description.as_deref(), Some("A tool added later."));
+    let r = client
+        .call_tool(call("up__extra", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_ne!(super::harness::structured(&r)["code"], "SBX_E1911", "{r:?}");
+}
+
+/// `trust --digest` approves only the definition the person read: if the upstream swapped
+/// it since `mcp pins`, nothing is approved (`SBX_E1921`) and calls stay refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_with_a_stale_digest_approves_nothing() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let pins = sandboxio_mcp::proxy::pins::Pins::open(&env.state()).unwrap();
+    // The person reads the pin while it is one definition...
+    let read_by_person = pins.get("up__echo").unwrap().seen;
+    // ...the upstream swaps it before the person approves.
+    mutate(&client).await;
+    let t0 = std::time::Instant::now();
+    let changed = || {
+        sandboxio_mcp::proxy::pins::Pins::open(&env.state())
+            .unwrap()
+            .get("up__echo")
+            .unwrap()
+            .changed()
+    };
+    while !changed() {
+        client.list_all_tools().await.unwrap();
+        assert!(t0.elapsed() < WAIT, "the change was never seen");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let e = sandboxio_mcp::proxy::trust(&env.runtime, "up__echo", "tester", Some(&read_by_person))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1921", "{e}");
+    let r = client
+        .call_tool(call("up__echo", serde_json::json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(super::harness::structured(&r)["code"], "SBX_E1911", "{r:?}");
+    assert!(env.events().iter().all(|e| e["event"] != "mcp.trust"));
+}
+
+/// A deny rule on a resource URI holds for every spelling an upstream would take for the
+/// same resource (case of the scheme, `localhost`, `file:/`, escaped letters, dot
+/// segments); policy decides on the normal form and the upstream is sent exactly that.
+/// A URI that decodes to something ambiguous is refused (`SBX_E1922`) before policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_rules_hold_for_every_equivalent_spelling() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            r#"
+[[rule]]
+id = "no-private"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
+reason = "not the private directory"
+
+[[rule]]
+id = "no-private-notes"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "mem://notes/private*" }]
+reason = "not the private notes"
+"#
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    for u in [
+        "file:///data/private/k",
+        "file://localhost/data/private/k",
+        "file:///data/%70rivate/k",
+        "FILE:///data/private/k",
+        "file:/data/private/k",
+        "file:///data/public/../private/k",
+        "MEM://notes/%70rivate",
+        "mem://notes/x/../private",
+    ] {
+        let got = read(&client, &wrap(u)).await;
+        assert_eq!(got, Err((-32001, "SBX_E1550".into())), "{u}");
+    }
+    // Policy and upstream agree: the upstream is sent the normal form.
+    let got = read(&client, &wrap("MEM://notes/public/../%61"))
+        .await
+        .unwrap();
+    assert!(got.contains("note a"), "{got}");
+    let recs = tool_records(&env, "up__resources/read");
+    assert_eq!(recs.last().unwrap()["arguments"]["uri"], "mem://notes/a");
+    assert!(recs[..recs.len() - 1]
+        .iter()
+        .all(|r| r["decision"] == "deny"));
+    // Ambiguous: refused, not decided, not forwarded.
+    for u in [
+        "file:///data/private%2Fk",
+        "file:///data\\private",
+        "mem://notes/a%00",
+    ] {
+        let got = read(&client, &wrap(u)).await;
+        assert_eq!(got, Err((-32602, "SBX_E1922".into())), "{u}");
+    }
+    assert_eq!(tool_records(&env, "up__resources/read").len(), recs.len());
 }
 
 /// An upstream whose `tools/list` never ends (large pages, a next cursor on each) has its
