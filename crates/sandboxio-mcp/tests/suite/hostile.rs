@@ -506,3 +506,47 @@ async fn a_request_id_already_in_flight_is_refused_and_not_run() {
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert_eq!(recs[0]["arguments"]["seconds"], 2);
 }
+
+/// The documented `no-secrets` rule (docs/MCP.md) covers the directory itself, which a
+/// filesystem server would list, as well as what is under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_secrets_rule_covers_the_directory_itself() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{}",
+            r#"
+[[rule]]
+id = "no-secrets"
+effect = "deny"
+kind = "tool_call"
+tool = "up__*"
+args = [{ pointer = "/path", glob = "{/data/secrets,/data/secrets/**}" }]
+reason = "not the secrets directory"
+"#
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    for path in [
+        "/data/secrets",
+        "/data/secrets/",
+        "/data/secrets/k",
+        "/data/./secrets",
+    ] {
+        let r = client
+            .call_tool(call("up__read", serde_json::json!({ "path": path })))
+            .await
+            .unwrap();
+        assert_eq!(
+            super::harness::structured(&r)["code"],
+            "SBX_E1550",
+            "{path}: {r:?}"
+        );
+    }
+    let docs = include_str!("../../../../docs/MCP.md");
+    assert!(
+        docs.contains(r#"glob = "{/data/secrets,/data/secrets/**}""#),
+        "the documented rule is not the one tested"
+    );
+}
