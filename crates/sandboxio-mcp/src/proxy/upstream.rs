@@ -292,6 +292,13 @@ impl Upstream {
         Ok(names.iter().any(|n| n == prompt))
     }
 
+    /// The upstream said its prompts changed: the next `prompts/get` lists them again.
+    pub(crate) fn forget_prompts(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.prompts = None;
+        }
+    }
+
     pub(crate) fn listed(&self) -> bool {
         self.state.lock().map(|s| s.listed).unwrap_or(false)
     }
