@@ -291,6 +291,11 @@ pub enum McpCmd {
     Trust {
         /// The namespaced tool name.
         tool: String,
+        /// Approve only this definition: the `seen` digest `sandboxio mcp pins` showed.
+        /// Refused (nothing approved) if the upstream changed it since. Without it, the
+        /// newest definition is approved, whatever it is.
+        #[arg(long)]
+        digest: Option<String>,
     },
     /// List the proxied tools' description pins (approved and latest digests) as JSON.
     Pins,

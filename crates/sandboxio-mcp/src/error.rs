@@ -29,6 +29,14 @@ pub enum McpError {
         "no MCP tool, prompt or resource `{tool}` has been seen (list them once; pins are `<upstream>__<tool>`, `prompt:<upstream>__<prompt>`, `resource:<URI>`, `template:<URI template>`)"
     )]
     NoPin { tool: String },
+    #[error("`{pin}` was not approved: the digest given ({given}) is not the latest seen ({seen}); the upstream changed it since; read `sandboxio mcp pins` again")]
+    DigestMoved {
+        pin: String,
+        given: String,
+        seen: String,
+    },
+    #[error("the resource URI `{uri}` is ambiguous ({why}); it was not read")]
+    AmbiguousUri { uri: String, why: String },
     #[error("the MCP tool pins in `{path}` are unusable: {why}")]
     Pins { path: String, why: String },
     #[error("the caller may not use `{tool}`: {why}")]
@@ -53,6 +61,8 @@ impl ErrorCode for McpError {
             McpError::Forbidden { code, .. } => code,
             McpError::Pins { .. } => "SBX_E1913",
             McpError::NoPin { .. } => "SBX_E1915",
+            McpError::DigestMoved { .. } => "SBX_E1921",
+            McpError::AmbiguousUri { .. } => "SBX_E1922",
         }
     }
 
@@ -63,7 +73,9 @@ impl ErrorCode for McpError {
             | McpError::NoSandbox { .. }
             | McpError::TooManySandboxes { .. }
             | McpError::Quota { .. }
-            | McpError::NoPin { .. } => ErrorClass::Usage,
+            | McpError::NoPin { .. }
+            | McpError::DigestMoved { .. }
+            | McpError::AmbiguousUri { .. } => ErrorClass::Usage,
             McpError::Forbidden { .. } => ErrorClass::Denied,
             McpError::Gateway { .. }
             | McpError::Poisoned

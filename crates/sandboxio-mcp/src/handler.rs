@@ -190,12 +190,13 @@ impl ServerHandler for SandboxioMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let found = self
-            .opts
-            .proxy
-            .as_ref()
-            .and_then(|p| p.find_resource(&request.uri));
-        let Some((up, own)) = found else {
+        let found = match self.opts.proxy.as_ref() {
+            Some(p) => p
+                .resolve_resource(&request.uri)
+                .map_err(|e| crate::proxy::forward::mcp_error(&e))?,
+            None => None,
+        };
+        let Some((up, decoded, own)) = found else {
             // The spec's "resource not found".
             return Err(ErrorData::resource_not_found(
                 format!("no resource `{}`", request.uri),
@@ -203,7 +204,9 @@ impl ServerHandler for SandboxioMcp {
             ));
         };
         let name = format!("{}__{}", up.name(), crate::proxy::forward::READ_RESOURCE);
-        let pin = crate::proxy::offer_pins::resource_pin(&request.uri);
+        // Refused when the resource (in either spelling) or a template it could expand
+        // changed; policy and the upstream see the normal form only.
+        let pin = self.offer_pin(&up, &[decoded.as_str(), own.as_str()]);
         self.check_offer(&pin, &name, serde_json::json!({ "uri": own }), &context)
             .await?;
         Ok(self.proxy_read(up, own, context).await?.into())
@@ -251,6 +254,24 @@ impl ServerHandler for SandboxioMcp {
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };
+        // Only a prompt of the upstream's last prompt listing, exactly.
+        match up.has_prompt(&own).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(ErrorData::invalid_params(
+                    format!("no prompt `{}`", request.name),
+                    Some(serde_json::json!({ "code": "SBX_E1916" })),
+                ))
+            }
+            Err(e) => {
+                return Err(crate::proxy::forward::mcp_error(
+                    &crate::McpError::Gateway {
+                        code: e.code(),
+                        why: format!("upstream `{}`: {e}", up.name()),
+                    },
+                ))
+            }
+        }
         let name = format!("{}__{}", up.name(), crate::proxy::forward::GET_PROMPT);
         let pin = crate::proxy::offer_pins::prompt_pin(&request.name);
         let arguments = serde_json::json!({ "name": own, "arguments": request.arguments });
@@ -271,18 +292,31 @@ impl ServerHandler for SandboxioMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let upstream = self.opts.proxy.as_ref().and_then(|p| p.find(&request.name));
         if let Some((up, tool)) = upstream {
-            return Ok(self.proxy_call(up, tool, request, context).await.into());
+            // Only a name of the upstream's last listing, exactly: a variant (case,
+            // spaces, invisible characters) that a lenient upstream would take for a
+            // listed tool never reaches it, so pins and exact-name rules hold.
+            return match up.has_tool(&tool).await {
+                Ok(true) => Ok(self.proxy_call(up, tool, request, context).await.into()),
+                Ok(false) => Err(unknown_tool(&request.name)),
+                Err(e) => Ok(crate::answer::error(&crate::McpError::Gateway {
+                    code: e.code(),
+                    why: format!("upstream `{}`: {e}", up.name()),
+                })
+                .into()),
+            };
         }
         let Some(tool) = ToolName::parse(&request.name) else {
-            // An unknown tool is a protocol error (the spec's -32602), with our code.
-            let e = crate::McpError::UnknownTool {
-                name: request.name.to_string(),
-            };
-            return Err(ErrorData::invalid_params(
-                e.to_string(),
-                Some(serde_json::json!({ "code": sandboxio_core::ErrorCode::code(&e) })),
-            ));
+            return Err(unknown_tool(&request.name));
         };
         Ok(self.call(tool, request, context).await.into())
     }
+}
+
+/// An unknown tool: a protocol error (the spec's -32602), with our code.
+fn unknown_tool(name: &str) -> ErrorData {
+    let e = crate::McpError::UnknownTool { name: name.into() };
+    ErrorData::invalid_params(
+        e.to_string(),
+        Some(serde_json::json!({ "code": sandboxio_core::ErrorCode::code(&e) })),
+    )
 }

@@ -6,6 +6,8 @@
 //! `-32600` (with its id when it has one), and a line over `MAX_LINE` bytes `-32600` (id
 //! null, code `SBX_E1919`) and skipped, and a request of a method of the protocol whose
 //! params do not fit it `-32602`; the client never waits for an answer that will not come.
+//! A request whose id is already in flight (answered neither yet nor cancelled) is
+//! answered `-32600` and not run: two runs would have two effects and only one answer.
 
 use rmcp::model::{
     ClientJsonRpcMessage, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -64,11 +66,15 @@ where
     Ok(())
 }
 
+/// The ids of the client's requests not answered yet.
+type InFlight = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<RequestId>>>;
+
 /// Messages in from a reader task, out through a writer task (which also answers the
 /// lines that are not messages).
 struct Lines {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
     out: mpsc::Sender<ServerJsonRpcMessage>,
+    in_flight: InFlight,
 }
 
 impl Lines {
@@ -79,9 +85,14 @@ impl Lines {
     {
         let (in_tx, incoming) = mpsc::channel(64);
         let (out, out_rx) = mpsc::channel(64);
+        let in_flight = InFlight::default();
         tokio::spawn(write_lines(writer, out_rx));
-        tokio::spawn(read_lines(reader, in_tx, out.clone()));
-        Lines { incoming, out }
+        tokio::spawn(read_lines(reader, in_tx, out.clone(), in_flight.clone()));
+        Lines {
+            incoming,
+            out,
+            in_flight,
+        }
     }
 }
 
@@ -96,6 +107,16 @@ impl Transport<RoleServer> for Lines {
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            JsonRpcMessage::Error(e) => e.id.clone(),
+            _ => None,
+        };
+        if let Some(id) = answered {
+            if let Ok(mut f) = self.in_flight.lock() {
+                f.remove(&id);
+            }
+        }
         let out = self.out.clone();
         async move { out.send(item).await.map_err(|_| closed()) }
     }
@@ -143,6 +164,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
     r: R,
     incoming: mpsc::Sender<ClientJsonRpcMessage>,
     out: mpsc::Sender<ServerJsonRpcMessage>,
+    in_flight: InFlight,
 ) {
     let mut r = tokio::io::BufReader::new(r);
     let mut line = Vec::new();
@@ -157,7 +179,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         };
         if buf.is_empty() {
             if !line.is_empty() || over {
-                answer(&line, over, &incoming, &out).await;
+                answer(&line, over, &incoming, &out, &in_flight).await;
             }
             break;
         }
@@ -176,7 +198,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         let used = end.unwrap_or(buf.len());
         r.consume(used);
         if end.is_some() {
-            if !answer(&line, over, &incoming, &out).await {
+            if !answer(&line, over, &incoming, &out, &in_flight).await {
                 break;
             }
             line.clear();
@@ -191,6 +213,7 @@ async fn answer(
     over: bool,
     incoming: &mpsc::Sender<ClientJsonRpcMessage>,
     out: &mpsc::Sender<ServerJsonRpcMessage>,
+    in_flight: &InFlight,
 ) -> bool {
     let error = |id: Option<RequestId>, e: ErrorData| JsonRpcMessage::error(e, id);
     let reply = if over {
@@ -217,7 +240,20 @@ async fn answer(
                     None,
                 ),
             ),
-            Ok(m) => return incoming.send(m).await.is_ok(),
+            Ok(JsonRpcMessage::Request(r)) if !admit(in_flight, &r.id) => error(
+                Some(r.id.clone()),
+                ErrorData::invalid_request(
+                    format!(
+                        "a request with id {} is already in flight; it was not run",
+                        r.id
+                    ),
+                    None,
+                ),
+            ),
+            Ok(m) => {
+                forget_cancelled(in_flight, &m);
+                return incoming.send(m).await.is_ok();
+            }
             Err(e) => match serde_json::from_slice::<serde_json::Value>(text) {
                 Ok(v) => {
                     let id = v
@@ -236,6 +272,25 @@ async fn answer(
         }
     };
     out.send(reply).await.is_ok()
+}
+
+/// Takes a request's id as in flight; `false` when it already is.
+fn admit(in_flight: &InFlight, id: &RequestId) -> bool {
+    in_flight
+        .lock()
+        .map(|mut f| f.insert(id.clone()))
+        .unwrap_or(true)
+}
+
+/// A cancelled request is answered by no one: its id may be used again.
+fn forget_cancelled(in_flight: &InFlight, m: &ClientJsonRpcMessage) {
+    if let JsonRpcMessage::Notification(n) = m {
+        if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification {
+            if let (Some(id), Ok(mut f)) = (&c.params.request_id, in_flight.lock()) {
+                f.remove(id);
+            }
+        }
+    }
 }
 
 /// Methods of the protocol served; a request of one of them that was not read as that

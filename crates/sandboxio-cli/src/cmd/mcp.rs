@@ -15,9 +15,11 @@ use crate::setup;
 pub async fn mcp(common: Common, args: McpArgs, cmd: Option<McpCmd>) -> Result<i32> {
     let loaded = setup::load(&common)?;
     match cmd {
-        Some(McpCmd::Trust { tool }) => {
+        Some(McpCmd::Trust { tool, digest }) => {
             let runtime = loaded.runtime(&common, None)?;
-            let pin = sandboxio_mcp::proxy::trust(&runtime, &tool, &setup::actor()).await?;
+            let pin =
+                sandboxio_mcp::proxy::trust(&runtime, &tool, &setup::actor(), digest.as_deref())
+                    .await?;
             if pin.changed() {
                 outln!(
                     "approved the new description of `{tool}`: {}",

@@ -59,6 +59,7 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_prompt_list_changed(&self, _cx: NotificationContext<RoleClient>) {
         if let Some(up) = self.upstream.upgrade() {
+            up.forget_prompts();
             up.tell(Changed::Prompts);
         }
     }

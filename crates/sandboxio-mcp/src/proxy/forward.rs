@@ -278,9 +278,16 @@ impl SandboxioMcp {
             return Err(McpError::UnknownTool { name: name.into() });
         };
         if kind == Kind::Tool && proxy.pins().is_changed(name) {
-            let reason = format!(
-                "the description of `{name}` changed since it was approved; run `sandboxio mcp trust {name}` after reading it"
-            );
+            let new = proxy.pins().get(name).is_some_and(|p| p.unapproved());
+            let reason = if new {
+                format!(
+                    "`{name}` is new since its upstream was first listed and was never approved; run `sandboxio mcp trust {name}` after reading it (`sandboxio mcp pins`)"
+                )
+            } else {
+                format!(
+                    "`{name}` changed since it was approved (description, schemas or annotations); run `sandboxio mcp trust {name}` after reading it (`sandboxio mcp pins`)"
+                )
+            };
             let rec = self.refused_changed(&who, name, &arguments, reason).await;
             return Ok(Err(answer::denial(&rec)));
         }

@@ -33,14 +33,16 @@ use sandboxio_config::UpstreamSection;
 use sandboxio_core::ExecRequest;
 use sandboxio_gateway::Gateway;
 
-use pins::{Pins, Seen};
+use pins::{Pins, Seen, Shown};
 pub use trust::trust;
 pub use upstream::{CallError, Upstream};
 
 /// Separates an upstream's name from its tool's name.
 pub const SEPARATOR: &str = "__";
-/// Marks a tool whose description changed since it was approved.
-pub const CHANGED_MARK: &str = "[sandboxio: this tool's description changed since it was approved; calls are refused until a person approves it again] ";
+/// Marks a tool that changed since it was approved: the approved definition follows.
+pub const CHANGED_MARK: &str = "[sandboxio: this tool changed since it was approved; shown as approved; calls are refused until a person approves the change] ";
+/// Marks a tool first seen after its upstream's first listing (withheld until approved).
+pub const NEW_MARK: &str = "[sandboxio: a tool new since its upstream was first listed; withheld; calls are refused until a person approves it] ";
 
 /// The downstream MCP sessions to tell about list changes, and the pins.
 pub struct Notifier {
@@ -50,16 +52,32 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Pins every tool of a fresh listing; a changed description is logged.
+    /// Pins every tool of a fresh listing; a changed or new unapproved tool is logged.
     fn observe(&self, up: &Upstream) {
-        for t in up.tools() {
-            let name = format!("{}{SEPARATOR}{}", up.name(), t.name);
-            if self.pins.observe(&name, &t) == Seen::Changed {
-                tracing::warn!(
+        let items = up
+            .tools()
+            .iter()
+            .map(|t| {
+                (
+                    format!("{}{SEPARATOR}{}", up.name(), t.name),
+                    pins::observed(t),
+                )
+            })
+            .collect();
+        let prefix = format!("{}{SEPARATOR}", up.name());
+        for (name, seen) in self.pins.observe_listing(&prefix, items) {
+            match seen {
+                Seen::Changed => tracing::warn!(
                     tool = %name,
                     code = "SBX_E1911",
-                    "the description of MCP tool `{name}` changed since it was approved; its calls are refused until `sandboxio mcp trust {name}`"
-                );
+                    "MCP tool `{name}` changed since it was approved; its calls are refused until `sandboxio mcp trust {name}`"
+                ),
+                Seen::Unapproved => tracing::warn!(
+                    tool = %name,
+                    code = "SBX_E1911",
+                    "MCP tool `{name}` is new since its upstream was first listed; its calls are refused until `sandboxio mcp trust {name}`"
+                ),
+                Seen::New | Seen::Same => {}
             }
         }
     }
@@ -178,13 +196,7 @@ impl Proxy {
         for u in &self.upstreams {
             for t in u.tools() {
                 let name = format!("{}{SEPARATOR}{}", u.name(), t.name);
-                let mut shown = t.clone();
-                if self.notifier.pins.is_changed(&name) {
-                    let d = shown.description.as_deref().unwrap_or_default();
-                    shown.description = Some(format!("{CHANGED_MARK}{d}").into());
-                }
-                shown.name = name.into();
-                out.push(shown);
+                out.push(shown_tool(&self.notifier.pins, name, t));
             }
         }
         out
@@ -223,6 +235,41 @@ impl Proxy {
         for u in &self.upstreams {
             u.stop();
         }
+    }
+}
+
+/// A tool as the agent sees it: as listed, or, while a change is unapproved, the approved
+/// definition (marked), or withheld (marked, nothing of the upstream's text) when none is
+/// kept or the tool is new.
+fn shown_tool(pins: &Pins, name: String, listed: Tool) -> Tool {
+    let trust = format!("(`sandboxio mcp trust {name}`) ");
+    let withheld = |mark: &str| {
+        Tool::new(
+            name.clone(),
+            format!("{mark}{trust}"),
+            Arc::new(serde_json::Map::from_iter([(
+                "type".to_string(),
+                serde_json::Value::String("object".into()),
+            )])),
+        )
+    };
+    match pins.shown(&name) {
+        Shown::AsListed => {
+            let mut t = listed;
+            t.name = name.into();
+            t
+        }
+        Shown::Approved(v) => match serde_json::from_value::<Tool>(v) {
+            Ok(mut t) => {
+                let d = t.description.as_deref().unwrap_or_default();
+                t.description = Some(format!("{CHANGED_MARK}{trust}{d}").into());
+                t.name = name.into();
+                t
+            }
+            Err(_) => withheld(CHANGED_MARK),
+        },
+        Shown::Withheld => withheld(CHANGED_MARK),
+        Shown::New => withheld(NEW_MARK),
     }
 }
 

@@ -12,6 +12,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate};
 
 use super::upstream::{Listed, Listing, Upstream};
 use super::{offer_pins, uri, Proxy, SEPARATOR};
+use crate::error::McpError;
 
 impl Proxy {
     async fn gather(&self, what: Listing) -> Vec<(Arc<Upstream>, Listed)> {
@@ -87,12 +88,29 @@ impl Proxy {
         out
     }
 
-    /// The upstream and its own URI for a namespaced resource URI.
+    /// The upstream and its own URI for a namespaced resource URI (in any spelling).
     pub fn find_resource(&self, wrapped: &str) -> Option<(Arc<Upstream>, String)> {
         let (up, own) = uri::unwrap(wrapped)?;
         self.upstreams
             .iter()
             .find(|u| u.name() == up)
             .map(|u| (u.clone(), own))
+    }
+
+    /// The upstream, its own URI as decoded, and its normal form (`uri::normalise`: what
+    /// policy decides on and the upstream is sent) for a namespaced resource URI;
+    /// `Ok(None)` when it names no upstream's resource, an error when it is ambiguous.
+    pub fn resolve_resource(
+        &self,
+        wrapped: &str,
+    ) -> Result<Option<(Arc<Upstream>, String, String)>, McpError> {
+        let Some((up, own)) = self.find_resource(wrapped) else {
+            return Ok(None);
+        };
+        let normal = uri::normalise(&own).map_err(|why| McpError::AmbiguousUri {
+            uri: wrapped.to_string(),
+            why: why.to_string(),
+        })?;
+        Ok(Some((up, own, normal)))
     }
 }

@@ -89,8 +89,11 @@ impl SandboxioMcp {
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let proxy = self.opts.proxy.clone();
-        let found = proxy.as_ref().and_then(|p| p.find_resource(wrapped));
-        let (Some(proxy), Some((upstream, own))) = (proxy, found) else {
+        let found = match proxy.as_ref() {
+            Some(p) => p.resolve_resource(wrapped).map_err(|e| mcp_error(&e))?,
+            None => None,
+        };
+        let (Some(proxy), Some((upstream, decoded, own))) = (proxy, found) else {
             return Err(ErrorData::resource_not_found(
                 format!("no resource `{wrapped}`"),
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
@@ -107,7 +110,8 @@ impl SandboxioMcp {
             .await
             .map_err(|e| mcp_error(&e))?;
         if on {
-            self.refuse_if_changed(&who, &offer_pins::resource_pin(wrapped), &name, &arguments)
+            let pin = self.offer_pin(&upstream, &[decoded.as_str(), own.as_str()]);
+            self.refuse_if_changed(&who, &pin, &name, &arguments)
                 .await?;
         }
         let token = CancelToken::new();
@@ -137,6 +141,20 @@ impl SandboxioMcp {
         } else {
             Err(denied_error(&answer::denial(&o.record)))
         }
+    }
+
+    /// The pin a read or subscription of `upstream`'s resource is refused by when it
+    /// changed: the resource's, keyed by the canonical namespaced URI whatever spelling
+    /// the client sent (`owns`: the upstream's URI decoded, then normalised), or a changed
+    /// template the URI could expand.
+    pub(crate) fn offer_pin(&self, upstream: &Upstream, owns: &[&str]) -> String {
+        let changed = self
+            .opts
+            .proxy
+            .as_ref()
+            .and_then(|p| offer_pins::changed_for_uri(p.pins(), upstream.name(), owns));
+        let own = owns.last().copied().unwrap_or_default();
+        changed.unwrap_or_else(|| offer_pins::resource_pin(&super::uri::wrap(upstream.name(), own)))
     }
 
     /// Refuses, with one record, a request about a prompt or resource (pin `pin`) whose

@@ -1,5 +1,8 @@
-//! `sandboxio mcp trust <upstream>__<tool>`: a person approves a tool's changed
-//! description, recorded like the other operator actions (who, which tool, both digests).
+//! `sandboxio mcp trust <upstream>__<tool> [--digest <hex>]`: a person approves a tool's
+//! changed definition, recorded like the other operator actions (who, which tool, both
+//! digests). With `--digest` (the `seen` digest `sandboxio mcp pins` showed), only that
+//! definition is approved: if the upstream changed it since, nothing is (`SBX_E1921`).
+//! Without it, whatever is newest when the command runs is approved.
 
 use sandboxio_core::{OperationRecord, OperationStatus, Verdict};
 use sandboxio_gateway::Runtime;
@@ -7,10 +10,16 @@ use sandboxio_gateway::Runtime;
 use super::pins::{Pin, Pins};
 use crate::error::McpError;
 
-/// Approves the latest description of `tool`; records who did. Returns the pin as it was.
-pub async fn trust(rt: &Runtime, tool: &str, actor: &str) -> Result<Pin, McpError> {
+/// Approves the latest definition of `tool` (only when its digest is `digest`, if
+/// given); records who did. Returns the pin as it was.
+pub async fn trust(
+    rt: &Runtime,
+    tool: &str,
+    actor: &str,
+    digest: Option<&str>,
+) -> Result<Pin, McpError> {
     let pins = Pins::open(rt.state_dir())?;
-    let Some(before) = pins.approve(tool)? else {
+    let Some(before) = pins.approve_digest(tool, digest)? else {
         return Err(McpError::NoPin { tool: tool.into() });
     };
     let mut rec = OperationRecord::new(
@@ -24,8 +33,18 @@ pub async fn trust(rt: &Runtime, tool: &str, actor: &str) -> Result<Pin, McpErro
     rec.approver = Some(actor.to_string());
     rec.reason = if before.changed() {
         format!(
-            "`{actor}` approved the changed description of `{tool}` (sha256 {} replaces {})",
-            before.seen, before.approved
+            "`{actor}` approved the changed definition of `{tool}` (sha256 {} replaces {}){}",
+            before.seen,
+            if before.approved.is_empty() {
+                "nothing"
+            } else {
+                &before.approved
+            },
+            if digest.is_some() {
+                ", the digest they read"
+            } else {
+                ""
+            }
         )
     } else {
         format!(

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, Prompt, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceTemplate, Tool,
+    GetPromptResponse, GetPromptResult, PaginatedRequestParams, Prompt, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceTemplate, Tool,
 };
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::{RoleClient, ServiceExt as _};
@@ -177,6 +177,8 @@ struct State {
     /// The last listing, as the upstream gave it.
     tools: Vec<Tool>,
     listed: bool,
+    /// The names of the prompts in the last prompt listing (`None`: never listed).
+    prompts: Option<Vec<String>>,
 }
 
 pub struct Upstream {
@@ -237,6 +239,7 @@ impl Upstream {
                 last_error: None,
                 tools: Vec::new(),
                 listed: false,
+                prompts: None,
             }),
             starting: tokio::sync::Mutex::new(()),
             notifier,
@@ -260,6 +263,40 @@ impl Upstream {
             .lock()
             .map(|s| s.tools.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether `tool` (the upstream's own name, exactly) is in its last listing; the
+    /// upstream is started and listed first if it never was.
+    pub(crate) async fn has_tool(&self, tool: &str) -> Result<bool, CallError> {
+        if !self.listed() {
+            self.ensure_listed().await?;
+        }
+        Ok(self.tools().iter().any(|t| t.name == tool))
+    }
+
+    /// Whether `prompt` (the upstream's own name, exactly) is in its last prompt listing;
+    /// listed now if it never was.
+    pub(crate) async fn has_prompt(&self, prompt: &str) -> Result<bool, CallError> {
+        let known = self.state.lock().ok().and_then(|s| s.prompts.clone());
+        let names = match known {
+            Some(n) => n,
+            None => {
+                self.listing(Listing::Prompts).await?;
+                self.state
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.prompts.clone())
+                    .unwrap_or_default()
+            }
+        };
+        Ok(names.iter().any(|n| n == prompt))
+    }
+
+    /// The upstream said its prompts changed: the next `prompts/get` lists them again.
+    pub(crate) fn forget_prompts(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.prompts = None;
+        }
     }
 
     pub(crate) fn listed(&self) -> bool {
@@ -314,7 +351,7 @@ impl Upstream {
                     s.not_before = None;
                 }
                 // A (re)started upstream may offer other tools.
-                if let Ok(tools) = list(&c, self.cfg.start_timeout.0).await {
+                if let Ok(tools) = self.list(&c, self.cfg.start_timeout.0).await {
                     self.take_listing(tools);
                 }
                 self.resubscribe().await;
@@ -408,7 +445,7 @@ impl Upstream {
     pub(crate) async fn ensure_listed(&self) -> Result<(), CallError> {
         let c = self.connection().await?;
         if !self.listed() {
-            let tools = list(&c, self.cfg.start_timeout.0).await?;
+            let tools = self.list(&c, self.cfg.start_timeout.0).await?;
             self.take_listing(tools);
         }
         Ok(())
@@ -417,7 +454,7 @@ impl Upstream {
     /// Lists the upstream's tools now and takes the listing (after a `list_changed`).
     pub(crate) async fn refresh(&self) {
         let Some(c) = self.live() else { return };
-        match list(&c, self.cfg.call_timeout.0).await {
+        match self.list(&c, self.cfg.call_timeout.0).await {
             Ok(tools) => self.take_listing(tools),
             Err(e) => {
                 tracing::warn!(upstream = %self.cfg.name, code = e.code(), "listing the upstream's tools failed: {e}")
@@ -573,21 +610,64 @@ impl Upstream {
             Listing::Prompts => c.prompts.is_some(),
         });
         if !offers {
+            if what == Listing::Prompts {
+                if let Ok(mut s) = self.state.lock() {
+                    s.prompts = Some(Vec::new());
+                }
+            }
             return Ok(Listed::Nothing);
         }
         let peer = conn.client.peer().clone();
         let never = CancelToken::new();
+        let max = self.listing_bytes();
+        // Bounded in size (`pages`), and as a whole like a call.
         Ok(match what {
             Listing::Resources => Listed::Resources(
-                self.bounded(&conn, &never, peer.list_all_resources())
-                    .await?,
+                self.bounded(
+                    &conn,
+                    &never,
+                    pages(max, |p| {
+                        let peer = peer.clone();
+                        async move {
+                            let r = peer.list_resources(p).await?;
+                            Ok((r.resources, r.next_cursor))
+                        }
+                    }),
+                )
+                .await??,
             ),
             Listing::Templates => Listed::Templates(
-                self.bounded(&conn, &never, peer.list_all_resource_templates())
-                    .await?,
+                self.bounded(
+                    &conn,
+                    &never,
+                    pages(max, |p| {
+                        let peer = peer.clone();
+                        async move {
+                            let r = peer.list_resource_templates(p).await?;
+                            Ok((r.resource_templates, r.next_cursor))
+                        }
+                    }),
+                )
+                .await??,
             ),
             Listing::Prompts => {
-                Listed::Prompts(self.bounded(&conn, &never, peer.list_all_prompts()).await?)
+                let prompts = self
+                    .bounded(
+                        &conn,
+                        &never,
+                        pages(max, |p| {
+                            let peer = peer.clone();
+                            async move {
+                                let r = peer.list_prompts(p).await?;
+                                Ok((r.prompts, r.next_cursor))
+                            }
+                        }),
+                    )
+                    .await??;
+                if let Ok(mut s) = self.state.lock() {
+                    s.prompts = Some(prompts.iter().map(|p| p.name.clone()).collect());
+                }
+                Listed::Prompts(prompts)
             }
         })
     }
@@ -700,14 +780,77 @@ fn not_forwarded() -> CallError {
     }
 }
 
-/// The upstream's tools, within `timeout` (a hung upstream must not hold up a start).
-async fn list(c: &Conn, timeout: Duration) -> Result<Vec<Tool>, CallError> {
-    match tokio::time::timeout(timeout, c.client.peer().list_all_tools()).await {
-        Ok(r) => r.map_err(service_error),
-        Err(_) => Err(CallError::TimedOut {
-            after: timeout,
-            restarted: false,
-        }),
+/// Most pages one listing may have.
+pub const MAX_PAGES: usize = 100;
+/// Most items one listing may have.
+pub const MAX_ITEMS: usize = 10_000;
+/// Most bytes one listing may hold, in `max_message`s.
+pub const MAX_LISTING_MESSAGES: u64 = 4;
+
+/// Every page of one listing, bounded: past [`MAX_PAGES`] pages, [`MAX_ITEMS`] items or
+/// `max_bytes` bytes (items serialised), the listing fails (`SBX_E1912`) rather than
+/// holding an endless listing in the proxy's memory. The outer error is the upstream's.
+async fn pages<T, F, Fut>(
+    max_bytes: u64,
+    mut page: F,
+) -> Result<Result<Vec<T>, CallError>, ServiceError>
+where
+    T: serde::Serialize,
+    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+{
+    let too_large = |what: String| CallError::Failed {
+        why: format!("the upstream's listing is too large ({what}); it was not taken"),
+    };
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let (items, next) = page(Some(params)).await?;
+        for it in &items {
+            let n = serde_json::to_vec(it).map(|v| v.len()).unwrap_or(0);
+            bytes = bytes.saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+        }
+        out.extend(items);
+        if out.len() > MAX_ITEMS {
+            return Ok(Err(too_large(format!("more than {MAX_ITEMS} items"))));
+        }
+        if bytes > max_bytes {
+            return Ok(Err(too_large(format!("more than {max_bytes} bytes"))));
+        }
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return Ok(Ok(out)),
+        }
+    }
+    Ok(Err(too_large(format!("more than {MAX_PAGES} pages"))))
+}
+
+impl Upstream {
+    /// The most bytes one listing of this upstream may hold.
+    fn listing_bytes(&self) -> u64 {
+        self.cfg.max_message.0.saturating_mul(MAX_LISTING_MESSAGES)
+    }
+
+    /// The upstream's tools, every page, bounded (`pages`) and within `timeout` (a hung
+    /// upstream must not hold up a start).
+    async fn list(&self, c: &Conn, timeout: Duration) -> Result<Vec<Tool>, CallError> {
+        let peer = c.client.peer().clone();
+        let all = pages(self.listing_bytes(), |p| {
+            let peer = peer.clone();
+            async move {
+                let r = peer.list_tools(p).await?;
+                Ok((r.tools, r.next_cursor))
+            }
+        });
+        match tokio::time::timeout(timeout, all).await {
+            Ok(r) => r.map_err(service_error)?,
+            Err(_) => Err(CallError::TimedOut {
+                after: timeout,
+                restarted: false,
+            }),
+        }
     }
 }
 

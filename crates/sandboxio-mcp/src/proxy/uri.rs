@@ -71,6 +71,205 @@ pub fn unwrap(uri: &str) -> Option<(&str, String)> {
     Some((upstream, String::from_utf8(out).ok()?))
 }
 
+/// The upstream's name, its own URI and the canonical namespaced URI (`wrap` of the two)
+/// for a namespaced URI in any spelling `unwrap` takes (lower-case escapes, raw
+/// characters, escapes of unreserved ones): pins are keyed, and decisions made, on the
+/// canonical form only, so another spelling of the same resource cannot dodge its pin.
+pub fn canonical(uri: &str) -> Option<(String, String, String)> {
+    let (upstream, own) = unwrap(uri)?;
+    let wrapped = wrap(upstream, &own);
+    Some((upstream.to_string(), own, wrapped))
+}
+
+/// Bytes that mean the same escaped or not in a path (RFC 3986 `pchar` less `%`):
+/// unreserved, sub-delims, `:` and `@`.
+fn plain_in_path(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// Decodes the escapes in `path` that do not change its meaning; the others are kept,
+/// upper-cased. An escaped `/` (it would split or join segments), `\` or NUL, and a `%`
+/// that starts no escape, make the URI ambiguous.
+fn decode_path(path: &str) -> Result<String, &'static str> {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let (Some(h), Some(l)) = (
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) else {
+            return Err("a `%` that starts no escape");
+        };
+        let v = h * 16 + l;
+        match v {
+            b'/' => return Err("an encoded `/`"),
+            b'\\' => return Err("an encoded `\\`"),
+            0 => return Err("an encoded NUL"),
+            _ if plain_in_path(v) => out.push(v),
+            _ => out.extend_from_slice(format!("%{v:02X}").as_bytes()),
+        }
+        i += 3;
+    }
+    String::from_utf8(out).map_err(|_| "not UTF-8")
+}
+
+/// RFC 3986 `remove_dot_segments` of an absolute path, with `//` collapsed too.
+fn remove_dots(path: &str) -> String {
+    let mut segs: Vec<&str> = Vec::new();
+    let parts: Vec<&str> = path.split('/').skip(1).collect();
+    let last = parts.len().saturating_sub(1);
+    let mut trailing = false;
+    for (i, seg) in parts.iter().enumerate() {
+        match *seg {
+            "." => trailing = i == last,
+            ".." => {
+                segs.pop();
+                trailing = i == last;
+            }
+            "" => trailing = i == last,
+            s => {
+                segs.push(s);
+                trailing = false;
+            }
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for s in &segs {
+        out.push('/');
+        out.push_str(s);
+    }
+    if trailing || out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// The normal form of an upstream's URI, which policy decides on and the upstream is
+/// sent, so the two agree whatever spelling a client chose: the scheme lower-cased;
+/// `file://localhost/p`, `file:/p` and `file:////p` as `file:///p`; in the path, escapes
+/// of characters that mean the same unescaped decoded (the others upper-cased), dot
+/// segments removed and `//` collapsed (hierarchical paths only). Query and fragment are
+/// kept. An error (why) when it decodes to something ambiguous: an encoded `/`, a `\`,
+/// a NUL, a bad escape.
+pub fn normalise(uri: &str) -> Result<String, &'static str> {
+    if uri.contains('\\') || uri.contains('\0') {
+        return Err("a `\\` or NUL");
+    }
+    let lower = uri.to_ascii_lowercase();
+    if lower.contains("%00") || lower.contains("%5c") {
+        return Err("an encoded `\\` or NUL");
+    }
+    let scheme_end = uri
+        .find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+        .filter(|&i| i > 0 && uri.as_bytes()[i] == b':' && uri.as_bytes()[0].is_ascii_alphabetic());
+    let Some(colon) = scheme_end else {
+        // Not an absolute URI: decided and sent as it is.
+        return Ok(uri.to_string());
+    };
+    let scheme = uri[..colon].to_ascii_lowercase();
+    let rest = &uri[colon + 1..];
+    let tail_at = rest.find(['?', '#']).unwrap_or(rest.len());
+    let (hier, tail) = rest.split_at(tail_at);
+    let (mut authority, path) = match hier.strip_prefix("//") {
+        Some(h) => {
+            let end = h.find('/').unwrap_or(h.len());
+            (Some(h[..end].to_string()), &h[end..])
+        }
+        None => (None, hier),
+    };
+    if scheme == "file" {
+        let local = authority
+            .as_deref()
+            .is_none_or(|a| a.is_empty() || a.eq_ignore_ascii_case("localhost"));
+        if local && (authority.is_some() || path.starts_with('/')) {
+            authority = Some(String::new());
+        }
+    }
+    let mut path = decode_path(path)?;
+    if path.starts_with('/') {
+        path = remove_dots(&path);
+    }
+    let mut out = format!("{scheme}:");
+    if let Some(a) = authority {
+        out.push_str("//");
+        out.push_str(&a);
+    }
+    out.push_str(&path);
+    out.push_str(tail);
+    Ok(out)
+}
+
+/// One part of a URI template: literal text or a `{...}` expression.
+enum Part<'a> {
+    Literal(&'a str),
+    Expression,
+}
+
+fn template_parts(template: &str) -> Vec<Part<'_>> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        if open > 0 {
+            parts.push(Part::Literal(&rest[..open]));
+        }
+        parts.push(Part::Expression);
+        rest = &rest[open + close + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Literal(rest));
+    }
+    parts
+}
+
+/// Whether `uri` could be an expansion of the RFC 6570 `template` (both the upstream's
+/// own). Conservative: every expression (`{var}`, `{+var}`, `{/var}`, `{?q}`, ...)
+/// matches any run of characters, `/` included, so a read is taken for an expansion
+/// whenever it could be one.
+pub fn template_matches(template: &str, uri: &str) -> bool {
+    let parts = template_parts(template);
+    let s = uri.as_bytes();
+    // reach[i]: the first `i` bytes of `uri` are matched by the parts so far.
+    let mut reach = vec![false; s.len() + 1];
+    reach[0] = true;
+    for part in &parts {
+        let mut next = vec![false; s.len() + 1];
+        match part {
+            Part::Literal(lit) => {
+                let l = lit.as_bytes();
+                for i in 0..=s.len() {
+                    if reach[i] && s[i..].starts_with(l) {
+                        next[i + l.len()] = true;
+                    }
+                }
+            }
+            Part::Expression => {
+                let mut any = false;
+                for i in 0..=s.len() {
+                    any |= reach[i];
+                    next[i] = any;
+                }
+            }
+        }
+        reach = next;
+    }
+    reach[s.len()]
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -123,5 +322,82 @@ mod tests {
         ] {
             assert_eq!(unwrap(uri), None, "{uri}");
         }
+    }
+
+    #[test]
+    fn every_spelling_of_a_namespaced_uri_has_one_canonical_form() {
+        let w = wrap("files", "file:///data/public/a");
+        for alt in [
+            w.clone(),
+            w.replace("%3A", "%3a").replace("%2F", "%2f"),
+            "sandboxio://files/file:///data/public/a".to_string(),
+            "sandboxio://files/file%3A%2F%2F%2Fdata%2Fpublic%2F%61".to_string(),
+        ] {
+            let (up, own, c) = canonical(&alt).unwrap();
+            assert_eq!(
+                (up.as_str(), own.as_str()),
+                ("files", "file:///data/public/a")
+            );
+            assert_eq!(c, w, "{alt}");
+        }
+    }
+
+    #[test]
+    fn a_template_matches_its_expansions_and_nothing_else() {
+        let t = "file:///data/public/{name}";
+        assert!(template_matches(t, "file:///data/public/zzz"));
+        assert!(template_matches(t, "file:///data/public/a/b"));
+        assert!(template_matches(t, "file:///data/public/"));
+        assert!(!template_matches(t, "file:///data/private/zzz"));
+        assert!(template_matches("mem://{a}/x/{b}.txt", "mem://q/x/r.txt"));
+        assert!(!template_matches("mem://{a}/x/{b}.txt", "mem://q/y/r.txt"));
+        assert!(template_matches("mem://note", "mem://note"));
+        assert!(!template_matches("mem://note", "mem://notes"));
+    }
+
+    #[test]
+    fn equivalent_uris_have_one_normal_form_and_ambiguous_ones_are_refused() {
+        for u in [
+            "file:///data/private/k",
+            "file://localhost/data/private/k",
+            "file://LocalHost/data/private/k",
+            "file:///data/%70rivate/k",
+            "FILE:///data/private/k",
+            "file:/data/private/k",
+            "file:////data/private/k",
+            "file:///data//private/k",
+            "file:///data/public/../private/k",
+            "file:///data/./private/k",
+            "file:///data/%2e%2e/data/private/k",
+            "file:///%2E/data/private/k",
+        ] {
+            assert_eq!(normalise(u), Ok("file:///data/private/k".into()), "{u}");
+        }
+        assert_eq!(normalise("mem://note"), Ok("mem://note".into()));
+        assert_eq!(
+            normalise("file:///a%20b?q=%2F#f"),
+            Ok("file:///a%20b?q=%2F#f".into())
+        );
+        assert_eq!(normalise("file:///a%2fb/.."), Err("an encoded `/`"));
+        assert_eq!(
+            normalise("file:///data/secrets/.."),
+            Ok("file:///data/".into())
+        );
+        assert_eq!(
+            normalise("file:///data/secrets/."),
+            Ok("file:///data/secrets/".into())
+        );
+        assert_eq!(normalise("file:///../../etc/x"), Ok("file:///etc/x".into()));
+        for bad in [
+            "file:///a%5cb",
+            "file:///a\\b",
+            "file:///a%00",
+            "file:///a%zz",
+            "file:///a%",
+        ] {
+            assert!(normalise(bad).is_err(), "{bad}");
+        }
+        assert_eq!(normalise("urn:Isbn:%41"), Ok("urn:Isbn:A".into()));
+        assert_eq!(normalise("relative/x"), Ok("relative/x".into()));
     }
 }

@@ -1,4 +1,5 @@
 mod harness;
+mod hostile;
 mod http;
 mod proxy;
 mod server;

@@ -206,7 +206,7 @@ async fn a_changed_prompt_or_resource_is_refused_until_trusted_and_the_trust_is_
 
     // A person approves them (`sandboxio mcp trust`), recorded; then they are served.
     for pin in ["prompt:up__greet", &format!("resource:{NOTE}")] {
-        let before = sandboxio_mcp::proxy::trust(&env.runtime, pin, "tester")
+        let before = sandboxio_mcp::proxy::trust(&env.runtime, pin, "tester", None)
             .await
             .unwrap();
         assert!(before.changed(), "{pin}");
