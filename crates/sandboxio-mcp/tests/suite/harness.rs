@@ -341,3 +341,20 @@ impl Env {
         client.serve(transport).await.unwrap()
     }
 }
+
+/// The JSON-RPC error code and the `data.code` of a refused request.
+pub fn refused(e: rmcp::service::ServiceError) -> (i32, String) {
+    match e {
+        rmcp::service::ServiceError::McpError(d) => {
+            let code = d
+                .data
+                .as_ref()
+                .and_then(|v| v.get("code"))
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_string();
+            (d.code.0, code)
+        }
+        other => panic!("not a refusal: {other:?}"),
+    }
+}

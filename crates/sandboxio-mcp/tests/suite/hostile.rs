@@ -7,10 +7,10 @@
 #![allow(deprecated)] // resources/subscribe is part of the 2025-11-25 revision spoken here
 
 use rmcp::model::{ReadResourceRequestParams, SubscribeRequestParams};
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::service::RunningService;
 use rmcp::RoleClient;
 
-use super::harness::{call, Env, TestClient, User};
+use super::harness::{call, refused, Env, TestClient, User};
 use super::proxy::{stdio_upstream, tool_records, POLICY, WAIT};
 
 const OFFERS_POLICY: &str = r#"
@@ -28,23 +28,6 @@ fn env() -> Env {
         &stdio_upstream("up", "20s"),
         &format!("{POLICY}\n{OFFERS_POLICY}"),
     )
-}
-
-/// The JSON-RPC error code and the `data.code` of a refused request.
-fn refused(e: ServiceError) -> (i32, String) {
-    match e {
-        ServiceError::McpError(d) => {
-            let code = d
-                .data
-                .as_ref()
-                .and_then(|v| v.get("code"))
-                .and_then(|c| c.as_str())
-                .unwrap_or_default()
-                .to_string();
-            (d.code.0, code)
-        }
-        other => panic!("not a refusal: {other:?}"),
-    }
 }
 
 async fn mutate(client: &RunningService<RoleClient, TestClient>) {

@@ -12,11 +12,11 @@ use rmcp::model::{
     GetPromptRequestParams, ReadResourceRequestParams, SubscribeRequestParams,
     UnsubscribeRequestParams,
 };
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::service::RunningService;
 use rmcp::RoleClient;
 use sandboxio_mcp::McpOptions;
 
-use super::harness::{call, Env, TestClient, User};
+use super::harness::{call, refused, Env, TestClient, User};
 use super::proxy::{stdio_upstream, tool_records, POLICY, WAIT};
 
 const OFFERS_POLICY: &str = r#"
@@ -44,23 +44,6 @@ fn env() -> Env {
         &stdio_upstream("up", "20s"),
         &format!("{POLICY}\n{OFFERS_POLICY}"),
     )
-}
-
-/// The JSON-RPC error of a refused request: its code and the structured denial's code.
-fn refused(e: ServiceError) -> (i32, String) {
-    match e {
-        ServiceError::McpError(d) => {
-            let code = d
-                .data
-                .as_ref()
-                .and_then(|v| v.get("code"))
-                .and_then(|c| c.as_str())
-                .unwrap_or_default()
-                .to_string();
-            (d.code.0, code)
-        }
-        other => panic!("not a refusal: {other:?}"),
-    }
 }
 
 async fn note(client: &RunningService<RoleClient, TestClient>, text: &str) -> String {
