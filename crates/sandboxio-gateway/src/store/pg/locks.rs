@@ -64,6 +64,20 @@ pub(super) fn kill_shared(tx: &mut Tx<'_>) -> StoreResult<()> {
     Ok(())
 }
 
+/// [`kill_shared`], and the database's clock once it is held, in Unix milliseconds (one
+/// round trip: an admission needs both).
+pub(super) fn kill_shared_at(tx: &mut Tx<'_>) -> StoreResult<i64> {
+    let row = tx.opt(
+        "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint
+         FROM (SELECT pg_advisory_xact_lock_shared($1, $2)) AS held",
+        &[&KILL.0, &KILL.1],
+    )?;
+    match row {
+        Some(r) => super::conn::col(&r, 0, "clock", "now"),
+        None => Err(crate::store::values::corrupt("clock", "now", "no row")),
+    }
+}
+
 /// Exclusive hold on the kill switch: engaging or releasing it.
 pub(super) fn kill_exclusive(tx: &mut Tx<'_>) -> StoreResult<()> {
     tx.exec("SELECT pg_advisory_xact_lock($1, $2)", &[&KILL.0, &KILL.1])?;

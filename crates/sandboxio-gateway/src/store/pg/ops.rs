@@ -76,19 +76,6 @@ fn lease_ok(tx: &mut Tx<'_>, replica: &str) -> StoreResult<bool> {
     }
 }
 
-/// The database's clock (the one every replica shares), to the millisecond.
-fn db_now(tx: &mut Tx<'_>) -> StoreResult<DateTime<Utc>> {
-    let row = tx.opt(
-        "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
-        &[],
-    )?;
-    let at: i64 = match row {
-        Some(r) => col(&r, 0, "clock", "now")?,
-        None => return Err(corrupt("clock", "now", "no row")),
-    };
-    Ok(from_ms(at))
-}
-
 /// Writes an operation's intent (its journal row, open), owned by `replica`.
 pub(super) fn journal(tx: &mut Tx<'_>, j: &JournalEntry, replica: &str) -> StoreResult<()> {
     let (it, ik) = match &j.idem {
@@ -168,11 +155,10 @@ pub(super) fn admit(
     a: &Admission<'_>,
     replica: &str,
 ) -> StoreResult<(Admitted, bool)> {
-    locks::kill_shared(tx)?;
-    // Rate limits and budget windows are judged on the database's clock, as leases are:
-    // with each host's own, a host whose clock ran ahead pruned its peers' rate events as
-    // expired and counted their spend in a rolling window as past.
-    let now = db_now(tx)?;
+    // Rate limits, budget windows and key retention are judged on the database's clock, as
+    // leases are: with each host's own, a host whose clock ran ahead pruned its peers' rate
+    // events as expired and counted their spend in a rolling window as past.
+    let now = from_ms(locks::kill_shared_at(tx)?);
     let reserve = sandboxio_budget::ReserveRequest {
         at: Some(now),
         ..a.reserve.clone()
