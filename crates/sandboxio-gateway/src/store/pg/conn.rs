@@ -64,6 +64,17 @@ pub(crate) fn retryable(e: &GatewayError) -> bool {
     }
 }
 
+/// The database's clock (the one every replica shares), in Unix milliseconds.
+pub(crate) fn db_now_ms(tx: &mut Tx<'_>) -> StoreResult<i64> {
+    match tx.opt(
+        "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
+        &[],
+    )? {
+        Some(r) => col(&r, 0, "clock", "now"),
+        None => Err(crate::store::values::corrupt("clock", "now", "no row")),
+    }
+}
+
 /// Runs `f` where the `postgres` client may block: in place outside a tokio runtime, on a
 /// scoped thread inside one.
 pub(crate) fn off_thread<T: Send>(f: impl FnOnce() -> StoreResult<T> + Send) -> StoreResult<T> {

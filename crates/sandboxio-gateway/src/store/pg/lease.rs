@@ -116,18 +116,53 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Extends the lease; `false` when the replica was declared lost.
+/// Extends the lease; `false` when the replica was declared lost. A live replica that
+/// finds its own lease already run out (the database was out of its reach: a network
+/// outage, a stalled or restarted database) notes when, in `lease_lapses`: while others
+/// may have lapsed for the same reason, no lease that ran out is believed (see
+/// `ops::open_intents`).
 fn renew(pool: &r2d2::Pool<Manager>, replica: &str, lease_ms: i64) -> Result<bool, String> {
     let mut conn = pool.get().map_err(|e| e.to_string())?;
     let mut tx = super::conn::Tx::begin(&mut conn, "renewing the replica lease")
         .map_err(|e| e.to_string())?;
-    let n = tx
-        .exec(
-            "UPDATE replicas SET lease_until_ms = (extract(epoch from clock_timestamp()) * 1000)::bigint + $2
-             WHERE id = $1 AND lost_ms IS NULL",
-            &[&replica, &lease_ms],
+    // The row first (waiting for it, if anything holds it), then the clock: a lapse is
+    // judged when the renewal can actually happen, not before a wait.
+    let held = tx
+        .opt(
+            "SELECT 1 FROM replicas WHERE id = $1 AND lost_ms IS NULL FOR UPDATE",
+            &[&replica],
         )
         .map_err(|e| e.to_string())?;
+    if held.is_none() {
+        return Ok(false);
+    }
+    let row = tx
+        .opt(
+            "SELECT lease_until_ms < (extract(epoch from clock_timestamp()) * 1000)::bigint
+             FROM replicas WHERE id = $1",
+            &[&replica],
+        )
+        .map_err(|e| e.to_string())?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let lapsed: bool =
+        super::conn::col(&row, 0, "replicas", "lease_until_ms").map_err(|e| e.to_string())?;
+    tx.exec(
+        "UPDATE replicas SET lease_until_ms = (extract(epoch from clock_timestamp()) * 1000)::bigint + $2
+         WHERE id = $1",
+        &[&replica, &lease_ms],
+    )
+    .map_err(|e| e.to_string())?;
+    if lapsed {
+        tx.exec(
+            "INSERT INTO lease_lapses (id, at_ms) VALUES (1, (extract(epoch from clock_timestamp()) * 1000)::bigint)
+             ON CONFLICT (id) DO UPDATE SET at_ms = GREATEST(lease_lapses.at_ms, excluded.at_ms)",
+            &[],
+        )
+        .map_err(|e| e.to_string())?;
+        tracing::warn!(replica = %replica, "this replica's lease ran out before it could renew it (the shared store was out of reach); leases that ran out are not believed for a lease from now");
+    }
     tx.commit().map_err(|e| e.to_string())?;
-    Ok(n == 1)
+    Ok(true)
 }

@@ -55,17 +55,9 @@ impl Names {
     }
 }
 
-/// Shared hold on the kill switch: admissions and claims.
-pub(super) fn kill_shared(tx: &mut Tx<'_>) -> StoreResult<()> {
-    tx.exec(
-        "SELECT pg_advisory_xact_lock_shared($1, $2)",
-        &[&KILL.0, &KILL.1],
-    )?;
-    Ok(())
-}
-
-/// [`kill_shared`], and the database's clock once it is held, in Unix milliseconds (one
-/// round trip: an admission needs both).
+/// A shared hold on the kill switch (admissions and claims: any number at once, none while
+/// it is engaged or released), and the database's clock once it is held, in Unix
+/// milliseconds (one round trip: both are needed).
 pub(super) fn kill_shared_at(tx: &mut Tx<'_>) -> StoreResult<i64> {
     let row = tx.opt(
         "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint

@@ -220,9 +220,10 @@ pub(super) fn claim(
     approval: Option<(&str, &str)>,
     idem: Option<&IdemClaim>,
     operation_id: &str,
-    now: DateTime<Utc>,
+    _host_now: DateTime<Utc>,
 ) -> StoreResult<(Option<Claimed>, bool)> {
-    locks::kill_shared(tx)?;
+    // The approval's expiry and the key's retention on the database's clock.
+    let now = from_ms(locks::kill_shared_at(tx)?);
     if let Some(c) = idem {
         let mut n = Names::default();
         n.add("idem", &idem_name(&c.tenant, &c.key));
@@ -288,7 +289,9 @@ pub(super) fn finish(
     if let Some((tenant, key, end)) = &f.idem {
         match end {
             IdemEnd::Done(outcome) => tx.exec(
-                "UPDATE idempotency SET state = 'done', outcome = $3 WHERE tenant = $1 AND key = $2 AND operation_id = $4",
+                // Only a key still running: one another replica settled when it recovered
+                // the operation (as interrupted) keeps that outcome, as its journal row does.
+                "UPDATE idempotency SET state = 'done', outcome = $3 WHERE tenant = $1 AND key = $2 AND state = 'running' AND operation_id = $4",
                 &[tenant, key, outcome, &f.operation_id],
             ),
             IdemEnd::Abandon => tx.exec(
@@ -503,18 +506,27 @@ pub(super) struct OpenIntent {
     pub claim_same_host: bool,
 }
 
-/// The database's clock, in milliseconds, and whether leases that ran out can be believed:
-/// only once the database has been up for `grace_ms` (a lease). While it was down (a
-/// restart, a failover) no replica could renew, so every lease ran out; counting those as
-/// dead fenced off every live replica but the first to sweep. A live replica renews
-/// within a third of its lease of the database coming back.
+/// The database's clock, in milliseconds, and whether leases that ran out can be believed.
+/// While the database was out of everyone's reach (restarted, failed over, stalled, or the
+/// network to it down) no replica could renew, so every lease ran out; counting those as
+/// dead fenced off live replicas and recorded their running work as interrupted. So an
+/// expired lease counts only when the database has been up for `$grace` (a lease), no live
+/// replica found its own lease run out within `$grace` (`lease_lapses`, noted at renewal),
+/// and the judge's own lease is current (a judge whose own lease ran out was cut off too).
 macro_rules! now_and_trust {
-    ($grace:literal) => {
+    ($grace:literal, $me:literal) => {
         concat!(
-            "WITH now AS (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS ms,
-             (extract(epoch from clock_timestamp()) - extract(epoch from pg_postmaster_start_time())) * 1000 >= ",
+            "WITH c AS (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS ms,
+             (extract(epoch from clock_timestamp()) - extract(epoch from pg_postmaster_start_time())) * 1000 AS up),
+             now AS (SELECT c.ms, c.up >= ",
             $grace,
-            "::bigint AS trust)"
+            "::bigint
+               AND NOT EXISTS (SELECT 1 FROM lease_lapses l WHERE l.at_ms > c.ms - ",
+            $grace,
+            "::bigint)
+               AND COALESCE((SELECT me.lease_until_ms >= c.ms AND me.lost_ms IS NULL FROM replicas me WHERE me.id = ",
+            $me,
+            "), FALSE) AS trust FROM c)"
         )
     };
 }
@@ -528,7 +540,7 @@ pub(super) fn open_intents(
 ) -> StoreResult<Vec<OpenIntent>> {
     let rows = tx.rows(
         concat!(
-            now_and_trust!("$4"),
+            now_and_trust!("$4", "$2"),
             "
          SELECT j.operation_id, j.intent, j.started_ms, j.owner, j.idempotent, j.idem_tenant, j.idem_key,
                 j.replica <> $2 AND (r.id IS NULL OR r.lost_ms IS NOT NULL OR (now.trust AND r.lease_until_ms < now.ms)),
@@ -620,7 +632,7 @@ pub(super) fn interrupt(
     // renew) is lost from now on: it admits nothing more.
     tx.exec(
         concat!(
-            now_and_trust!("$3"),
+            now_and_trust!("$3", "$1"),
             " UPDATE replicas SET lost_ms = $2 FROM now WHERE id <> $1 AND lost_ms IS NULL
              AND now.trust AND lease_until_ms < now.ms"
         ),

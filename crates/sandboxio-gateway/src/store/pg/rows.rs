@@ -305,10 +305,14 @@ pub(super) fn breaks(tx: &mut Tx<'_>, node: Option<&str>) -> StoreResult<Vec<Anc
 
 pub(super) fn prune(
     tx: &mut Tx<'_>,
-    now: DateTime<Utc>,
+    _host_now: DateTime<Utc>,
     retention: std::time::Duration,
     me: &str,
 ) -> StoreResult<Pruned> {
+    // What has expired is judged on the database's clock: a host whose clock ran a day
+    // ahead deleted every settled key (and a keyed run then ran twice) and the rows of
+    // healthy replicas.
+    let now = from_ms(super::conn::db_now_ms(tx)?);
     let cutoff = ms(now).saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
     let journal = tx.exec(
         "DELETE FROM journal WHERE status IS NOT NULL AND ended_ms < $1",

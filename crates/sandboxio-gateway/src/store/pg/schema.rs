@@ -88,6 +88,13 @@ CREATE TABLE unrecorded (
 );
 "#,
     ),
+    (
+        4,
+        "lease lapses: when a live replica last found its own lease run out",
+        r#"
+CREATE TABLE lease_lapses (id SMALLINT PRIMARY KEY, at_ms BIGINT NOT NULL);
+"#,
+    ),
 ];
 
 /// Applies the migrations this database lacks; returns how many ran.
