@@ -533,3 +533,213 @@ reason = "not the secrets directory"
         "the documented rule is not the one tested"
     );
 }
+
+/// Prompts, resources and templates first seen after their upstream's first listing are
+/// treated as new tools are: listed with none of their text (marked), and getting or
+/// reading them is refused (`SBX_E1911`) and never forwarded until a person trusts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_prompts_resources_and_templates_are_withheld_and_refused_until_trusted() {
+    use sandboxio_mcp::proxy::offer_pins::NEW_OFFER_MARK;
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    client.list_all_prompts().await.unwrap();
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    mutate(&client).await;
+    relisted(&client).await;
+    let withheld = |d: Option<&str>| {
+        let d = d.unwrap_or_default();
+        assert!(d.starts_with(NEW_OFFER_MARK), "{d}");
+        assert!(!d.contains("NEWCOMER"), "{d}");
+    };
+    let prompts = client.list_all_prompts().await.unwrap();
+    let p = prompts.iter().find(|p| p.name == "up__greet_v2").unwrap();
+    withheld(p.description.as_deref());
+    let resources = client.list_all_resources().await.unwrap();
+    let new = sandboxio_mcp::proxy::uri::wrap("up", "mem://new");
+    let r = resources.iter().find(|r| r.uri == new).unwrap();
+    withheld(r.description.as_deref());
+    let templates = client.list_all_resource_templates().await.unwrap();
+    let t = templates
+        .iter()
+        .find(|t| t.uri_template == "sandboxio://up/mem%3A%2F%2Ft%2F{x}")
+        .unwrap();
+    withheld(t.description.as_deref());
+    let got = client
+        .get_prompt(rmcp::model::GetPromptRequestParams::new("up__greet_v2"))
+        .await
+        .map(|_| ())
+        .map_err(refused);
+    assert_eq!(got, Err((-32001, "SBX_E1911".into())));
+    assert_eq!(read(&client, &new).await, Err((-32001, "SBX_E1911".into())));
+    let zz = t.uri_template.replace("{x}", "zz");
+    assert_eq!(read(&client, &zz).await, Err((-32001, "SBX_E1911".into())));
+    assert!(tool_records(&env, "up__resources/read")
+        .iter()
+        .all(|r| r["error_code"] == "SBX_E1911"));
+    // Trusted: served.
+    let pin = sandboxio_mcp::proxy::offer_pins::resource_pin(&new);
+    sandboxio_mcp::proxy::trust(&env.runtime, &pin, "tester", None)
+        .await
+        .unwrap();
+    assert!(read(&client, &new)
+        .await
+        .unwrap()
+        .contains("content of mem://new"));
+}
+
+/// The pin of a resource or template the upstream lists in a spelling that is not
+/// normal (`MEM:`, an escaped letter) is keyed by the normal form, the form reads are
+/// decided on: once it changed, reading it is refused under every spelling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_resource_listed_in_an_odd_spelling_is_refused_under_every_spelling() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    assert!(read(&client, &wrap("mem://odd"))
+        .await
+        .unwrap()
+        .contains("mem://odd"));
+    mutate(&client).await;
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    for u in [
+        "MEM://%6Fdd",
+        "mem://odd",
+        "mem://%6fdd",
+        "MEM://t%70l/x",
+        "mem://tpl/x",
+        "mem://tpl/../tpl/y",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32001, "SBX_E1911".into())),
+            "{u}"
+        );
+    }
+    let sub = client
+        .subscribe(SubscribeRequestParams::new(wrap("mem://odd")))
+        .await
+        .map_err(refused);
+    assert_eq!(sub, Err((-32001, "SBX_E1911".into())));
+}
+
+/// A tool whose `_meta` or icons changed is changed: refused until trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_whose_meta_or_icons_changed_is_refused() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    mutate(&client).await;
+    let tools = relisted(&client).await;
+    let crash = tools.iter().find(|t| t.name == "up__crash").unwrap();
+    assert!(crash.icons.is_none(), "{crash:?}");
+    let r = client
+        .call_tool(call("up__crash", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(super::harness::structured(&r)["code"], "SBX_E1911", "{r:?}");
+}
+
+/// The URI spellings real parsers resolve to a denied path are either one normal form
+/// with it (`%20` and a space, `%C3%A4` and `ä`: decided and sent decoded) or refused as
+/// ambiguous (`SBX_E1922`: a `file:` host, user or port other than `localhost`, a
+/// relative `file:` path, no scheme), never forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_equivalents_of_parsers_are_one_form_or_refused() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            r#"
+[[rule]]
+id = "no-private"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
+reason = "not the private directory"
+
+[[rule]]
+id = "no-my-docs"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/my docs/**" }]
+reason = "not my docs"
+
+[[rule]]
+id = "no-geheim"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/geheimnisse-ä/**" }]
+reason = "not the secrets"
+"#
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    for u in [
+        "file:///data/my docs/k",
+        "file:///data/my%20docs/k",
+        "file:///data/geheimnisse-ä/k",
+        "file:///data/geheimnisse-%C3%A4/k",
+        "file:///data/geheimnisse-%c3%a4/k",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32001, "SBX_E1550".into())),
+            "{u}"
+        );
+    }
+    let decided = tool_records(&env, "up__resources/read").len();
+    for u in [
+        "file://127.0.0.1/data/private/k",
+        "file://localhost:/data/private/k",
+        "file://user@localhost/data/private/k",
+        "file://evil.example/data/private/k",
+        "/data/private/k",
+        "//localhost/data/private/k",
+        "file:data/private/k",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32602, "SBX_E1922".into())),
+            "{u}"
+        );
+    }
+    assert_eq!(tool_records(&env, "up__resources/read").len(), decided);
+    // What policy saw is what the upstream is sent: the decoded form.
+    let got = read(&client, &wrap("mem://notes/a%20%C3%A4"))
+        .await
+        .unwrap();
+    assert!(got.contains("note a ä"), "{got}");
+    let recs = tool_records(&env, "up__resources/read");
+    assert_eq!(recs.last().unwrap()["arguments"]["uri"], "mem://notes/a ä");
+}
+
+/// The pins file stays bounded by the upstreams' current listings: an item the upstream
+/// no longer lists loses its pin (and is new, so withheld, if it comes back), and the
+/// latest definition is kept apart only while it differs from the approved one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_of_items_gone_from_the_listing_are_dropped() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let pins = || sandboxio_mcp::proxy::pins::Pins::open(&env.state()).unwrap();
+    assert!(pins().get("up__retired").is_some());
+    mutate(&client).await;
+    relisted(&client).await;
+    let all = pins().list();
+    assert!(!all.contains_key("up__retired"), "{:?}", all.keys());
+    assert!(all.keys().all(|k| !k.starts_with("listed:")));
+    let same = all.get("up__pid").unwrap();
+    assert!(same.seen_item.is_none() && same.approved_item.is_some());
+    let changed = all.get("up__echo").unwrap();
+    assert!(changed.seen_item.is_some() && changed.approved_item.is_some());
+}
