@@ -743,3 +743,65 @@ async fn pins_of_items_gone_from_the_listing_are_dropped() {
     let changed = all.get("up__echo").unwrap();
     assert!(changed.seen_item.is_some() && changed.approved_item.is_some());
 }
+
+/// A cancelled request's id stays reserved until its handler has ended: reusing it at
+/// once is answered `-32600` (or, if the cancelled call already ended, run as a request
+/// of its own), never answered with the cancelled call's result nor cancelled by the
+/// proxy; the cancelled call itself gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_reused_right_after_its_cancellation_is_not_confused() {
+    use tokio::io::AsyncWriteExt as _;
+    let env = env();
+    let opts = sandboxio_mcp::McpOptions::from_runtime(&env.runtime).unwrap();
+    let (mut w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, r) = tokio::io::duplex(1 << 16);
+    tokio::spawn(sandboxio_mcp::stdio::serve_io(
+        opts,
+        sandboxio_core::Principal::tenant("acme"),
+        server_r,
+        server_w,
+    ));
+    let mut r = tokio::io::BufReader::new(r);
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ] {
+        w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    assert_eq!(answer(&mut r).await["id"], 1);
+    assert_eq!(answer(&mut r).await["id"], 2);
+    let echo = |text: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__echo","arguments":{{"text":"{text}"}}}}}}"#
+        )
+    };
+    let hang = |s: f64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__hang","arguments":{{"seconds":{s}}}}}}}"#
+        )
+    };
+    w.write_all(format!("{}\n", hang(2.0)).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}"#;
+    w.write_all(format!("{cancel}\n{}\n", hang(0.5)).as_bytes())
+        .await
+        .unwrap();
+    let got = answer(&mut r).await;
+    assert_eq!(got["id"], 7, "{got}");
+    let refused = got["error"]["code"] == -32600;
+    assert!(
+        refused || got["result"]["content"].to_string().contains("woke up"),
+        "the reuse was answered with another call's answer: {got}"
+    );
+    // Once the cancelled call has ended, the id is free; nothing else is answered.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    w.write_all(format!("{}\n", echo("C")).as_bytes())
+        .await
+        .unwrap();
+    let got = answer(&mut r).await;
+    assert_eq!(got["id"], 7, "{got}");
+    assert!(got["result"]["content"].to_string().contains('C'), "{got}");
+}
