@@ -805,3 +805,51 @@ async fn an_id_reused_right_after_its_cancellation_is_not_confused() {
     assert_eq!(got["id"], 7, "{got}");
     assert!(got["result"]["content"].to_string().contains('C'), "{got}");
 }
+
+/// The refusals made before the chain (an ambiguous URI, an unknown tool or prompt or
+/// resource) echo what the client sent only as the records would have it: a credential
+/// in the name or URI is redacted in the error (and so in the log line of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_chain_redact_what_they_echo() {
+    const TOKEN: &str = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8";
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    let texts = [
+        client
+            .read_resource(ReadResourceRequestParams::new(wrap(&format!(
+                "file:///x%5c?token={TOKEN}"
+            ))))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .read_resource(ReadResourceRequestParams::new(format!(
+                "sandboxio://nope/{TOKEN}"
+            )))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .call_tool(call(&format!("up__{TOKEN}"), serde_json::json!({})))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new(format!(
+                "up__{TOKEN}"
+            )))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+    ];
+    for t in texts {
+        assert!(!t.contains(TOKEN), "{t}");
+        assert!(t.contains("SBX_E19") || t.contains("no "), "{t}");
+    }
+}
