@@ -39,6 +39,12 @@ pub enum McpError {
     AmbiguousUri { uri: String, why: String },
     #[error("the MCP tool pins in `{path}` are unusable: {why}")]
     Pins { path: String, why: String },
+    #[error("the MCP pins in `{path}` would be {size} bytes, more than the {limit} kept; not saved (the upstreams list too much: remove or split the upstream whose listing grew)")]
+    PinsTooLarge {
+        path: String,
+        size: usize,
+        limit: usize,
+    },
     #[error("the caller may not use `{tool}`: {why}")]
     Forbidden {
         tool: String,
@@ -60,6 +66,7 @@ impl ErrorCode for McpError {
             McpError::Transport { .. } => "SBX_E1906",
             McpError::Forbidden { code, .. } => code,
             McpError::Pins { .. } => "SBX_E1913",
+            McpError::PinsTooLarge { .. } => "SBX_E1923",
             McpError::NoPin { .. } => "SBX_E1915",
             McpError::DigestMoved { .. } => "SBX_E1921",
             McpError::AmbiguousUri { .. } => "SBX_E1922",
@@ -80,7 +87,8 @@ impl ErrorCode for McpError {
             McpError::Gateway { .. }
             | McpError::Poisoned
             | McpError::Transport { .. }
-            | McpError::Pins { .. } => ErrorClass::Internal,
+            | McpError::Pins { .. }
+            | McpError::PinsTooLarge { .. } => ErrorClass::Internal,
         }
     }
 }

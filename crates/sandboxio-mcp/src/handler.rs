@@ -193,13 +193,13 @@ impl ServerHandler for SandboxioMcp {
         let found = match self.opts.proxy.as_ref() {
             Some(p) => p
                 .resolve_resource(&request.uri)
-                .map_err(|e| crate::proxy::forward::mcp_error(&e))?,
+                .map_err(|e| crate::proxy::forward::mcp_error(&self.redacted_error(e)))?,
             None => None,
         };
         let Some((up, decoded, own)) = found else {
             // The spec's "resource not found".
             return Err(ErrorData::resource_not_found(
-                format!("no resource `{}`", request.uri),
+                format!("no resource `{}`", self.redacted_uri(&request.uri)),
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };
@@ -250,7 +250,7 @@ impl ServerHandler for SandboxioMcp {
         let found = self.opts.proxy.as_ref().and_then(|p| p.find(&request.name));
         let Some((up, own)) = found else {
             return Err(ErrorData::invalid_params(
-                format!("no prompt `{}`", request.name),
+                format!("no prompt `{}`", withheld_name(&request.name)),
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };
@@ -259,7 +259,7 @@ impl ServerHandler for SandboxioMcp {
             Ok(true) => {}
             Ok(false) => {
                 return Err(ErrorData::invalid_params(
-                    format!("no prompt `{}`", request.name),
+                    format!("no prompt `{}`", withheld_name(&request.name)),
                     Some(serde_json::json!({ "code": "SBX_E1916" })),
                 ))
             }
@@ -297,7 +297,7 @@ impl ServerHandler for SandboxioMcp {
             // listed tool never reaches it, so pins and exact-name rules hold.
             return match up.has_tool(&tool).await {
                 Ok(true) => Ok(self.proxy_call(up, tool, request, context).await.into()),
-                Ok(false) => Err(unknown_tool(&request.name)),
+                Ok(false) => Err(unknown_tool(&withheld_name(&request.name))),
                 Err(e) => Ok(crate::answer::error(&crate::McpError::Gateway {
                     code: e.code(),
                     why: format!("upstream `{}`: {e}", up.name()),
@@ -306,13 +306,52 @@ impl ServerHandler for SandboxioMcp {
             };
         }
         let Some(tool) = ToolName::parse(&request.name) else {
-            return Err(unknown_tool(&request.name));
+            return Err(unknown_tool(&withheld_name(&request.name)));
         };
         Ok(self.call(tool, request, context).await.into())
     }
 }
 
 /// An unknown tool: a protocol error (the spec's -32602), with our code.
+impl SandboxioMcp {
+    /// `s` as the records have it (the gateway's redaction): a refusal before the chain
+    /// echoes what the client sent, and rmcp logs it, so a credential in a name or URI
+    /// must not reach the error text or the log in clear. Withheld whole when the
+    /// redactor cannot be built.
+    pub(crate) fn redacted(&self, s: &str) -> String {
+        match self.opts.gateway.redaction().base() {
+            Ok(r) => r.redact_str(s).into_owned(),
+            Err(_) => format!("[{} bytes withheld]", s.len()),
+        }
+    }
+
+    /// A namespaced URI as the records would have it: the upstream's URI decoded (an
+    /// encoded credential would slip past the redactor), then redacted.
+    pub(crate) fn redacted_uri(&self, wrapped: &str) -> String {
+        match crate::proxy::uri::unwrap(wrapped) {
+            Some((up, own)) => format!("{}{up}/{}", crate::proxy::uri::SCHEME, self.redacted(&own)),
+            None => self.redacted(wrapped),
+        }
+    }
+
+    /// `e` with the URI it echoes redacted.
+    pub(crate) fn redacted_error(&self, e: crate::McpError) -> crate::McpError {
+        match e {
+            crate::McpError::AmbiguousUri { uri, why } => crate::McpError::AmbiguousUri {
+                uri: self.redacted_uri(&uri),
+                why,
+            },
+            other => other,
+        }
+    }
+}
+
+/// An unknown tool or prompt name as echoed: its length only (a name is free text to
+/// the client, and the redactor does not know every credential's shape).
+fn withheld_name(name: &str) -> String {
+    format!("<a name of {} characters>", name.chars().count())
+}
+
 fn unknown_tool(name: &str) -> ErrorData {
     let e = crate::McpError::UnknownTool { name: name.into() };
     ErrorData::invalid_params(

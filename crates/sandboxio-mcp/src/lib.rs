@@ -21,6 +21,7 @@ mod progress;
 pub mod proxy;
 pub mod sessions;
 pub mod stdio;
+mod stdio_ids;
 
 pub use error::McpError;
 pub use handler::{Front, McpOptions, SandboxioMcp};

@@ -6,8 +6,11 @@
 //! `-32600` (with its id when it has one), and a line over `MAX_LINE` bytes `-32600` (id
 //! null, code `SBX_E1919`) and skipped, and a request of a method of the protocol whose
 //! params do not fit it `-32602`; the client never waits for an answer that will not come.
-//! A request whose id is already in flight (answered neither yet nor cancelled) is
-//! answered `-32600` and not run: two runs would have two effects and only one answer.
+//! A request whose id is already in flight (not answered yet; when cancelled, until its
+//! handler has ended) is answered `-32600` and not run: two runs would have two effects
+//! and only one answer. Requests reach the server under ids of the proxy's own
+//! (`stdio_ids.rs`), so a reused id can never take another request's answer or
+//! cancellation.
 
 use rmcp::model::{
     ClientJsonRpcMessage, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -20,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::error::McpError;
 use crate::handler::{Front, McpOptions, SandboxioMcp};
+use crate::stdio_ids::{Ended, Ids};
 
 /// How long stopping waits for the upstreams' processes to end and be recorded.
 const UPSTREAM_STOP: std::time::Duration = std::time::Duration::from_secs(10);
@@ -45,9 +49,13 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let proxy = opts.proxy.clone();
-    let handler = SandboxioMcp::new(opts, Front::Local(principal));
+    let ids = Ids::default();
+    let handler = Ended {
+        inner: SandboxioMcp::new(opts, Front::Local(principal)),
+        ids: ids.clone(),
+    };
     let running = handler
-        .serve(Lines::new(reader, writer))
+        .serve(Lines::new(reader, writer, ids))
         .await
         .map_err(|e| McpError::Transport {
             transport: "stdio",
@@ -66,33 +74,25 @@ where
     Ok(())
 }
 
-/// The ids of the client's requests not answered yet.
-type InFlight = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<RequestId>>>;
-
 /// Messages in from a reader task, out through a writer task (which also answers the
 /// lines that are not messages).
 struct Lines {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
     out: mpsc::Sender<ServerJsonRpcMessage>,
-    in_flight: InFlight,
+    ids: Ids,
 }
 
 impl Lines {
-    fn new<R, W>(reader: R, writer: W) -> Lines
+    fn new<R, W>(reader: R, writer: W, ids: Ids) -> Lines
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (in_tx, incoming) = mpsc::channel(64);
         let (out, out_rx) = mpsc::channel(64);
-        let in_flight = InFlight::default();
         tokio::spawn(write_lines(writer, out_rx));
-        tokio::spawn(read_lines(reader, in_tx, out.clone(), in_flight.clone()));
-        Lines {
-            incoming,
-            out,
-            in_flight,
-        }
+        tokio::spawn(read_lines(reader, in_tx, out.clone(), ids.clone()));
+        Lines { incoming, out, ids }
     }
 }
 
@@ -107,18 +107,31 @@ impl Transport<RoleServer> for Lines {
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let answered = match &item {
-            JsonRpcMessage::Response(r) => Some(r.id.clone()),
-            JsonRpcMessage::Error(e) => e.id.clone(),
-            _ => None,
-        };
-        if let Some(id) = answered {
-            if let Ok(mut f) = self.in_flight.lock() {
-                f.remove(&id);
+        let mut item = Some(item);
+        // An answer goes out under the client's id; that of a request the client
+        // cancelled, not at all.
+        match item.as_mut() {
+            Some(JsonRpcMessage::Response(r)) => match self.ids.answered(&r.id) {
+                Some(client) => r.id = client,
+                None => item = None,
+            },
+            Some(JsonRpcMessage::Error(e)) => {
+                if let Some(own) = &e.id {
+                    match self.ids.answered(own) {
+                        Some(client) => e.id = Some(client),
+                        None => item = None,
+                    }
+                }
             }
+            _ => {}
         }
         let out = self.out.clone();
-        async move { out.send(item).await.map_err(|_| closed()) }
+        async move {
+            match item {
+                Some(m) => out.send(m).await.map_err(|_| closed()),
+                None => Ok(()),
+            }
+        }
     }
 
     fn receive(
@@ -164,7 +177,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
     r: R,
     incoming: mpsc::Sender<ClientJsonRpcMessage>,
     out: mpsc::Sender<ServerJsonRpcMessage>,
-    in_flight: InFlight,
+    ids: Ids,
 ) {
     let mut r = tokio::io::BufReader::new(r);
     let mut line = Vec::new();
@@ -179,7 +192,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         };
         if buf.is_empty() {
             if !line.is_empty() || over {
-                answer(&line, over, &incoming, &out, &in_flight).await;
+                answer(&line, over, &incoming, &out, &ids).await;
             }
             break;
         }
@@ -198,7 +211,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         let used = end.unwrap_or(buf.len());
         r.consume(used);
         if end.is_some() {
-            if !answer(&line, over, &incoming, &out, &in_flight).await {
+            if !answer(&line, over, &incoming, &out, &ids).await {
                 break;
             }
             line.clear();
@@ -213,7 +226,7 @@ async fn answer(
     over: bool,
     incoming: &mpsc::Sender<ClientJsonRpcMessage>,
     out: &mpsc::Sender<ServerJsonRpcMessage>,
-    in_flight: &InFlight,
+    ids: &Ids,
 ) -> bool {
     let error = |id: Option<RequestId>, e: ErrorData| JsonRpcMessage::error(e, id);
     let reply = if over {
@@ -240,18 +253,26 @@ async fn answer(
                     None,
                 ),
             ),
-            Ok(JsonRpcMessage::Request(r)) if !admit(in_flight, &r.id) => error(
-                Some(r.id.clone()),
-                ErrorData::invalid_request(
-                    format!(
-                        "a request with id {} is already in flight; it was not run",
-                        r.id
+            Ok(JsonRpcMessage::Request(mut r)) => match ids.admit(&r.id) {
+                Some(own) => {
+                    r.id = own;
+                    return incoming.send(JsonRpcMessage::Request(r)).await.is_ok();
+                }
+                None => error(
+                    Some(r.id.clone()),
+                    ErrorData::invalid_request(
+                        format!(
+                            "a request with id {} is already in flight; it was not run",
+                            r.id
+                        ),
+                        None,
                     ),
-                    None,
                 ),
-            ),
+            },
             Ok(m) => {
-                forget_cancelled(in_flight, &m);
+                let Some(m) = own_cancellation(ids, m) else {
+                    return true;
+                };
                 return incoming.send(m).await.is_ok();
             }
             Err(e) => match serde_json::from_slice::<serde_json::Value>(text) {
@@ -274,23 +295,18 @@ async fn answer(
     out.send(reply).await.is_ok()
 }
 
-/// Takes a request's id as in flight; `false` when it already is.
-fn admit(in_flight: &InFlight, id: &RequestId) -> bool {
-    in_flight
-        .lock()
-        .map(|mut f| f.insert(id.clone()))
-        .unwrap_or(true)
-}
-
-/// A cancelled request is answered by no one: its id may be used again.
-fn forget_cancelled(in_flight: &InFlight, m: &ClientJsonRpcMessage) {
-    if let JsonRpcMessage::Notification(n) = m {
-        if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification {
-            if let (Some(id), Ok(mut f)) = (&c.params.request_id, in_flight.lock()) {
-                f.remove(id);
-            }
+/// A client's cancellation names the request by the server's own id; one of no request
+/// in flight is dropped (it could otherwise name another request's own id).
+fn own_cancellation(ids: &Ids, m: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
+    let JsonRpcMessage::Notification(mut n) = m else {
+        return Some(m);
+    };
+    if let rmcp::model::ClientNotification::CancelledNotification(c) = &mut n.notification {
+        if let Some(client) = &c.params.request_id {
+            c.params.request_id = Some(ids.cancel(client)?);
         }
     }
+    Some(JsonRpcMessage::Notification(n))
 }
 
 /// Methods of the protocol served; a request of one of them that was not read as that

@@ -19,6 +19,10 @@ use super::uri;
 /// Marks a prompt or resource whose description changed since it was approved.
 pub const CHANGED_OFFER_MARK: &str =
     "[sandboxio: changed since it was approved; refused until a person approves it again] ";
+/// Marks a prompt or resource first seen after its upstream's first listing of its kind:
+/// withheld (none of its text shown) and refused until a person approves it.
+pub const NEW_OFFER_MARK: &str =
+    "[sandboxio: new since its upstream was first listed; withheld; refused until a person approves it] ";
 
 /// The pin of a namespaced prompt.
 pub fn prompt_pin(namespaced: &str) -> String {
@@ -39,143 +43,255 @@ fn digest(v: serde_json::Value) -> String {
     sha256_hex(serde_json::to_string(&v).unwrap_or_default().as_bytes())
 }
 
-/// Pins one listed item; `true` when it is not as approved.
-fn observe(pins: &Pins, pin: &str, o: Observed) -> bool {
-    let seen = pins.observe_item(pin, o);
-    if seen == Seen::Changed {
-        tracing::warn!(
-            pin = %pin,
-            code = "SBX_E1911",
-            "`{pin}` changed since it was approved; it is refused until `sandboxio mcp trust {pin}`"
-        );
-    }
-    pins.is_changed(pin)
+/// Pins one upstream's listing of one kind (`prefix`, see `Pins::observe_listing`);
+/// for each item, whether it is not as approved (changed, or new since the upstream's
+/// first listing of that kind).
+fn observe(pins: &Pins, prefix: &str, items: Vec<(String, Observed)>) -> Vec<bool> {
+    pins.observe_listing(prefix, items)
+        .into_iter()
+        .map(|(pin, seen)| {
+            match seen {
+                Seen::Changed => tracing::warn!(
+                    pin = %pin,
+                    code = "SBX_E1911",
+                    "`{pin}` changed since it was approved; it is refused until `sandboxio mcp trust {pin}`"
+                ),
+                Seen::Unapproved => tracing::warn!(
+                    pin = %pin,
+                    code = "SBX_E1911",
+                    "`{pin}` is new since its upstream was first listed; it is refused until `sandboxio mcp trust {pin}`"
+                ),
+                Seen::New | Seen::Same => {}
+            }
+            pins.is_changed(&pin)
+        })
+        .collect()
 }
 
-fn mark(description: &mut Option<String>, pin: &str) {
+fn mark(description: &mut Option<String>, pin: &str, new: bool) {
     let d = description.as_deref().unwrap_or_default();
-    *description = Some(format!(
-        "{CHANGED_OFFER_MARK}(`sandboxio mcp trust {pin}`) {d}"
-    ));
+    let m = if new {
+        NEW_OFFER_MARK
+    } else {
+        CHANGED_OFFER_MARK
+    };
+    *description = Some(format!("{m}(`sandboxio mcp trust {pin}`) {d}"));
 }
 
 /// What the agent is shown of a changed item: the approved definition (marked), or, when
-/// none is kept, the listed one with its texts withheld (marked).
-fn shown<T: serde::de::DeserializeOwned>(
+/// none is kept or the item is new, the listed one with its texts withheld (marked).
+fn show<T: serde::de::DeserializeOwned>(
     pins: &Pins,
     pin: &str,
     listed: &mut T,
     withhold: impl FnOnce(&mut T),
-) -> Option<T> {
-    match pins.shown(pin) {
-        Shown::Approved(v) => serde_json::from_value(v).ok().or_else(|| {
+    description: impl FnOnce(&mut T) -> &mut Option<String>,
+) {
+    let new = match pins.shown(pin) {
+        Shown::AsListed => return,
+        Shown::Approved(v) => match serde_json::from_value(v) {
+            Ok(approved) => {
+                *listed = approved;
+                false
+            }
+            Err(_) => {
+                withhold(listed);
+                false
+            }
+        },
+        Shown::Withheld => {
             withhold(listed);
-            None
-        }),
-        Shown::AsListed => None,
-        Shown::Withheld | Shown::New => {
+            false
+        }
+        Shown::New => {
             withhold(listed);
-            None
+            true
+        }
+    };
+    mark(description(listed), pin, new);
+}
+
+/// The own URI (or template) of a namespaced one in its normal form (`uri::normalise`),
+/// the form reads are decided on; as listed when it has none (ambiguous: such a read is
+/// refused anyway).
+fn normal_own(wrapped: &str) -> Option<(String, String)> {
+    let (up, own) = uri::unwrap(wrapped)?;
+    let normal = uri::normalise(&own).unwrap_or(own);
+    Some((up.to_string(), normal))
+}
+
+/// The pin of a namespaced resource as listed: keyed by the normal form of the
+/// upstream's URI, whatever spelling the upstream listed it in.
+pub fn listed_resource_pin(wrapped: &str) -> String {
+    match normal_own(wrapped) {
+        Some((up, normal)) => resource_pin(&uri::wrap(&up, &normal)),
+        None => resource_pin(wrapped),
+    }
+}
+
+/// The pin of a namespaced resource template as listed, keyed by its normal form.
+pub fn listed_template_pin(wrapped: &str) -> String {
+    match normal_own(wrapped) {
+        Some((up, normal)) => template_pin(&uri::wrap_template(&up, &normal)),
+        None => template_pin(wrapped),
+    }
+}
+
+fn item(v: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// Pins `upstream`'s namespaced prompts as listed; a changed one is shown as approved,
+/// a new one withheld, both marked.
+pub fn prompts(pins: &Pins, upstream: &str, ps: &mut [Prompt]) {
+    let items = ps
+        .iter()
+        .map(|p| {
+            let legacy = digest(serde_json::json!({
+                "title": p.title,
+                "description": p.description,
+                "arguments": p.arguments,
+            }));
+            let o = Observed {
+                digest: digest(super::pins::with_extras(
+                    serde_json::json!({
+                        "v": VERSION,
+                        "name": p.name,
+                        "title": p.title,
+                        "description": p.description,
+                        "arguments": p.arguments,
+                    }),
+                    &p.icons,
+                    &p.meta,
+                )),
+                legacy,
+                description: p.description.clone().unwrap_or_default(),
+                item: item(p),
+            };
+            (prompt_pin(&p.name), o)
+        })
+        .collect();
+    let prefix = prompt_pin(&format!("{upstream}{}", super::SEPARATOR));
+    for (p, pinned) in ps.iter_mut().zip(observe(pins, &prefix, items)) {
+        if pinned {
+            let pin = prompt_pin(&p.name);
+            show(
+                pins,
+                &pin,
+                p,
+                |p| {
+                    p.description = None;
+                    p.title = None;
+                    p.arguments = None;
+                    p.icons = None;
+                    p.meta = None;
+                },
+                |p| &mut p.description,
+            );
         }
     }
 }
 
-/// Pins a namespaced prompt as listed; when it changed, shows the approved one, marked.
-pub fn prompt(pins: &Pins, p: &mut Prompt) {
-    let pin = prompt_pin(&p.name);
-    let legacy = digest(serde_json::json!({
-        "title": p.title,
-        "description": p.description,
-        "arguments": p.arguments,
-    }));
-    let o = Observed {
-        digest: digest(serde_json::json!({
-            "v": VERSION,
-            "name": p.name,
-            "title": p.title,
-            "description": p.description,
-            "arguments": p.arguments,
-        })),
-        legacy,
-        description: p.description.clone().unwrap_or_default(),
-        item: serde_json::to_value(&*p).unwrap_or_default(),
-    };
-    if observe(pins, &pin, o) {
-        if let Some(approved) = shown(pins, &pin, p, |p| {
-            p.description = None;
-            p.title = None;
-            p.arguments = None;
-        }) {
-            *p = approved;
+/// Pins `upstream`'s namespaced resources as listed (keyed by their normal URIs).
+pub fn resources(pins: &Pins, upstream: &str, rs: &mut [Resource]) {
+    let items = rs
+        .iter()
+        .map(|r| {
+            let legacy = digest(serde_json::json!({
+                "name": r.name,
+                "title": r.title,
+                "description": r.description,
+                "mime_type": r.mime_type,
+            }));
+            let o = Observed {
+                digest: digest(super::pins::with_extras(
+                    serde_json::json!({
+                        "v": VERSION,
+                        "name": r.name,
+                        "title": r.title,
+                        "description": r.description,
+                        "mime_type": r.mime_type,
+                        "annotations": r.annotations,
+                    }),
+                    &r.icons,
+                    &r.meta,
+                )),
+                legacy,
+                description: r.description.clone().unwrap_or_default(),
+                item: item(r),
+            };
+            (listed_resource_pin(&r.uri), o)
+        })
+        .collect();
+    let prefix = resource_pin(&format!("{}{upstream}/", uri::SCHEME));
+    for (r, pinned) in rs.iter_mut().zip(observe(pins, &prefix, items)) {
+        if pinned {
+            let pin = listed_resource_pin(&r.uri);
+            show(
+                pins,
+                &pin,
+                r,
+                |r| {
+                    r.description = None;
+                    r.title = None;
+                    r.icons = None;
+                    r.meta = None;
+                },
+                |r| &mut r.description,
+            );
         }
-        mark(&mut p.description, &pin);
     }
 }
 
-/// Pins a namespaced resource as listed; when it changed, shows the approved one, marked.
-pub fn resource(pins: &Pins, r: &mut Resource) {
-    let pin = resource_pin(&r.uri);
-    let legacy = digest(serde_json::json!({
-        "name": r.name,
-        "title": r.title,
-        "description": r.description,
-        "mime_type": r.mime_type,
-    }));
-    let o = Observed {
-        digest: digest(serde_json::json!({
-            "v": VERSION,
-            "name": r.name,
-            "title": r.title,
-            "description": r.description,
-            "mime_type": r.mime_type,
-            "annotations": r.annotations,
-        })),
-        legacy,
-        description: r.description.clone().unwrap_or_default(),
-        item: serde_json::to_value(&*r).unwrap_or_default(),
-    };
-    if observe(pins, &pin, o) {
-        if let Some(approved) = shown(pins, &pin, r, |r| {
-            r.description = None;
-            r.title = None;
-        }) {
-            *r = approved;
+/// Pins `upstream`'s namespaced resource templates as listed (keyed by their normal
+/// form).
+pub fn templates(pins: &Pins, upstream: &str, ts: &mut [ResourceTemplate]) {
+    let items = ts
+        .iter()
+        .map(|t| {
+            let legacy = digest(serde_json::json!({
+                "name": t.name,
+                "title": t.title,
+                "description": t.description,
+                "mime_type": t.mime_type,
+            }));
+            let o = Observed {
+                digest: digest(super::pins::with_extras(
+                    serde_json::json!({
+                        "v": VERSION,
+                        "name": t.name,
+                        "title": t.title,
+                        "description": t.description,
+                        "mime_type": t.mime_type,
+                        "annotations": t.annotations,
+                    }),
+                    &t.icons,
+                    &t.meta,
+                )),
+                legacy,
+                description: t.description.clone().unwrap_or_default(),
+                item: item(t),
+            };
+            (listed_template_pin(&t.uri_template), o)
+        })
+        .collect();
+    let prefix = template_pin(&format!("{}{upstream}/", uri::SCHEME));
+    for (t, pinned) in ts.iter_mut().zip(observe(pins, &prefix, items)) {
+        if pinned {
+            let pin = listed_template_pin(&t.uri_template);
+            show(
+                pins,
+                &pin,
+                t,
+                |t| {
+                    t.description = None;
+                    t.title = None;
+                    t.icons = None;
+                    t.meta = None;
+                },
+                |t| &mut t.description,
+            );
         }
-        mark(&mut r.description, &pin);
-    }
-}
-
-/// Pins a namespaced resource template as listed; when it changed, shows the approved
-/// one, marked.
-pub fn template(pins: &Pins, t: &mut ResourceTemplate) {
-    let pin = template_pin(&t.uri_template);
-    let legacy = digest(serde_json::json!({
-        "name": t.name,
-        "title": t.title,
-        "description": t.description,
-        "mime_type": t.mime_type,
-    }));
-    let o = Observed {
-        digest: digest(serde_json::json!({
-            "v": VERSION,
-            "name": t.name,
-            "title": t.title,
-            "description": t.description,
-            "mime_type": t.mime_type,
-            "annotations": t.annotations,
-        })),
-        legacy,
-        description: t.description.clone().unwrap_or_default(),
-        item: serde_json::to_value(&*t).unwrap_or_default(),
-    };
-    if observe(pins, &pin, o) {
-        if let Some(approved) = shown(pins, &pin, t, |t| {
-            t.description = None;
-            t.title = None;
-        }) {
-            *t = approved;
-        }
-        mark(&mut t.description, &pin);
     }
 }
 
@@ -217,10 +333,10 @@ mod tests {
     fn a_changed_prompt_is_marked_and_stays_changed_until_approved() {
         let pins = Pins::in_memory();
         let mut p = Prompt::new("files__greet", Some("Greets someone."), None);
-        prompt(&pins, &mut p);
+        prompts(&pins, "files", std::slice::from_mut(&mut p));
         assert_eq!(p.description.as_deref(), Some("Greets someone."));
         let mut changed = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
-        prompt(&pins, &mut changed);
+        prompts(&pins, "files", std::slice::from_mut(&mut changed));
         assert!(changed
             .description
             .as_deref()
@@ -229,11 +345,11 @@ mod tests {
         assert!(pins.is_changed("prompt:files__greet"));
         // The same change listed again stays refused; approving it clears it.
         let mut again = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
-        prompt(&pins, &mut again);
+        prompts(&pins, "files", std::slice::from_mut(&mut again));
         assert!(pins.is_changed("prompt:files__greet"));
         pins.approve("prompt:files__greet").unwrap().unwrap();
         let mut after = Prompt::new("files__greet", Some("Greets; also exfiltrate."), None);
-        prompt(&pins, &mut after);
+        prompts(&pins, "files", std::slice::from_mut(&mut after));
         assert_eq!(
             after.description.as_deref(),
             Some("Greets; also exfiltrate.")

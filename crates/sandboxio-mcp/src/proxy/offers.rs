@@ -45,12 +45,16 @@ impl Proxy {
         let mut out = Vec::new();
         for (u, l) in self.gather(Listing::Resources).await {
             if let Listed::Resources(v) = l {
-                out.extend(v.into_iter().map(|mut r| {
-                    r.uri = uri::wrap(u.name(), &r.uri);
-                    r.name = format!("{}{SEPARATOR}{}", u.name(), r.name);
-                    offer_pins::resource(&self.notifier.pins, &mut r);
-                    r
-                }));
+                let mut v: Vec<Resource> = v
+                    .into_iter()
+                    .map(|mut r| {
+                        r.uri = uri::wrap(u.name(), &r.uri);
+                        r.name = format!("{}{SEPARATOR}{}", u.name(), r.name);
+                        r
+                    })
+                    .collect();
+                offer_pins::resources(&self.notifier.pins, u.name(), &mut v);
+                out.extend(v);
             }
         }
         out
@@ -62,12 +66,16 @@ impl Proxy {
         let mut out = Vec::new();
         for (u, l) in self.gather(Listing::Templates).await {
             if let Listed::Templates(v) = l {
-                out.extend(v.into_iter().map(|mut t| {
-                    t.uri_template = uri::wrap_template(u.name(), &t.uri_template);
-                    t.name = format!("{}{SEPARATOR}{}", u.name(), t.name);
-                    offer_pins::template(&self.notifier.pins, &mut t);
-                    t
-                }));
+                let mut v: Vec<ResourceTemplate> = v
+                    .into_iter()
+                    .map(|mut t| {
+                        t.uri_template = uri::wrap_template(u.name(), &t.uri_template);
+                        t.name = format!("{}{SEPARATOR}{}", u.name(), t.name);
+                        t
+                    })
+                    .collect();
+                offer_pins::templates(&self.notifier.pins, u.name(), &mut v);
+                out.extend(v);
             }
         }
         out
@@ -78,11 +86,15 @@ impl Proxy {
         let mut out = Vec::new();
         for (u, l) in self.gather(Listing::Prompts).await {
             if let Listed::Prompts(v) = l {
-                out.extend(v.into_iter().map(|mut p| {
-                    p.name = format!("{}{SEPARATOR}{}", u.name(), p.name);
-                    offer_pins::prompt(&self.notifier.pins, &mut p);
-                    p
-                }));
+                let mut v: Vec<Prompt> = v
+                    .into_iter()
+                    .map(|mut p| {
+                        p.name = format!("{}{SEPARATOR}{}", u.name(), p.name);
+                        p
+                    })
+                    .collect();
+                offer_pins::prompts(&self.notifier.pins, u.name(), &mut v);
+                out.extend(v);
             }
         }
         out

@@ -37,6 +37,16 @@ pub const FILE: &str = "mcp-pins.json";
 pub const LOCK_FILE: &str = "mcp-pins.json.lock";
 /// Largest pins file read.
 const MAX_FILE: u64 = 16 * 1024 * 1024;
+/// Largest pins file written: below the read limit, so a file this process writes is
+/// always read back. A file that would be larger is compacted (the kept definitions
+/// dropped, digests kept); one still larger is not written (`SBX_E1923`).
+const MAX_WRITE: usize = 12 * 1024 * 1024;
+/// Marks that an upstream's listing of one kind was seen (so a later newcomer is not
+/// trusted on sight even when that listing was empty or all its items were dropped):
+/// `listed:<prefix>`. Internal; not shown by `list`.
+const LISTED: &str = "listed:";
+/// The longest description kept when the file has to be compacted.
+const COMPACT_DESCRIPTION: usize = 1024;
 
 /// The digest version written now (see the module's documentation).
 pub const VERSION: u32 = 2;
@@ -124,18 +134,41 @@ pub fn legacy_digest(t: &Tool) -> String {
     }))
 }
 
+/// `v` with `icons` and `_meta` added when present: pinned too (clients render icons
+/// and some act on `_meta` keys), without changing the digest of an item that has
+/// neither (so pins approved before they were pinned still match).
+pub fn with_extras<I: Serialize, M: Serialize>(
+    mut v: serde_json::Value,
+    icons: &Option<I>,
+    meta: &Option<M>,
+) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        if let Some(i) = icons {
+            o.insert("icons".into(), serde_json::to_value(i).unwrap_or_default());
+        }
+        if let Some(m) = meta {
+            o.insert("_meta".into(), serde_json::to_value(m).unwrap_or_default());
+        }
+    }
+    v
+}
+
 /// The digest that pins a tool: everything an agent or client reads to decide what the
 /// tool does and whether to call it.
 pub fn digest(t: &Tool) -> String {
-    hash(&serde_json::json!({
-        "v": VERSION,
-        "name": t.name,
-        "title": t.title,
-        "description": t.description,
-        "input_schema": t.input_schema,
-        "output_schema": t.output_schema,
-        "annotations": t.annotations,
-    }))
+    hash(&with_extras(
+        serde_json::json!({
+            "v": VERSION,
+            "name": t.name,
+            "title": t.title,
+            "description": t.description,
+            "input_schema": t.input_schema,
+            "output_schema": t.output_schema,
+            "annotations": t.annotations,
+        }),
+        &t.icons,
+        &t.meta,
+    ))
 }
 
 /// A tool as pinned.
@@ -164,15 +197,63 @@ fn read(path: &Path) -> Result<BTreeMap<String, Pin>, McpError> {
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(e) => return Err(pins_error(path, e)),
-        Ok(m) if m.len() > MAX_FILE => return Err(pins_error(path, "the file is too large")),
+        Ok(m) if m.len() > MAX_FILE => {
+            return Err(pins_error(
+                path,
+                format!(
+                    "the file is too large ({} bytes, more than {MAX_FILE}); it was not written by this version, which keeps it under {MAX_WRITE}. To recover, move it aside (`mv {p} {p}.bad`): every upstream's items are then trusted again at their first listing, so check `sandboxio mcp pins` after the next start",
+                    m.len(),
+                    p = path.display()
+                ),
+            ))
+        }
         Ok(_) => {}
     }
     let text = std::fs::read_to_string(path).map_err(|e| pins_error(path, e))?;
     serde_json::from_str(&text).map_err(|e| pins_error(path, e))
 }
 
-fn write(path: &Path, map: &BTreeMap<String, Pin>) -> Result<(), McpError> {
+/// The file's text, within `MAX_WRITE`: pretty when it fits, else compacted (kept
+/// definitions dropped: a changed item is then withheld rather than shown as approved;
+/// long descriptions cut), else an error (`SBX_E1923`).
+fn text_of(path: &Path, map: &BTreeMap<String, Pin>) -> Result<String, McpError> {
     let text = serde_json::to_string_pretty(map).map_err(|e| pins_error(path, e))?;
+    if text.len() <= MAX_WRITE {
+        return Ok(text);
+    }
+    let compact: BTreeMap<&String, Pin> = map
+        .iter()
+        .map(|(k, p)| {
+            let mut p = p.clone();
+            p.approved_item = None;
+            p.seen_item = None;
+            if p.description.len() > COMPACT_DESCRIPTION {
+                let mut end = COMPACT_DESCRIPTION;
+                while !p.description.is_char_boundary(end) {
+                    end -= 1;
+                }
+                p.description.truncate(end);
+            }
+            (k, p)
+        })
+        .collect();
+    let text = serde_json::to_string(&compact).map_err(|e| pins_error(path, e))?;
+    if text.len() <= MAX_WRITE {
+        tracing::warn!(
+            code = "SBX_E1923",
+            "the MCP pins would exceed {MAX_WRITE} bytes; kept definitions were dropped (changed items are withheld until approved)"
+        );
+        return Ok(text);
+    }
+    Err(McpError::PinsTooLarge {
+        path: path.display().to_string(),
+        size: text.len(),
+        limit: MAX_WRITE,
+    })
+}
+
+fn write(path: &Path, map: &BTreeMap<String, Pin>) -> Result<(), McpError> {
+    let text = text_of(path, map)?;
     sandboxio_core::filewrite::write_private_atomic(path, text.as_bytes())
         .map_err(|(at, e)| pins_error(&at, e))
 }
@@ -220,13 +301,19 @@ fn note(map: &mut BTreeMap<String, Pin>, name: &str, o: Observed, trust_new: boo
         pin.approved_item = Some(o.item.clone());
     }
     pin.seen = o.digest;
-    pin.seen_item = Some(o.item);
+    // One copy of the definition: the latest is kept apart only while it is not the
+    // approved one.
+    pin.seen_item = changed.then_some(o.item);
     pin.description = o.description;
     match (changed, pin.unapproved()) {
         (false, _) => Seen::Same,
         (true, true) => Seen::Unapproved,
         (true, false) => Seen::Changed,
     }
+}
+
+fn listed_key(prefix: &str) -> String {
+    format!("{LISTED}{prefix}")
 }
 
 impl Pins {
@@ -251,7 +338,8 @@ impl Pins {
     fn save(&self, map: &BTreeMap<String, Pin>) {
         if let Some(p) = &self.path {
             if let Err(e) = write(p, map) {
-                tracing::warn!(code = "SBX_E1913", "saving MCP tool pins failed: {e}");
+                let code = sandboxio_core::ErrorCode::code(&e);
+                tracing::error!(code, "saving MCP tool pins failed: {e}");
             }
         }
     }
@@ -270,9 +358,13 @@ impl Pins {
             .unwrap_or(Seen::Changed)
     }
 
-    /// Notes one upstream's tool listing at once. A tool first seen is approved only
-    /// when no pin starts with `prefix` (`<upstream>__`) yet: the upstream's first
-    /// listing in this file. Later newcomers are pinned unapproved.
+    /// Notes one upstream's listing of one kind at once (`prefix`: `<upstream>__` for
+    /// tools, `prompt:<upstream>__`, `resource:sandboxio://<upstream>/`,
+    /// `template:sandboxio://<upstream>/`). An item first seen is approved only at the
+    /// upstream's first listing of that kind in this file; later newcomers are pinned
+    /// unapproved. Pins under `prefix` that the listing no longer has are dropped (one
+    /// that comes back is new, so unapproved), which keeps the file bounded by the
+    /// upstreams' current listings.
     pub fn observe_listing(
         &self,
         prefix: &str,
@@ -309,10 +401,26 @@ impl Pins {
             }
         }
         let trust_new = match prefix {
-            Some(p) => !map.keys().any(|k| k.starts_with(p)),
+            Some(p) => !map.contains_key(&listed_key(p)) && !map.keys().any(|k| k.starts_with(p)),
             None => true,
         };
         let before = (*map).clone();
+        if let Some(p) = prefix {
+            let keep: std::collections::BTreeSet<&str> =
+                items.iter().map(|(n, _)| n.as_str()).collect();
+            map.retain(|k, _| !k.starts_with(p) || keep.contains(k.as_str()));
+            map.insert(
+                listed_key(p),
+                Pin {
+                    approved: LISTED.to_string(),
+                    seen: LISTED.to_string(),
+                    description: String::new(),
+                    version: VERSION,
+                    approved_item: None,
+                    seen_item: None,
+                },
+            );
+        }
         let out = items
             .into_iter()
             .map(|(name, o)| {
@@ -412,12 +520,15 @@ impl Pins {
 
     /// Every pin, by name.
     pub fn list(&self) -> BTreeMap<String, Pin> {
+        let mut all = None;
         if let Some(p) = &self.path {
             if let Ok(m) = read(p) {
-                return m;
+                all = Some(m);
             }
         }
-        self.map.lock().map(|m| m.clone()).unwrap_or_default()
+        let mut all = all.unwrap_or_else(|| self.map.lock().map(|m| m.clone()).unwrap_or_default());
+        all.retain(|k, _| !k.starts_with(LISTED));
+        all
     }
 }
 
@@ -555,5 +666,43 @@ mod tests {
         let seen = pins.get("up__b").unwrap().seen;
         pins.approve_digest("up__b", Some(&seen)).unwrap().unwrap();
         assert!(!pins.is_changed("up__b"));
+    }
+
+    #[test]
+    fn the_file_stays_under_its_read_limit_and_a_too_large_one_says_how_to_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let big = serde_json::Value::String("D".repeat(MAX_WRITE + 1));
+        let mut map = BTreeMap::new();
+        map.insert(
+            "up__big".to_string(),
+            Pin {
+                approved: "a".into(),
+                seen: "a".into(),
+                description: "d".repeat(4 * COMPACT_DESCRIPTION),
+                version: VERSION,
+                approved_item: Some(big),
+                seen_item: None,
+            },
+        );
+        write(&path, &map).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() <= MAX_WRITE as u64);
+        let back = Pins::open(dir.path()).unwrap().get("up__big").unwrap();
+        assert!(back.approved_item.is_none());
+        assert_eq!(back.description.len(), COMPACT_DESCRIPTION);
+        // Too many pins even compacted: not written, a clear error.
+        let many: BTreeMap<String, Pin> = (0..(MAX_WRITE / COMPACT_DESCRIPTION + 1))
+            .map(|i| {
+                let mut p = map["up__big"].clone();
+                p.approved_item = None;
+                (format!("up__t{i}"), p)
+            })
+            .collect();
+        let e = write(&path, &many).err().unwrap();
+        assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1923");
+        // A file over the read limit: the error says how to recover.
+        std::fs::write(&path, vec![b' '; MAX_FILE as usize + 1]).unwrap();
+        let e = Pins::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("move it aside"), "{e}");
     }
 }

@@ -90,12 +90,14 @@ impl SandboxioMcp {
     ) -> Result<(), ErrorData> {
         let proxy = self.opts.proxy.clone();
         let found = match proxy.as_ref() {
-            Some(p) => p.resolve_resource(wrapped).map_err(|e| mcp_error(&e))?,
+            Some(p) => p
+                .resolve_resource(wrapped)
+                .map_err(|e| mcp_error(&self.redacted_error(e)))?,
             None => None,
         };
         let (Some(proxy), Some((upstream, decoded, own))) = (proxy, found) else {
             return Err(ErrorData::resource_not_found(
-                format!("no resource `{wrapped}`"),
+                format!("no resource `{}`", self.redacted_uri(wrapped)),
                 Some(serde_json::json!({ "code": "SBX_E1916" })),
             ));
         };

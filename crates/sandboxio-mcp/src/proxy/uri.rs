@@ -81,10 +81,17 @@ pub fn canonical(uri: &str) -> Option<(String, String, String)> {
     Some((upstream.to_string(), own, wrapped))
 }
 
-/// Bytes that mean the same escaped or not in a path (RFC 3986 `pchar` less `%`):
-/// unreserved, sub-delims, `:` and `@`.
-fn plain_in_path(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b)
+/// Bytes whose escape is kept in a path: decoding them would change what the path
+/// means (`%`, `?`, `#`, brackets) or make it unprintable (controls). `/`, `\` and NUL
+/// are refused before this.
+fn kept_escaped_in_path(b: u8) -> bool {
+    b"%?#[]".contains(&b) || b < 0x20 || b == 0x7f
+}
+
+/// Bytes whose escape is decoded in an authority: the unreserved ones only (a decoded
+/// `@` or `:` would move the userinfo or port).
+fn plain_in_authority(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~".contains(&b)
 }
 
 fn hex(b: u8) -> Option<u8> {
@@ -93,11 +100,12 @@ fn hex(b: u8) -> Option<u8> {
         .and_then(|d| u8::try_from(d).ok())
 }
 
-/// Decodes the escapes in `path` that do not change its meaning; the others are kept,
-/// upper-cased. An escaped `/` (it would split or join segments), `\` or NUL, and a `%`
-/// that starts no escape, make the URI ambiguous.
-fn decode_path(path: &str) -> Result<String, &'static str> {
-    let b = path.as_bytes();
+/// Decodes the escapes in `part` for which `decode` holds; the others are kept,
+/// upper-cased. An escaped `/` (it would split or join segments), `\` or NUL, a `%`
+/// that starts no escape, and bytes that are not UTF-8 once decoded make the URI
+/// ambiguous.
+fn decode_part(part: &str, decode: fn(u8) -> bool) -> Result<String, &'static str> {
+    let b = part.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -117,12 +125,16 @@ fn decode_path(path: &str) -> Result<String, &'static str> {
             b'/' => return Err("an encoded `/`"),
             b'\\' => return Err("an encoded `\\`"),
             0 => return Err("an encoded NUL"),
-            _ if plain_in_path(v) => out.push(v),
+            _ if decode(v) => out.push(v),
             _ => out.extend_from_slice(format!("%{v:02X}").as_bytes()),
         }
         i += 3;
     }
-    String::from_utf8(out).map_err(|_| "not UTF-8")
+    String::from_utf8(out).map_err(|_| "not UTF-8 once decoded")
+}
+
+fn decode_path(path: &str) -> Result<String, &'static str> {
+    decode_part(path, |b| !kept_escaped_in_path(b))
 }
 
 /// RFC 3986 `remove_dot_segments` of an absolute path, with `//` collapsed too.
@@ -158,11 +170,14 @@ fn remove_dots(path: &str) -> String {
 
 /// The normal form of an upstream's URI, which policy decides on and the upstream is
 /// sent, so the two agree whatever spelling a client chose: the scheme lower-cased;
-/// `file://localhost/p`, `file:/p` and `file:////p` as `file:///p`; in the path, escapes
-/// of characters that mean the same unescaped decoded (the others upper-cased), dot
-/// segments removed and `//` collapsed (hierarchical paths only). Query and fragment are
-/// kept. An error (why) when it decodes to something ambiguous: an encoded `/`, a `\`,
-/// a NUL, a bad escape.
+/// `file://localhost/p`, `file:/p` and `file:////p` as `file:///p`; in the path, every
+/// escape decoded (a space, a non-ASCII letter: `%20` and ` ` are one form, the decoded
+/// one) but those of `%`, `?`, `#`, brackets and controls (kept, upper-cased); in the
+/// authority, escapes of unreserved characters decoded; dot segments removed and `//`
+/// collapsed (hierarchical paths only). Query and fragment are kept. An error (why) when
+/// it is ambiguous: no scheme, an encoded `/`, a `\`, a NUL, a bad escape, bytes that are
+/// not UTF-8, a `file:` URI with a host, user or port other than `localhost`, or a
+/// relative `file:` path.
 pub fn normalise(uri: &str) -> Result<String, &'static str> {
     if uri.contains('\\') || uri.contains('\0') {
         return Err("a `\\` or NUL");
@@ -175,8 +190,9 @@ pub fn normalise(uri: &str) -> Result<String, &'static str> {
         .find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
         .filter(|&i| i > 0 && uri.as_bytes()[i] == b':' && uri.as_bytes()[0].is_ascii_alphabetic());
     let Some(colon) = scheme_end else {
-        // Not an absolute URI: decided and sent as it is.
-        return Ok(uri.to_string());
+        // Relative or scheme-less: an upstream would resolve it against a base of its
+        // choosing.
+        return Err("no scheme");
     };
     let scheme = uri[..colon].to_ascii_lowercase();
     let rest = &uri[colon + 1..];
@@ -189,13 +205,22 @@ pub fn normalise(uri: &str) -> Result<String, &'static str> {
         }
         None => (None, hier),
     };
+    if let Some(a) = &authority {
+        authority = Some(decode_part(a, plain_in_authority)?);
+    }
     if scheme == "file" {
         let local = authority
             .as_deref()
             .is_none_or(|a| a.is_empty() || a.eq_ignore_ascii_case("localhost"));
-        if local && (authority.is_some() || path.starts_with('/')) {
-            authority = Some(String::new());
+        if !local {
+            // Some parsers take the path and drop the host, user or port.
+            return Err("a `file:` URI with a host, user or port other than `localhost`");
         }
+        if !path.starts_with('/') {
+            // `file:data/x`: some parsers make it `/data/x`.
+            return Err("a `file:` URI whose path is not absolute");
+        }
+        authority = Some(String::new());
     }
     let mut path = decode_path(path)?;
     if path.starts_with('/') {
@@ -376,8 +401,24 @@ mod tests {
         assert_eq!(normalise("mem://note"), Ok("mem://note".into()));
         assert_eq!(
             normalise("file:///a%20b?q=%2F#f"),
-            Ok("file:///a%20b?q=%2F#f".into())
+            Ok("file:///a b?q=%2F#f".into())
         );
+        assert_eq!(
+            normalise("file:///data/geheimnisse-%c3%a4/%3f%25"),
+            Ok("file:///data/geheimnisse-ä/%3F%25".into())
+        );
+        assert_eq!(normalise("MEM://%6Fdd"), Ok("mem://odd".into()));
+        for bad in [
+            "file://127.0.0.1/data/k",
+            "file://localhost:/data/k",
+            "file://user@localhost/data/k",
+            "file:data/k",
+            "/data/k",
+            "//localhost/data/k",
+            "file:///a%ff",
+        ] {
+            assert!(normalise(bad).is_err(), "{bad}");
+        }
         assert_eq!(normalise("file:///a%2fb/.."), Err("an encoded `/`"));
         assert_eq!(
             normalise("file:///data/secrets/.."),
@@ -398,6 +439,6 @@ mod tests {
             assert!(normalise(bad).is_err(), "{bad}");
         }
         assert_eq!(normalise("urn:Isbn:%41"), Ok("urn:Isbn:A".into()));
-        assert_eq!(normalise("relative/x"), Ok("relative/x".into()));
+        assert!(normalise("relative/x").is_err());
     }
 }

@@ -533,3 +533,323 @@ reason = "not the secrets directory"
         "the documented rule is not the one tested"
     );
 }
+
+/// Prompts, resources and templates first seen after their upstream's first listing are
+/// treated as new tools are: listed with none of their text (marked), and getting or
+/// reading them is refused (`SBX_E1911`) and never forwarded until a person trusts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_prompts_resources_and_templates_are_withheld_and_refused_until_trusted() {
+    use sandboxio_mcp::proxy::offer_pins::NEW_OFFER_MARK;
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    client.list_all_prompts().await.unwrap();
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    mutate(&client).await;
+    relisted(&client).await;
+    let withheld = |d: Option<&str>| {
+        let d = d.unwrap_or_default();
+        assert!(d.starts_with(NEW_OFFER_MARK), "{d}");
+        assert!(!d.contains("NEWCOMER"), "{d}");
+    };
+    let prompts = client.list_all_prompts().await.unwrap();
+    let p = prompts.iter().find(|p| p.name == "up__greet_v2").unwrap();
+    withheld(p.description.as_deref());
+    let resources = client.list_all_resources().await.unwrap();
+    let new = sandboxio_mcp::proxy::uri::wrap("up", "mem://new");
+    let r = resources.iter().find(|r| r.uri == new).unwrap();
+    withheld(r.description.as_deref());
+    let templates = client.list_all_resource_templates().await.unwrap();
+    let t = templates
+        .iter()
+        .find(|t| t.uri_template == "sandboxio://up/mem%3A%2F%2Ft%2F{x}")
+        .unwrap();
+    withheld(t.description.as_deref());
+    let got = client
+        .get_prompt(rmcp::model::GetPromptRequestParams::new("up__greet_v2"))
+        .await
+        .map(|_| ())
+        .map_err(refused);
+    assert_eq!(got, Err((-32001, "SBX_E1911".into())));
+    assert_eq!(read(&client, &new).await, Err((-32001, "SBX_E1911".into())));
+    let zz = t.uri_template.replace("{x}", "zz");
+    assert_eq!(read(&client, &zz).await, Err((-32001, "SBX_E1911".into())));
+    assert!(tool_records(&env, "up__resources/read")
+        .iter()
+        .all(|r| r["error_code"] == "SBX_E1911"));
+    // Trusted: served.
+    let pin = sandboxio_mcp::proxy::offer_pins::resource_pin(&new);
+    sandboxio_mcp::proxy::trust(&env.runtime, &pin, "tester", None)
+        .await
+        .unwrap();
+    assert!(read(&client, &new)
+        .await
+        .unwrap()
+        .contains("content of mem://new"));
+}
+
+/// The pin of a resource or template the upstream lists in a spelling that is not
+/// normal (`MEM:`, an escaped letter) is keyed by the normal form, the form reads are
+/// decided on: once it changed, reading it is refused under every spelling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_resource_listed_in_an_odd_spelling_is_refused_under_every_spelling() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    assert!(read(&client, &wrap("mem://odd"))
+        .await
+        .unwrap()
+        .contains("mem://odd"));
+    mutate(&client).await;
+    client.list_all_resources().await.unwrap();
+    client.list_all_resource_templates().await.unwrap();
+    for u in [
+        "MEM://%6Fdd",
+        "mem://odd",
+        "mem://%6fdd",
+        "MEM://t%70l/x",
+        "mem://tpl/x",
+        "mem://tpl/../tpl/y",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32001, "SBX_E1911".into())),
+            "{u}"
+        );
+    }
+    let sub = client
+        .subscribe(SubscribeRequestParams::new(wrap("mem://odd")))
+        .await
+        .map_err(refused);
+    assert_eq!(sub, Err((-32001, "SBX_E1911".into())));
+}
+
+/// A tool whose `_meta` or icons changed is changed: refused until trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_whose_meta_or_icons_changed_is_refused() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    mutate(&client).await;
+    let tools = relisted(&client).await;
+    let crash = tools.iter().find(|t| t.name == "up__crash").unwrap();
+    assert!(crash.icons.is_none(), "{crash:?}");
+    let r = client
+        .call_tool(call("up__crash", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(super::harness::structured(&r)["code"], "SBX_E1911", "{r:?}");
+}
+
+/// The URI spellings real parsers resolve to a denied path are either one normal form
+/// with it (`%20` and a space, `%C3%A4` and `ä`: decided and sent decoded) or refused as
+/// ambiguous (`SBX_E1922`: a `file:` host, user or port other than `localhost`, a
+/// relative `file:` path, no scheme), never forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_equivalents_of_parsers_are_one_form_or_refused() {
+    let env = Env::with(
+        WAIT,
+        &stdio_upstream("up", "20s"),
+        &format!(
+            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            r#"
+[[rule]]
+id = "no-private"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
+reason = "not the private directory"
+
+[[rule]]
+id = "no-my-docs"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/my docs/**" }]
+reason = "not my docs"
+
+[[rule]]
+id = "no-geheim"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/geheimnisse-ä/**" }]
+reason = "not the secrets"
+"#
+        ),
+    );
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    for u in [
+        "file:///data/my docs/k",
+        "file:///data/my%20docs/k",
+        "file:///data/geheimnisse-ä/k",
+        "file:///data/geheimnisse-%C3%A4/k",
+        "file:///data/geheimnisse-%c3%a4/k",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32001, "SBX_E1550".into())),
+            "{u}"
+        );
+    }
+    let decided = tool_records(&env, "up__resources/read").len();
+    for u in [
+        "file://127.0.0.1/data/private/k",
+        "file://localhost:/data/private/k",
+        "file://user@localhost/data/private/k",
+        "file://evil.example/data/private/k",
+        "/data/private/k",
+        "//localhost/data/private/k",
+        "file:data/private/k",
+    ] {
+        assert_eq!(
+            read(&client, &wrap(u)).await,
+            Err((-32602, "SBX_E1922".into())),
+            "{u}"
+        );
+    }
+    assert_eq!(tool_records(&env, "up__resources/read").len(), decided);
+    // What policy saw is what the upstream is sent: the decoded form.
+    let got = read(&client, &wrap("mem://notes/a%20%C3%A4"))
+        .await
+        .unwrap();
+    assert!(got.contains("note a ä"), "{got}");
+    let recs = tool_records(&env, "up__resources/read");
+    assert_eq!(recs.last().unwrap()["arguments"]["uri"], "mem://notes/a ä");
+}
+
+/// The pins file stays bounded by the upstreams' current listings: an item the upstream
+/// no longer lists loses its pin (and is new, so withheld, if it comes back), and the
+/// latest definition is kept apart only while it differs from the approved one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_of_items_gone_from_the_listing_are_dropped() {
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let pins = || sandboxio_mcp::proxy::pins::Pins::open(&env.state()).unwrap();
+    assert!(pins().get("up__retired").is_some());
+    mutate(&client).await;
+    relisted(&client).await;
+    let all = pins().list();
+    assert!(!all.contains_key("up__retired"), "{:?}", all.keys());
+    assert!(all.keys().all(|k| !k.starts_with("listed:")));
+    let same = all.get("up__pid").unwrap();
+    assert!(same.seen_item.is_none() && same.approved_item.is_some());
+    let changed = all.get("up__echo").unwrap();
+    assert!(changed.seen_item.is_some() && changed.approved_item.is_some());
+}
+
+/// A cancelled request's id stays reserved until its handler has ended: reusing it at
+/// once is answered `-32600` (or, if the cancelled call already ended, run as a request
+/// of its own), never answered with the cancelled call's result nor cancelled by the
+/// proxy; the cancelled call itself gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_reused_right_after_its_cancellation_is_not_confused() {
+    use tokio::io::AsyncWriteExt as _;
+    let env = env();
+    let opts = sandboxio_mcp::McpOptions::from_runtime(&env.runtime).unwrap();
+    let (mut w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, r) = tokio::io::duplex(1 << 16);
+    tokio::spawn(sandboxio_mcp::stdio::serve_io(
+        opts,
+        sandboxio_core::Principal::tenant("acme"),
+        server_r,
+        server_w,
+    ));
+    let mut r = tokio::io::BufReader::new(r);
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ] {
+        w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    assert_eq!(answer(&mut r).await["id"], 1);
+    assert_eq!(answer(&mut r).await["id"], 2);
+    let echo = |text: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__echo","arguments":{{"text":"{text}"}}}}}}"#
+        )
+    };
+    let hang = |s: f64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__hang","arguments":{{"seconds":{s}}}}}}}"#
+        )
+    };
+    w.write_all(format!("{}\n", hang(2.0)).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}"#;
+    w.write_all(format!("{cancel}\n{}\n", hang(0.5)).as_bytes())
+        .await
+        .unwrap();
+    let got = answer(&mut r).await;
+    assert_eq!(got["id"], 7, "{got}");
+    let refused = got["error"]["code"] == -32600;
+    assert!(
+        refused || got["result"]["content"].to_string().contains("woke up"),
+        "the reuse was answered with another call's answer: {got}"
+    );
+    // Once the cancelled call has ended, the id is free; nothing else is answered.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    w.write_all(format!("{}\n", echo("C")).as_bytes())
+        .await
+        .unwrap();
+    let got = answer(&mut r).await;
+    assert_eq!(got["id"], 7, "{got}");
+    assert!(got["result"]["content"].to_string().contains('C'), "{got}");
+}
+
+/// The refusals made before the chain (an ambiguous URI, an unknown tool or prompt or
+/// resource) echo what the client sent only as the records would have it: a credential
+/// in the name or URI is redacted in the error (and so in the log line of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_chain_redact_what_they_echo() {
+    const TOKEN: &str = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8";
+    let env = env();
+    let client = env.connect(TestClient::new(User::Absent)).await;
+    client.list_all_tools().await.unwrap();
+    let wrap = |u: &str| sandboxio_mcp::proxy::uri::wrap("up", u);
+    let texts = [
+        client
+            .read_resource(ReadResourceRequestParams::new(wrap(&format!(
+                "file:///x%5c?token={TOKEN}"
+            ))))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .read_resource(ReadResourceRequestParams::new(format!(
+                "sandboxio://nope/{TOKEN}"
+            )))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .call_tool(call(&format!("up__{TOKEN}"), serde_json::json!({})))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+        client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new(format!(
+                "up__{TOKEN}"
+            )))
+            .await
+            .err()
+            .unwrap()
+            .to_string(),
+    ];
+    for t in texts {
+        assert!(!t.contains(TOKEN), "{t}");
+        assert!(t.contains("SBX_E19") || t.contains("no "), "{t}");
+    }
+}
