@@ -403,7 +403,8 @@ async fn path_rule_proxy(ns: std::net::SocketAddr, port: u16) -> std::net::Socke
 }
 
 /// Paths that Tomcat, Jetty or Spring (`;` parameters), a server decoding twice (`%25`)
-/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..` passed a path rule: they now
+/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..`, and `//..` (a server merging
+/// slashes first reads `/simple//../admin` as `/admin`), passed a path rule: they now
 /// match no rule, and nothing is forwarded.
 #[tokio::test]
 async fn paths_read_in_different_ways_match_no_path_rule() {
@@ -424,6 +425,10 @@ async fn paths_read_in_different_ways_match_no_path_rule() {
         "/simple/..%3b/admin",
         "/simple/%252e%252e/admin",
         "/simple/%c0%ae%c0%ae/admin",
+        // nginx and Apache merge slashes before dot segments: `/admin` there.
+        "/simple//../admin",
+        "/simple/x//y",
+        "//simple/x",
     ] {
         let got = exchange(p, get(path).as_bytes()).await;
         assert!(
