@@ -73,8 +73,7 @@ pub struct Limits {
     /// Tunnels at once (kept below `connections`, so a refusal can still be answered); a
     /// CONNECT past it gets 503 (`SBX_E2430`).
     pub tunnels: usize,
-    /// A tunnel with no byte either way for this long is closed, and so is a plain HTTP
-    /// request whose body sends no byte for this long.
+    /// A tunnel with no byte either way for this long is closed.
     pub idle: Duration,
 }
 
