@@ -82,6 +82,8 @@ pub enum Refusal {
     NotTheTunnelsHost { target: String, why: String },
     #[error("the sandbox holds {limit} tunnels, the most it may at once; the CONNECT to `{target}` is refused (close one and retry)")]
     TooManyTunnels { target: String, limit: usize },
+    #[error("the supervisor's proxies hold {limit} connections, the most this process may at once across all sandboxes; the connection is refused (close one and retry)")]
+    ProcessFull { limit: usize },
     #[error("the `{method}` request to `{target}` carries a body; a GET, HEAD, OPTIONS, DELETE or TRACE is forwarded without one only")]
     BodyNotAllowed { method: String, target: String },
 }
@@ -100,6 +102,7 @@ impl ErrorCode for Refusal {
             Refusal::SecretNotInjectable { .. } => "SBX_E2418",
             Refusal::NotTheTunnelsHost { .. } => "SBX_E2419",
             Refusal::TooManyTunnels { .. } => "SBX_E2430",
+            Refusal::ProcessFull { .. } => "SBX_E2432",
             Refusal::BodyNotAllowed { .. } => "SBX_E2431",
         }
     }
@@ -140,4 +143,5 @@ pub const CODES: &[(&str, &str)] = &[
     ("SBX_E2429", "secret store or key file i/o error"),
     ("SBX_E2430", "egress refused: the sandbox holds as many tunnels as it may at once (503; close one and retry)"),
     ("SBX_E2431", "egress refused: a plain HTTP GET, HEAD, OPTIONS, DELETE or TRACE with a body (`Content-Length` above 0 or `Transfer-Encoding`)"),
+    ("SBX_E2432", "egress refused: the supervisor's proxies hold as many connections as the process may at once, across all sandboxes (503; close one and retry)"),
 ];

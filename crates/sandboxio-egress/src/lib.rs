@@ -24,7 +24,7 @@ pub use decide::{channel, Ask, ChannelDecider, Decide, GuardOnly, Verdict};
 pub use edge::Edge;
 pub use error::{EgressError, Refusal};
 pub use guard::Guard;
-pub use proxy::{Limits, Proxy, Summary};
+pub use proxy::{Budget, Limits, Proxy, Summary};
 pub use resolve::Resolver;
 pub use rules::{EgressConfig, Rules};
 pub use target::{Scheme, Target};

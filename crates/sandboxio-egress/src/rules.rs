@@ -216,7 +216,8 @@ impl Rule {
 
 /// `raw` (a request target's path, with or without its query) with `%2e` decoded and its
 /// dot segments removed (RFC 3986, section 5.2.4). `None` for a path servers read in
-/// different ways: an encoded `/` or `\\`, a raw `\\`, a NUL, `..` past the root, or
+/// different ways: an encoded `/` or `\\`, a raw `\\`, a NUL, an empty segment, `..` past
+/// the root, or
 /// anything [`ambiguous`].
 pub fn canonical_path(raw: &str) -> Option<String> {
     let path = raw.split(['?', '#']).next().unwrap_or("");
@@ -224,7 +225,9 @@ pub fn canonical_path(raw: &str) -> Option<String> {
     if lower.contains("%2f") || lower.contains("%5c") || lower.contains("%00") {
         return None;
     }
-    if path.contains('\\') || path.contains('\0') || ambiguous(path) {
+    // An empty segment (`//`) anywhere: nginx and Apache merge slashes before removing
+    // dot segments (`/simple//../admin` is `/admin` there, `/simple/admin` here).
+    if path.contains('\\') || path.contains('\0') || path.contains("//") || ambiguous(path) {
         return None;
     }
     let decoded = path.replace("%2e", ".").replace("%2E", ".");

@@ -4,7 +4,10 @@
 //! connection cap is kept to a share of the process's descriptor limit: one sandbox cannot
 //! drive the supervisor (which in `serve` mode is every sandbox's) to its limit.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_TUNNELS};
 
@@ -13,6 +16,54 @@ const MIN_CONNECTIONS: usize = 16;
 /// One proxy's connections may hold this share of the descriptor limit at most (two
 /// descriptors each, so a quarter of the limit).
 const FD_SHARE: u64 = 8;
+
+/// The process's connections may hold this share of the descriptor limit at most, across
+/// all its proxies (two descriptors each, so half of the limit).
+const PROCESS_FD_SHARE: u64 = 4;
+/// The process's cap when its descriptor limit is unknown or unlimited.
+const PROCESS_MAX: usize = 1 << 16;
+
+/// Connections all proxies of the process hold together (in `serve` mode, every
+/// sandbox's): past it a new connection gets 503 (`SBX_E2432`), so sandboxes together
+/// cannot drive the supervisor to its descriptor limit.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    slots: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl Budget {
+    /// A budget of `connections` (at least one).
+    pub fn new(connections: usize) -> Budget {
+        let limit = connections.clamp(1, Semaphore::MAX_PERMITS);
+        Budget {
+            slots: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    /// The process's own: half its descriptor limit, two descriptors a connection.
+    pub fn process() -> Budget {
+        static PROCESS: OnceLock<Budget> = OnceLock::new();
+        PROCESS
+            .get_or_init(|| {
+                let n = fd_soft_limit()
+                    .map(|s| usize::try_from(s / PROCESS_FD_SHARE).unwrap_or(PROCESS_MAX))
+                    .unwrap_or(PROCESS_MAX);
+                Budget::new(n.clamp(MIN_CONNECTIONS, PROCESS_MAX))
+            })
+            .clone()
+    }
+
+    /// How many connections it allows at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub(super) fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+}
 
 /// One proxy's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,11 +30,18 @@ use crate::decide::{Decide, Verdict};
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::target::Target;
-pub use limits::Limits;
+pub use limits::{Budget, Limits};
 pub use respond::Body;
 
 /// A client connection's slot, held by its tunnel once it becomes one.
-type Slot = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
+type Slot = Arc<Mutex<Option<Permits>>>;
+
+/// What one client connection holds: its place among its proxy's connections and among
+/// the process's.
+pub(super) struct Permits {
+    _own: OwnedSemaphorePermit,
+    _process: OwnedSemaphorePermit,
+}
 
 /// Connections one proxy serves at once, tunnels included; more wait in the listener's
 /// backlog. Lower when the process may hold few descriptors (see [`Limits`]).
@@ -69,6 +76,8 @@ pub struct Proxy {
     /// Tunnels.
     tunnels: Arc<Semaphore>,
     limits: Limits,
+    /// Connections all proxies of the process share.
+    budget: Budget,
     /// Secrets at the edge, when the sandbox has any.
     edge: Option<Arc<Edge>>,
 }
@@ -89,8 +98,20 @@ impl Proxy {
         edge: Option<Arc<Edge>>,
         limits: Limits,
     ) -> Arc<Proxy> {
+        Proxy::with_budget(decider, edge, limits, Budget::process())
+    }
+
+    /// [`Proxy::with_limits`] drawing on `budget` (what all proxies of the process share)
+    /// instead of the process's own.
+    pub fn with_budget(
+        decider: Arc<dyn Decide>,
+        edge: Option<Arc<Edge>>,
+        limits: Limits,
+        budget: Budget,
+    ) -> Arc<Proxy> {
         let limits = limits.checked();
         Arc::new(Proxy {
+            budget,
             decider,
             summary: Mutex::new(Summary::default()),
             slots: Arc::new(Semaphore::new(limits.connections)),
@@ -119,7 +140,19 @@ impl Proxy {
                     let _ = stream.set_nodelay(true);
                     let me = self.clone();
                     // The slot goes with the connection, and with its tunnel if it becomes one.
-                    tokio::spawn(me.serve_in_slot(stream, Some(permit)));
+                    match self.budget.try_take() {
+                        Some(process) => {
+                            let held = Permits {
+                                _own: permit,
+                                _process: process,
+                            };
+                            tokio::spawn(me.serve_in_slot(stream, Some(held)));
+                        }
+                        // Past the process's cap: a 503 and the connection closed.
+                        None => {
+                            tokio::spawn(full(stream, self.budget.limit(), permit));
+                        }
+                    }
                 }
                 Err(e) => {
                     // Out of fds or a connection reset before accept: wait and go on.
@@ -138,7 +171,7 @@ impl Proxy {
         self.serve_in_slot(io, None).await;
     }
 
-    async fn serve_in_slot<S>(self: Arc<Self>, io: S, permit: Option<OwnedSemaphorePermit>)
+    async fn serve_in_slot<S>(self: Arc<Self>, io: S, permit: Option<Permits>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -214,6 +247,23 @@ impl Proxy {
 }
 
 /// The answer when `target` was allowed but could not be reached.
+/// The 503 for a connection past the process's cap (`SBX_E2432`), written as it is.
+async fn full(mut stream: TcpStream, limit: usize, _permit: OwnedSemaphorePermit) {
+    use sandboxio_core::ErrorCode;
+    use tokio::io::AsyncWriteExt;
+    let refusal = Refusal::ProcessFull { limit };
+    tracing::warn!("egress proxy: {refusal}");
+    let body = format!("sandboxio[{}]: egress refused: {refusal}\n", refusal.code());
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nx-sandboxio-code: {}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        refusal.code(),
+        body.len()
+    );
+    let write = stream.write_all(answer.as_bytes());
+    let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
+    let _ = stream.shutdown().await;
+}
+
 fn upstream_unreachable(target: &Target, why: String) -> Response<Body> {
     respond::unreachable(&Refusal::Unreachable {
         target: target.authority(),

@@ -152,6 +152,12 @@ impl Proxy {
             Err(why) => return upstream_unreachable(&target, why),
         };
         strip_hop_headers(&mut parts.headers);
+        // A value went up: the upstream may echo it, and byte ranges of that echo come
+        // back in slices the scrubber cannot recognise.
+        if !target.secrets.is_empty() {
+            parts.headers.remove(header::RANGE);
+            parts.headers.remove(header::IF_RANGE);
+        }
         // The request goes to the host the tunnel was opened for, whatever `Host` said.
         let authority = if tunnel.port == 443 {
             tunnel.host.clone()
@@ -196,14 +202,21 @@ impl Proxy {
     }
 }
 
-/// A `Content-Encoding` other than `identity` (what the scrubber cannot read through).
+/// A `Content-Encoding` other than `identity`, or a transfer-coding other than `chunked`
+/// (hyper removes only `chunked`: `gzip, chunked` reaches the scrubber compressed): what
+/// the scrubber cannot read through.
 fn encoded(h: &hyper::HeaderMap) -> Option<String> {
-    h.get_all(header::CONTENT_ENCODING)
-        .iter()
-        .map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .find(|e| !e.is_empty() && e != "identity")
+    let codings = |name: header::HeaderName, plain: &'static str| {
+        h.get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split(',')
+                    .map(|e| e.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .find(move |e| !e.is_empty() && e != plain)
+    };
+    codings(header::CONTENT_ENCODING, "identity")
+        .or_else(|| codings(header::TRANSFER_ENCODING, "chunked"))
 }

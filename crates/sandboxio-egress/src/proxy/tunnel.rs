@@ -23,7 +23,7 @@ use crate::target::{valid_host, Target};
 /// client connection's slot (so tunnels count against the connection cap too).
 pub(super) struct Held {
     _tunnel: OwnedSemaphorePermit,
-    _connection: Option<OwnedSemaphorePermit>,
+    _connection: Option<super::Permits>,
 }
 
 /// A spawned task aborted when this is dropped.

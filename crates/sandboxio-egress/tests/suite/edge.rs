@@ -101,6 +101,9 @@ async fn tls_upstream() -> (SocketAddr, String, Seen) {
                         let enc = base64::engine::general_purpose::STANDARD.encode(format!("u:{token}"));
                         format!("HTTP/1.1 401 {enc}\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
                     }
+                    // `/te-gzip`: a transfer-coding nobody asked for (the body would be
+                    // gzip; any bytes do here).
+                    "/te-gzip" => "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n5\r\nxxxxx\r\n0\r\n\r\n".to_string(),
                     "/trailer" => format!(
                         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-echo\r\nconnection: close\r\n\r\n6\r\nhello\n\r\n0\r\nx-echo: {auth}\r\nx-{}: name\r\n\r\n",
                         token.to_ascii_lowercase()
@@ -598,4 +601,44 @@ async fn a_connect_anywhere_in_a_terminated_tunnel_is_refused() {
         "something else reached the upstream: {seen:?}"
     );
     assert_eq!(seen.len(), 8, "{seen:?}");
+}
+
+/// `Transfer-Encoding: gzip, chunked`: hyper removes only `chunked`, so the body reached
+/// the scrubber still compressed and an echoed value passed it. Refused like a compressed
+/// `Content-Encoding`.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_refused() {
+    let s = setup(true).await;
+    let bearer = format!("Bearer {}", placeholder(&s.edge, "TOKEN"));
+    let got = via_tunnel_to(&s, "up.test", "/te-gzip", "", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    assert!(got.contains("SBX_E2415") && got.contains("gzip"), "{got}");
+    assert!(!got.contains("xxxxx"), "{got}");
+    // Plain `chunked` still goes through.
+    let got = via_tunnel_to(&s, "up.test", "/trailer", "", &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}
+
+/// `Range` on a request that carries a value: an upstream echoing it in byte ranges hands
+/// it back in slices the scrubber cannot recognise. Dropped when a value was injected;
+/// left alone otherwise.
+#[tokio::test]
+async fn range_is_dropped_where_a_value_was_injected() {
+    let s = setup(true).await;
+    let bearer = format!("Bearer {}", placeholder(&s.edge, "TOKEN"));
+    let range = "range: bytes=40-60\r\nif-range: \"x\"\r\n";
+    let got = via_tunnel_to(&s, "up.test", "/range", range, &bearer).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    let got = via_tunnel_to(&s, "up.test", "/range", range, "none").await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    let heads = s.seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(
+        !heads[0].to_ascii_lowercase().contains("range:"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[1].contains("range: bytes=40-60") && heads[1].contains("if-range:"),
+        "{heads:?}"
+    );
 }

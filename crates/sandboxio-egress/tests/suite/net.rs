@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use sandboxio_core::NetworkMode;
-use sandboxio_egress::{EgressConfig, Guard, GuardOnly, Limits, Proxy, Resolver};
+use sandboxio_egress::{Budget, EgressConfig, Guard, GuardOnly, Limits, Proxy, Resolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -114,6 +114,17 @@ pub async fn proxy_with(
     ns: SocketAddr,
     limits: Limits,
 ) -> (SocketAddr, Arc<Proxy>) {
+    proxy_in(allow, allow_private, ns, limits, Budget::process()).await
+}
+
+/// [`proxy_with`] drawing on `budget`.
+pub async fn proxy_in(
+    allow: &[String],
+    allow_private: &[&str],
+    ns: SocketAddr,
+    limits: Limits,
+    budget: Budget,
+) -> (SocketAddr, Arc<Proxy>) {
     let section = sandboxio_config::NetworkSection {
         allow_private: allow_private.iter().map(|s| s.to_string()).collect(),
         resolver: vec![ns.to_string()],
@@ -127,7 +138,7 @@ pub async fn proxy_with(
         .unwrap()
         .unwrap();
     let guard = Guard::new(rules, Resolver::new(&cfg.resolver), "t");
-    let proxy = Proxy::with_limits(Arc::new(GuardOnly(Arc::new(guard))), None, limits);
+    let proxy = Proxy::with_budget(Arc::new(GuardOnly(Arc::new(guard))), None, limits, budget);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(proxy.clone().serve(l));

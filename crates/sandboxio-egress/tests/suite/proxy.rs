@@ -403,7 +403,8 @@ async fn path_rule_proxy(ns: std::net::SocketAddr, port: u16) -> std::net::Socke
 }
 
 /// Paths that Tomcat, Jetty or Spring (`;` parameters), a server decoding twice (`%25`)
-/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..` passed a path rule: they now
+/// or a lax UTF-8 decoder (overlong `%c0%ae`) read as `..`, and `//..` (a server merging
+/// slashes first reads `/simple//../admin` as `/admin`), passed a path rule: they now
 /// match no rule, and nothing is forwarded.
 #[tokio::test]
 async fn paths_read_in_different_ways_match_no_path_rule() {
@@ -424,6 +425,10 @@ async fn paths_read_in_different_ways_match_no_path_rule() {
         "/simple/..%3b/admin",
         "/simple/%252e%252e/admin",
         "/simple/%c0%ae%c0%ae/admin",
+        // nginx and Apache merge slashes before dot segments: `/admin` there.
+        "/simple//../admin",
+        "/simple/x//y",
+        "//simple/x",
     ] {
         let got = exchange(p, get(path).as_bytes()).await;
         assert!(
@@ -471,4 +476,50 @@ async fn a_body_on_get_and_the_like_is_refused_before_it_leaves() {
     let _ = exchange(p, req.as_bytes()).await;
     let got = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
     assert!(got.starts_with("GET /simple/x HTTP/1.1\r\n"), "{got}");
+}
+
+/// Each proxy capped its own connections only, so several sandboxes in one supervisor
+/// (`serve`) together took all its descriptors. Proxies sharing a budget: past it, a new
+/// connection to any of them gets 503 (`SBX_E2432`); a closed one frees its place.
+#[tokio::test]
+async fn the_process_cap_covers_all_proxies_together() {
+    let (echo, _) = echo_upstream().await;
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let budget = sandboxio_egress::Budget::new(2);
+    let allow = [format!("up.test:{}", echo.port())];
+    let (a, _) = proxy_in(
+        &allow,
+        &["127.0.0.1"],
+        ns,
+        Default::default(),
+        budget.clone(),
+    )
+    .await;
+    let (b, _) = proxy_in(
+        &allow,
+        &["127.0.0.1"],
+        ns,
+        Default::default(),
+        budget.clone(),
+    )
+    .await;
+    let target = format!("up.test:{}", echo.port());
+    let (t1, head) = tunnel(a, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_t2, head) = tunnel(b, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_t3, head) = tunnel(b, &target).await;
+    assert!(
+        head.starts_with("HTTP/1.1 503") && head.contains("SBX_E2432"),
+        "{head}"
+    );
+    let got = exchange(a, b"GET http://up.test/ HTTP/1.1\r\n\r\n").await;
+    assert!(
+        got.starts_with("HTTP/1.1 503") && got.contains("SBX_E2432"),
+        "{got}"
+    );
+    drop(t1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_t4, head) = tunnel(a, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
