@@ -86,7 +86,8 @@ impl Proxy {
             };
             return respond::denied(&self.refuse(&target, refusal).await);
         }
-        let req = Request::from_parts(parts, body);
+        // A body that stops coming gives its slot back after the idle time.
+        let req = Request::from_parts(parts, super::stall::Stalling::new(body, self.limits.idle));
         let stream = match self.open(&target).await {
             Ok(s) => s,
             Err(answer) => return answer,

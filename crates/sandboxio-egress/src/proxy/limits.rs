@@ -73,7 +73,8 @@ pub struct Limits {
     /// Tunnels at once (kept below `connections`, so a refusal can still be answered); a
     /// CONNECT past it gets 503 (`SBX_E2430`).
     pub tunnels: usize,
-    /// A tunnel with no byte either way for this long is closed.
+    /// A tunnel with no byte either way for this long is closed; a request body that sends
+    /// nothing for this long is given up.
     pub idle: Duration,
 }
 

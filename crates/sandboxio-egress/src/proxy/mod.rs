@@ -9,6 +9,7 @@ mod limits;
 mod origin;
 mod respond;
 pub(crate) mod scrub;
+mod stall;
 mod terminate;
 mod tunnel;
 

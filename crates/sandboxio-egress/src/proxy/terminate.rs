@@ -173,6 +173,9 @@ impl Proxy {
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
+        // A body that stops coming ends the request after the idle time (it would keep
+        // the tunnel busy, so never idle, for as long as the client liked).
+        let body = super::stall::Stalling::new(body, self.limits.idle);
         match sender.send_request(Request::from_parts(parts, body)).await {
             Ok(resp) => {
                 // What comes back carries placeholders, never values (its length may

@@ -523,3 +523,57 @@ async fn the_process_cap_covers_all_proxies_together() {
     let (_t4, head) = tunnel(a, &target).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
+
+/// A plain HTTP request whose body was announced and never sent held its connection's
+/// slot for as long as the client liked (the upstream waiting too). Past the idle time
+/// without a byte of it, the request fails and the client gets its answer.
+#[tokio::test]
+async fn a_request_body_that_stops_coming_is_given_up_after_the_idle_time() {
+    use sandboxio_egress::Limits;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An upstream that reads and never answers: only the proxy can end the exchange.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = silent.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let limits = Limits {
+        idle: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let (p, _) = proxy_with(&[format!("up.test:{port}")], &["127.0.0.1"], ns, limits).await;
+    let mut c = tokio::net::TcpStream::connect(p).await.unwrap();
+    c.write_all(
+        format!("POST http://up.test:{port}/upload HTTP/1.1\r\ncontent-length: 100\r\n\r\nx")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The client sends nothing more and keeps the connection open.
+    let mut got = Vec::new();
+    let mut b = [0u8; 512];
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match c.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    got.extend_from_slice(&b[..n]);
+                    if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "the stalled request was never given up");
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.starts_with("HTTP/1.1 5"), "{head}");
+}
