@@ -109,6 +109,12 @@ impl Proxy {
         if let Ok(v) = header::HeaderValue::from_str(&host_header) {
             parts.headers.insert(header::HOST, v);
         }
+        // One request per upstream connection, and the upstream told so: a server that
+        // ignores a body would otherwise read it as a second request (never decided).
+        parts.headers.insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
         match sender.send_request(Request::from_parts(parts, body)).await {
             Ok(resp) => {
                 let (mut parts, body) = resp.into_parts();

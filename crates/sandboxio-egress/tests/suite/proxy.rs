@@ -577,3 +577,67 @@ async fn a_request_body_that_stops_coming_is_given_up_after_the_idle_time() {
     let head = String::from_utf8_lossy(&got);
     assert!(head.starts_with("HTTP/1.1 5"), "{head}");
 }
+
+/// An upstream that ignores a POST's body would read the body's bytes as a second request
+/// on the same connection (`GET /admin`, never decided nor recorded). Each forwarded
+/// request asks its upstream to close after answering, so a server that honours that (as
+/// every HTTP/1.1 server must) reads nothing after it. The upstream here answers without
+/// reading a body, closes only when asked, and keeps the request lines it read.
+#[tokio::test]
+async fn a_body_holding_a_second_request_is_never_read_as_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let lax = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = lax.local_addr().unwrap().port();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let keep = lines.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = lax.accept().await.unwrap();
+            let keep = keep.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                loop {
+                    // One head at a time; its body (if any) is left unread, as a lax
+                    // server does, and read as the next request.
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end);
+                    keep.lock()
+                        .unwrap()
+                        .push(head.lines().next().unwrap_or_default().to_string());
+                    let close = head.to_ascii_lowercase().contains("connection: close");
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                    if close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (ns, _) = name_server(&[("up.test", LOOP)]).await;
+    let (p, _) = proxy(&[format!("up.test:{port}")], &["127.0.0.1"], ns).await;
+    let smuggled = "GET /admin HTTP/1.1\r\nhost: up.test\r\n\r\n";
+    let req = format!(
+        "POST http://up.test:{port}/simple/x HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    let got = exchange(p, req.as_bytes()).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        *lines.lock().unwrap(),
+        ["POST /simple/x HTTP/1.1"],
+        "the upstream read more than the one request"
+    );
+}
