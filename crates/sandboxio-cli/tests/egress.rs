@@ -178,6 +178,9 @@ async fn each_connection_is_a_recorded_decision_and_refusals_reach_program_and_c
             "{j}"
         );
         assert_eq!(j["tenant_id"], "acme");
+        // Plain HTTP: what was decided, path included, is in the record.
+        assert_eq!(j["labels"]["egress.method"], "GET", "{j}");
+        assert_eq!(j["labels"]["egress.path"], "/x", "{j}");
     }
     let verdicts: Vec<(String, String)> = json
         .iter()

@@ -32,6 +32,10 @@ pub struct EgressCheck {
 pub const LABEL_PARENT: &str = "egress.parent_operation";
 pub const LABEL_SCHEME: &str = "egress.scheme";
 pub const LABEL_METHOD: &str = "egress.method";
+/// The path of a plain HTTP request or of a request inside a terminated tunnel, as the
+/// proxy decided it (at most [`PATH_LABEL_MAX`] bytes; the record's redaction covers it).
+pub const LABEL_PATH: &str = "egress.path";
+pub const PATH_LABEL_MAX: usize = 1024;
 /// The secrets a request inside a terminated tunnel carries (names only, comma-separated).
 pub const LABEL_SECRETS: &str = "egress.secrets";
 
@@ -161,6 +165,13 @@ impl Gateway {
             .insert(LABEL_SCHEME.into(), t.scheme.as_str().to_string());
         if let Some(m) = &t.method {
             s.labels.insert(LABEL_METHOD.into(), m.clone());
+        }
+        if let Some(p) = &t.path {
+            let mut end = p.len().min(PATH_LABEL_MAX);
+            while !p.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.labels.insert(LABEL_PATH.into(), p[..end].to_string());
         }
         if !t.secrets.is_empty() {
             s.labels.insert(LABEL_SECRETS.into(), t.secrets.join(","));

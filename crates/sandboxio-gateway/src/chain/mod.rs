@@ -23,7 +23,9 @@ mod secrets;
 mod settle_recorded;
 mod stop;
 
-pub use egress::{EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_SCHEME, LABEL_SECRETS};
+pub use egress::{
+    EgressCheck, LABEL_METHOD, LABEL_PARENT, LABEL_PATH, LABEL_SCHEME, LABEL_SECRETS,
+};
 pub use mounts::resolve_path_to_be;
 pub use record::{owner_alive, process_owner};
 
