@@ -254,12 +254,24 @@ fn a_database_out_of_reach_longer_than_a_lease_fences_off_no_live_replica() {
     hold.execute("SELECT id FROM replicas FOR UPDATE", &[])
         .unwrap();
     std::thread::sleep(Duration::from_secs(2 * lease));
-    // A sweep now sees every lease run out, its own too: it judges nobody.
-    assert!(
-        recover_elsewhere(&sweeper).is_empty(),
-        "work recovered while every replica was cut off"
-    );
+    // A sweep now sees every lease run out, its own too: it judges nobody. (One that
+    // judged would mark replicas lost and wait on the held rows: bounded here, so that
+    // shows as a failure, not a hang.)
+    let sweeper = Arc::new(sweeper);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let sweeper = sweeper.clone();
+        move || {
+            let _ = tx.send(recover_elsewhere(&sweeper));
+        }
+    });
+    let during = rx.recv_timeout(Duration::from_secs(10));
     hold.rollback().unwrap();
+    let during = during.expect("the sweep waited on the held rows: it judged replicas lost");
+    assert!(
+        during.is_empty(),
+        "work recovered while every replica was cut off: {during:?}"
+    );
     // The replicas renew (noting that their leases had run out); right after, still nobody
     // is judged; a lease later the dead replica's work is recovered, the live one's never.
     std::thread::sleep(Duration::from_millis(lease * 1000 / 2));
