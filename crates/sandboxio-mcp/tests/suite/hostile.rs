@@ -22,6 +22,17 @@ tool = ["up__resources/read", "up__resources/subscribe", "up__resources/unsubscr
 reason = "the test upstream's resources and prompts"
 "#;
 
+/// The documented deny rule on a resource URI the URI tests attack.
+const NO_PRIVATE: &str = r#"
+[[rule]]
+id = "no-private"
+effect = "deny"
+kind = "tool_call"
+tool = "up__resources/read"
+args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
+reason = "not the private directory"
+"#;
+
 fn env() -> Env {
     Env::with(
         WAIT,
@@ -328,16 +339,8 @@ async fn uri_rules_hold_for_every_equivalent_spelling() {
         WAIT,
         &stdio_upstream("up", "20s"),
         &format!(
-            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            "{POLICY}\n{OFFERS_POLICY}\n{NO_PRIVATE}\n{}",
             r#"
-[[rule]]
-id = "no-private"
-effect = "deny"
-kind = "tool_call"
-tool = "up__resources/read"
-args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
-reason = "not the private directory"
-
 [[rule]]
 id = "no-private-notes"
 effect = "deny"
@@ -654,16 +657,8 @@ async fn uri_equivalents_of_parsers_are_one_form_or_refused() {
         WAIT,
         &stdio_upstream("up", "20s"),
         &format!(
-            "{POLICY}\n{OFFERS_POLICY}\n{}",
+            "{POLICY}\n{OFFERS_POLICY}\n{NO_PRIVATE}\n{}",
             r#"
-[[rule]]
-id = "no-private"
-effect = "deny"
-kind = "tool_call"
-tool = "up__resources/read"
-args = [{ pointer = "/uri", glob = "file:///data/private/**" }]
-reason = "not the private directory"
-
 [[rule]]
 id = "no-my-docs"
 effect = "deny"
