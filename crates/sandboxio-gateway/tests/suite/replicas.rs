@@ -215,6 +215,20 @@ fn recover_when_reachable(s: &PgStore) -> Vec<String> {
     }
 }
 
+/// Three replicas with `lease` (seconds): one to sweep, one live with `live-op` admitted,
+/// one (to be dropped as dead) with `dead-op` admitted.
+fn sweeper_live_and_dead(url: &str, lease: u64, cfg: &BudgetConfig) -> (PgStore, PgStore, PgStore) {
+    let open = || PgStore::open(&pg_options(url, lease)).unwrap();
+    let (sweeper, live, dead) = (open(), open(), open());
+    for (s, id) in [(&live, "live-op"), (&dead, "dead-op")] {
+        assert!(matches!(
+            s.admit(&admission(id, cfg)).unwrap(),
+            Admitted::Proceed(_)
+        ));
+    }
+    (sweeper, live, dead)
+}
+
 /// Sweeps (adding to `so_far`) until `want` is recovered, for at most 20 s.
 fn recover_eventually(s: &PgStore, mut so_far: Vec<String>, want: &str) -> Vec<String> {
     let t = Instant::now();
@@ -232,15 +246,7 @@ fn a_database_out_of_reach_longer_than_a_lease_fences_off_no_live_replica() {
     };
     let cfg = budget();
     let lease = 2;
-    let sweeper = PgStore::open(&pg_options(&url, lease)).unwrap();
-    let live = PgStore::open(&pg_options(&url, lease)).unwrap();
-    let dead = PgStore::open(&pg_options(&url, lease)).unwrap();
-    for (s, id) in [(&live, "live-op"), (&dead, "dead-op")] {
-        assert!(matches!(
-            s.admit(&admission(id, &cfg)).unwrap(),
-            Admitted::Proceed(_)
-        ));
-    }
+    let (sweeper, live, dead) = sweeper_live_and_dead(&url, lease, &cfg);
     cluster_up_for_a_lease();
     drop(dead);
     // The database stays up but nobody can renew (as behind a network outage or a stalled
@@ -318,15 +324,7 @@ fn a_database_down_longer_than_a_lease_fences_off_no_live_replica() {
     let url = cluster.database();
     let cfg = budget();
     let lease = 2;
-    let sweeper = PgStore::open(&pg_options(&url, lease)).unwrap();
-    let live = PgStore::open(&pg_options(&url, lease)).unwrap();
-    let dead = PgStore::open(&pg_options(&url, lease)).unwrap();
-    for (s, id) in [(&live, "live-op"), (&dead, "dead-op")] {
-        assert!(matches!(
-            s.admit(&admission(id, &cfg)).unwrap(),
-            Admitted::Proceed(_)
-        ));
-    }
+    let (sweeper, live, dead) = sweeper_live_and_dead(&url, lease, &cfg);
     // One replica dies (its heartbeat stops; its open intent keeps its row); then the
     // database is down for two leases: every lease runs out, the live ones' too.
     drop(dead);

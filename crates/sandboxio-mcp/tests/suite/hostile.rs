@@ -440,12 +440,15 @@ async fn answer(r: &mut tokio::io::BufReader<tokio::io::DuplexStream>) -> serde_
     serde_json::from_str(&line).unwrap()
 }
 
-/// A second request with an id already in flight is answered `-32600` and not run: the
-/// upstream is called once, and each request gets exactly one answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_id_already_in_flight_is_refused_and_not_run() {
+/// A stdio session spoken raw (JSON lines), initialized and with the tools listed: its
+/// writer and reader.
+async fn raw_session(
+    env: &Env,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::io::BufReader<tokio::io::DuplexStream>,
+) {
     use tokio::io::AsyncWriteExt as _;
-    let env = env();
     let opts = sandboxio_mcp::McpOptions::from_runtime(&env.runtime).unwrap();
     let (mut w, server_r) = tokio::io::duplex(1 << 16);
     let (server_w, r) = tokio::io::duplex(1 << 16);
@@ -465,6 +468,16 @@ async fn a_request_id_already_in_flight_is_refused_and_not_run() {
     }
     assert_eq!(answer(&mut r).await["id"], 1);
     assert_eq!(answer(&mut r).await["id"], 2);
+    (w, r)
+}
+
+/// A second request with an id already in flight is answered `-32600` and not run: the
+/// upstream is called once, and each request gets exactly one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_already_in_flight_is_refused_and_not_run() {
+    use tokio::io::AsyncWriteExt as _;
+    let env = env();
+    let (mut w, mut r) = raw_session(&env).await;
     let hang = |s: u32| {
         format!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__hang","arguments":{{"seconds":{s}}}}}}}"#
@@ -747,25 +760,7 @@ async fn pins_of_items_gone_from_the_listing_are_dropped() {
 async fn an_id_reused_right_after_its_cancellation_is_not_confused() {
     use tokio::io::AsyncWriteExt as _;
     let env = env();
-    let opts = sandboxio_mcp::McpOptions::from_runtime(&env.runtime).unwrap();
-    let (mut w, server_r) = tokio::io::duplex(1 << 16);
-    let (server_w, r) = tokio::io::duplex(1 << 16);
-    tokio::spawn(sandboxio_mcp::stdio::serve_io(
-        opts,
-        sandboxio_core::Principal::tenant("acme"),
-        server_r,
-        server_w,
-    ));
-    let mut r = tokio::io::BufReader::new(r);
-    for line in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
-    ] {
-        w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-    }
-    assert_eq!(answer(&mut r).await["id"], 1);
-    assert_eq!(answer(&mut r).await["id"], 2);
+    let (mut w, mut r) = raw_session(&env).await;
     let echo = |text: &str| {
         format!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"up__echo","arguments":{{"text":"{text}"}}}}}}"#
