@@ -33,7 +33,7 @@ use sandboxio_config::UpstreamSection;
 use sandboxio_core::ExecRequest;
 use sandboxio_gateway::Gateway;
 
-use pins::{Pins, Seen, Shown};
+use pins::{Pins, Shown};
 pub use trust::trust;
 pub use upstream::{CallError, Upstream};
 
@@ -66,19 +66,7 @@ impl Notifier {
             .collect();
         let prefix = format!("{}{SEPARATOR}", up.name());
         for (name, seen) in self.pins.observe_listing(&prefix, items) {
-            match seen {
-                Seen::Changed => tracing::warn!(
-                    tool = %name,
-                    code = "SBX_E1911",
-                    "MCP tool `{name}` changed since it was approved; its calls are refused until `sandboxio mcp trust {name}`"
-                ),
-                Seen::Unapproved => tracing::warn!(
-                    tool = %name,
-                    code = "SBX_E1911",
-                    "MCP tool `{name}` is new since its upstream was first listed; its calls are refused until `sandboxio mcp trust {name}`"
-                ),
-                Seen::New | Seen::Same => {}
-            }
+            offer_pins::warn_seen(&name, &seen);
         }
     }
 

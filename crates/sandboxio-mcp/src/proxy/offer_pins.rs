@@ -50,19 +50,7 @@ fn observe(pins: &Pins, prefix: &str, items: Vec<(String, Observed)>) -> Vec<boo
     pins.observe_listing(prefix, items)
         .into_iter()
         .map(|(pin, seen)| {
-            match seen {
-                Seen::Changed => tracing::warn!(
-                    pin = %pin,
-                    code = "SBX_E1911",
-                    "`{pin}` changed since it was approved; it is refused until `sandboxio mcp trust {pin}`"
-                ),
-                Seen::Unapproved => tracing::warn!(
-                    pin = %pin,
-                    code = "SBX_E1911",
-                    "`{pin}` is new since its upstream was first listed; it is refused until `sandboxio mcp trust {pin}`"
-                ),
-                Seen::New | Seen::Same => {}
-            }
+            warn_seen(&pin, &seen);
             pins.is_changed(&pin)
         })
         .collect()
@@ -322,6 +310,24 @@ pub fn changed_for_uri(pins: &Pins, upstream: &str, owns: &[&str]) -> Option<Str
         }
     }
     None
+}
+
+/// Warns of a pin that is refused after a listing: changed since approved, or new since
+/// its upstream was first listed.
+pub(super) fn warn_seen(pin: &str, seen: &Seen) {
+    match seen {
+        Seen::Changed => tracing::warn!(
+            pin = %pin,
+            code = "SBX_E1911",
+            "`{pin}` changed since it was approved; it is refused until `sandboxio mcp trust {pin}`"
+        ),
+        Seen::Unapproved => tracing::warn!(
+            pin = %pin,
+            code = "SBX_E1911",
+            "`{pin}` is new since its upstream was first listed; it is refused until `sandboxio mcp trust {pin}`"
+        ),
+        Seen::New | Seen::Same => {}
+    }
 }
 
 #[cfg(test)]
