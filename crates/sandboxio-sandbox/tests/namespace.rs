@@ -373,6 +373,26 @@ fn output_and_tmp_are_size_capped() {
 #[test]
 fn enforcement_reports_what_was_applied() {
     require_ns!();
+    let roots = [
+        std::env::temp_dir(),
+        sandboxio_sandbox::config::default_work_root(),
+    ];
+    // Staging directories of helpers that are gone. Only those that appear during this
+    // run count: another process's killed run may have left one before (the sweep's to
+    // remove), and a live helper of a concurrent test owns its own.
+    let orphaned = || -> std::collections::BTreeSet<std::path::PathBuf> {
+        roots
+            .iter()
+            .flat_map(|root| std::fs::read_dir(root).unwrap().flatten())
+            .filter(|d| {
+                let name = d.file_name().to_string_lossy().into_owned();
+                name.starts_with(ns::STAGING_PREFIX)
+                    && sandboxio_sandbox::sweep::parse_owner(&name).is_none_or(|o| !o.alive())
+            })
+            .map(|d| d.path())
+            .collect()
+    };
+    let before = orphaned();
     let r = sh("true");
     assert_eq!(r.exit, Some(ExitStatus::Code(0)), "{:?}", r.error);
     let e = &r.enforcement;
@@ -385,21 +405,11 @@ fn enforcement_reports_what_was_applied() {
         .unwrap()
         .iter()
         .any(|l| l.as_str().unwrap().starts_with("output_size=")));
-    for root in [
-        std::env::temp_dir(),
-        sandboxio_sandbox::config::default_work_root(),
-    ] {
-        assert!(
-            std::fs::read_dir(root).unwrap().flatten().all(|d| !d
-                .file_name()
-                .to_string_lossy()
-                .starts_with(ns::STAGING_PREFIX)
-                || d.metadata()
-                    .map(|m| m.modified().unwrap().elapsed().unwrap().as_secs() < 60)
-                    .unwrap_or(true)),
-            "an old staging dir was left behind"
-        );
-    }
+    let left: Vec<_> = orphaned().difference(&before).cloned().collect();
+    assert!(
+        left.is_empty(),
+        "the run left its staging dir behind: {left:?}"
+    );
     let ns: Vec<&str> = e["namespaces"]
         .as_array()
         .unwrap()
