@@ -196,8 +196,9 @@ async fn same_key_with_another_env_value_stdin_or_limit_is_a_conflict() {
         allow: vec!["example.test:443".into()],
     };
     variants.push(r);
+    let input = tempfile::tempdir().unwrap();
     let mut r = with_env("X", "1");
-    r.input_dir = Some(std::env::temp_dir());
+    r.input_dir = Some(input.path().to_path_buf());
     variants.push(r);
     for (i, v) in variants.into_iter().enumerate() {
         let o = f.gw.submit(keyed(sh("echo $X", v), "k1")).await.unwrap();
@@ -727,4 +728,61 @@ async fn a_price_past_what_money_holds_is_refused_not_run_free() {
         o.record.reason
     );
     assert!(o.result.is_none(), "it ran");
+}
+
+/// An idempotency key covers what the input directory holds: the same request over the same
+/// files replays, over changed files it is a conflict (`SBX_E1505`), never the old answer.
+#[tokio::test]
+async fn same_key_with_other_input_contents_is_a_conflict() {
+    let f = fx(GatewayConfig::default(), Approver::Nobody);
+    let input = tempfile::tempdir().unwrap();
+    std::fs::write(input.path().join("f"), "A\n").unwrap();
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.input_dir = Some(input.path().to_path_buf());
+    let submit = || keyed(sh("cat \"$SANDBOX_INPUT/f\"", r.clone()), "k-input");
+    let first = f.gw.submit(submit()).await.unwrap();
+    assert_eq!(
+        first.record.status,
+        OperationStatus::Ok,
+        "{:?}",
+        first.record
+    );
+    assert_eq!(stdout(&first), "A\n");
+    let again = f.gw.submit(submit()).await.unwrap();
+    assert_eq!(again.record.status, OperationStatus::Replayed);
+    assert_eq!(stdout(&again), "A\n");
+    std::fs::write(input.path().join("f"), "B\n").unwrap();
+    let changed = f.gw.submit(submit()).await.unwrap();
+    assert_eq!(
+        changed.record.error_code.as_deref(),
+        Some("SBX_E1505"),
+        "{:?}",
+        changed.record
+    );
+    assert!(!stdout(&changed).contains('A'), "the old answer came back");
+}
+
+/// Input streamed while the program runs cannot be covered by an approval: under `ask`
+/// the request is refused before anyone is asked (`SBX_E1559`).
+#[tokio::test]
+async fn streamed_stdin_is_refused_where_a_person_must_approve() {
+    let c = Arc::new(Collect::default());
+    let f = fx(GatewayConfig::default(), Approver::Callback(c.clone()));
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.stdin_stream = true;
+    let o = f.gw.submit(sh("echo approve-me", r)).await.unwrap();
+    assert_eq!(
+        o.record.error_code.as_deref(),
+        Some(sandboxio_gateway::denial::APPROVAL_STREAMED_STDIN),
+        "{:?}",
+        o.record
+    );
+    assert!(o.result.is_none());
+    assert!(c.0.lock().unwrap().is_empty(), "nobody is asked");
+    // The same request with its bytes is asked about, and runs.
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.stdin = Some(b"ignored".to_vec());
+    let o = f.gw.submit(sh("echo approve-me", r)).await.unwrap();
+    assert_eq!(o.record.status, OperationStatus::Ok, "{:?}", o.record);
+    assert_eq!(c.0.lock().unwrap().len(), 1);
 }

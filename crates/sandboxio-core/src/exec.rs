@@ -361,6 +361,14 @@ pub struct ExecRequest {
     /// owns the context, never by the caller's request body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// What the host directories the program sees read-only (the input directory and the
+    /// read-only mounts) held when the request was admitted: host path -> a digest of the
+    /// tree (`tree-v1:<sha256>`), or why it is not pinned (`unpinned: ...`). Filled by the
+    /// gateway (a caller's value is replaced), so that an approval and an idempotency key
+    /// cover what those directories hold, not only their names; checked again after an
+    /// approval, before the run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pinned: BTreeMap<String, String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -397,6 +405,7 @@ impl ExecRequest {
             keep_workspace: false,
             allow_exec_in_writable: false,
             context: None,
+            pinned: BTreeMap::new(),
         }
     }
 }
@@ -417,6 +426,7 @@ impl std::fmt::Debug for ExecRequest {
             .field("workdir", &self.workdir)
             .field("limits", &self.limits)
             .field("network", &self.network)
+            .field("pinned", &self.pinned)
             .finish()
     }
 }

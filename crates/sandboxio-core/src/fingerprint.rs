@@ -157,6 +157,7 @@ mod tests {
             keep_workspace: _,
             allow_exec_in_writable: _,
             context: _,
+            pinned: _,
         } = req.clone();
         let base = Fingerprint::of_operation(&op);
         let mut full = req.clone();
@@ -168,6 +169,8 @@ mod tests {
             ];
         full.workdir = Some("/project".into());
         full.context = Some("ctx-1".into());
+        full.pinned
+            .insert("/in".into(), format!("tree-v1:{}", "0".repeat(64)));
         full.stdin_stream = true;
         full.tty = true;
         full.network = crate::exec::NetworkMode::Allowlist {

@@ -19,3 +19,9 @@ pub const APPROVAL_INVALID: &str = "SBX_E1556";
 /// The operation was cancelled while it waited for its approval (its caller went away,
 /// its sandbox was paused or deleted); the approval is withdrawn.
 pub const APPROVAL_CANCELLED: &str = "SBX_E1557";
+/// A read-only directory of the request (its input directory, a read-only mount) changed
+/// after the request was asked about: what was approved is not what would run.
+pub const PINNED_CHANGED: &str = "SBX_E1558";
+/// The request needs an approval, and its standard input is streamed while it runs: no
+/// approval could cover bytes that arrive after it.
+pub const APPROVAL_STREAMED_STDIN: &str = "SBX_E1559";

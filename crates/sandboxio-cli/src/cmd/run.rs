@@ -115,25 +115,7 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     sandboxio_core::mount::check_request(&exec.mounts, exec.workdir.as_deref())?;
     exec.stdin = stdin_file;
     let code_from_stdin = matches!(&args, OperationArgs::RunCode { .. }) && opts_code_dash;
-    // `--stdin-file` was read above; otherwise our own stdin, when it is a pipe or a file.
-    let stdin_plan = if exec.stdin.is_some() {
-        stdin::Stdin::None
-    } else {
-        stdin::choose(code_from_stdin, opts.idempotency_key.is_some())?
-    };
-    // `--tty` on a terminal: our keys are streamed to the program's terminal.
-    let stdin_plan = match stdin_plan {
-        stdin::Stdin::None if opts.tty && exec.stdin.is_none() && stdin::is_terminal() => {
-            stdin::Stdin::Stream
-        }
-        other => other,
-    };
     exec.tty = opts.tty;
-    match &stdin_plan {
-        stdin::Stdin::None => {}
-        stdin::Stdin::Bytes(b) => exec.stdin = Some(b.clone()),
-        stdin::Stdin::Stream => exec.stdin_stream = true,
-    }
     let principal = Principal {
         tenant: opts.tenant.clone(),
         session: opts.session.clone(),
@@ -160,6 +142,31 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     // Leftovers of crashed processes: interrupted operations, stale cgroups and staging.
     runtime.recover(cfg.limits.timeout.0).await?;
     let gateway = runtime.gateway();
+
+    // `--stdin-file` was read above; otherwise our own stdin, when it is a pipe or a file.
+    // A pipe is read whole when the bytes must be part of the request: under an
+    // idempotency key (a replay answers only the same input), and when the policy would
+    // ask a person (the approval covers what the program is fed).
+    let stdin_plan = if exec.stdin.is_some() {
+        stdin::Stdin::None
+    } else {
+        let bind = || {
+            opts.idempotency_key.is_some() || gateway.would_ask(&op.clone().with_exec(exec.clone()))
+        };
+        stdin::choose(code_from_stdin, bind)?
+    };
+    // `--tty` on a terminal: our keys are streamed to the program's terminal.
+    let stdin_plan = match stdin_plan {
+        stdin::Stdin::None if opts.tty && exec.stdin.is_none() && stdin::is_terminal() => {
+            stdin::Stdin::Stream
+        }
+        other => other,
+    };
+    match &stdin_plan {
+        stdin::Stdin::None => {}
+        stdin::Stdin::Bytes(b) => exec.stdin = Some(b.clone()),
+        stdin::Stdin::Stream => exec.stdin_stream = true,
+    }
 
     let cancel = CancelToken::new();
     let exec_streams_stdin = exec.stdin_stream;

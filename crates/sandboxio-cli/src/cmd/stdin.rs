@@ -6,7 +6,8 @@
 //! fingerprint), up to `crate::files::MAX_INPUT_BYTES`. A pipe or socket is streamed while
 //! the program runs: the request says `stdin_stream`, and the bytes are never held in full;
 //! except with an idempotency key, which must bind the bytes (a replay answers only the same
-//! input): then a pipe is read whole too, up to the same bound.
+//! input), and when the policy would ask a person (the approval must cover what the program
+//! is fed): then a pipe is read whole too, up to the same bound.
 
 use std::io::{IsTerminal as _, Read as _};
 use std::os::unix::fs::FileTypeExt as _;
@@ -28,9 +29,10 @@ pub fn is_terminal() -> bool {
     std::io::stdin().is_terminal()
 }
 
-/// Decides; `stdin_taken` when our stdin was already read (code from `-`); `bind` when the
-/// bytes must be part of the request (an idempotency key): a pipe is then read whole.
-pub fn choose(stdin_taken: bool, bind: bool) -> Result<Stdin> {
+/// Decides; `stdin_taken` when our stdin was already read (code from `-`); `bind` says
+/// whether the bytes must be part of the request (an idempotency key, an approval): a pipe
+/// is then read whole. It is asked only for a pipe or a socket.
+pub fn choose(stdin_taken: bool, bind: impl FnOnce() -> bool) -> Result<Stdin> {
     let stdin = std::io::stdin();
     if stdin_taken || stdin.is_terminal() {
         return Ok(Stdin::None);
@@ -40,7 +42,7 @@ pub fn choose(stdin_taken: bool, bind: bool) -> Result<Stdin> {
         return Ok(Stdin::None);
     };
     let t = meta.file_type();
-    if t.is_file() || (bind && (t.is_fifo() || t.is_socket())) {
+    if t.is_file() || ((t.is_fifo() || t.is_socket()) && bind()) {
         let bytes = crate::files::read_stream(
             "standard input",
             stdin.lock(),

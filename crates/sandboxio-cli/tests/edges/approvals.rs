@@ -105,3 +105,106 @@ fn the_approvals_timeout_key_sets_the_wait() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("error[SBX_E1710]"), "{o:?}");
 }
+
+/// Reads the waiting run's stderr up to the command that approves it; returns its words.
+fn approve_command(child: &mut std::process::Child) -> Vec<String> {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let Some(line) = lines.next() else {
+            let _ = child.kill();
+            panic!("stderr ended without an approve command: {seen:?}");
+        };
+        let line = line.unwrap();
+        if let Some(cmd) = line.strip_prefix("sandboxio: approve with: ") {
+            // The rest of stderr is read by whoever waits for the child.
+            std::thread::spawn(move || lines.for_each(drop));
+            return cmd.split_whitespace().map(str::to_string).collect();
+        }
+        seen.push(line);
+    }
+}
+
+fn approve(words: &[String]) {
+    let st = run(std::process::Command::new(BIN)
+        .args(&words[1..])
+        .env_remove("SBX_STATE_DIR"));
+    assert_eq!(st.status.code(), Some(0), "{words:?}: {st:?}");
+}
+
+/// The approval covers what the input directory holds, not only its name: a file changed
+/// while the run waited is refused after the approval (`SBX_E1558`), and never read.
+#[test]
+fn what_the_input_directory_held_when_asked_is_what_runs() {
+    let env = Env::new("ask-input", "process");
+    ask_policy(&env);
+    let input = env.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(input.join("payload"), "SAFE\n").unwrap();
+    let start = || {
+        env.run_cmd(
+            None,
+            &[
+                "--approval-timeout",
+                "60s",
+                "--input",
+                input.to_str().unwrap(),
+            ],
+            &["sh", "-c", "cat \"$SANDBOX_INPUT/payload\""],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    // Unchanged: approved, and it runs.
+    let mut child = start();
+    approve(&approve_command(&mut child));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "SAFE\n");
+    // Changed after the ask: the approval holds for nothing that would run now.
+    let mut child = start();
+    let words = approve_command(&mut child);
+    std::fs::write(input.join("payload"), "EVIL\n").unwrap();
+    approve(&words);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(120), "{out:?}");
+    assert!(!text(&out.stdout).contains("EVIL"), "{out:?}");
+    let trail = std::fs::read_to_string(env.state().join("audit.jsonl")).unwrap();
+    assert!(trail.contains("SBX_E1558"), "no refusal recorded");
+}
+
+/// A pipe on stdin is read whole when a person must approve the run: the approver sees its
+/// digest, the approval binds those bytes, and the program gets exactly them.
+#[test]
+fn a_piped_stdin_is_read_whole_when_a_person_must_approve() {
+    use sha2::Digest as _;
+    let env = Env::new("ask-stdin", "process");
+    ask_policy(&env);
+    let script = "echo from-the-pipe\n";
+    let mut child = env
+        .run_cmd(None, &["--approval-timeout", "60s"], &["sh"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut w = child.stdin.take().unwrap();
+        w.write_all(script.as_bytes()).unwrap();
+    }
+    let words = approve_command(&mut child);
+    let listed = run(env.cmd("approvals", None).args(["list", "--json"]));
+    let pending: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let op: serde_json::Value =
+        serde_json::from_str(pending[0]["operation"].as_str().unwrap()).unwrap();
+    let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(script)));
+    assert_eq!(op["exec"]["stdin"], digest.as_str(), "{op}");
+    assert!(op["exec"].get("stdin_stream").is_none(), "{op}");
+    approve(&words);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "from-the-pipe\n");
+}

@@ -17,6 +17,7 @@ mod late;
 mod launch;
 mod mounts;
 mod offload;
+mod pins;
 mod record;
 mod resolve;
 mod secrets;
@@ -403,6 +404,22 @@ impl Gateway {
     }
 
     /// The kill switch this process holds on its own (the store could not take it).
+    /// Whether the policy would ask a person about `op` now, the operation resolved as
+    /// [`Gateway::submit`] resolves it. A front end that would stream the program's input
+    /// reads it whole instead when this says so: an approval must cover what runs, and
+    /// streamed input under `ask` is refused (`SBX_E1559`). A request that cannot be
+    /// resolved answers `false` (its submission says why).
+    pub fn would_ask(&self, op: &Operation) -> bool {
+        let mut op = op.clone();
+        if resolve::resolve(&self.cfg, &mut op, None).is_err() {
+            return false;
+        }
+        match self.policy.read() {
+            Ok(p) => p.decide_in(&op, Utc::now(), None).verdict == Verdict::Ask,
+            Err(_) => false,
+        }
+    }
+
     pub fn kill_latched(&self) -> Option<crate::store::KillState> {
         self.kill_latch.lock().ok().and_then(|k| k.clone())
     }
@@ -687,6 +704,18 @@ impl Gateway {
             };
         }
         let needs_approval = decision.verdict == Verdict::Ask;
+        if needs_approval && op.exec.as_ref().is_some_and(|e| e.stdin_stream) {
+            // The bytes arrive after the approval: nobody could see, nor the approval bind,
+            // what the program would be fed. The caller sends them with the request instead.
+            rec.rules = decision.rules.clone();
+            return Err(Stop::deny(
+                Layer::Approval,
+                "this request needs an approval, and its standard input is streamed while it \
+                 runs, so an approval could not cover it; send the input with the request \
+                 (`--stdin-file`, or a pipe read whole: the CLI does this when it asks)",
+            )
+            .code(crate::denial::APPROVAL_STREAMED_STDIN));
+        }
         // rate limit, journal intent, budget and the idempotency key (claimed here without an
         // approval; with one, only looked up, so that a replay or a conflict asks nobody):
         // one transaction, durable before any side effect; a refusal changes nothing.
@@ -810,6 +839,28 @@ impl Gateway {
             let approval_id = self
                 .approve(id, sub, fingerprint, &decision, rec, redactor)
                 .await?;
+            // What the approver saw pinned is what runs: the read-only directories are
+            // walked again now that the wait is over (`pins.rs`).
+            let req = op.exec.clone();
+            let moved = tokio::task::spawn_blocking(move || req.as_ref().and_then(pins::changed))
+                .await
+                .unwrap_or_else(|_| Some("(the check could not run)".into()));
+            if let Some(dir) = moved {
+                let aid = approval_id.clone();
+                let _ = self
+                    .on_store("withdrawing an approval", move |s, _| {
+                        s.expire_approval(&aid)
+                    })
+                    .await;
+                return Err(Stop::deny(
+                    Layer::Approval,
+                    format!(
+                        "`{dir}` changed after approval `{approval_id}` was asked for: what \
+                         was approved is not what would run; ask again"
+                    ),
+                )
+                .code(crate::denial::PINNED_CHANGED));
+            }
             let (aid, fp, key, op_id) = (
                 approval_id.clone(),
                 fingerprint.0.clone(),

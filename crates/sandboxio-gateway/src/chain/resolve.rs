@@ -10,6 +10,7 @@ use sandboxio_core::fingerprint::sha256_hex;
 use sandboxio_core::{ErrorCode, ExecRequest, Layer, Operation, OperationArgs, OperationKind};
 
 use super::mounts;
+use super::pins;
 use super::stop::Stop;
 use crate::config::GatewayConfig;
 
@@ -55,6 +56,7 @@ pub(crate) fn resolve(
                 _ => {}
             }
             mounts::resolve(cfg, &mut req)?;
+            pins::pin(&mut req);
             inherit_env(&mut req);
             req.limits = req
                 .limits

@@ -1,0 +1,225 @@
+//! Pins: what the host directories a program sees read-only (its input directory and its
+//! read-only mounts) hold, bound to the request.
+//!
+//! Those directories are bound live into the sandbox, so their names alone do not say what
+//! the program will read: an approval given for `cat /input/payload` would otherwise hold
+//! for whatever the file says when the run starts, and a replay under an idempotency key
+//! would answer a request whose input differs. Each is pinned at admission to a digest of
+//! its tree (`ExecRequest::pinned`, part of the fingerprint and of what approvers see), and
+//! checked again after an approval, just before the run.
+//!
+//! The digest covers every entry's relative path, type, mode, owner, size, inode, device,
+//! link target, and modification and change times, never its contents: a write changes
+//! the change time, which no user can set back (only a changed system clock could), so any
+//! change to a file shows, at the cost of one `lstat` per entry. Symlinks are not followed.
+//! A tree of more than [`MAX_ENTRIES`] entries is not walked to the end; it is named
+//! `unpinned: ...` (approvers see it), and bound by name only.
+//!
+//! What a pin cannot do: a writer of the directory who races the sandbox's start (after the
+//! last check), or who writes while the program runs, is not stopped; bind only
+//! directories nobody else writes to. Read-write mounts are not pinned: their contents are
+//! the run's own state (a replay after the first run changed them must still replay).
+
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use sandboxio_core::{ExecRequest, MountMode};
+use sha2::{Digest as _, Sha256};
+
+/// Entries walked at most per pinned directory.
+pub(crate) const MAX_ENTRIES: usize = 50_000;
+/// Directory depth walked at most.
+const MAX_DEPTH: usize = 64;
+
+/// Pins every read-only host directory of `req` (a caller's `pinned` is replaced).
+pub(crate) fn pin(req: &mut ExecRequest) {
+    req.pinned = current(req);
+}
+
+/// The first read-only directory whose tree is not what `req` pinned, if any.
+pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
+    let now = current(req);
+    if now == req.pinned {
+        return None;
+    }
+    now.keys()
+        .chain(req.pinned.keys())
+        .find(|p| now.get(*p) != req.pinned.get(*p))
+        .cloned()
+}
+
+/// The pins `req` has now: its input directory and its read-only mounts.
+fn current(req: &ExecRequest) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let dirs = req.input_dir.iter().chain(
+        req.mounts
+            .iter()
+            .filter(|m| m.mode == MountMode::Ro)
+            .map(|m| &m.host),
+    );
+    for d in dirs {
+        out.insert(d.display().to_string(), tree_digest(d));
+    }
+    out
+}
+
+/// `tree-v1:<sha256>` of `root`'s tree, or `unpinned: <why>`.
+pub(crate) fn tree_digest(root: &Path) -> String {
+    let mut h = Sha256::new();
+    let mut entries = 0usize;
+    match walk(root, Path::new(""), 0, &mut h, &mut entries) {
+        Ok(()) => format!("tree-v1:{}", hex::encode(h.finalize())),
+        Err(why) => format!("unpinned: {why}"),
+    }
+}
+
+fn walk(
+    host: &Path,
+    rel: &Path,
+    depth: usize,
+    h: &mut Sha256,
+    entries: &mut usize,
+) -> Result<(), String> {
+    *entries += 1;
+    if *entries > MAX_ENTRIES {
+        return Err(format!("more than {MAX_ENTRIES} entries"));
+    }
+    if depth > MAX_DEPTH {
+        return Err(format!("deeper than {MAX_DEPTH} directories"));
+    }
+    let meta = match std::fs::symlink_metadata(host) {
+        Ok(m) => m,
+        Err(e) => {
+            // Gone between the listing and here, or not ours to see: what the program
+            // would meet too, so it is part of the tree.
+            entry(h, rel, &format!("error:{}", e.raw_os_error().unwrap_or(0)));
+            return Ok(());
+        }
+    };
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        "d"
+    } else if ft.is_file() {
+        "f"
+    } else if ft.is_symlink() {
+        "l"
+    } else {
+        "o"
+    };
+    let mut line = format!(
+        "{kind} {:o} {}:{} {} {}:{} {}.{} {}.{}",
+        meta.mode(),
+        meta.uid(),
+        meta.gid(),
+        meta.size(),
+        meta.dev(),
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    );
+    if ft.is_symlink() {
+        if let Ok(target) = std::fs::read_link(host) {
+            line.push_str(" -> ");
+            line.push_str(&hex::encode(target.as_os_str().as_bytes()));
+        }
+    }
+    entry(h, rel, &line);
+    if !ft.is_dir() {
+        return Ok(());
+    }
+    let mut names: Vec<std::ffi::OsString> = match std::fs::read_dir(host) {
+        Ok(rd) => rd.flatten().map(|e| e.file_name()).collect(),
+        Err(e) => {
+            entry(
+                h,
+                rel,
+                &format!("unlisted:{}", e.raw_os_error().unwrap_or(0)),
+            );
+            return Ok(());
+        }
+    };
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    for n in names {
+        walk(&host.join(&n), &rel.join(&n), depth + 1, h, entries)?;
+    }
+    Ok(())
+}
+
+/// One entry: its path (hex, so that no byte of a name can forge a separator) and facts.
+fn entry(h: &mut Sha256, rel: &Path, facts: &str) {
+    h.update(hex::encode(rel.as_os_str().as_bytes()).as_bytes());
+    h.update(b" ");
+    h.update(facts.as_bytes());
+    h.update(b"\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_change_to_the_tree_changes_the_digest() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/f"), b"SAFE").unwrap();
+        let a = tree_digest(d.path());
+        assert!(a.starts_with("tree-v1:"), "{a}");
+        assert_eq!(a, tree_digest(d.path()), "stable while nothing changes");
+        // The same size, the modification time put back: the change time still moves.
+        let f = d.path().join("sub/f");
+        let before = std::fs::metadata(&f).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&f, b"EVIL").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(before)
+            .unwrap();
+        let b = tree_digest(d.path());
+        assert_ne!(a, b, "a rewrite with the old mtime");
+        std::fs::write(d.path().join("new"), b"").unwrap();
+        assert_ne!(b, tree_digest(d.path()), "a new entry");
+        let c = tree_digest(d.path());
+        std::fs::remove_file(d.path().join("new")).unwrap();
+        std::os::unix::fs::symlink("/etc", d.path().join("new")).unwrap();
+        assert_ne!(c, tree_digest(d.path()), "a file swapped for a symlink");
+    }
+
+    #[test]
+    fn a_tree_too_large_is_named_unpinned() {
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..=MAX_ENTRIES {
+            std::fs::write(d.path().join(i.to_string()), b"").unwrap();
+        }
+        let p = tree_digest(d.path());
+        assert!(p.starts_with("unpinned: more than"), "{p}");
+    }
+
+    #[test]
+    fn only_read_only_directories_are_pinned_and_a_change_is_named() {
+        let input = tempfile::tempdir().unwrap();
+        let ro = tempfile::tempdir().unwrap();
+        let rw = tempfile::tempdir().unwrap();
+        let mut req = ExecRequest::new(["true"]);
+        req.input_dir = Some(input.path().to_path_buf());
+        let cwd = Path::new("/");
+        req.mounts = vec![
+            sandboxio_core::Mount::parse(&format!("{}:/ro", ro.path().display()), cwd).unwrap(),
+            sandboxio_core::Mount::parse(&format!("{}:/rw:rw", rw.path().display()), cwd).unwrap(),
+        ];
+        req.pinned.insert("/forged".into(), "tree-v1:0".into());
+        pin(&mut req);
+        assert_eq!(req.pinned.len(), 2, "{:?}", req.pinned);
+        assert!(!req.pinned.contains_key("/forged"));
+        assert_eq!(changed(&req), None);
+        std::fs::write(rw.path().join("state"), b"the run's own").unwrap();
+        assert_eq!(changed(&req), None, "a read-write mount is the run's state");
+        std::fs::write(ro.path().join("x"), b"1").unwrap();
+        assert_eq!(changed(&req), Some(ro.path().display().to_string()));
+    }
+}
