@@ -655,21 +655,26 @@ struct Shapes {
 
 /// Credential shapes. Each is specific enough to have few false positives in text.
 pub const CREDENTIAL_PATTERNS: &[&str] = &[
-    // AWS access key ids.
-    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
+    // A prefix distinctive enough not to need a word boundary before it is matched
+    // wherever it starts, so a credential glued to other text (`xghp_...`, a hex dump)
+    // is still found. AWS access key ids.
+    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
     // GitHub tokens.
-    r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b",
-    r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
+    r"gh[pousr]_[A-Za-z0-9]{30,255}\b",
+    r"github_pat_[A-Za-z0-9_]{22,255}\b",
     // Slack tokens.
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,250}",
+    r"xox[abposr]-[A-Za-z0-9-]{10,250}",
     // Stripe live keys.
-    r"\b(?:sk|rk)_live_[0-9A-Za-z]{16,247}\b",
+    r"(?:sk|rk)_live_[0-9A-Za-z]{16,247}\b",
     // Google API keys.
-    r"\bAIza[0-9A-Za-z_\-]{35}",
-    // OpenAI / Anthropic style keys.
-    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}",
+    r"AIza[0-9A-Za-z_\-]{35}",
+    // OpenAI / Anthropic style keys. `sk-` ends many words (`task-`, `disk-`): after a
+    // lower-case letter it is not a key; after anything else (a boundary, a digit, an
+    // upper-case letter or `_` of an identifier it was glued to) it is, and that one
+    // character goes with it.
+    r"(?:\b|[0-9A-Z_])sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}",
     // JSON Web Tokens.
-    r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
+    r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
     // PEM private key blocks (also when their newlines are JSON-escaped).
     r"-----BEGIN[A-Z ]{0,30} PRIVATE KEY-----(?s:.*?)-----END[A-Z ]{0,30} PRIVATE KEY-----",
 ];
@@ -677,8 +682,11 @@ pub const CREDENTIAL_PATTERNS: &[&str] = &[
 /// Names of variables whose values are judged by entropy.
 const SENSITIVE_NAME: &str = r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)";
 const NOT_SENSITIVE_NAME: &str = r"(?i)^(KEYBOARD.*|.*AUTHOR.*)$";
-/// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value.
-const ASSIGNMENT: &str = r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#;
+/// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value. The name
+/// starts the text or follows a character that is neither part of a name nor a path
+/// separator: `/etc/passwd: Operation not permitted` and `.../secrets.key: No such file`
+/// name files, not variables.
+const ASSIGNMENT: &str = r#"(?i)(?:^|[^/\\A-Za-z0-9_.-])([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#;
 
 /// Literals of which every match of [`CREDENTIAL_PATTERNS`] contains one.
 const CREDENTIAL_LITERALS: &[&str] = &[
@@ -885,6 +893,11 @@ mod tests {
             "sk-ant-abcdefghijklmnopqrstuvwxyz",
             "sk-proj-abcdefghijklmnopqrstuvwxyz",
             "eyJhbGciOiJI.eyJzdWIiOiIx.sig",
+            "xghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "7ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "Xsk-live-abcdefghijklmnopqrstuvwxyz",
+            "task-runner-configuration-file-name",
+            "ln: /etc/passwd: Operation not permitted",
             "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----",
             "API_KEY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
             "\"auth_token\": \"Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0\"",
@@ -966,6 +979,54 @@ mod tests {
             r.redact_str("exit 0 after 3 ms"),
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn credentials_glued_to_other_text_are_redacted() {
+        let r = Redactor::builder().build().unwrap();
+        for t in [
+            "xghp_Zq9abcdefghijklmnopqrstuvwxyz012346",
+            "7ghp_Zq9abcdefghijklmnopqrstuvwxyz012347",
+            "Xsk-live-Zq9abcdefghijklmnopqrstuvwxyz",
+            "idAKIAABCDEFGHIJKLMNOP",
+            "headerxoxb-1234567890-abcdefghij",
+            "prefix=valueeyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl",
+        ] {
+            let out = r.redact_str(t);
+            assert!(out.contains("[REDACTED"), "{t} -> {out}");
+            for secret in [
+                "Zq9abcdefghijklmnopqrstuvwxyz",
+                "ABCDEFGHIJKLMNOP",
+                "eyJzdWIi",
+            ] {
+                assert!(!out.contains(secret), "{t} -> {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn file_names_and_words_are_not_taken_for_secrets() {
+        let r = Redactor::builder().build().unwrap();
+        for t in [
+            "ln: /etc/passwd: Operation not permitted",
+            "cat: /tmp/run/secrets.key: No such file or directory",
+            "C:\\app\\auth.token: Permission denied",
+            "the task-runner-configuration-file-name was read",
+            "a disk-0123456789abcdefghijklmnop was found",
+        ] {
+            assert_eq!(r.redact_str(t), t, "changed");
+        }
+        // A variable is still one, after a space, a quote or at the start of a line.
+        for t in [
+            "export API_KEY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "line\npasswd: Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "{\"token\": \"Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0\"}",
+        ] {
+            assert!(
+                !r.redact_str(t).contains("Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0"),
+                "{t}"
+            );
+        }
     }
 
     #[test]
