@@ -786,3 +786,26 @@ async fn streamed_stdin_is_refused_where_a_person_must_approve() {
     assert_eq!(o.record.status, OperationStatus::Ok, "{:?}", o.record);
     assert_eq!(c.0.lock().unwrap().len(), 1);
 }
+
+/// A read-only directory too large to pin cannot be approved: nobody could know what the
+/// program would read there (`SBX_E1566`), and nobody is asked.
+#[tokio::test]
+async fn a_directory_too_large_to_pin_is_refused_where_a_person_must_approve() {
+    let c = Arc::new(Collect::default());
+    let f = fx(GatewayConfig::default(), Approver::Callback(c.clone()));
+    let input = tempfile::tempdir().unwrap();
+    for i in 0..50_001 {
+        std::fs::write(input.path().join(i.to_string()), b"").unwrap();
+    }
+    let mut r = ExecRequest::new(Vec::<String>::new());
+    r.input_dir = Some(input.path().to_path_buf());
+    let o = f.gw.submit(sh("echo approve-me", r)).await.unwrap();
+    assert_eq!(
+        o.record.error_code.as_deref(),
+        Some(sandboxio_gateway::denial::PINNED_TOO_LARGE),
+        "{:?}",
+        o.record
+    );
+    assert!(o.result.is_none());
+    assert!(c.0.lock().unwrap().is_empty(), "nobody is asked");
+}

@@ -25,3 +25,6 @@ pub const PINNED_CHANGED: &str = "SBX_E1558";
 /// The request needs an approval, and its standard input is streamed while it runs: no
 /// approval could cover bytes that arrive after it.
 pub const APPROVAL_STREAMED_STDIN: &str = "SBX_E1559";
+/// The request needs an approval, and a read-only directory of it is too large to pin
+/// (`chain/pins.rs`): no approver could know what the program would read there.
+pub const PINNED_TOO_LARGE: &str = "SBX_E1566";

@@ -411,11 +411,13 @@ impl Gateway {
     /// resolved answers `false` (its submission says why).
     pub fn would_ask(&self, op: &Operation) -> bool {
         let mut op = op.clone();
-        if resolve::resolve(&self.cfg, &mut op, None).is_err() {
-            return false;
-        }
+        resolve::resolve(&self.cfg, &mut op, None).is_ok() && self.asks(&op, None)
+    }
+
+    /// Whether the policy asks a person about the resolved `op` now.
+    fn asks(&self, op: &Operation, workspace: Option<&std::path::Path>) -> bool {
         match self.policy.read() {
-            Ok(p) => p.decide_in(&op, Utc::now(), None).verdict == Verdict::Ask,
+            Ok(p) => p.decide_in(op, Utc::now(), workspace).verdict == Verdict::Ask,
             Err(_) => false,
         }
     }
@@ -470,6 +472,16 @@ impl Gateway {
         // The request as it will run: defaults and ceilings applied, argv derived, content
         // digested. Policy, the fingerprint, approvals and the sandbox all see this value.
         let resolved = resolve::resolve(&self.cfg, &mut sub.op, sub.content.as_deref());
+        // What the read-only directories hold is bound where something binds the request:
+        // an idempotency key, an approval (`pins.rs`). Elsewhere nothing would read the
+        // pins, and a large tree costs a walk.
+        if resolved.is_ok()
+            && (sub.op.idempotency_key.is_some() || self.asks(&sub.op, sub.workspace.as_deref()))
+        {
+            if let Some(req) = sub.op.exec.as_mut() {
+                pins::pin(req);
+            }
+        }
         let mut rec = base_record(&id, &sub.op);
         rec.labels = sub.labels.clone();
         // The caller's span (W3C traceparent `00-<trace>-<span>-<flags>`), for correlation.
@@ -704,6 +716,25 @@ impl Gateway {
             };
         }
         let needs_approval = decision.verdict == Verdict::Ask;
+        if let Some((dir, why)) = op.exec.as_ref().and_then(|e| {
+            e.pinned
+                .iter()
+                .find(|(_, p)| !p.starts_with(pins::TREE_PREFIX))
+        }) {
+            if needs_approval {
+                // An approver could not know what the program would read there.
+                rec.rules = decision.rules.clone();
+                return Err(Stop::deny(
+                    Layer::Approval,
+                    format!(
+                        "this request needs an approval, and what `{dir}` holds cannot be \
+                         pinned ({why}), so an approval could not cover it; bind a smaller \
+                         directory"
+                    ),
+                )
+                .code(crate::denial::PINNED_TOO_LARGE));
+            }
+        }
         if needs_approval && op.exec.as_ref().is_some_and(|e| e.stdin_stream) {
             // The bytes arrive after the approval: nobody could see, nor the approval bind,
             // what the program would be fed. The caller sends them with the request instead.

@@ -12,8 +12,10 @@
 //! link target, and modification and change times, never its contents: a write changes
 //! the change time, which no user can set back (only a changed system clock could), so any
 //! change to a file shows, at the cost of one `lstat` per entry. Symlinks are not followed.
-//! A tree of more than [`MAX_ENTRIES`] entries is not walked to the end; it is named
-//! `unpinned: ...` (approvers see it), and bound by name only.
+//! Pins are taken only where something binds the request (an idempotency key, an
+//! approval). A tree of more than [`MAX_ENTRIES`] entries is not walked to the end; it is
+//! named `unpinned: ...`: a request that needs an approval is then refused (no approver
+//! could know what it reads), one under an idempotency key is bound by name only.
 //!
 //! What a pin cannot do: a writer of the directory who races the sandbox's start (after the
 //! last check), or who writes while the program runs, is not stopped; bind only
@@ -30,6 +32,8 @@ use sha2::{Digest as _, Sha256};
 
 /// Entries walked at most per pinned directory.
 pub(crate) const MAX_ENTRIES: usize = 50_000;
+/// The prefix of a pin that holds a digest (anything else says why there is none).
+pub(crate) const TREE_PREFIX: &str = "tree-v1:";
 /// Directory depth walked at most.
 const MAX_DEPTH: usize = 64;
 
@@ -70,7 +74,7 @@ pub(crate) fn tree_digest(root: &Path) -> String {
     let mut h = Sha256::new();
     let mut entries = 0usize;
     match walk(root, Path::new(""), 0, &mut h, &mut entries) {
-        Ok(()) => format!("tree-v1:{}", hex::encode(h.finalize())),
+        Ok(()) => format!("{TREE_PREFIX}{}", hex::encode(h.finalize())),
         Err(why) => format!("unpinned: {why}"),
     }
 }

@@ -10,7 +10,6 @@ use sandboxio_core::fingerprint::sha256_hex;
 use sandboxio_core::{ErrorCode, ExecRequest, Layer, Operation, OperationArgs, OperationKind};
 
 use super::mounts;
-use super::pins;
 use super::stop::Stop;
 use crate::config::GatewayConfig;
 
@@ -56,7 +55,8 @@ pub(crate) fn resolve(
                 _ => {}
             }
             mounts::resolve(cfg, &mut req)?;
-            pins::pin(&mut req);
+            // A caller's pins are never believed; the gateway pins what needs binding.
+            req.pinned.clear();
             inherit_env(&mut req);
             req.limits = req
                 .limits
