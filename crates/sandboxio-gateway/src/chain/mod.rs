@@ -479,7 +479,13 @@ impl Gateway {
             && (sub.op.idempotency_key.is_some() || self.asks(&sub.op, sub.workspace.as_deref()))
         {
             if let Some(req) = sub.op.exec.as_mut() {
-                pins::pin(req);
+                // A walk of up to `pins::MAX_ENTRIES` entries a directory: off the async
+                // workers. A walk that could not run pins nothing it was asked to.
+                let dirs = pins::dirs(req);
+                let lost = dirs.clone();
+                req.pinned = tokio::task::spawn_blocking(move || pins::of(&dirs))
+                    .await
+                    .unwrap_or_else(|_| pins::not_walked(&lost));
             }
         }
         let mut rec = base_record(&id, &sub.op);

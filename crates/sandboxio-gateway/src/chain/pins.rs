@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sandboxio_core::{ExecRequest, MountMode};
 use sha2::{Digest as _, Sha256};
@@ -38,13 +38,14 @@ pub(crate) const TREE_PREFIX: &str = "tree-v1:";
 const MAX_DEPTH: usize = 64;
 
 /// Pins every read-only host directory of `req` (a caller's `pinned` is replaced).
+#[cfg(test)]
 pub(crate) fn pin(req: &mut ExecRequest) {
-    req.pinned = current(req);
+    req.pinned = of(&dirs(req));
 }
 
 /// The first read-only directory whose tree is not what `req` pinned, if any.
 pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
-    let now = current(req);
+    let now = of(&dirs(req));
     if now == req.pinned {
         return None;
     }
@@ -54,19 +55,32 @@ pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
         .cloned()
 }
 
-/// The pins `req` has now: its input directory and its read-only mounts.
-fn current(req: &ExecRequest) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let dirs = req.input_dir.iter().chain(
-        req.mounts
-            .iter()
-            .filter(|m| m.mode == MountMode::Ro)
-            .map(|m| &m.host),
-    );
-    for d in dirs {
-        out.insert(d.display().to_string(), tree_digest(d));
-    }
-    out
+/// The host directories `req` binds read-only: its input directory and read-only mounts.
+pub(crate) fn dirs(req: &ExecRequest) -> Vec<PathBuf> {
+    req.input_dir
+        .iter()
+        .chain(
+            req.mounts
+                .iter()
+                .filter(|m| m.mode == MountMode::Ro)
+                .map(|m| &m.host),
+        )
+        .cloned()
+        .collect()
+}
+
+/// The pins of `dirs`: host path -> its tree's digest, or why there is none.
+pub(crate) fn of(dirs: &[PathBuf]) -> BTreeMap<String, String> {
+    dirs.iter()
+        .map(|d| (d.display().to_string(), tree_digest(d)))
+        .collect()
+}
+
+/// `dirs`, none of them pinned (the walk could not run).
+pub(crate) fn not_walked(dirs: &[PathBuf]) -> BTreeMap<String, String> {
+    dirs.iter()
+        .map(|d| (d.display().to_string(), "unpinned: not walked".to_string()))
+        .collect()
 }
 
 /// `tree-v1:<sha256>` of `root`'s tree, or `unpinned: <why>`.
