@@ -502,6 +502,9 @@ impl Redactor {
             let mut changed = false;
             for c in re.captures_iter(&cur) {
                 let Some(v) = c.get(2) else { continue };
+                if path_message(&cur, c.get(1)) {
+                    continue;
+                }
                 let value = String::from_utf8_lossy(v.as_bytes());
                 if value.starts_with("[REDACTED")
                     || value.chars().count() < self.min_entropy_len
@@ -522,6 +525,14 @@ impl Redactor {
         }
         (cur, count)
     }
+}
+
+/// Whether an assignment's name (`name`: group 1 of [`ASSIGNMENT`], with its separator)
+/// is the last component of a path followed by `:`, as in `ln: /etc/passwd: Operation not
+/// permitted`: a file named in a message, not a variable.
+fn path_message(text: &[u8], name: Option<regex::bytes::Match<'_>>) -> bool {
+    let Some(n) = name else { return false };
+    n.start() > 0 && text[n.start() - 1] == b'/' && !n.as_bytes().contains(&b'=')
 }
 
 /// `[REDACTED:hmac8]` for a value under a key.
@@ -655,17 +666,20 @@ struct Shapes {
 
 /// Credential shapes. Each is specific enough to have few false positives in text.
 pub const CREDENTIAL_PATTERNS: &[&str] = &[
-    // A prefix distinctive enough not to need a word boundary before it is matched
-    // wherever it starts, so a credential glued to other text (`xghp_...`, a hex dump)
-    // is still found. AWS access key ids.
-    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
+    // A prefix distinctive enough not to need a word boundary is matched wherever it
+    // starts and wherever it ends, so a credential glued to other text on either side
+    // (`xghp_..._old`, a key id followed by its secret, a hex dump) is still found. AWS
+    // access key ids.
+    // A key id written right before its secret access key (40 characters of base64)
+    // takes the secret with it.
+    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}(?:[A-Za-z0-9/+]{40})?",
     // GitHub tokens.
-    r"gh[pousr]_[A-Za-z0-9]{30,255}\b",
-    r"github_pat_[A-Za-z0-9_]{22,255}\b",
+    r"gh[pousr]_[A-Za-z0-9]{30,255}",
+    r"github_pat_[A-Za-z0-9_]{22,255}",
     // Slack tokens.
     r"xox[abposr]-[A-Za-z0-9-]{10,250}",
     // Stripe live keys.
-    r"(?:sk|rk)_live_[0-9A-Za-z]{16,247}\b",
+    r"(?:sk|rk)_live_[0-9A-Za-z]{16,247}",
     // Google API keys.
     r"AIza[0-9A-Za-z_\-]{35}",
     // OpenAI / Anthropic style keys. `sk-` ends many words (`task-`, `disk-`): after a
@@ -682,11 +696,12 @@ pub const CREDENTIAL_PATTERNS: &[&str] = &[
 /// Names of variables whose values are judged by entropy.
 const SENSITIVE_NAME: &str = r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)";
 const NOT_SENSITIVE_NAME: &str = r"(?i)^(KEYBOARD.*|.*AUTHOR.*)$";
-/// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value. The name
-/// starts the text or follows a character that is neither part of a name nor a path
-/// separator: `/etc/passwd: Operation not permitted` and `.../secrets.key: No such file`
-/// name files, not variables.
-const ASSIGNMENT: &str = r#"(?i)(?:^|[^/\\A-Za-z0-9_.-])([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?)([^\s"'&,;]+)"#;
+/// `NAME=value` / `"name": "value"` with a key-like name; group 2 is the value. An HTTP
+/// authorization scheme (`Authorization: Bearer <token>`, `Basic`, `Token`, `Digest`) is
+/// part of the name: the value is what follows it. A name right after a `/` with a `:`
+/// after it names a file in a message (`/etc/passwd: Operation not permitted`,
+/// `.../secrets.key: No such file`), not a variable: [`path_message`] leaves it alone.
+const ASSIGNMENT: &str = r#"(?i)([A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|credential|auth)[A-Za-z0-9_.-]*["']?\s*[=:]\s*["']?(?:(?:bearer|basic|token|digest)\s+)?)([^\s"'&,;]+)"#;
 
 /// Literals of which every match of [`CREDENTIAL_PATTERNS`] contains one.
 const CREDENTIAL_LITERALS: &[&str] = &[
@@ -991,6 +1006,10 @@ mod tests {
             "idAKIAABCDEFGHIJKLMNOP",
             "headerxoxb-1234567890-abcdefghij",
             "prefix=valueeyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl",
+            // Glued at the end too: a key id followed by its secret, a suffix.
+            "AKIAABCDEFGHIJKLMNOPwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "ghp_Zq9abcdefghijklmnopqrstuvwxyz012345_old",
+            "sk_live_Zq9abcdefghijklmnopqrstuvwxyz_test",
         ] {
             let out = r.redact_str(t);
             assert!(out.contains("[REDACTED"), "{t} -> {out}");
@@ -998,6 +1017,7 @@ mod tests {
                 "Zq9abcdefghijklmnopqrstuvwxyz",
                 "ABCDEFGHIJKLMNOP",
                 "eyJzdWIi",
+                "K7MDENG/bPxRfiCY",
             ] {
                 assert!(!out.contains(secret), "{t} -> {out}");
             }
@@ -1010,17 +1030,22 @@ mod tests {
         for t in [
             "ln: /etc/passwd: Operation not permitted",
             "cat: /tmp/run/secrets.key: No such file or directory",
-            "C:\\app\\auth.token: Permission denied",
             "the task-runner-configuration-file-name was read",
             "a disk-0123456789abcdefghijklmnop was found",
         ] {
             assert_eq!(r.redact_str(t), t, "changed");
         }
-        // A variable is still one, after a space, a quote or at the start of a line.
+        // A variable is still one: after a space, a quote, a path or an escaped line
+        // break, and after an HTTP authorization scheme.
         for t in [
             "export API_KEY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
             "line\npasswd: Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            r#"{"msg":"boot\nAPI_KEY=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0"}"#,
+            r"cfg\tDB_PASSWORD=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "https://example.com/docs/api_key=Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
             "{\"token\": \"Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0\"}",
+            "Authorization: Bearer Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0",
+            "authorization: basic Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0==",
         ] {
             assert!(
                 !r.redact_str(t).contains("Zx8kQ2mVn4pL7rT1yW3sD6fG9hJ0"),

@@ -25,6 +25,7 @@ pub const PINNED_CHANGED: &str = "SBX_E1558";
 /// The request needs an approval, and its standard input is streamed while it runs: no
 /// approval could cover bytes that arrive after it.
 pub const APPROVAL_STREAMED_STDIN: &str = "SBX_E1559";
-/// The request needs an approval, and a read-only directory of it is too large to pin
-/// (`chain/pins.rs`): no approver could know what the program would read there.
+/// The request needs an approval or carries an idempotency key, and what a read-only
+/// directory of it holds cannot be pinned (`chain/pins.rs`: too large or deep, not
+/// listable, written by the run, a path that is not UTF-8): neither could cover it.
 pub const PINNED_TOO_LARGE: &str = "SBX_E1566";

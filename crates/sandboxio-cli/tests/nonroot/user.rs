@@ -318,3 +318,39 @@ fn a_program_killed_at_its_timeout_is_metered_without_a_cgroup() {
     // About 2 s of one core; a loaded host gives it less, never almost nothing.
     assert!(cpu >= 500, "metered {cpu} ms for a 2 s busy loop: {r}");
 }
+
+/// A directory this user can search but not list (`0111`) serves the names inside it to a
+/// program that knows them, so the tree around it cannot be pinned: under an idempotency
+/// key (or an approval) the request is refused (`SBX_E1566`) rather than bound to a tree
+/// it cannot see.
+#[test]
+fn an_input_directory_this_user_cannot_list_is_not_bound_by_a_key() {
+    let Some(user) = as_nobody() else { return };
+    // Beside the state directory, not in it (that one is refused as sandboxio's own).
+    let base = tempfile::Builder::new()
+        .prefix("sbx-nonroot-input-")
+        .tempdir()
+        .unwrap();
+    let input = base.path().join("in");
+    let hidden = input.join("x");
+    std::fs::create_dir_all(&hidden).unwrap();
+    std::fs::write(hidden.join("payload"), "ONE\n").unwrap();
+    for p in [base.path(), &input, &hidden, &hidden.join("payload")] {
+        std::os::unix::fs::chown(p, Some(user.uid), Some(user.uid)).unwrap();
+    }
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o111)).unwrap();
+    let o = output(user.cli(&[
+        "run",
+        "--idempotency-key",
+        "k-unlisted",
+        "--input",
+        input.to_str().unwrap(),
+        "--",
+        "cat",
+        "/input/x/payload",
+    ]));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(120), "{err}");
+    assert!(err.contains("SBX_E1566"), "{err}");
+    assert!(!text(&o.stdout).contains("ONE"), "it ran");
+}

@@ -483,9 +483,11 @@ impl Gateway {
                 // workers. A walk that could not run pins nothing it was asked to.
                 let dirs = pins::dirs(req);
                 let lost = dirs.clone();
-                req.pinned = tokio::task::spawn_blocking(move || pins::of(&dirs))
-                    .await
-                    .unwrap_or_else(|_| pins::not_walked(&lost));
+                let output = req.output_dir.clone();
+                req.pinned =
+                    tokio::task::spawn_blocking(move || pins::of(&dirs, output.as_deref()))
+                        .await
+                        .unwrap_or_else(|_| pins::not_walked(&lost));
             }
         }
         let mut rec = base_record(&id, &sub.op);
@@ -727,19 +729,29 @@ impl Gateway {
                 .iter()
                 .find(|(_, p)| !p.starts_with(pins::TREE_PREFIX))
         }) {
-            if needs_approval {
-                // An approver could not know what the program would read there.
-                rec.rules = decision.rules.clone();
-                return Err(Stop::deny(
-                    Layer::Approval,
-                    format!(
-                        "this request needs an approval, and what `{dir}` holds cannot be \
-                         pinned ({why}), so an approval could not cover it; bind a smaller \
-                         directory"
-                    ),
-                )
-                .code(crate::denial::PINNED_TOO_LARGE));
-            }
+            // Pins are taken only under a key or an approval: neither could say what the
+            // program would read there.
+            rec.rules = decision.rules.clone();
+            let binds = if needs_approval {
+                "needs an approval"
+            } else {
+                "carries an idempotency key"
+            };
+            let layer = if needs_approval {
+                Layer::Approval
+            } else {
+                Layer::Idempotency
+            };
+            return Err(Stop::deny(
+                layer,
+                format!(
+                    "this request {binds}, and what `{dir}` holds cannot be pinned \
+                     ({}), so it could not be covered; bind a smaller directory that this \
+                     user can list",
+                    why.trim_start_matches("unpinned: ")
+                ),
+            )
+            .code(crate::denial::PINNED_TOO_LARGE));
         }
         if needs_approval && op.exec.as_ref().is_some_and(|e| e.stdin_stream) {
             // The bytes arrive after the approval: nobody could see, nor the approval bind,

@@ -13,9 +13,10 @@
 //! the change time, which no user can set back (only a changed system clock could), so any
 //! change to a file shows, at the cost of one `lstat` per entry. Symlinks are not followed.
 //! Pins are taken only where something binds the request (an idempotency key, an
-//! approval). A tree of more than [`MAX_ENTRIES`] entries is not walked to the end; it is
-//! named `unpinned: ...`: a request that needs an approval is then refused (no approver
-//! could know what it reads), one under an idempotency key is bound by name only.
+//! approval). A tree that cannot be known (more than [`MAX_ENTRIES`] entries, deeper than
+//! the walk goes, a directory this user cannot list, the output directory inside it) is
+//! named `unpinned: ...`, and the request is refused (`SBX_E1566`): no approval and no key
+//! could say what it reads.
 //!
 //! What a pin cannot do: a writer of the directory who races the sandbox's start (after the
 //! last check), or who writes while the program runs, is not stopped; bind only
@@ -40,12 +41,12 @@ const MAX_DEPTH: usize = 64;
 /// Pins every read-only host directory of `req` (a caller's `pinned` is replaced).
 #[cfg(test)]
 pub(crate) fn pin(req: &mut ExecRequest) {
-    req.pinned = of(&dirs(req));
+    req.pinned = of(&dirs(req), req.output_dir.as_deref());
 }
 
 /// The first read-only directory whose tree is not what `req` pinned, if any.
 pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
-    let now = of(&dirs(req));
+    let now = of(&dirs(req), req.output_dir.as_deref());
     if now == req.pinned {
         return None;
     }
@@ -69,10 +70,22 @@ pub(crate) fn dirs(req: &ExecRequest) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The pins of `dirs`: host path -> its tree's digest, or why there is none.
-pub(crate) fn of(dirs: &[PathBuf]) -> BTreeMap<String, String> {
+/// The pins of `req`'s read-only directories: host path -> its tree's digest, or why
+/// there is none. A directory the run writes into (it holds the output directory) is the
+/// run's own state, like a read-write mount, and cannot be pinned; nor can a path that is
+/// not UTF-8 (pins are named by their path).
+pub(crate) fn of(dirs: &[PathBuf], output: Option<&Path>) -> BTreeMap<String, String> {
     dirs.iter()
-        .map(|d| (d.display().to_string(), tree_digest(d)))
+        .map(|d| {
+            let pin = if d.to_str().is_none() {
+                "unpinned: the path is not UTF-8".to_string()
+            } else if output.is_some_and(|o| o.starts_with(d)) {
+                "unpinned: it holds the output directory, which the run writes".to_string()
+            } else {
+                tree_digest(d)
+            };
+            (d.display().to_string(), pin)
+        })
         .collect()
 }
 
@@ -149,17 +162,14 @@ fn walk(
     if !ft.is_dir() {
         return Ok(());
     }
-    let mut names: Vec<std::ffi::OsString> = match std::fs::read_dir(host) {
-        Ok(rd) => rd.flatten().map(|e| e.file_name()).collect(),
-        Err(e) => {
-            entry(
-                h,
-                rel,
-                &format!("unlisted:{}", e.raw_os_error().unwrap_or(0)),
-            );
-            return Ok(());
-        }
-    };
+    // A directory that cannot be listed to its end (search-only, `0111`, to this user)
+    // still serves the names inside it to a program that knows them: its tree cannot be
+    // known, so nothing of it is pinned.
+    let unlisted = |e: std::io::Error| format!("`{}` cannot be listed: {e}", host.display());
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(host).map_err(unlisted)? {
+        names.push(e.map_err(unlisted)?.file_name());
+    }
     names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     for n in names {
         walk(&host.join(&n), &rel.join(&n), depth + 1, h, entries)?;
@@ -216,6 +226,30 @@ mod tests {
         }
         let p = tree_digest(d.path());
         assert!(p.starts_with("unpinned: more than"), "{p}");
+    }
+
+    #[test]
+    fn what_the_run_writes_and_paths_not_utf8_are_never_pinned() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("out");
+        let odd = d.path().join(std::ffi::OsStr::from_bytes(b"odd\xff"));
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&odd).unwrap();
+        let pins = of(&[d.path().to_path_buf(), odd.clone()], Some(&out));
+        assert_eq!(pins.len(), 2, "{pins:?}");
+        assert!(
+            pins.values().all(|p| p.starts_with("unpinned: ")),
+            "{pins:?}"
+        );
+        let pins = of(std::slice::from_ref(&odd), None);
+        assert!(pins.values().all(|p| p.contains("not UTF-8")), "{pins:?}");
+        // The same directory, the output elsewhere: pinned.
+        let pins = of(&[out], Some(&d.path().join("elsewhere")));
+        assert!(
+            pins.values().all(|p| p.starts_with(TREE_PREFIX)),
+            "{pins:?}"
+        );
     }
 
     #[test]
