@@ -81,6 +81,9 @@ pub enum CliError {
          have written it). Review it, then run `sandboxio trust`, or name it with `--config`"
     )]
     UntrustedConfig { path: PathBuf },
+    /// No state directory was named and none can be chosen safely.
+    #[error("no state directory: {why}; name one with `--state-dir` or SBX_STATE_DIR (a directory whose parents only root and you can change)")]
+    NoStateDir { why: String },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -106,6 +109,7 @@ impl ErrorCode for CliError {
             CliError::ZeroLimit { .. } => "SBX_E1716",
             CliError::UntrustedConfig { .. } => "SBX_E1717",
             CliError::Trust { .. } => "SBX_E1718",
+            CliError::NoStateDir { .. } => "SBX_E1719",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

@@ -17,6 +17,8 @@ mod files;
 mod limits;
 #[path = "hardening/state.rs"]
 mod state;
+#[path = "hardening/statedir.rs"]
+mod statedir;
 #[path = "hardening/terminal.rs"]
 mod terminal;
 #[path = "hardening/watchdog.rs"]
