@@ -21,5 +21,7 @@ mod state;
 mod statedir;
 #[path = "hardening/terminal.rs"]
 mod terminal;
+#[path = "hardening/usage.rs"]
+mod usage;
 #[path = "hardening/watchdog.rs"]
 mod watchdog;
