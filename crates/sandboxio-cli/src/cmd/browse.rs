@@ -20,6 +20,9 @@ use crate::setup;
 pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32> {
     // Refused before anything is opened or created.
     sandboxio_core::check_tenant(&opts.tenant)?;
+    if let Some(a) = &opts.agent {
+        sandboxio_core::check_agent(a)?;
+    }
     let limits =
         super::run::FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let loaded = setup::load(&common)?;

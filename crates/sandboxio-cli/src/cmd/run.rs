@@ -28,6 +28,9 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let opts_code_dash = matches!(&what, What::Code { file, .. } if file == "-");
     // Refused before anything is opened or created.
     sandboxio_core::check_tenant(&opts.tenant)?;
+    if let Some(a) = &opts.agent {
+        sandboxio_core::check_agent(a)?;
+    }
     let limits = FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let mut env = Vec::new();
     let mut secrets = Vec::new();

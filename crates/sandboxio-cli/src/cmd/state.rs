@@ -46,6 +46,10 @@ async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outc
 }
 
 pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
+    // The reason is what operators and the trail are told: never empty.
+    if reason.trim().is_empty() {
+        return Err(CliError::EmptyReason { flag: "--reason" }.into());
+    }
     admin(
         common,
         AdminAction::Kill {
@@ -250,6 +254,7 @@ fn warn_if_lost(loaded: &setup::Loaded, store: &dyn sandboxio_gateway::store::St
 }
 
 pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
+    sandboxio_core::check_tenant(tenant)?;
     let loaded = setup::load(common)?;
     let gw_cfg = setup::gateway_config(&loaded, None)?;
     let store = loaded.open_store()?;

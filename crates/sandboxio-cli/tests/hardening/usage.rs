@@ -87,3 +87,51 @@ fn a_usage_error_leaves_the_state_as_it_was() {
         assert_eq!(snapshot(&env.state()), before, "{what} changed the state");
     }
 }
+
+#[test]
+fn an_empty_kill_reason_and_odd_ids_are_refused_and_change_nothing() {
+    let env = Env::new("usage-ids", "process");
+    let o = run("first run", &mut env.run_cmd(None, &[], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let before = snapshot(&env.state());
+    for reason in ["", "   ", "\t\n"] {
+        let o = run(
+            "kill --reason",
+            env.cmd("kill", None).args(["--reason", reason]),
+        );
+        assert_error("empty kill reason", &o, "SBX_E1720", 2);
+        assert_eq!(
+            snapshot(&env.state()),
+            before,
+            "kill {reason:?} changed the state"
+        );
+    }
+    // The kill switch was never engaged: a run still goes ahead.
+    let o = run("run after", &mut env.run_cmd(None, &[], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let before = snapshot(&env.state());
+    for id in ["a/b", "../t", "\u{fc}", ".hidden", "a b", "x%2Fy"] {
+        for flag in ["--tenant", "--agent"] {
+            let o = run(flag, &mut env.run_cmd(None, &[flag, id], &["true"]));
+            assert_error(&format!("{flag} {id:?}"), &o, "SBX_E1006", 2);
+            assert_eq!(
+                snapshot(&env.state()),
+                before,
+                "{flag} {id:?} changed the state"
+            );
+        }
+        let o = run(
+            "status --tenant",
+            env.cmd("status", None).args(["--tenant", id]),
+        );
+        assert_error(&format!("status --tenant {id:?}"), &o, "SBX_E1006", 2);
+    }
+    // The ids the project uses still run: an e-mail address, a window-like name.
+    for id in ["alice@example.com", "bob@day:2026-12-06", "lab-chem"] {
+        let o = run(
+            "good id",
+            &mut env.run_cmd(None, &["--tenant", id, "--agent", id], &["true"]),
+        );
+        assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o.stderr));
+    }
+}
