@@ -23,5 +23,7 @@ mod statedir;
 mod terminal;
 #[path = "hardening/usage.rs"]
 mod usage;
+#[path = "hardening/verify.rs"]
+mod verify;
 #[path = "hardening/watchdog.rs"]
 mod watchdog;
