@@ -257,13 +257,13 @@ impl AuditKey {
                         if source.kind() == std::io::ErrorKind::AlreadyExists =>
                     {
                         let s = sandboxio_core::fileread::read_regular_string(path)
-                            .map_err(|e| AuditError::io(path, e))?;
+                            .map_err(|e| key_read_error(path, e))?;
                         Self::parse_private(path, &s)
                     }
                     Err(e) => Err(e),
                 }
             }
-            Err(e) => Err(AuditError::io(path, e)),
+            Err(e) => Err(key_read_error(path, e)),
         }
     }
 
@@ -317,7 +317,7 @@ impl AuditKey {
         let text = match sandboxio_core::fileread::read_regular_string(&pending) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(AuditError::io(&pending, e)),
+            Err(e) => return Err(key_read_error(&pending, e)),
         };
         let key = Self::parse_private(&pending, &text)?;
         if last_checkpoint_signed_by(trail, &key.verifying_key())? {
@@ -400,7 +400,7 @@ pub fn parse_public_key(s: &str) -> Result<VerifyingKey, AuditError> {
 /// rotated lists the old keys too, so old segments still verify).
 pub fn load_public_keys(path: &Path) -> Result<Vec<VerifyingKey>, AuditError> {
     let s =
-        sandboxio_core::fileread::read_regular_string(path).map_err(|e| AuditError::io(path, e))?;
+        sandboxio_core::fileread::read_regular_string(path).map_err(|e| key_read_error(path, e))?;
     let mut out = Vec::new();
     for line in s.lines().filter(|l| !l.trim().is_empty()) {
         out.push(parse_public_key(line).map_err(|e| match e {
@@ -420,10 +420,29 @@ pub fn load_public_keys(path: &Path) -> Result<Vec<VerifyingKey>, AuditError> {
     Ok(out)
 }
 
+/// Why a key file could not be read: a file that is not text is no key (`BadKey`), and one
+/// this user may not read says so with what to do (`BadKey` too: the key given is not
+/// usable by whoever runs the command); anything else is an i/o error.
+fn key_read_error(path: &Path, e: std::io::Error) -> AuditError {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => AuditError::BadKey {
+            path: path.to_path_buf(),
+            why: "the file is not a key (not text: a key is 64 hex characters)".into(),
+        },
+        std::io::ErrorKind::PermissionDenied => AuditError::BadKey {
+            path: path.to_path_buf(),
+            why: "permission denied: the user running sandboxio cannot read it (run as its \
+                  owner, or give that user read access: mode 0600 for the signing key)"
+                .into(),
+        },
+        _ => AuditError::io(path, e),
+    }
+}
+
 /// Reads a public key file (see [`parse_public_key`]).
 pub fn load_public_key(path: &Path) -> Result<VerifyingKey, AuditError> {
     let s =
-        sandboxio_core::fileread::read_regular_string(path).map_err(|e| AuditError::io(path, e))?;
+        sandboxio_core::fileread::read_regular_string(path).map_err(|e| key_read_error(path, e))?;
     parse_public_key(&s).map_err(|e| match e {
         AuditError::BadKey { why, .. } => AuditError::BadKey {
             path: path.to_path_buf(),

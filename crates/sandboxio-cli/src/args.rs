@@ -467,6 +467,11 @@ pub enum AuditCmd {
         /// replica's trail left out, deleted or renamed).
         #[arg(long)]
         all: bool,
+        /// Check each trail on its own, without its signed head: records cut from its end,
+        /// or a whole older copy, then pass unnoticed. Needed for a trail in a state
+        /// directory whose database is gone (otherwise refused).
+        #[arg(long, conflicts_with_all = ["state_dir", "config", "all"])]
+        no_head: bool,
         /// The trails: each the active file of one trail (rotated files beside it are
         /// read with it).
         #[arg(required = true)]

@@ -81,6 +81,12 @@ pub enum CliError {
          have written it). Review it, then run `sandboxio trust`, or name it with `--config`"
     )]
     UntrustedConfig { path: PathBuf },
+    /// A reason an operator must give (`kill --reason`) is empty or only white space.
+    #[error("`{flag}` is empty: say why (it is shown to operators and kept in the audit trail)")]
+    EmptyReason { flag: &'static str },
+    /// No state directory was named and none can be chosen safely.
+    #[error("no state directory: {why}; name one with `--state-dir` or SBX_STATE_DIR (a directory whose parents only root and you can change)")]
+    NoStateDir { why: String },
     #[error("unexpected error (please report it): {message}")]
     Unexpected { message: String },
 }
@@ -106,6 +112,8 @@ impl ErrorCode for CliError {
             CliError::ZeroLimit { .. } => "SBX_E1716",
             CliError::UntrustedConfig { .. } => "SBX_E1717",
             CliError::Trust { .. } => "SBX_E1718",
+            CliError::NoStateDir { .. } => "SBX_E1719",
+            CliError::EmptyReason { .. } => "SBX_E1720",
             CliError::Unexpected { .. } => "SBX_E1799",
         }
     }

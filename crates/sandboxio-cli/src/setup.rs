@@ -37,7 +37,7 @@ pub fn load(common: &Common) -> Result<Loaded> {
         }
         None => (Config::default(), None),
     };
-    let state_dir = crate::paths::absolute(&state_dir(common, &config))?;
+    let state_dir = crate::paths::absolute(&state_dir(common, &config)?)?;
     let config_file = config_file
         .map(|p| crate::paths::absolute(&p))
         .transpose()?;
@@ -81,26 +81,70 @@ pub fn set_aside_planted_config(path: &Path) {
     }
 }
 
-fn state_dir(common: &Common, config: &Config) -> PathBuf {
+/// `--state-dir`, `$SBX_STATE_DIR`, `[state] dir`, `/var/lib/sandboxio` for root, else
+/// `$XDG_STATE_HOME/sandboxio` or `~/.local/state/sandboxio`. Without `$HOME` the home
+/// directory `/etc/passwd` gives the user is taken when it exists; never a shared
+/// directory such as `/tmp`, where another user could move the state away.
+fn state_dir(common: &Common, config: &Config) -> Result<PathBuf, crate::error::CliError> {
     if let Some(d) = &common.state_dir {
-        return d.clone();
+        return Ok(d.clone());
     }
     if let Some(d) = std::env::var_os("SBX_STATE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+        return Ok(PathBuf::from(d));
     }
     if let Some(d) = &config.state.dir {
-        return d.clone();
+        return Ok(d.clone());
     }
     if is_root() {
-        return PathBuf::from("/var/lib/sandboxio");
+        return Ok(PathBuf::from("/var/lib/sandboxio"));
     }
     if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("sandboxio");
+        return Ok(PathBuf::from(d).join("sandboxio"));
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    home.join(".local/state/sandboxio")
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(home).join(".local/state/sandboxio"));
+    }
+    let uid = effective_uid();
+    match passwd_home(uid) {
+        Some(home) if home.is_absolute() && home.is_dir() => {
+            Ok(home.join(".local/state/sandboxio"))
+        }
+        Some(home) => Err(crate::error::CliError::NoStateDir {
+            why: format!(
+                "HOME is not set and the home directory of uid {uid} (`{}`) is not a directory",
+                home.display()
+            ),
+        }),
+        None => Err(crate::error::CliError::NoStateDir {
+            why: format!("HOME is not set and uid {uid} has no home directory in /etc/passwd"),
+        }),
+    }
+}
+
+/// The effective uid (`/proc/self/status`); `u32::MAX` when it cannot be read.
+fn effective_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// The home directory `/etc/passwd` gives `uid`, if it names one.
+fn passwd_home(uid: u32) -> Option<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        match f.as_slice() {
+            [_, _, id, _, _, home, ..] if id.parse::<u32>().ok() == Some(uid) => {
+                (!home.is_empty()).then(|| PathBuf::from(home))
+            }
+            _ => None,
+        }
+    })
 }
 
 fn is_root() -> bool {

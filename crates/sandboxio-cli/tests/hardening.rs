@@ -17,7 +17,13 @@ mod files;
 mod limits;
 #[path = "hardening/state.rs"]
 mod state;
+#[path = "hardening/statedir.rs"]
+mod statedir;
 #[path = "hardening/terminal.rs"]
 mod terminal;
+#[path = "hardening/usage.rs"]
+mod usage;
+#[path = "hardening/verify.rs"]
+mod verify;
 #[path = "hardening/watchdog.rs"]
 mod watchdog;

@@ -32,8 +32,9 @@ pub use fingerprint::{request_view, Fingerprint};
 pub use money::{CostCategory, Money};
 pub use mount::{Mount, MountMode};
 pub use operation::{
-    check_browse_url, check_tenant, tenant_problem, AdminAction, IdempotencyKey, Language,
-    Operation, OperationArgs, OperationId, OperationKind, Principal, BROWSE_URL_MAX,
+    agent_problem, check_agent, check_browse_url, check_tenant, tenant_problem, AdminAction,
+    IdempotencyKey, Language, Operation, OperationArgs, OperationId, OperationKind, Principal,
+    BROWSE_URL_MAX,
 };
 pub use record::{CostEntry, OperationRecord, OperationStatus};
 pub use tier::{Capability, IsolationTier};

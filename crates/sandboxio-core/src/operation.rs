@@ -515,17 +515,71 @@ impl Operation {
     }
 }
 
-/// Why `tenant` cannot name a tenant, if it cannot: it is 1 to 128 bytes without control
-/// characters (a tenant is shown to operators in listings, approvals and trails, and a
-/// control character there would be an agent writing to their terminal). Every front end
-/// reaches this through [`Operation::validate`].
+/// The longest tenant or agent id.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Why `tenant` cannot name a tenant, if it cannot: it is 1 to 128 of the ASCII letters,
+/// digits, `.`, `_`, `-`, `@` and `:`, not starting with `.`. A tenant is shown to
+/// operators in listings, approvals and trails (a control character there would be an
+/// agent writing to their terminal), and it names budget scopes, rate-limit keys and
+/// files: a `/`, `..` or a look-alike letter would make two names read as one. Every
+/// front end reaches this through [`Operation::validate`].
 pub fn tenant_problem(tenant: &str) -> Option<&'static str> {
-    if tenant.is_empty() || tenant.len() > 128 {
-        Some("tenant must be 1 to 128 characters")
-    } else if tenant.chars().any(char::is_control) {
-        Some("tenant must not contain control characters")
+    id_problem(tenant).map(|why| match why {
+        IdProblem::Length => "tenant must be 1 to 128 characters",
+        IdProblem::Control => "tenant must not contain control characters",
+        IdProblem::Alphabet => {
+            "tenant may hold only ASCII letters, digits, `.`, `_`, `-`, `@` and `:`"
+        }
+        IdProblem::LeadingDot => "tenant must not start with `.`",
+    })
+}
+
+/// [`tenant_problem`] for an agent id given by a caller (`--agent`): the same alphabet.
+pub fn agent_problem(agent: &str) -> Option<&'static str> {
+    id_problem(agent).map(|why| match why {
+        IdProblem::Length => "agent must be 1 to 128 characters",
+        IdProblem::Control => "agent must not contain control characters",
+        IdProblem::Alphabet => {
+            "agent may hold only ASCII letters, digits, `.`, `_`, `-`, `@` and `:`"
+        }
+        IdProblem::LeadingDot => "agent must not start with `.`",
+    })
+}
+
+enum IdProblem {
+    Length,
+    Control,
+    Alphabet,
+    LeadingDot,
+}
+
+fn id_problem(id: &str) -> Option<IdProblem> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        Some(IdProblem::Length)
+    } else if id.chars().any(char::is_control) {
+        Some(IdProblem::Control)
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@' | b':'))
+    {
+        Some(IdProblem::Alphabet)
+    } else if id.starts_with('.') {
+        Some(IdProblem::LeadingDot)
     } else {
         None
+    }
+}
+
+/// [`agent_problem`] as an invalid identifier (`SBX_E1006`), for a front end that takes an
+/// agent id on its command line.
+pub fn check_agent(agent: &str) -> Result<(), CoreError> {
+    match agent_problem(agent) {
+        None => Ok(()),
+        Some(why) => Err(CoreError::InvalidIdentifier {
+            input: agent.chars().take(64).collect(),
+            why,
+        }),
     }
 }
 
@@ -622,8 +676,30 @@ mod tests {
         }
         let e = check_tenant(&"x".repeat(129)).unwrap_err();
         assert_eq!(crate::ErrorCode::code(&e), "SBX_E1006");
-        for good in ["acme", "t\u{e9}nant d'essai", "a:b/c"] {
+        for bad in [
+            "a/b",
+            "../t",
+            "\u{fc}",
+            ".hidden",
+            "a b",
+            "t\u{e9}nant",
+            "a\\b",
+            "x%y",
+        ] {
+            let e = check_tenant(bad).unwrap_err();
+            assert_eq!(crate::ErrorCode::code(&e), "SBX_E1006", "{bad:?}");
+            assert!(check_agent(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "acme",
+            "alice@example.com",
+            "bob@day:2026-12-06",
+            "lab-chem",
+            "a.b_c",
+            &"x".repeat(128),
+        ] {
             assert!(check_tenant(good).is_ok(), "{good:?}");
+            assert!(check_agent(good).is_ok(), "{good:?}");
         }
     }
 

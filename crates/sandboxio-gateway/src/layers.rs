@@ -10,9 +10,9 @@
 pub mod audit {
     pub use sandboxio_audit::{
         check_head, load_public_keys, query, read_events, tail, trail_files, trail_id, verify_keys,
-        AuditConfig, AuditError, AuditEvent, AuditKey, Auditor, FileSink, FileSinkOptions,
-        Follower, FsyncPolicy, HeadCheck, Query, Redactor, Secret, SignedHead, Tamper, TrailEntry,
-        VerifyReport, VerifyingKey, DEFAULT_ORIGIN,
+        AuditConfig, AuditError, AuditEvent, AuditKey, Auditor, BadRecord, FileSink,
+        FileSinkOptions, Follower, FsyncPolicy, HeadCheck, Query, Redactor, Secret, SignedHead,
+        Tamper, TrailEntry, VerifyReport, VerifyingKey, DEFAULT_ORIGIN,
     };
 
     /// The shortest literal secret the redactor takes.

@@ -61,6 +61,7 @@ pub(super) fn check(
     records: u64,
     store: Option<(String, &TrailAnchors)>,
     keys: &[VerifyingKey],
+    unanchored_why: &str,
 ) -> Anchor {
     let trail = sandboxio_gateway::layers::audit::trail_id(base);
     let mut a = Anchor {
@@ -76,9 +77,7 @@ pub(super) fn check(
         why: String::new(),
     };
     let Some((db, anchors)) = store else {
-        a.why = "not compared with a signed head (no state database found; pass --state-dir, \
-                 or --config for a shared store)"
-            .into();
+        a.why = unanchored_why.into();
         return a;
     };
     a.state_db = Some(db);

@@ -21,9 +21,10 @@ pub async fn audit(cmd: AuditCmd) -> Result<i32> {
             state_dir,
             config,
             all,
+            no_head,
             files,
         } => {
-            let store = super::verify::StoreArg::from_args(state_dir, config);
+            let store = super::verify::StoreArg::from_args(state_dir, config, no_head);
             super::verify::verify(json, &key, &store, all, &files)
         }
         AuditCmd::RotateKey { common } => super::rotate_key::rotate_key(&common).await,

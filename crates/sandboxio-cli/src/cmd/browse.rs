@@ -20,6 +20,9 @@ use crate::setup;
 pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32> {
     // Refused before anything is opened or created.
     sandboxio_core::check_tenant(&opts.tenant)?;
+    if let Some(a) = &opts.agent {
+        sandboxio_core::check_agent(a)?;
+    }
     let limits =
         super::run::FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let loaded = setup::load(&common)?;
@@ -40,6 +43,16 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
         .as_deref()
         .map(paths::absolute)
         .transpose()?;
+    // Checked before the state is opened: a usage error changes nothing.
+    let tier = match &opts.tier {
+        Some(t) => t.parse::<IsolationTier>()?,
+        None => cfg.sandbox.tier,
+    };
+    let idempotency_key = opts
+        .idempotency_key
+        .clone()
+        .map(IdempotencyKey::new)
+        .transpose()?;
     let runtime = loaded.runtime(&common, approval_timeout)?;
     // Network and limits only: the configured network mode, the flags' limits.
     let base = runtime.exec_request();
@@ -58,15 +71,8 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
             screenshot: screenshot_path.is_some(),
         },
     );
-    op.tier = Some(match &opts.tier {
-        Some(t) => t.parse::<IsolationTier>()?,
-        None => cfg.sandbox.tier,
-    });
-    op.idempotency_key = opts
-        .idempotency_key
-        .clone()
-        .map(IdempotencyKey::new)
-        .transpose()?;
+    op.tier = Some(tier);
+    op.idempotency_key = idempotency_key;
     op.rationale = opts.rationale.clone();
 
     runtime.recover(cfg.limits.timeout.0).await?;

@@ -13,6 +13,11 @@ use crate::out::outln;
 use crate::setup;
 
 pub async fn mcp(common: Common, args: McpArgs, cmd: Option<McpCmd>) -> Result<i32> {
+    // Refused before anything is opened or created.
+    sandboxio_core::check_tenant(&args.tenant)?;
+    if let Some(a) = &args.agent {
+        sandboxio_core::check_agent(a)?;
+    }
     let loaded = setup::load(&common)?;
     match cmd {
         Some(McpCmd::Trust { tool, digest }) => {

@@ -28,6 +28,9 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
     let opts_code_dash = matches!(&what, What::Code { file, .. } if file == "-");
     // Refused before anything is opened or created.
     sandboxio_core::check_tenant(&opts.tenant)?;
+    if let Some(a) = &opts.agent {
+        sandboxio_core::check_agent(a)?;
+    }
     let limits = FlagLimits::parse(opts.timeout.as_deref(), opts.memory.as_deref(), opts.pids)?;
     let mut env = Vec::new();
     let mut secrets = Vec::new();
@@ -84,16 +87,25 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .as_deref()
         .map(approval_timeout)
         .transpose()?;
-    let runtime = loaded.runtime(&common, approval_timeout)?;
-    // Limits the flags leave unset take `[limits]`; above `[limits.max]` the gateway
-    // denies the run.
-    let mut exec = runtime.exec_request();
-    exec.keep_workspace = exec.keep_workspace || opts.keep;
-    limits.apply(&mut exec.limits);
-    exec.env.extend(env);
+    // Every other flag, checked before the state is opened: a usage error changes nothing
+    // (no checkpoint in the trail, no write to the store).
+    let tier = match &opts.tier {
+        Some(t) => t.parse::<IsolationTier>()?,
+        None => cfg.sandbox.tier,
+    };
+    let idempotency_key = opts
+        .idempotency_key
+        .clone()
+        .map(IdempotencyKey::new)
+        .transpose()?;
+    let estimated_cost = opts
+        .estimated_cost
+        .as_deref()
+        .map(str::parse::<Money>)
+        .transpose()?;
     // Host paths resolve against the working directory (the sandbox needs absolute ones).
-    exec.input_dir = opts.input.as_deref().map(paths::absolute).transpose()?;
-    if let Some(d) = &exec.input_dir {
+    let input_dir = opts.input.as_deref().map(paths::absolute).transpose()?;
+    if let Some(d) = &input_dir {
         // Refused here, with the flag named, rather than deep in the sandbox's setup.
         std::fs::read_dir(d).map_err(|source| CliError::ReadInput {
             flag: "--input",
@@ -101,16 +113,28 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
             source,
         })?;
     }
-    exec.output_dir = opts.output.as_deref().map(paths::absolute).transpose()?;
+    let output_dir = opts.output.as_deref().map(paths::absolute).transpose()?;
+    let mut mounts = Vec::new();
     if !opts.mounts.is_empty() {
         let cwd = std::env::current_dir().map_err(|source| CliError::Resolve {
             path: ".".into(),
             source,
         })?;
         for spec in &opts.mounts {
-            exec.mounts.push(sandboxio_core::Mount::parse(spec, &cwd)?);
+            mounts.push(sandboxio_core::Mount::parse(spec, &cwd)?);
         }
     }
+    sandboxio_core::mount::check_request(&mounts, opts.workdir.as_deref())?;
+    let runtime = loaded.runtime(&common, approval_timeout)?;
+    // Limits the flags leave unset take `[limits]`; above `[limits.max]` the gateway
+    // denies the run.
+    let mut exec = runtime.exec_request();
+    exec.keep_workspace = exec.keep_workspace || opts.keep;
+    limits.apply(&mut exec.limits);
+    exec.env.extend(env);
+    exec.input_dir = input_dir;
+    exec.output_dir = output_dir;
+    exec.mounts.extend(mounts);
     exec.workdir = opts.workdir.clone();
     sandboxio_core::mount::check_request(&exec.mounts, exec.workdir.as_deref())?;
     exec.stdin = stdin_file;
@@ -122,22 +146,11 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         agent: opts.agent.clone(),
     };
     let mut op = Operation::new(principal, args);
-    op.tier = Some(match &opts.tier {
-        Some(t) => t.parse::<IsolationTier>()?,
-        None => cfg.sandbox.tier,
-    });
-    op.idempotency_key = opts
-        .idempotency_key
-        .clone()
-        .map(IdempotencyKey::new)
-        .transpose()?;
+    op.tier = Some(tier);
+    op.idempotency_key = idempotency_key;
     op.idempotent = opts.idempotent;
     op.rationale = opts.rationale.clone();
-    op.estimated_cost = opts
-        .estimated_cost
-        .as_deref()
-        .map(str::parse::<Money>)
-        .transpose()?;
+    op.estimated_cost = estimated_cost;
 
     // Leftovers of crashed processes: interrupted operations, stale cgroups and staging.
     runtime.recover(cfg.limits.timeout.0).await?;

@@ -46,6 +46,10 @@ async fn admin(common: &Common, action: AdminAction, actor: &str) -> Result<Outc
 }
 
 pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
+    // The reason is what operators and the trail are told: never empty.
+    if reason.trim().is_empty() {
+        return Err(CliError::EmptyReason { flag: "--reason" }.into());
+    }
     admin(
         common,
         AdminAction::Kill {
@@ -58,8 +62,10 @@ pub async fn kill(common: &Common, reason: &str) -> Result<i32> {
     Ok(exit::OK)
 }
 
-/// Reopens a budget scope closed by an overrun (a recorded operator action).
+/// Reopens a budget scope closed by an overrun (a recorded operator action). A scope
+/// that does not parse is a usage error, refused before the state is opened.
 pub async fn reopen(common: &Common, scope: &str) -> Result<i32> {
+    scope.parse::<sandboxio_gateway::layers::budget::ScopeKey>()?;
     admin(
         common,
         AdminAction::BudgetReopen {
@@ -79,6 +85,12 @@ pub async fn resume(common: &Common) -> Result<i32> {
 }
 
 pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
+    // An id no approval can have is a usage error, refused before the state is opened. A
+    // well-formed id the store does not know is an operator action refused by the chain,
+    // and recorded like every operator action.
+    if let ApprovalsCmd::Approve { id, .. } | ApprovalsCmd::Deny { id, .. } = &cmd {
+        check_approval_id(id)?;
+    }
     let loaded = setup::load(common)?;
     let store = loaded.open_store()?;
     store.expire_approvals(Utc::now())?;
@@ -138,6 +150,24 @@ pub async fn approvals(common: &Common, cmd: ApprovalsCmd) -> Result<i32> {
         }
     }
     Ok(exit::OK)
+}
+
+/// Approval ids are `apr_` and the start of an operation id (letters, digits, `-`).
+fn check_approval_id(id: &str) -> Result<(), CliError> {
+    let rest = id.strip_prefix("apr_").unwrap_or("");
+    if rest.is_empty()
+        || rest.len() > 64
+        || !rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Err(CliError::CommandLine {
+            message: format!(
+                "`{}` is not an approval id (ids look like `apr_0123456789abcdef`; `sandboxio \
+                 approvals list` shows them)",
+                field(id)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// RFC 3339, or a duration meaning that long ago.
@@ -224,6 +254,7 @@ fn warn_if_lost(loaded: &setup::Loaded, store: &dyn sandboxio_gateway::store::St
 }
 
 pub fn budget(common: &Common, tenant: &str) -> Result<i32> {
+    sandboxio_core::check_tenant(tenant)?;
     let loaded = setup::load(common)?;
     let gw_cfg = setup::gateway_config(&loaded, None)?;
     let store = loaded.open_store()?;

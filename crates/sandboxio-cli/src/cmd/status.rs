@@ -59,6 +59,7 @@ struct KeyUse {
 }
 
 pub fn status(common: &Common, tenant: &str) -> Result<i32> {
+    sandboxio_core::check_tenant(tenant)?;
     let loaded = setup::load(common)?;
     let cfg = setup::gateway_config(&loaded, None)?;
     let store = loaded.open_store()?;

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use sandboxio_config::Config;
-use sandboxio_gateway::layers::audit::{HeadCheck, Tamper, VerifyReport, VerifyingKey};
+use sandboxio_gateway::layers::audit::{BadRecord, HeadCheck, Tamper, VerifyReport, VerifyingKey};
 use sandboxio_gateway::store::{read_trail_anchors, AnchorSource, KeptHead, TrailAnchors};
+
 use serde::Serialize;
 
 use super::anchor::{self, Anchor};
@@ -28,19 +29,41 @@ pub enum StoreArg {
     StateDir(PathBuf),
     /// `--config`: its `[state] url` (shared store), else its `[state] dir`.
     Config(PathBuf),
+    /// `--no-head`: each trail on its own, compared with no signed head.
+    NoHead,
 }
 
 impl StoreArg {
-    pub fn from_args(state_dir: Option<PathBuf>, config: Option<PathBuf>) -> StoreArg {
+    pub fn from_args(
+        state_dir: Option<PathBuf>,
+        config: Option<PathBuf>,
+        no_head: bool,
+    ) -> StoreArg {
         match (state_dir, config) {
+            _ if no_head => StoreArg::NoHead,
             (Some(d), _) => StoreArg::StateDir(d),
             (None, Some(c)) => StoreArg::Config(c),
             (None, None) => StoreArg::Beside,
         }
     }
 
-    /// The store holding the heads of the trail whose active file is `base`.
-    fn source(&self, base: &Path) -> Result<Option<AnchorSource>> {
+    /// Why a trail was compared with no signed head.
+    fn unanchored_why(&self) -> &'static str {
+        match self {
+            StoreArg::NoHead => {
+                "not compared with a signed head (--no-head): records cut from \
+                 its end, or an older copy, would pass unnoticed"
+            }
+            _ => {
+                "not compared with a signed head (no state database found; pass --state-dir, \
+                 or --config for a shared store; --no-head to accept a check of the trail alone)"
+            }
+        }
+    }
+
+    /// The store holding the heads of the trail whose active file is `base` (holding
+    /// `records` records).
+    fn source(&self, base: &Path, records: u64) -> Result<Option<AnchorSource>> {
         let sqlite = |dir: &Path| -> Result<AnchorSource> {
             let db = dir.join("state.db");
             if !db.is_file() {
@@ -52,6 +75,7 @@ impl StoreArg {
             Ok(AnchorSource::Sqlite(db))
         };
         match self {
+            StoreArg::NoHead => Ok(None),
             StoreArg::StateDir(d) => sqlite(d).map(Some),
             StoreArg::Config(c) => {
                 let config = Config::load(c)?;
@@ -74,9 +98,76 @@ impl StoreArg {
                     _ => PathBuf::from("."),
                 };
                 let db = dir.join("state.db");
-                Ok(db.is_file().then_some(AnchorSource::Sqlite(db)))
+                if db.is_file() {
+                    return Ok(Some(AnchorSource::Sqlite(db)));
+                }
+                // The trail sits in a state directory whose database is gone: the head
+                // that would show records cut from its end went with it.
+                if let Some(found) = state_marker(&dir, base).filter(|_| records > 0) {
+                    return Err(sandboxio_gateway::GatewayError::StateLost {
+                        db: db.display().to_string(),
+                        trail: base.display().to_string(),
+                        why: format!(
+                            "missing (the trail is in a state directory: `{found}` is there), so \
+                             the trail cannot be compared with its signed head; `audit verify \
+                             --no-head` checks the trail alone"
+                        ),
+                    }
+                    .into());
+                }
+                Ok(None)
             }
         }
+    }
+}
+
+/// A file only a state directory holds beside its trail (the signing key, the trail's
+/// lock, the database's write-ahead log), when one is in `dir`. A trail copied elsewhere
+/// for checking (with its public key) has none.
+fn state_marker(dir: &Path, base: &Path) -> Option<String> {
+    let mut lock = base
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    lock.push(".lock");
+    let lock = lock.to_string_lossy().into_owned();
+    let found = [
+        "audit.key",
+        "audit.key.pending",
+        "state.db-wal",
+        "state.db-shm",
+        lock.as_str(),
+    ]
+    .into_iter()
+    .find(|name| std::fs::symlink_metadata(dir.join(name)).is_ok())
+    .map(str::to_string);
+    found
+}
+
+/// The heads `src` keeps, for the trail `base`. A SQLite database that is empty (0 bytes)
+/// or holds no state tables was replaced or cut: the state was lost (`SBX_E1532`, as a
+/// run reports it), not a store error.
+fn read_anchors(src: &AnchorSource, base: &Path) -> Result<TrailAnchors> {
+    let lost = |db: &Path, why: &str| sandboxio_gateway::GatewayError::StateLost {
+        db: db.display().to_string(),
+        trail: base.display().to_string(),
+        why: why.to_string(),
+    };
+    let sqlite = match src {
+        AnchorSource::Sqlite(db) => Some(db),
+        AnchorSource::Shared(_) => None,
+    };
+    if let Some(db) = sqlite.filter(|db| std::fs::metadata(db).is_ok_and(|m| m.len() == 0)) {
+        return Err(lost(db, "empty (0 bytes)").into());
+    }
+    match (read_trail_anchors(src), sqlite) {
+        (Ok(a), _) => Ok(a),
+        (Err(sandboxio_gateway::GatewayError::Store { source, .. }), Some(db))
+            if source.to_string().contains("no such table") =>
+        {
+            Err(lost(db, "a database without sandboxio's tables").into())
+        }
+        (Err(e), _) => Err(e.into()),
     }
 }
 
@@ -162,6 +253,47 @@ fn files_of(base: &Path) -> Result<Vec<PathBuf>> {
     })
 }
 
+/// A trail file that is there but cannot be read (no permission, a FIFO, a device, a
+/// directory) is an input error, not evidence of tampering: refused with the file named,
+/// without blocking on a FIFO. A missing file is left to the check (a deleted trail is
+/// what the signed head catches).
+fn readable(path: &Path) -> Result<(), CliError> {
+    let err = |source: std::io::Error| CliError::ReadInput {
+        flag: "audit verify TRAIL",
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err(e)),
+        Ok(_) => sandboxio_core::fileread::open_regular(path)
+            .map(drop)
+            .map_err(err),
+    }
+}
+
+/// The first bad line, for people.
+fn describe_bad(b: &BadRecord) -> String {
+    let kind = match b.kind {
+        Tamper::Malformed => "a line that does not parse",
+        Tamper::Edited => "a record edited",
+        Tamper::Missing => "records missing",
+        Tamper::OutOfOrder => "records out of order or inserted",
+        Tamper::ChainBroken => "the hash chain broken",
+        Tamper::CheckpointMismatch => "a checkpoint that does not match its records",
+        Tamper::BadSignature => "a checkpoint signature that does not verify",
+        Tamper::Truncated => "the trail cut short",
+        Tamper::Unreadable => "a file that cannot be read",
+    };
+    format!(
+        "{kind} in `{}` at line {}{}: {}",
+        b.file.display(),
+        b.line,
+        b.seq.map(|s| format!(" (seq {s})")).unwrap_or_default(),
+        b.why
+    )
+}
+
 /// A head the store keeps that no given trail holds.
 #[derive(Debug, Serialize)]
 struct Unheld {
@@ -190,14 +322,17 @@ pub fn verify(
             continue;
         }
         let paths = files_of(base)?;
+        for p in &paths {
+            readable(p)?;
+        }
         let rep = sandboxio_gateway::layers::audit::verify_keys(&paths, &keys);
-        let at = match store.source(base)? {
+        let at = match store.source(base, rep.records)? {
             Some(src) => {
                 let name = src.describe();
                 match stores.iter().position(|(n, _)| *n == name) {
                     Some(i) => Some(i),
                     None => {
-                        stores.push((name, read_trail_anchors(&src)?));
+                        stores.push((name, read_anchors(&src, base)?));
                         Some(stores.len() - 1)
                     }
                 }
@@ -210,6 +345,7 @@ pub fn verify(
             rep.records,
             at.map(|i| (stores[i].0.clone(), &stores[i].1)),
             &keys,
+            store.unanchored_why(),
         );
         let open = Open::of(&rep, &anchor);
         checked.push(Checked {
@@ -288,7 +424,7 @@ fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
     let (rep, anchor) = (&c.rep, &c.anchor);
     if !anchor.ok {
         if let Some(b) = &rep.first_bad {
-            return outln!("{prefix}TAMPERED: {b:?}");
+            return outln!("{prefix}TAMPERED: {}", describe_bad(b));
         }
         return outln!("{prefix}TAMPERED: {}", anchor.why);
     }
@@ -321,7 +457,7 @@ fn print_human(prefix: &str, c: &Checked) -> Result<(), CliError> {
         );
     }
     if let Some(b) = &rep.first_bad {
-        return outln!("{prefix}TAMPERED: {b:?}");
+        return outln!("{prefix}TAMPERED: {}", describe_bad(b));
     }
     outln!(
         "{prefix}ok: {} record(s), {} checkpoint(s) in {} file(s); signatures {}; {}; {}",

@@ -72,6 +72,22 @@ impl StateFiles {
 
     fn check_not_lost(&self) -> Result<(), GatewayError> {
         let why = match std::fs::metadata(&self.db) {
+            // A FIFO, a socket or a device is no database, whatever its size says (a
+            // directory is left to SQLite, which cannot open it).
+            Ok(m) if !m.is_file() && !m.is_dir() => {
+                let what = sandboxio_core::fileread::not_regular(m.file_type()).to_string();
+                if !self.trail_has_records()? {
+                    return Err(GatewayError::StateFile {
+                        path: self.db.display().to_string(),
+                        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, what),
+                    });
+                }
+                return Err(GatewayError::StateLost {
+                    db: self.db.display().to_string(),
+                    trail: self.trail.display().to_string(),
+                    why: format!("not a database ({what})"),
+                });
+            }
             Ok(m) if m.len() > 0 => return Ok(()),
             Ok(_) => "empty (0 bytes)",
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "missing",
