@@ -29,3 +29,6 @@ pub const APPROVAL_STREAMED_STDIN: &str = "SBX_E1559";
 /// directory of it holds cannot be pinned (`chain/pins.rs`: too large or deep, not
 /// listable, written by the run, a path that is not UTF-8): neither could cover it.
 pub const PINNED_TOO_LARGE: &str = "SBX_E1566";
+/// The request was approved, and its input directory could not be copied for the run
+/// (an approved run reads a copy taken after the approval; too large, unreadable, no space).
+pub const SNAPSHOT_FAILED: &str = "SBX_E1567";

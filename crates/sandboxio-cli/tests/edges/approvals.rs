@@ -208,3 +208,69 @@ fn a_piped_stdin_is_read_whole_when_a_person_must_approve() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "from-the-pipe\n");
 }
+
+/// An approved run reads a copy of its input taken after the approval: a write to the
+/// original once the program has started (the moment a racing writer would pick) changes
+/// nothing it reads.
+#[test]
+fn an_approved_run_reads_the_input_as_approved_whatever_is_written_after() {
+    let env = Env::new("ask-snapshot", "process");
+    ask_policy(&env);
+    let input = env.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(input.join("payload"), "SAFE\n").unwrap();
+    let gate = env.path().join("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // The process tier sees the host's files: the program waits on the fifo before reading.
+    let script = format!(
+        "echo started; read go < {}; cat \"$SANDBOX_INPUT/payload\"",
+        gate.display()
+    );
+    let mut child = env
+        .run_cmd(
+            None,
+            &[
+                "--approval-timeout",
+                "60s",
+                "--input",
+                input.to_str().unwrap(),
+            ],
+            &["sh", "-c", &script],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    approve(&approve_command(&mut child));
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    std::fs::write(input.join("payload"), "EVIL\n").unwrap();
+    std::fs::write(&gate, "go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let pid = child.id();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(
+        rest, "SAFE\n",
+        "the program read the original after the approval"
+    );
+    // The copy went with the run.
+    let mine = format!("sandboxio-{pid}.");
+    for root in ["/dev/shm", "/tmp"] {
+        let left: Vec<String> = std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&mine) && n.contains("-input-"))
+            .collect();
+        assert!(left.is_empty(), "left in {root}: {left:?}");
+    }
+}

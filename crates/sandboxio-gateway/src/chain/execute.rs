@@ -35,6 +35,8 @@ impl Gateway {
                 let tier = l.tier;
                 let token = l.token.clone();
                 let scratch = l.scratch.take();
+                // Removed when the run is over, as the scratch directory is.
+                let _snapshot = l.snapshot.take();
                 let forward = l.forward.take();
                 rec.bytes_in = req.stdin.as_ref().map(|s| s.len() as u64).unwrap_or(0)
                     + req.files.values().map(|f| f.len() as u64).sum::<u64>();

@@ -42,6 +42,8 @@ pub(super) struct Launch {
     pub(super) token: CancelToken,
     /// A browse's screenshot directory (removed when this is dropped).
     pub(super) scratch: Option<crate::browse::answer::Scratch>,
+    /// The copy of the input directory the program reads (removed when this is dropped).
+    pub(super) snapshot: Option<tempfile::TempDir>,
     /// The live I/O, for a run that is not a plain sandbox (a code context's executor, or
     /// a sandbox with network and its egress proxy): those start only at [`Gateway::run`].
     pub(super) io: Option<StreamIo>,
@@ -94,6 +96,11 @@ impl Gateway {
             }
             _ => None,
         };
+        // An approved run reads the copy of its input taken after the approval.
+        let snapshot = ctx.input_snapshot.take();
+        if let Some(s) = &snapshot {
+            req.input_dir = Some(s.path().join(super::pins::SNAPSHOT_INPUT));
+        }
         let req = Arc::new(req);
         let tier = op.tier.unwrap_or(self.cfg.default_tier);
         let token = sub.cancel.clone().unwrap_or_default();
@@ -137,6 +144,7 @@ impl Gateway {
             tier,
             token,
             scratch,
+            snapshot,
             io,
             forward,
             plain,

@@ -888,12 +888,45 @@ impl Gateway {
             let approval_id = self
                 .approve(id, sub, fingerprint, &decision, rec, redactor)
                 .await?;
-            // What the approver saw pinned is what runs: the read-only directories are
-            // walked again now that the wait is over (`pins.rs`).
+            // What the approver saw pinned is what runs: the input directory is copied
+            // for the program, and the read-only directories are walked again after the
+            // copy (`pins.rs`).
             let req = op.exec.clone();
-            let moved = tokio::task::spawn_blocking(move || req.as_ref().and_then(pins::changed))
-                .await
-                .unwrap_or_else(|_| Some("(the check could not run)".into()));
+            let work_root = self.sandbox.resolve_work_root();
+            let snap = tokio::task::spawn_blocking(move || match &req {
+                Some(r) => pins::snapshot(r, &work_root),
+                None => Ok(None),
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(pins::SnapshotError::Changed(
+                    "(the check could not run)".into(),
+                ))
+            });
+            let moved = match snap {
+                Ok(s) => {
+                    ctx.input_snapshot = s;
+                    None
+                }
+                Err(pins::SnapshotError::Changed(dir)) => Some(dir),
+                Err(pins::SnapshotError::Copy(e)) => {
+                    let aid = approval_id.clone();
+                    let _ = self
+                        .on_store("withdrawing an approval", move |s, _| {
+                            s.expire_approval(&aid)
+                        })
+                        .await;
+                    return Err(Stop::deny(
+                        Layer::Approval,
+                        format!(
+                            "the input directory could not be copied for the approved run \
+                             (it reads a copy taken after the approval, at most {} MiB): {e}",
+                            pins::SNAPSHOT_MAX_BYTES >> 20
+                        ),
+                    )
+                    .code(crate::denial::SNAPSHOT_FAILED));
+                }
+            };
             if let Some(dir) = moved {
                 let aid = approval_id.clone();
                 let _ = self

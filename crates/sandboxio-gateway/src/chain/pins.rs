@@ -18,10 +18,14 @@
 //! named `unpinned: ...`, and the request is refused (`SBX_E1566`): no approval and no key
 //! could say what it reads.
 //!
-//! What a pin cannot do: a writer of the directory who races the sandbox's start (after the
-//! last check), or who writes while the program runs, is not stopped; bind only
-//! directories nobody else writes to. Read-write mounts are not pinned: their contents are
-//! the run's own state (a replay after the first run changed them must still replay).
+//! After an approval, the program does not read the input directory itself but a copy
+//! taken then (`snapshot`: directories and regular files, at most
+//! [`SNAPSHOT_MAX_BYTES`]), checked against the pins after it is made: a writer racing the
+//! start changes nothing it reads. Read-only mounts stay live: a writer who races the
+//! sandbox's start after the last walk, or writes while the program runs, is not stopped
+//! there; bind only directories nobody else writes to. Read-write mounts are not pinned:
+//! their contents are the run's own state (a replay after the first run changed them must
+//! still replay).
 
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt as _;
@@ -33,6 +37,12 @@ use sha2::{Digest as _, Sha256};
 
 /// Entries walked at most per pinned directory.
 pub(crate) const MAX_ENTRIES: usize = 50_000;
+/// An approved run's input is copied, at most this many bytes, into a private directory
+/// (`snapshot`), and the program reads the copy.
+pub(crate) const SNAPSHOT_MAX_BYTES: u64 = 512 * 1024 * 1024;
+/// The name of the copy inside its private directory.
+pub(crate) const SNAPSHOT_INPUT: &str = "input";
+
 /// The prefix of a pin that holds a digest (anything else says why there is none).
 pub(crate) const TREE_PREFIX: &str = "tree-v1:";
 /// Directory depth walked at most.
@@ -42,6 +52,56 @@ const MAX_DEPTH: usize = 64;
 #[cfg(test)]
 pub(crate) fn pin(req: &mut ExecRequest) {
     req.pinned = of(&dirs(req), req.output_dir.as_deref());
+}
+
+/// A copy of `req`'s input directory in a private directory under `work_root`, checked
+/// after it is made: every read-only directory must still be what `req` pinned, so the
+/// copy holds what was approved (a write during the copy changes a change time, which
+/// the walk after it sees). `Ok(None)`: no input directory. `Err`: what went wrong, for
+/// a refusal (the directory named in `Changed`).
+pub(crate) fn snapshot(
+    req: &ExecRequest,
+    work_root: &Path,
+) -> Result<Option<tempfile::TempDir>, SnapshotError> {
+    let Some(input) = &req.input_dir else {
+        return match changed(req) {
+            Some(dir) => Err(SnapshotError::Changed(dir)),
+            None => Ok(None),
+        };
+    };
+    let copy = || -> std::io::Result<tempfile::TempDir> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let prefix = format!(
+            "{}input-",
+            sandboxio_sandbox::sweep::owned_prefix(sandboxio_sandbox::sweep::PREFIX)
+        );
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .tempdir_in(work_root)?;
+        // The program may run as another user than this process (the namespace tier's
+        // mapped user): it reads the copy as it would read the original.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let into = dir.path().join(SNAPSHOT_INPUT);
+        std::fs::create_dir(&into)?;
+        let mode = std::fs::metadata(input)?.permissions().mode() & 0o755;
+        std::fs::set_permissions(&into, std::fs::Permissions::from_mode(mode))?;
+        sandboxio_sandbox::ns::copy_snapshot(input, &into, SNAPSHOT_MAX_BYTES, MAX_ENTRIES as u64)
+            .map_err(std::io::Error::other)?;
+        Ok(dir)
+    };
+    let dir = copy().map_err(SnapshotError::Copy)?;
+    match changed(req) {
+        Some(dir) => Err(SnapshotError::Changed(dir)),
+        None => Ok(Some(dir)),
+    }
+}
+
+/// Why an approved run's input could not be given to it as approved.
+pub(crate) enum SnapshotError {
+    /// This read-only directory is not what was pinned.
+    Changed(String),
+    /// The copy failed (too large, unreadable, no space).
+    Copy(std::io::Error),
 }
 
 /// The first read-only directory whose tree is not what `req` pinned, if any.

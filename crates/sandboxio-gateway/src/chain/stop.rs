@@ -22,6 +22,8 @@ pub(crate) struct RunCtx {
     pub(crate) redactor: Option<std::sync::Arc<sandboxio_audit::Redactor>>,
     /// An operator action's commit time: its record's time (it orders kills and resumes).
     pub(crate) committed_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The copy of the input directory an approved run reads (`pins::snapshot`).
+    pub(crate) input_snapshot: Option<tempfile::TempDir>,
 }
 
 /// Why the chain stopped early.

@@ -555,6 +555,23 @@ fn as_seen_inside(e: NsError, src: &Path, dst: &Path) -> NsError {
     }
 }
 
+/// A copy of `src`'s tree into the existing directory `dst`: directories and regular
+/// files (modes without set-id bits; links, hard or symbolic, and special files are left
+/// out), at most `max_bytes` data bytes and `max_entries` names, nothing created through a
+/// symlink. What a program reads instead of a live directory where what it reads must stay
+/// what was approved. Errors name host paths.
+pub fn copy_snapshot(
+    src: &Path,
+    dst: &Path,
+    max_bytes: u64,
+    max_entries: u64,
+) -> Result<(), NsError> {
+    let mut budget = CopyBudget::new(Some(max_bytes), Some(max_entries));
+    let wrap = |path, source| NsError::CopyOutput { path, source };
+    let root = super::dst::Dst::open(dst).map_err(|e| wrap(dst.to_path_buf(), e))?;
+    copy_tree(src, &root, None, &wrap, &mut budget)
+}
+
 /// Whether the directory holds any entry (a missing or unreadable one holds none).
 pub(crate) fn has_entries(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())

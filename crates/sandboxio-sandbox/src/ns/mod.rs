@@ -22,8 +22,8 @@ pub mod syscalls;
 mod warm;
 
 pub use apply::{
-    cleanup_stale_staging, rlimits_from, spawn, spawn_plan, NsChild, NsOutcome, Rlimits,
-    STAGING_PREFIX,
+    cleanup_stale_staging, copy_snapshot, rlimits_from, spawn, spawn_plan, NsChild, NsOutcome,
+    Rlimits, STAGING_PREFIX,
 };
 pub(crate) use apply::{copy_output, has_entries};
 pub use error::NsError;
