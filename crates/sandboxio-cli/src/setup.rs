@@ -104,8 +104,8 @@ fn state_dir(common: &Common, config: &Config) -> Result<PathBuf, crate::error::
     if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(home).join(".local/state/sandboxio"));
     }
-    let uid = effective_uid();
-    match passwd_home(uid) {
+    let uid = sandboxio_gateway::runtime::effective_uid();
+    match sandboxio_gateway::runtime::passwd_home(uid) {
         Some(home) if home.is_absolute() && home.is_dir() => {
             Ok(home.join(".local/state/sandboxio"))
         }
@@ -119,32 +119,6 @@ fn state_dir(common: &Common, config: &Config) -> Result<PathBuf, crate::error::
             why: format!("HOME is not set and uid {uid} has no home directory in /etc/passwd"),
         }),
     }
-}
-
-/// The effective uid (`/proc/self/status`); `u32::MAX` when it cannot be read.
-fn effective_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
-        })
-        .unwrap_or(u32::MAX)
-}
-
-/// The home directory `/etc/passwd` gives `uid`, if it names one.
-fn passwd_home(uid: u32) -> Option<PathBuf> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        match f.as_slice() {
-            [_, _, id, _, _, home, ..] if id.parse::<u32>().ok() == Some(uid) => {
-                (!home.is_empty()).then(|| PathBuf::from(home))
-            }
-            _ => None,
-        }
-    })
 }
 
 fn is_root() -> bool {

@@ -32,12 +32,14 @@ pub fn store_path() -> PathBuf {
             .then(|| std::env::var(k).ok())
             .flatten()
     });
+    // Never a shared directory such as `/tmp`: another user could list their own file
+    // there as trusted.
+    let nowhere = || PathBuf::from(sandboxio_gateway::runtime::NO_HOME);
     let dir = match &key {
-        sandboxio_gateway::egress::secrets::KeySource::File(p) => p
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir),
-        _ => std::env::temp_dir(),
+        sandboxio_gateway::egress::secrets::KeySource::File(p) => {
+            p.parent().map(Path::to_path_buf).unwrap_or_else(nowhere)
+        }
+        _ => nowhere(),
     };
     dir.join("trusted-configs")
 }

@@ -420,11 +420,48 @@ pub fn secrets_key(env: impl Fn(&str) -> Option<String>) -> KeySource {
     if is_root() {
         return KeySource::File(PathBuf::from("/etc/sandboxio/secrets.key"));
     }
+    // Without HOME, the home `/etc/passwd` gives; never a shared directory such as
+    // `/tmp`, where another user could plant the key (or a list of trusted files beside it).
     let base = set("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .unwrap_or_else(std::env::temp_dir);
+        .or_else(|| {
+            passwd_home(effective_uid())
+                .filter(|h| h.is_absolute() && h.is_dir())
+                .map(|h| h.join(".config"))
+        })
+        .unwrap_or_else(|| PathBuf::from(NO_HOME));
     KeySource::File(base.join("sandboxio/secrets.key"))
+}
+
+/// Where a user without a home keeps nothing: a path that does not exist, so a key or a
+/// trust list is never found there (and never created by anyone but root).
+pub const NO_HOME: &str = "/nonexistent";
+
+/// The effective uid (`/proc/self/status`); `u32::MAX` when it cannot be read.
+pub fn effective_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// The home directory `/etc/passwd` gives `uid`, if it names one.
+pub fn passwd_home(uid: u32) -> Option<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        match f.as_slice() {
+            [_, _, id, _, _, home, ..] if id.parse::<u32>().ok() == Some(uid) => {
+                (!home.is_empty()).then(|| PathBuf::from(home))
+            }
+            _ => None,
+        }
+    })
 }
 
 fn is_root() -> bool {

@@ -192,3 +192,56 @@ fn without_home_the_state_is_never_put_under_tmp() {
         );
     }
 }
+
+/// Without a home, the list of trusted configurations (and the secrets key beside it) is
+/// never under a shared directory such as `/tmp`, where another user could list their
+/// own `sandboxio.toml` as trusted: `trust` has nowhere to write, and says so.
+#[test]
+fn without_home_the_trust_list_is_never_put_under_tmp() {
+    if !is_root() {
+        eprintln!("skipped: not root (the test runs the CLI as uid 65534)");
+        return;
+    }
+    let home = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .and_then(|l| l.split(':').nth(5).map(str::to_string));
+    if home.as_deref().is_some_and(|h| Path::new(h).is_dir()) {
+        eprintln!("skipped: uid 65534 has a home directory here ({home:?})");
+        return;
+    }
+    let cwd = tempfile::Builder::new()
+        .prefix("sbx-nohome-trust-")
+        .tempdir()
+        .unwrap();
+    std::fs::write(cwd.path().join("sandboxio.toml"), "").unwrap();
+    for p in [cwd.path(), &cwd.path().join("sandboxio.toml")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let shared = std::env::temp_dir().join("sandboxio");
+    let existed = shared.exists();
+    let mut c = Command::new(BIN);
+    c.arg("trust")
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("SBX_STATE_DIR", cwd.path().join("state"))
+        .current_dir(cwd.path())
+        .stdin(Stdio::null())
+        .uid(65534)
+        .gid(65534);
+    let o = run("trust without HOME", &mut c);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "trusted with nowhere private to keep it"
+    );
+    assert!(!text(&o.stderr).contains("/tmp/"), "{}", text(&o.stderr));
+    if !existed {
+        assert!(
+            !shared.exists(),
+            "the trust list went to {}",
+            shared.display()
+        );
+    }
+}
