@@ -483,11 +483,9 @@ impl Gateway {
                 // workers. A walk that could not run pins nothing it was asked to.
                 let dirs = pins::dirs(req);
                 let lost = dirs.clone();
-                let output = req.output_dir.clone();
-                req.pinned =
-                    tokio::task::spawn_blocking(move || pins::of(&dirs, output.as_deref()))
-                        .await
-                        .unwrap_or_else(|_| pins::not_walked(&lost));
+                req.pinned = tokio::task::spawn_blocking(move || pins::of(&dirs))
+                    .await
+                    .unwrap_or_else(|_| pins::not_walked(&lost));
             }
         }
         let mut rec = base_record(&id, &sub.op);

@@ -13,9 +13,10 @@
 //! the change time, which no user can set back (only a changed system clock could), so any
 //! change to a file shows, at the cost of one `lstat` per entry. Symlinks are not followed.
 //! Pins are taken only where something binds the request (an idempotency key, an
-//! approval). A tree that cannot be known (more than [`MAX_ENTRIES`] entries, deeper than
-//! the walk goes, a directory this user cannot list, the output directory inside it) is
-//! named `unpinned: ...`, and the request is refused (`SBX_E1566`): no approval and no key
+//! approval). An input directory the run writes into (it holds the output directory, as a
+//! sandbox session's workspace does) is the run's own state, like a read-write mount, and
+//! is not pinned. A tree that cannot be known (more than [`MAX_ENTRIES`] entries, deeper
+//! than the walk goes, a directory this user cannot list) is named `unpinned: ...`, and the request is refused (`SBX_E1566`): no approval and no key
 //! could say what it reads.
 //!
 //! After an approval, the program does not read the input directory itself but a copy
@@ -51,7 +52,7 @@ const MAX_DEPTH: usize = 64;
 /// Pins every read-only host directory of `req` (a caller's `pinned` is replaced).
 #[cfg(test)]
 pub(crate) fn pin(req: &mut ExecRequest) {
-    req.pinned = of(&dirs(req), req.output_dir.as_deref());
+    req.pinned = of(&dirs(req));
 }
 
 /// A copy of `req`'s input directory in a private directory under `work_root`, checked
@@ -63,7 +64,7 @@ pub(crate) fn snapshot(
     req: &ExecRequest,
     work_root: &Path,
 ) -> Result<Option<tempfile::TempDir>, SnapshotError> {
-    let Some(input) = &req.input_dir else {
+    let Some(input) = pinned_input(req) else {
         return match changed(req) {
             Some(dir) => Err(SnapshotError::Changed(dir)),
             None => Ok(None),
@@ -106,7 +107,7 @@ pub(crate) enum SnapshotError {
 
 /// The first read-only directory whose tree is not what `req` pinned, if any.
 pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
-    let now = of(&dirs(req), req.output_dir.as_deref());
+    let now = of(&dirs(req));
     if now == req.pinned {
         return None;
     }
@@ -116,10 +117,22 @@ pub(crate) fn changed(req: &ExecRequest) -> Option<String> {
         .cloned()
 }
 
-/// The host directories `req` binds read-only: its input directory and read-only mounts.
+/// `req`'s input directory, unless the run writes into it (it holds the output directory,
+/// as a sandbox session's workspace does): then it is the run's own state, like a
+/// read-write mount, and neither pinned nor copied.
+fn pinned_input(req: &ExecRequest) -> Option<&PathBuf> {
+    let input = req.input_dir.as_ref()?;
+    match &req.output_dir {
+        Some(out) if out.starts_with(input) => None,
+        _ => Some(input),
+    }
+}
+
+/// The host directories `req` binds read-only: its input directory (see
+/// [`pinned_input`]) and read-only mounts.
 pub(crate) fn dirs(req: &ExecRequest) -> Vec<PathBuf> {
-    req.input_dir
-        .iter()
+    pinned_input(req)
+        .into_iter()
         .chain(
             req.mounts
                 .iter()
@@ -130,17 +143,13 @@ pub(crate) fn dirs(req: &ExecRequest) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The pins of `req`'s read-only directories: host path -> its tree's digest, or why
-/// there is none. A directory the run writes into (it holds the output directory) is the
-/// run's own state, like a read-write mount, and cannot be pinned; nor can a path that is
-/// not UTF-8 (pins are named by their path).
-pub(crate) fn of(dirs: &[PathBuf], output: Option<&Path>) -> BTreeMap<String, String> {
+/// The pins of read-only directories: host path -> its tree's digest, or why there is
+/// none (a path that is not UTF-8 is not pinned: pins are named by their path).
+pub(crate) fn of(dirs: &[PathBuf]) -> BTreeMap<String, String> {
     dirs.iter()
         .map(|d| {
             let pin = if d.to_str().is_none() {
                 "unpinned: the path is not UTF-8".to_string()
-            } else if output.is_some_and(|o| o.starts_with(d)) {
-                "unpinned: it holds the output directory, which the run writes".to_string()
             } else {
                 tree_digest(d)
             };
@@ -292,24 +301,20 @@ mod tests {
     fn what_the_run_writes_and_paths_not_utf8_are_never_pinned() {
         use std::os::unix::ffi::OsStrExt as _;
         let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("out");
         let odd = d.path().join(std::ffi::OsStr::from_bytes(b"odd\xff"));
-        std::fs::create_dir_all(&out).unwrap();
         std::fs::create_dir_all(&odd).unwrap();
-        let pins = of(&[d.path().to_path_buf(), odd.clone()], Some(&out));
-        assert_eq!(pins.len(), 2, "{pins:?}");
-        assert!(
-            pins.values().all(|p| p.starts_with("unpinned: ")),
-            "{pins:?}"
-        );
-        let pins = of(std::slice::from_ref(&odd), None);
+        let pins = of(std::slice::from_ref(&odd));
         assert!(pins.values().all(|p| p.contains("not UTF-8")), "{pins:?}");
-        // The same directory, the output elsewhere: pinned.
-        let pins = of(&[out], Some(&d.path().join("elsewhere")));
-        assert!(
-            pins.values().all(|p| p.starts_with(TREE_PREFIX)),
-            "{pins:?}"
-        );
+        // An input directory that holds the output directory (a session's workspace) is
+        // the run's own state: not pinned.
+        let mut req = ExecRequest::new(["true"]);
+        req.input_dir = Some(d.path().to_path_buf());
+        req.output_dir = Some(d.path().to_path_buf());
+        assert!(dirs(&req).is_empty());
+        req.output_dir = Some(d.path().join("out"));
+        assert!(dirs(&req).is_empty());
+        req.output_dir = Some(std::env::temp_dir().join("elsewhere"));
+        assert_eq!(dirs(&req), vec![d.path().to_path_buf()]);
     }
 
     #[test]
