@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "server/admission.rs"]
+mod admission;
 #[path = "server/approvals.rs"]
 mod approvals;
 #[path = "server/auth.rs"]

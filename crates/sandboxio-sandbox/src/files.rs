@@ -125,17 +125,66 @@ fn open_beneath(
     .map_err(std::io::Error::from_raw_os_error)
 }
 
-fn root_dir(root: &Path) -> Result<File, FileError> {
-    File::open(root).map_err(io(root, "opening the workspace"))
+/// The directory file operations are confined to, opened once: every path is resolved
+/// beneath it by the kernel.
+#[derive(Debug)]
+pub struct Root {
+    dir: File,
+}
+
+impl Root {
+    /// The directory `root` (a session's workspace).
+    pub fn open(root: &Path) -> Result<Root, FileError> {
+        let dir = File::open(root).map_err(io(root, "opening the workspace"))?;
+        Ok(Root { dir })
+    }
+
+    /// The directory `within` beneath `root` (a caller confined to one directory of a
+    /// workspace): resolved beneath `root` with no symlink on the way
+    /// (`RESOLVE_NO_SYMLINKS`), so neither a link inside it nor one standing in for it
+    /// reaches elsewhere in the workspace. With `create`, a missing `within` is made first
+    /// (`mkdir -p`, beneath `root`).
+    pub fn within(root: &Path, within: &str, create: bool) -> Result<Root, FileError> {
+        let base = Root::open(root)?;
+        let rel = check_relative(within)?;
+        let open = || {
+            let c = CString::new(rel.as_os_str().as_encoded_bytes())
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+            sys::fs::openat2(
+                base.dir.as_fd(),
+                &c,
+                u64::try_from(libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC).unwrap_or(0),
+                0,
+                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+            )
+            .map_err(std::io::Error::from_raw_os_error)
+        };
+        let fd = match open() {
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
+                make_dirs(&base.dir, &rel, within)?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(io(&rel, "open directory"))?;
+        Ok(Root {
+            dir: File::from(fd),
+        })
+    }
 }
 
 /// Opens a regular file beneath `root` for reading, with its size; the caller reads it at
 /// its own pace (a large download is streamed, never held whole).
 pub fn open_read(root: &Path, path: &str) -> Result<(File, u64), FileError> {
+    open_read_in(&Root::open(root)?, path)
+}
+
+/// [`open_read`] beneath an opened [`Root`].
+pub fn open_read_in(root: &Root, path: &str) -> Result<(File, u64), FileError> {
     let rel = check_relative(path)?;
-    let dir = root_dir(root)?;
+    let dir = &root.dir;
     let fd =
-        open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
+        open_beneath(dir, &rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0).map_err(io(&rel, "open"))?;
     let f = File::from(fd);
     let meta = f.metadata().map_err(io(&rel, "stat"))?;
     if meta.is_dir() {
@@ -148,8 +197,13 @@ pub fn open_read(root: &Path, path: &str) -> Result<(File, u64), FileError> {
 
 /// Reads a file beneath `root`, at most `cap` bytes.
 pub fn read(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+    read_in(&Root::open(root)?, path, cap)
+}
+
+/// [`read`] beneath an opened [`Root`].
+pub fn read_in(root: &Root, path: &str, cap: u64) -> Result<Vec<u8>, FileError> {
     let rel = check_relative(path)?;
-    let (mut f, len) = open_read(root, path)?;
+    let (mut f, len) = open_read_in(root, path)?;
     if len > cap {
         return Err(FileError::TooLarge {
             path: path.to_string(),
@@ -215,20 +269,29 @@ fn make_dirs(dir: &File, dirs: &Path, path: &str) -> Result<bool, FileError> {
 
 /// Creates a directory and its parents beneath `root` (`mkdir -p`); false when it existed.
 pub fn mkdir(root: &Path, path: &str) -> Result<bool, FileError> {
+    mkdir_in(&Root::open(root)?, path)
+}
+
+/// [`mkdir`] beneath an opened [`Root`].
+pub fn mkdir_in(root: &Root, path: &str) -> Result<bool, FileError> {
     let rel = check_relative(path)?;
-    let dir = root_dir(root)?;
-    make_dirs(&dir, &rel, path)
+    make_dirs(&root.dir, &rel, path)
 }
 
 /// Writes (creates or replaces) a file beneath `root`, creating parent directories.
 pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
+    write_in(&Root::open(root)?, path, content)
+}
+
+/// [`write`] beneath an opened [`Root`].
+pub fn write_in(root: &Root, path: &str, content: &[u8]) -> Result<(), FileError> {
     let rel = check_relative(path)?;
-    let dir = root_dir(root)?;
+    let dir = &root.dir;
     if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-        make_dirs(&dir, parent, path)?;
+        make_dirs(dir, parent, path)?;
     }
     let fd = open_beneath(
-        &dir,
+        dir,
         &rel,
         libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
         0o644,
@@ -241,12 +304,17 @@ pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
 
 /// Deletes a file (or an empty directory) beneath `root`, without following a final symlink.
 pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
+    delete_in(&Root::open(root)?, path)
+}
+
+/// [`delete`] beneath an opened [`Root`].
+pub fn delete_in(root: &Root, path: &str) -> Result<(), FileError> {
     let rel = check_relative(path)?;
-    let dir = root_dir(root)?;
+    let dir = &root.dir;
     let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
     let parent_fd = match parent {
         Some(p) => Some(
-            open_beneath(&dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
+            open_beneath(dir, p, libc::O_PATH | libc::O_DIRECTORY, 0)
                 .map_err(io(p, "open directory"))?,
         ),
         None => None,
@@ -275,13 +343,18 @@ pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
 
 /// Lists a directory beneath `root` (`"."` for the root itself), sorted by name.
 pub fn list(root: &Path, path: &str) -> Result<Vec<DirEntry>, FileError> {
-    let dir = root_dir(root)?;
+    list_in(&Root::open(root)?, path)
+}
+
+/// [`list`] beneath an opened [`Root`].
+pub fn list_in(root: &Root, path: &str) -> Result<Vec<DirEntry>, FileError> {
+    let dir = &root.dir;
     let fd = if path == "." || path.is_empty() {
         None
     } else {
         let rel = check_relative(path)?;
         Some(
-            open_beneath(&dir, &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            open_beneath(dir, &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
                 .map_err(io(&rel, "open directory"))?,
         )
     };
@@ -344,6 +417,45 @@ mod tests {
             std::fs::read(outside.path().join("secret")).unwrap(),
             b"host secret"
         );
+    }
+
+    #[test]
+    fn a_root_within_a_directory_refuses_links_out_of_it() {
+        let root = tempfile::tempdir().unwrap();
+        write(root.path(), "priv/secret", b"private").unwrap();
+        mkdir(root.path(), "sub").unwrap();
+        std::os::unix::fs::symlink("../priv", root.path().join("sub/lnk")).unwrap();
+        std::os::unix::fs::symlink("priv", root.path().join("alias")).unwrap();
+        let sub = Root::within(root.path(), "sub", false).unwrap();
+        assert!(matches!(
+            read_in(&sub, "lnk/secret", 1024),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(matches!(
+            write_in(&sub, "lnk/planted", b"x"),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(matches!(
+            list_in(&sub, "lnk"),
+            Err(FileError::Escapes { .. })
+        ));
+        assert!(!root.path().join("priv/planted").exists());
+        // Deleting the link removes the link, never what it leads to.
+        assert!(delete_in(&sub, "lnk/secret").is_err());
+        assert_eq!(read(root.path(), "priv/secret", 1024).unwrap(), b"private");
+        // A link standing in for the directory itself is refused too.
+        assert!(matches!(
+            Root::within(root.path(), "alias", false),
+            Err(FileError::Escapes { .. })
+        ));
+        // A missing directory is made when asked, beneath the root.
+        assert!(matches!(
+            Root::within(root.path(), "new/dir", false),
+            Err(FileError::NotFound { .. })
+        ));
+        let made = Root::within(root.path(), "new/dir", true).unwrap();
+        write_in(&made, "f", b"1").unwrap();
+        assert_eq!(read(root.path(), "new/dir/f", 8).unwrap(), b"1");
     }
 
     #[test]

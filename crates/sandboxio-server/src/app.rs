@@ -7,7 +7,9 @@
 //! document.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +19,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::admission::{Gated, Ticket};
+use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::state::AppState;
 
@@ -51,26 +55,39 @@ impl Modify for Bearer {
     }
 }
 
-/// Refuses new work while draining, and past the concurrency limit (503, `Retry-After`).
-async fn admission(State(st): State<AppState>, req: Request, next: Next) -> Response {
+/// Refuses new work while draining, gives the request its place ([`Ticket`]: taken when
+/// its credential is known, see `crate::admission`), bounds its time, and records a
+/// refusal of admission (at a bounded rate, `crate::refusals`).
+async fn admission(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let ticket = Arc::new(Ticket::new(
+        st.admission.clone(),
+        req.method(),
+        req.uri().path(),
+    ));
+    let mut ctx = req
+        .extensions()
+        .get::<RequestCtx>()
+        .cloned()
+        .unwrap_or_else(|| RequestCtx::from_headers(req.headers()));
+    ctx.ticket = Some(ticket.clone());
     if st.draining.load(Ordering::SeqCst) {
-        return ServerError::Busy { limit: 0 }.into_response();
+        let e = ServerError::Busy { limit: 0 };
+        st.refusals.refused(&st, &ctx, None, &e).await;
+        return e.into_response();
     }
-    let Ok(_permit) = st.inflight.clone().try_acquire_owned() else {
-        return ServerError::Busy {
-            limit: st.opts.max_concurrent,
-        }
-        .into_response();
-    };
+    req.extensions_mut().insert(ctx);
+    let req = req.map(|b| Body::new(Gated::new(b, ticket.clone())));
     let limit = st.opts.request_timeout;
-    match tokio::time::timeout(limit, next.run(req)).await {
+    let res = match tokio::time::timeout(limit, next.run(req)).await {
         Ok(res) => res,
         // The handler is dropped: an operation it awaited is cancelled and still recorded.
         Err(_) => ServerError::Timeout {
             secs: limit.as_secs(),
         }
         .into_response(),
-    }
+    };
+    ticket.end();
+    res
 }
 
 async fn wrong_method(req: Request) -> Response {

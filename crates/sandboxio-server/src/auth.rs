@@ -44,13 +44,25 @@ impl FromRequestParts<AppState> for Caller {
             .get::<RequestCtx>()
             .cloned()
             .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
-        let token = bearer(&parts.headers).ok_or(ServerError::Unauthenticated)?;
-        let c = authenticate(state, token).await?;
-        let caller = Caller { credential: c, ctx };
+        let Some(token) = bearer(&parts.headers) else {
+            return Err(unauthenticated(state, &ctx, ServerError::Unauthenticated).await);
+        };
+        let c = match authenticate(state, token).await {
+            Ok(c) => c,
+            Err(e) => return Err(unauthenticated(state, &ctx, e).await),
+        };
+        let caller = Caller::admitted(state, c, ctx).await?;
         // For extractors that follow (a body's size limit is the caller's tenant's).
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }
+}
+
+/// Records a refused credential (401: none, or an unknown, malformed, revoked or expired
+/// one; at a bounded rate, never the secret) and gives the error back.
+pub async fn unauthenticated(state: &AppState, ctx: &RequestCtx, e: ServerError) -> ServerError {
+    state.refusals.refused(state, ctx, None, &e).await;
+    e
 }
 
 /// The live credential of a bearer token (an API key or a capability token whose key is
@@ -91,6 +103,42 @@ pub async fn live_credential(state: &AppState, id: &str) -> Result<Credential, S
 }
 
 impl Caller {
+    /// The caller of a request whose credential is now known: the request takes its place
+    /// as the credential's tenant's (`crate::admission`) before anything else (a body) is
+    /// read; refused (recorded) when that tenant holds its share or the server is full.
+    pub async fn admitted(
+        state: &AppState,
+        credential: Credential,
+        ctx: RequestCtx,
+    ) -> Result<Caller, ServerError> {
+        if let Err(e) = crate::admission::admit(&ctx, &credential) {
+            state
+                .refusals
+                .refused(state, &ctx, Some(&credential.tenant), &e)
+                .await;
+            return Err(e);
+        }
+        Ok(Caller { credential, ctx })
+    }
+
+    /// A place among the tenant's long-polls, held while the guard lives; refused
+    /// (recorded, 429 `SBX_E1818` with `Retry-After`) past the tenant's bound.
+    pub async fn long_poll(
+        &self,
+        state: &AppState,
+    ) -> Result<crate::admission::LongPoll, ServerError> {
+        match state.admission.long_poll(self.tenant()) {
+            Ok(g) => Ok(g),
+            Err(e) => {
+                state
+                    .refusals
+                    .refused(state, &self.ctx, Some(self.tenant()), &e)
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
     pub fn tenant(&self) -> &str {
         &self.credential.tenant
     }

@@ -8,6 +8,31 @@ use serde::de::DeserializeOwned;
 use crate::error::ServerError;
 use crate::state::AppState;
 
+/// The most a body read whole as bytes may hold (axum's own default for `Bytes`).
+pub const BYTES_LIMIT: usize = 2 << 20;
+
+/// A body read only once the request's credential is known (`crate::admission`): a
+/// request refused before that gets an empty one, never read, and its handler answers the
+/// refusal without waiting for a body it would not use.
+pub struct AfterAuth(pub Bytes);
+
+impl FromRequest<AppState> for AfterAuth {
+    type Rejection = ServerError;
+
+    async fn from_request(req: Request, _: &AppState) -> Result<Self, Self::Rejection> {
+        let admitted = req
+            .extensions()
+            .get::<crate::context::RequestCtx>()
+            .is_none_or(crate::admission::is_admitted);
+        if !admitted {
+            return Ok(AfterAuth(Bytes::new()));
+        }
+        read_limited(req.into_body(), BYTES_LIMIT)
+            .await
+            .map(AfterAuth)
+    }
+}
+
 /// A JSON body of at most the configured JSON limit.
 pub struct ApiJson<T>(pub T);
 
@@ -20,6 +45,13 @@ pub async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ServerError
             .is_some()
         {
             ServerError::TooLarge { limit }
+        } else if let Some(r) = crate::admission::body_refused(inner.as_ref()) {
+            match r {
+                crate::admission::BodyRefused::Busy => ServerError::UnauthenticatedBusy,
+                crate::admission::BodyRefused::TooSlow => ServerError::SlowBody {
+                    secs: crate::admission::UNAUTHENTICATED_BODY_TIME.as_secs(),
+                },
+            }
         } else {
             ServerError::MalformedJson {
                 why: "the body could not be read".into(),

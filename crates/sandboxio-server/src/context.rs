@@ -18,6 +18,9 @@ pub struct RequestCtx {
     pub traceparent: String,
     /// The operation id answered when no gateway operation ran.
     pub request_id: String,
+    /// The request's place among those the server works on (set by the admission layer;
+    /// none for a request made in-process).
+    pub ticket: Option<std::sync::Arc<crate::admission::Ticket>>,
 }
 
 /// Set by a handler (in the response's extensions) when a gateway operation ran.
@@ -68,6 +71,7 @@ impl RequestCtx {
             trace_id,
             traceparent,
             request_id: random_hex(16),
+            ticket: None,
         }
     }
 }

@@ -29,6 +29,17 @@ pub enum ServerError {
     TooLarge { limit: usize },
     #[error("the server is at its limit of {limit} concurrent requests; retry shortly")]
     Busy { limit: usize },
+    #[error("the server is at its limit of requests reading a body without a credential in their headers; retry shortly")]
+    UnauthenticatedBusy,
+    #[error("tenant `{tenant}` already has {limit} {what}{of}; retry shortly")]
+    TenantBusy {
+        tenant: String,
+        what: &'static str,
+        limit: usize,
+        of: String,
+    },
+    #[error("the request body was not sent within {secs} s (a request without a credential in its headers must send its body at once)")]
+    SlowBody { secs: u64 },
     #[error("the request did not finish within {secs} s")]
     Timeout { secs: u64 },
     #[error("invalid `{field}`: {why}")]
@@ -85,6 +96,9 @@ impl ErrorCode for ServerError {
             ServerError::InvalidBody { .. } => "SBX_E1806",
             ServerError::TooLarge { .. } => "SBX_E1807",
             ServerError::Busy { .. } => "SBX_E1808",
+            ServerError::TenantBusy { .. } => "SBX_E1818",
+            ServerError::UnauthenticatedBusy => "SBX_E1808",
+            ServerError::SlowBody { .. } => "SBX_E1819",
             ServerError::Timeout { .. } => "SBX_E1809",
             ServerError::BadValue { .. } => "SBX_E1810",
             ServerError::Quota { .. } => "SBX_E1811",
@@ -117,8 +131,10 @@ impl ErrorCode for ServerError {
             | ServerError::MalformedJson { .. }
             | ServerError::InvalidBody { .. }
             | ServerError::TooLarge { .. }
+            | ServerError::SlowBody { .. }
             | ServerError::BadValue { .. }
             | ServerError::Quota { .. }
+            | ServerError::TenantBusy { .. }
             | ServerError::Paused { .. }
             | ServerError::BackgroundQuota { .. }
             | ServerError::Webhook { .. }
@@ -130,6 +146,7 @@ impl ErrorCode for ServerError {
             | ServerError::MethodNotAllowed { .. } => ErrorClass::Usage,
             ServerError::Gateway(e) => e.class(),
             ServerError::Busy { .. }
+            | ServerError::UnauthenticatedBusy
             | ServerError::Timeout { .. }
             | ServerError::Internal { .. }
             | ServerError::EnvNotSealed => ErrorClass::Internal,
@@ -137,7 +154,10 @@ impl ErrorCode for ServerError {
     }
     fn is_transient(&self) -> bool {
         match self {
-            ServerError::Busy { .. } | ServerError::Timeout { .. } => true,
+            ServerError::Busy { .. }
+            | ServerError::UnauthenticatedBusy
+            | ServerError::TenantBusy { .. }
+            | ServerError::Timeout { .. } => true,
             ServerError::Gateway(e) => e.is_transient(),
             _ => false,
         }
@@ -160,11 +180,14 @@ impl ServerError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ServerError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ServerError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ServerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ServerError::Quota { .. } | ServerError::BackgroundQuota { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
+            ServerError::Busy { .. } | ServerError::UnauthenticatedBusy => {
+                StatusCode::SERVICE_UNAVAILABLE
             }
+            ServerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ServerError::Quota { .. }
+            | ServerError::BackgroundQuota { .. }
+            | ServerError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ServerError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             ServerError::Paused { .. } => StatusCode::CONFLICT,
             ServerError::Lost { .. } => StatusCode::GONE,
             ServerError::Gateway(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
@@ -194,7 +217,9 @@ impl ServerError {
             | ServerError::InvalidBody { .. }
             | ServerError::BadValue { .. } => "bad request",
             ServerError::TooLarge { .. } => "request too large",
-            ServerError::Busy { .. } => "server busy",
+            ServerError::Busy { .. } | ServerError::UnauthenticatedBusy => "server busy",
+            ServerError::TenantBusy { .. } => "too many requests",
+            ServerError::SlowBody { .. } => "request timeout",
             ServerError::Timeout { .. } => "timed out",
             ServerError::Quota { .. } | ServerError::BackgroundQuota { .. } => "quota reached",
             ServerError::Paused { .. } => "sandbox paused",
@@ -235,7 +260,12 @@ impl ServerError {
 
 impl IntoResponse for ServerError {
     fn into_response(self) -> Response {
-        let unread_body = matches!(self, ServerError::TooLarge { .. });
+        let unread_body = matches!(
+            self,
+            ServerError::TooLarge { .. }
+                | ServerError::SlowBody { .. }
+                | ServerError::UnauthenticatedBusy
+        );
         let mut res = self.problem().into_response();
         if unread_body {
             // The rest of the body was not read: this connection cannot carry another request.

@@ -125,10 +125,12 @@ pub async fn launch(
     if mode == Mode::Background {
         let limit = st.opts.quota(&s.tenant).max_background;
         if st.sessions.background_running(&s.tenant) >= limit {
-            return Err(ServerError::BackgroundQuota {
+            let e = ServerError::BackgroundQuota {
                 tenant: s.tenant.clone(),
                 limit,
-            });
+            };
+            st.refusals.refused(st, ctx, Some(&s.tenant), &e).await;
+            return Err(e);
         }
     }
     let busy = s.begin();

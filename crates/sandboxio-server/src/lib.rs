@@ -8,6 +8,7 @@
 //! resource), `answer` and `problem` (answers an agent can act on), `metrics` (`/metrics`,
 //! fed by the gateway's metrics tap) and `dashboard` (the operator's page at `/`).
 
+pub mod admission;
 pub mod answer;
 pub mod app;
 pub mod auth;
@@ -29,6 +30,7 @@ pub mod options;
 pub mod outbound;
 pub mod problem;
 pub mod processes;
+pub mod refusals;
 pub mod routes;
 pub mod serve;
 pub mod sessions;

@@ -10,6 +10,9 @@ pub const JSON_LIMIT: usize = 1 << 20;
 pub const UPLOAD_LIMIT: usize = 16 << 20;
 /// Requests handled at once; more get 503 with `Retry-After`.
 pub const MAX_CONCURRENT: usize = 64;
+/// Requests without a known credential (the dashboard's sign-in, which carries its key
+/// in the body) reading their bodies at once, beside `MAX_CONCURRENT`.
+pub const MAX_UNAUTHENTICATED: usize = 8;
 /// Open connections at once; more are closed at accept.
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Longest a request may take (an exec's own timeout is capped below it).
@@ -69,6 +72,13 @@ pub struct ServeOptions {
     pub json_limit: usize,
     pub upload_limit: usize,
     pub max_concurrent: usize,
+    /// The most of those one tenant may hold at once (`None`: half of them); more are
+    /// refused (429 `SBX_E1818`).
+    pub tenant_concurrent: Option<usize>,
+    /// Long-polls one tenant may hold at once (`None`: a quarter of its share).
+    pub tenant_long_polls: Option<usize>,
+    /// Requests whose credential is not known yet that may read their bodies at once.
+    pub max_unauthenticated: usize,
     /// Execs and `run_code` calls starting at once; more wait their turn, first come first
     /// served (`crate::starts`). `0`: no bound. Default: two per CPU.
     pub max_starting: usize,
@@ -118,6 +128,21 @@ impl ServeOptions {
         })
     }
 
+    /// The most requests one tenant may have in progress at once: `tenant_concurrent`, else
+    /// half of `max_concurrent` (at least one, at most all).
+    pub fn tenant_share(&self) -> usize {
+        let max = self.max_concurrent.max(1);
+        self.tenant_concurrent.unwrap_or(max / 2).clamp(1, max)
+    }
+
+    /// The most long-polls one tenant may hold at once: `tenant_long_polls`, else a quarter
+    /// of its share (at least one).
+    pub fn tenant_long_polls(&self) -> usize {
+        self.tenant_long_polls
+            .unwrap_or(self.tenant_share() / 4)
+            .max(1)
+    }
+
     pub fn new(listen: Listen, workspace_root: PathBuf) -> ServeOptions {
         ServeOptions {
             listen,
@@ -128,6 +153,9 @@ impl ServeOptions {
             json_limit: JSON_LIMIT,
             upload_limit: UPLOAD_LIMIT,
             max_concurrent: MAX_CONCURRENT,
+            tenant_concurrent: None,
+            tenant_long_polls: None,
+            max_unauthenticated: MAX_UNAUTHENTICATED,
             max_starting: crate::starts::default_max_starting(),
             start_hold: crate::starts::HOLD,
             max_connections: MAX_CONNECTIONS,

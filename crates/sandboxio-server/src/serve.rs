@@ -192,6 +192,7 @@ pub async fn serve(
         }
     }
     reaper.abort();
+    state.refusals.flush(&state, true).await;
     // With manifests, sandboxes keep their files for the next start; without, they close.
     let closed = state.sessions.close_all("the server shut down");
     // Closing cancelled what still ran in them (background processes, context kernels):
@@ -281,6 +282,8 @@ async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
 async fn reap(state: AppState) {
     loop {
         tokio::time::sleep(state.opts.reap_every).await;
+        // Refusals past the recorded rate: the summary of each window that ended.
+        state.refusals.flush(&state, false).await;
         for (s, why) in state.sessions.reap(chrono::Utc::now()) {
             let ctx = crate::context::RequestCtx::from_headers(&axum::http::HeaderMap::new());
             let mut rec = crate::backend::server_record(

@@ -3,12 +3,12 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
-
+use crate::admission::Admission;
 use crate::backend::Backend;
 use crate::dashboard::SignIns;
 use crate::metrics::Telemetry;
 use crate::options::ServeOptions;
+use crate::refusals::Refusals;
 use crate::sessions::Sessions;
 use crate::starts::Starts;
 
@@ -17,8 +17,10 @@ pub struct AppState {
     pub backend: Arc<Backend>,
     pub sessions: Arc<Sessions>,
     pub opts: Arc<ServeOptions>,
-    /// Requests in flight (`opts.max_concurrent` permits).
-    pub inflight: Arc<Semaphore>,
+    /// Requests in progress: who holds the places (`crate::admission`).
+    pub admission: Arc<Admission>,
+    /// Refusals recorded, at a bounded rate (`crate::refusals`).
+    pub refusals: Arc<Refusals>,
     /// Execs starting (`opts.max_starting` places, first come first served).
     pub starts: Arc<Starts>,
     /// Set at shutdown: `/readyz` answers 503 and new requests are refused.
@@ -46,7 +48,8 @@ impl AppState {
         AppState {
             backend,
             sessions,
-            inflight: Arc::new(Semaphore::new(opts.max_concurrent)),
+            admission: Arc::new(Admission::new(&opts)),
+            refusals: Arc::new(Refusals::default()),
             starts: Arc::new(Starts::with_hold(opts.max_starting, opts.start_hold)),
             opts: Arc::new(opts),
             draining: Arc::new(AtomicBool::new(false)),

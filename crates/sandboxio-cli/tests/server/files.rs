@@ -4,7 +4,7 @@
 
 use std::io::Read;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::harness::{problem, Server};
 
@@ -201,4 +201,137 @@ fn a_replayed_copy_out_conflict_answers_like_the_original() {
         .filter(|e| e["event"] == "exec" && e["replayed"] == false)
         .count();
     assert_eq!(runs, 1, "one run, one replay");
+}
+
+/// A capability token confined to a directory reaches only that directory, also when a
+/// program in the sandbox left a link in it that leads elsewhere in the workspace (or a
+/// link standing in for the directory itself): reads, writes, deletes and listings through
+/// it are refused with the escape's code, and nothing outside the directory changes. A
+/// directory token gets no E2B access token, so the E2B file routes stay out of its reach.
+#[test]
+fn a_directory_token_cannot_leave_its_directory_through_a_link() {
+    let s = crate::e2b::e2b_server("");
+    let key = s.key("acme", "exec,files");
+    let id = s.sandbox(&key);
+    let put = |tok: &str, path: &str, body: &[u8]| {
+        s.put_bytes(
+            tok,
+            &format!("/v1/sandboxes/{id}/files?path={path}"),
+            body.to_vec(),
+        )
+    };
+    assert_eq!(put(&key, "priv/secret", b"private").status(), 200);
+    assert_eq!(put(&key, "sub/own.txt", b"mine").status(), 200);
+    // A program leaves two relative links in the workspace: one inside `sub` leading to
+    // `priv`, and `alias` standing for `priv`.
+    let r = s.post(
+        &key,
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["sh", "-c",
+            "ln -s ../priv \"$SANDBOX_OUTPUT/sub/lnk\" && ln -s priv \"$SANDBOX_OUTPUT/alias\""]}),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap());
+    let ws = s.workspace(&id);
+    assert!(
+        ws.join("sub/lnk").symlink_metadata().unwrap().is_symlink(),
+        "the link must be in the workspace for this test to mean anything"
+    );
+    let mint = |dir: &str| {
+        let r = s.post(
+            &key,
+            &format!("/v1/sandboxes/{id}/tokens"),
+            &json!({"scopes": ["files"], "dir": dir, "ttl": "10m"}),
+        );
+        assert_eq!(r.status(), 201);
+        r.json::<Value>().unwrap()["token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let tok = mint("sub");
+    // What is really inside the directory still works.
+    let r = s.get(&tok, &format!("/v1/sandboxes/{id}/files?path=sub/own.txt"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().unwrap(), "mine");
+    let r = s.get(&tok, &format!("/v1/sandboxes/{id}/files/list?path=sub"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(put(&tok, "sub/new/f.txt", b"ok").status(), 200);
+
+    let escaped = |r: reqwest::blocking::Response, what: &str| {
+        let (st, p) = problem(r);
+        assert_eq!(
+            (st, p["code"].as_str().unwrap()),
+            (403, "SBX_E1481"),
+            "{what}: {p}"
+        );
+    };
+    escaped(
+        s.get(
+            &tok,
+            &format!("/v1/sandboxes/{id}/files?path=sub/lnk/secret"),
+        ),
+        "read",
+    );
+    escaped(
+        s.get(
+            &tok,
+            &format!("/v1/sandboxes/{id}/files/stat?path=sub/lnk/secret"),
+        ),
+        "stat",
+    );
+    escaped(
+        s.get(&tok, &format!("/v1/sandboxes/{id}/files/list?path=sub/lnk")),
+        "list",
+    );
+    escaped(put(&tok, "sub/lnk/planted", b"written"), "write");
+    escaped(
+        s.post(
+            &tok,
+            &format!("/v1/sandboxes/{id}/files/mkdir?path=sub/lnk/d"),
+            &json!({}),
+        ),
+        "mkdir",
+    );
+    escaped(
+        s.delete(
+            &tok,
+            &format!("/v1/sandboxes/{id}/files?path=sub/lnk/secret"),
+        ),
+        "delete",
+    );
+    // A token whose directory is itself a link is refused the same way.
+    let alias = mint("alias");
+    escaped(
+        s.get(
+            &alias,
+            &format!("/v1/sandboxes/{id}/files?path=alias/secret"),
+        ),
+        "read through a linked directory",
+    );
+    escaped(
+        put(&alias, "alias/planted", b"written"),
+        "write through a linked directory",
+    );
+
+    // Nothing outside `sub` was read, written or removed.
+    assert_eq!(std::fs::read(ws.join("priv/secret")).unwrap(), b"private");
+    assert!(!ws.join("priv/planted").exists());
+    assert!(!ws.join("priv/d").exists());
+    // Each refusal is a file operation's record, denied by the sandbox layer.
+    let denied = s
+        .audit()
+        .iter()
+        .filter(|e| e["error_code"] == "SBX_E1481")
+        .count();
+    assert!(denied >= 8, "records of the refusals: {denied}");
+
+    // The E2B file routes need an access token, which a directory token cannot get.
+    let r = s
+        .client
+        .post(s.url(&format!("/sandboxes/{id}/connect")))
+        .header("X-API-Key", &tok)
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 403, "connect with a directory token");
 }

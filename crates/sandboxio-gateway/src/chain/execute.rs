@@ -181,6 +181,7 @@ impl Gateway {
                 crate::files::execute(
                     &op.args,
                     root,
+                    sub.confine.as_deref(),
                     sub.content.as_deref(),
                     sub.file_handle.as_ref(),
                     rec,

@@ -76,6 +76,11 @@ pub struct Submission {
     pub labels: BTreeMap<String, String>,
     /// The directory file operations are confined to (a session's workspace).
     pub workspace: Option<std::path::PathBuf>,
+    /// A directory of the workspace (relative to it) that file operations are confined to
+    /// further (a capability token's directory): it is resolved beneath the workspace with
+    /// no symlink on the way, and the operation's path beneath it, so a link inside it that
+    /// leads elsewhere in the workspace is refused (`SBX_E1481`) like `..` is.
+    pub confine: Option<String>,
     /// The bytes a `file_write` writes.
     pub content: Option<Vec<u8>>,
     /// For a `file_read` of a file: the gateway opens it (confined like every file
@@ -123,6 +128,7 @@ impl Submission {
             cancel: None,
             labels: BTreeMap::new(),
             workspace: None,
+            confine: None,
             content: None,
             file_handle: None,
             approval_pending: None,

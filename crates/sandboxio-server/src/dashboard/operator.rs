@@ -11,7 +11,7 @@ use sandboxio_core::{ErrorCode, Verdict};
 use sandboxio_gateway::credential::CredentialKind;
 
 use super::signin::{cookie_of, CSRF_HEADER};
-use crate::auth::Caller;
+use crate::auth::{unauthenticated, Caller};
 use crate::backend::server_record;
 use crate::context::RequestCtx;
 use crate::error::ServerError;
@@ -33,8 +33,12 @@ pub async fn signed_in(parts: &Parts, st: &AppState) -> Result<Operator, ServerE
         .get::<RequestCtx>()
         .cloned()
         .unwrap_or_else(|| RequestCtx::from_headers(&parts.headers));
+    // No cookie is a browser not signed in (the page asks it to); a cookie that names no
+    // live session is a refused credential, recorded.
     let cookie = cookie_of(&parts.headers).ok_or(ServerError::NoSession)?;
-    let session = st.signins.get(&cookie).ok_or(ServerError::NoSession)?;
+    let Some(session) = st.signins.get(&cookie) else {
+        return Err(unauthenticated(st, &ctx, ServerError::NoSession).await);
+    };
     let store = st.backend.store().clone();
     let id = session.credential.clone();
     let found = tokio::task::spawn_blocking(move || store.credential(&id))
@@ -43,14 +47,14 @@ pub async fn signed_in(parts: &Parts, st: &AppState) -> Result<Operator, ServerE
             action: "checking a credential",
         })??;
     // A revoked or expired key ends its sessions.
-    let credential = found
-        .filter(|c| c.kind == CredentialKind::ApiKey && c.is_live(Utc::now()))
-        .ok_or_else(|| {
-            st.signins.remove(&cookie);
-            ServerError::NoSession
-        })?;
+    let Some(credential) =
+        found.filter(|c| c.kind == CredentialKind::ApiKey && c.is_live(Utc::now()))
+    else {
+        st.signins.remove(&cookie);
+        return Err(unauthenticated(st, &ctx, ServerError::NoSession).await);
+    };
     Ok(Operator {
-        caller: Caller { credential, ctx },
+        caller: Caller::admitted(st, credential, ctx).await?,
         csrf: session.csrf,
         cookie,
     })

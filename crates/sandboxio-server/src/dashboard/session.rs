@@ -2,7 +2,10 @@
 //!
 //! `POST /dashboard/signin` takes `{"key": "sbxk_..."}` as JSON (a cross-site form cannot
 //! send that without a preflight), checks the key like the API does, and answers the CSRF
-//! token with the session cookie. Capability tokens cannot sign in. Both are recorded.
+//! token with the session cookie. Capability tokens cannot sign in. Both are recorded, and
+//! so is a refused key. The key is in the body, so the request reads it as one whose
+//! credential is not known yet: with a place of the small pool kept for those, within a
+//! short time (`crate::admission`).
 
 use axum::extract::State;
 use axum::http::header::SET_COOKIE;
@@ -14,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::operator::Operator;
 use super::signin::set_cookie;
-use crate::auth::{authenticate, Caller};
+use crate::auth::{authenticate, unauthenticated, Caller};
 use crate::backend::server_record;
 use crate::body::ApiJson;
 use crate::context::RequestCtx;
@@ -39,14 +42,12 @@ pub async fn sign_in(
     ctx: axum::Extension<RequestCtx>,
     ApiJson(body): ApiJson<SignInBody>,
 ) -> Result<Response, ServerError> {
-    let credential = authenticate(&st, body.key.trim()).await?;
-    if credential.kind != CredentialKind::ApiKey {
-        return Err(ServerError::BadCredential);
-    }
-    let caller = Caller {
-        credential,
-        ctx: ctx.0,
+    let credential = match authenticate(&st, body.key.trim()).await {
+        Ok(c) if c.kind == CredentialKind::ApiKey => c,
+        Ok(_) => return Err(unauthenticated(&st, &ctx.0, ServerError::BadCredential).await),
+        Err(e) => return Err(unauthenticated(&st, &ctx.0, e).await),
     };
+    let caller = Caller::admitted(&st, credential, ctx.0).await?;
     // The dashboard shows the tenant's approvals, denials and running work: a key that may
     // read them (read, approve or admin), as the API asks; a metrics, exec or files key
     // alone is refused and recorded.

@@ -17,7 +17,7 @@ use axum::http::HeaderMap;
 use super::error::E2bError;
 use super::registry::Entry;
 use super::E2b;
-use crate::auth::{authenticate, bearer, live_credential, Caller};
+use crate::auth::{authenticate, bearer, live_credential, unauthenticated, Caller};
 use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::sessions::Session;
@@ -59,11 +59,30 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// The caller of a lifecycle request: `X-API-Key` (or a bearer token).
 pub async fn api_caller(st: &AppState, h: &HeaderMap, ctx: RequestCtx) -> Result<Caller, E2bError> {
-    let token = header(h, API_KEY)
-        .or_else(|| bearer(h))
-        .ok_or(ServerError::Unauthenticated)?;
-    let credential = authenticate(st, token).await?;
-    Ok(Caller { credential, ctx })
+    let Some(token) = header(h, API_KEY).or_else(|| bearer(h)) else {
+        return Err(unauthenticated(st, &ctx, ServerError::Unauthenticated)
+            .await
+            .into());
+    };
+    let credential = match authenticate(st, token).await {
+        Ok(c) => c,
+        Err(e) => return Err(unauthenticated(st, &ctx, e).await.into()),
+    };
+    Ok(Caller::admitted(st, credential, ctx).await?)
+}
+
+/// The caller of a lifecycle request, authenticated in the prologue (from the headers,
+/// before any body is read). The outcome is kept for the handler, which answers an error
+/// in E2B's REST form.
+pub struct ApiCaller(pub Result<Caller, E2bError>);
+
+impl FromRequestParts<AppState> for ApiCaller {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Infallible> {
+        let ctx = ctx_of(parts);
+        Ok(ApiCaller(api_caller(st, &parts.headers, ctx).await))
+    }
 }
 
 /// Which in-sandbox service a request is for.
@@ -109,11 +128,18 @@ impl<S: Service> FromRequestParts<AppState> for Sbx<S> {
     async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Infallible> {
         let ctx = ctx_of(parts);
         let outcome = match parts.extensions.get::<Arc<E2b>>() {
-            Some(e2b) => in_sandbox(st, e2b, &parts.headers, ctx, S::PORT).await,
+            Some(e2b) => in_sandbox(st, e2b, &parts.headers, ctx.clone(), S::PORT).await,
             None => Err(E2bError::Server(ServerError::Internal {
                 action: "finding the E2B state",
             })),
         };
+        // An access token that does not open the sandbox is a refused credential.
+        if let Err(e @ E2bError::AccessToken { .. }) = &outcome {
+            use sandboxio_core::ErrorCode as _;
+            st.refusals
+                .refused_as(st, &ctx, None, e.code(), &e.to_string())
+                .await;
+        }
         Ok(Sbx(outcome, PhantomData))
     }
 }
@@ -171,8 +197,11 @@ async fn in_sandbox(
     };
     // Its expiry and revocation apply (and a capability token's key's); a token of another
     // tenant's credential or a capability token for another sandbox never acts here.
-    let credential = live_credential(st, holder).await?;
-    let caller = Caller { credential, ctx };
+    let credential = match live_credential(st, holder).await {
+        Ok(c) => c,
+        Err(e) => return Err(unauthenticated(st, &ctx, e).await.into()),
+    };
+    let caller = Caller::admitted(st, credential, ctx).await?;
     if caller.tenant() != entry.tenant || !caller.may_see_sandbox(id) {
         return Err(refused());
     }

@@ -5,8 +5,8 @@
 //! `already_exists`), `Move` is in `rename.rs`. The watchers are not implemented: they
 //! answer `unimplemented` with the code.
 
+use crate::body::AfterAuth;
 use crate::extract::{Path, Query};
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
@@ -165,7 +165,7 @@ pub async fn unary(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
     Path(method): Path<String>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     match call(&st, r, &method, &body).await {
         Ok(v) => connect::unary_ok(&v),

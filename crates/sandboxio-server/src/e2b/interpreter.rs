@@ -32,7 +32,7 @@ use super::files::plain_err;
 use super::native;
 use crate::answer;
 use crate::backend::{session_submission, Step, SubmitExtras};
-use crate::body::ApiJson;
+use crate::body::{AfterAuth, ApiJson};
 use crate::contexts::call::Call;
 use crate::routes::contexts::{self as native_contexts, CreateContext};
 use crate::routes::guard::{context_not_found, InContext, InSandbox, RunCodeScope};
@@ -103,7 +103,7 @@ async fn create_context(st: &AppState, r: &E2bCall, lang: Language) -> Result<Va
 pub async fn create(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Interpreter>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     let go = async {
         let r = r?;
@@ -374,7 +374,7 @@ fn stopped_line(e: &E2bError) -> Vec<Bytes> {
 pub async fn execute(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Interpreter>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     match execute_inner(&st, r, &body).await {
         Ok(res) => res,

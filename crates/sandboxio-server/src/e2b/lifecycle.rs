@@ -13,8 +13,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::body::AfterAuth;
 use crate::extract::{Path, Query};
-use axum::body::Bytes;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
@@ -25,7 +25,7 @@ use sandboxio_core::Verdict;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{api_caller, Ctx};
+use super::auth::{api_caller, ApiCaller, Ctx};
 use super::error::E2bError;
 use super::registry::Entry;
 use super::{E2b, ENVD_VERSION};
@@ -340,24 +340,23 @@ impl<A: Access> FromRequestParts<AppState> for OnSandbox<A> {
 }
 
 /// `POST /v2/sandboxes` (and the older `POST /sandboxes`).
+/// The key is checked from the headers before the body is read.
 pub async fn create(
     State(st): State<AppState>,
     Extension(e2b): Extension<Arc<E2b>>,
-    Ctx(ctx): Ctx,
-    headers: HeaderMap,
-    body: Bytes,
+    ApiCaller(caller): ApiCaller,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
-    rest(create_inner(&st, &e2b, ctx, &headers, &body).await)
+    rest(create_inner(&st, &e2b, caller, &body).await)
 }
 
 async fn create_inner(
     st: &AppState,
     e2b: &E2b,
-    ctx: crate::context::RequestCtx,
-    headers: &HeaderMap,
+    caller: Result<Caller, E2bError>,
     body: &[u8],
 ) -> Result<(StatusCode, Value), E2bError> {
-    let caller = api_caller(st, headers, ctx).await?;
+    let caller = caller?;
     if caller.is_capability() {
         return Err(ServerError::MissingScope { scope: "exec" }.into());
     }
@@ -398,7 +397,16 @@ async fn create_inner(
         idle_timeout: o.max_lifetime,
         lifetime,
     };
-    let s = st.sessions.create(caller.tenant(), spec).await?;
+    let s = match st.sessions.create(caller.tenant(), spec).await {
+        Ok(s) => s,
+        Err(e) => {
+            // A quota reached is recorded (at a bounded rate).
+            st.refusals
+                .refused(st, &caller.ctx, Some(caller.tenant()), &e)
+                .await;
+            return Err(e.into());
+        }
+    };
     let entry = Arc::new(e2b.registry.entry(
         &s.id,
         caller.tenant(),
@@ -559,7 +567,7 @@ pub async fn kill(
 pub async fn set_timeout(
     State(st): State<AppState>,
     OnSandbox(t, _): OnSandbox<Acts>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     let go = async {
         let Target {
@@ -595,7 +603,7 @@ pub async fn connect(
     State(st): State<AppState>,
     Extension(e2b): Extension<Arc<E2b>>,
     OnSandbox(t, _): OnSandbox<Acts>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     let go = async {
         let Target {

@@ -25,6 +25,7 @@ use super::connect::{self, decode_bytes, encode_bytes};
 use super::error::E2bError;
 use crate::answer;
 use crate::backend::{session_submission, Run, Step, SubmitExtras};
+use crate::body::AfterAuth;
 use crate::processes::{ProcState, Process};
 use crate::sessions::Busy;
 use crate::state::AppState;
@@ -458,7 +459,7 @@ pub async fn start(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     match start_inner(&st, r, &headers, &body).await {
         Ok(res) => res,
@@ -499,11 +500,14 @@ async fn start_inner(
     // the tenant's quota of them holds, as for the native API's background execs.
     let limit = st.opts.quota(&s.tenant).max_background;
     if st.sessions.background_running(&s.tenant) >= limit {
-        return Err(crate::error::ServerError::BackgroundQuota {
+        let e = crate::error::ServerError::BackgroundQuota {
             tenant: s.tenant.clone(),
             limit,
-        }
-        .into());
+        };
+        st.refusals
+            .refused(st, &r.caller.ctx, Some(&s.tenant), &e)
+            .await;
+        return Err(e.into());
     }
     let pid = r.entry.next_pid();
     let extra = SubmitExtras {
@@ -598,7 +602,11 @@ fn find(r: &InSandbox, sel: &Selector) -> Result<Arc<E2bProc>, E2bError> {
 }
 
 /// `process.Process/Connect` (server streaming): follow a running command.
-pub async fn connect_to(State(st): State<AppState>, Sbx(r, _): Sbx<Envd>, body: Bytes) -> Response {
+pub async fn connect_to(
+    State(st): State<AppState>,
+    Sbx(r, _): Sbx<Envd>,
+    AfterAuth(body): AfterAuth,
+) -> Response {
     let go = async {
         let r = r?;
         let req: WithProcess = connect::stream_request(&body)?;
@@ -618,7 +626,7 @@ pub async fn unary(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
     crate::extract::Path(method): crate::extract::Path<String>,
-    body: Bytes,
+    AfterAuth(body): AfterAuth,
 ) -> Response {
     match unary_inner(&st, r, &method, &body).await {
         Ok(v) => connect::unary_ok(&v),

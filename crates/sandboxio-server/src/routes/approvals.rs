@@ -202,6 +202,7 @@ pub async fn wait(
     Query(q): Query<WaitQuery>,
 ) -> Result<Json<ApprovalView>, ServerError> {
     see(&st, &caller).await?;
+    let _poll = caller.long_poll(&st).await?;
     let deadline = tokio::time::Instant::now() + wait_for(&q);
     loop {
         let a = find(&st, &caller, &id).await?;
@@ -240,6 +241,7 @@ pub async fn outcome(
     if !own.is_some_and(|s| scopes.contains(s)) {
         see(&st, &caller).await?;
     }
+    let _poll = caller.long_poll(&st).await?;
     let got = st
         .backend
         .pending_outcome(caller.tenant(), &id, wait_for(&q))

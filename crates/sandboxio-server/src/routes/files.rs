@@ -62,6 +62,9 @@ async fn file_op(
         ..SubmitExtras::default()
     };
     let mut sub = session_submission(&s, args, &caller.ctx, extra);
+    // A caller confined to a directory is confined there by the gateway as well, which
+    // resolves beneath it: a link inside it cannot lead elsewhere in the workspace.
+    sub.confine = caller.credential.dir.clone();
     sub.file_handle = slot;
     match st.backend.submit(sub, Some(s.run_token()?)).await? {
         // A file operation that failed (a missing file, a directory) did nothing: a problem.

@@ -86,7 +86,8 @@ pub async fn get_one(
     require_exec(&st, &caller).await?;
     let s = session_for(&st, &caller, &id)?;
     let p = s.processes.get(&pid).ok_or_else(|| not_found(&pid))?;
-    if let Some(w) = q.wait {
+    if let Some(w) = q.wait.filter(|w| *w > 0) {
+        let _poll = caller.long_poll(&st).await?;
         p.wait(Duration::from_secs(w).min(MAX_WAIT)).await;
     }
     Ok(Json(p.view(p.background)))

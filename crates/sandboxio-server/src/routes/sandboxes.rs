@@ -112,7 +112,16 @@ pub async fn create(
         idle_timeout: idle,
         lifetime,
     };
-    let s = st.sessions.create(caller.tenant(), spec).await?;
+    let s = match st.sessions.create(caller.tenant(), spec).await {
+        Ok(s) => s,
+        Err(e) => {
+            // A quota reached is recorded (at a bounded rate).
+            st.refusals
+                .refused(&st, &caller.ctx, Some(caller.tenant()), &e)
+                .await;
+            return Err(e);
+        }
+    };
     let mut rec = server_record(
         "sandbox.create",
         caller.tenant(),
