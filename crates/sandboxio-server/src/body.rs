@@ -81,12 +81,29 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         // The caller's tenant's limit (the `Caller` extractor, which runs first, left it).
-        let limit = req
-            .extensions()
-            .get::<crate::auth::Caller>()
+        let caller = req.extensions().get::<crate::auth::Caller>();
+        let limit = caller
             .map(|c| state.opts.quota(c.tenant()).json_limit)
             .unwrap_or(state.opts.json_limit);
-        let bytes = read_limited(req.into_body(), limit).await?;
+        let tenant = caller.map(|c| c.tenant().to_string());
+        let ctx = req
+            .extensions()
+            .get::<crate::context::RequestCtx>()
+            .cloned();
+        let bytes = match read_limited(req.into_body(), limit).await {
+            Ok(b) => b,
+            Err(e) => {
+                // A body refused for want of a place or time (the sign-in's, whose key is
+                // in it) is recorded like the server's other busy refusals.
+                if let Some(ctx) = &ctx {
+                    state
+                        .refusals
+                        .refused(state, ctx, tenant.as_deref(), &e)
+                        .await;
+                }
+                return Err(e);
+            }
+        };
         parse_json(&bytes).map(ApiJson)
     }
 }

@@ -156,6 +156,21 @@ fn a_body_without_a_credential_must_come_at_once() {
     let mut c = slow(&s, "POST", "/dashboard/signin", &[]);
     let line = answered(&mut c);
     assert!(line.contains(" 408"), "{line:?}");
+    // And recorded, like the server's other busy refusals.
+    let path = s.state().join("audit.jsonl");
+    let mut found = false;
+    for _ in 0..200 {
+        let trail = std::fs::read_to_string(&path).unwrap_or_default();
+        if trail
+            .lines()
+            .any(|l| l.contains("\"http.busy\"") && l.contains("SBX_E1819"))
+        {
+            found = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(found, "no record of the refused sign-in body");
 }
 
 #[test]
