@@ -409,7 +409,6 @@ impl Gateway {
         Ok(from_records + settled.len())
     }
 
-    /// The kill switch this process holds on its own (the store could not take it).
     /// Whether the policy would ask a person about `op` now, the operation resolved as
     /// [`Gateway::submit`] resolves it. A front end that would stream the program's input
     /// reads it whole instead when this says so: an approval must cover what runs, and
@@ -428,6 +427,7 @@ impl Gateway {
         }
     }
 
+    /// The kill switch this process holds on its own (the store could not take it).
     pub fn kill_latched(&self) -> Option<crate::store::KillState> {
         self.kill_latch.lock().ok().and_then(|k| k.clone())
     }
