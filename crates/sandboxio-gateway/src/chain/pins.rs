@@ -6,7 +6,7 @@
 //! for whatever the file says when the run starts, and a replay under an idempotency key
 //! would answer a request whose input differs. Each is pinned at admission to a digest of
 //! its tree (`ExecRequest::pinned`, part of the fingerprint and of what approvers see), and
-//! checked again after an approval, just before the run.
+//! checked again after an approval, once the copy the program will read is made.
 //!
 //! The digest covers every entry's relative path, type, mode, owner, size, inode, device,
 //! link target, and modification and change times, never its contents: a write changes
@@ -16,8 +16,8 @@
 //! approval). An input directory the run writes into (it holds the output directory, as a
 //! sandbox session's workspace does) is the run's own state, like a read-write mount, and
 //! is not pinned. A tree that cannot be known (more than [`MAX_ENTRIES`] entries, deeper
-//! than the walk goes, a directory this user cannot list) is named `unpinned: ...`, and the request is refused (`SBX_E1566`): no approval and no key
-//! could say what it reads.
+//! than the walk goes, a directory this user cannot list) is named `unpinned: ...`, and
+//! the request is refused (`SBX_E1566`): no approval and no key could say what it reads.
 //!
 //! After an approval, the program does not read the input directory itself but a copy
 //! taken then (`snapshot`: directories and regular files, at most
