@@ -687,6 +687,10 @@ pub const CREDENTIAL_PATTERNS: &[&str] = &[
     // upper-case letter or `_` of an identifier it was glued to) it is, and that one
     // character goes with it.
     r"(?:\b|[0-9A-Z_])sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}",
+    // sandboxio's own credentials: API keys, capability tokens and E2B access tokens
+    // (`sbxk_<id>_<secret>`, `sbxc_...`, `sbxe_...`), wherever they are written (a path, a
+    // query string, a header echoed back).
+    r"sbx[kce]_[A-Za-z0-9]{1,64}_[0-9A-Fa-f]{32,128}",
     // JSON Web Tokens.
     r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
     // PEM private key blocks (also when their newlines are JSON-escaped).
@@ -728,6 +732,9 @@ const CREDENTIAL_LITERALS: &[&str] = &[
     "AIza",
     "sk-",
     "eyJ",
+    "sbxk_",
+    "sbxc_",
+    "sbxe_",
     "-----BEGIN",
 ];
 
@@ -909,6 +916,7 @@ mod tests {
             "sk-proj-abcdefghijklmnopqrstuvwxyz",
             "eyJhbGciOiJI.eyJzdWIiOiIx.sig",
             "xghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "sbxk_0011223344556677_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
             "7ghp_abcdefghijklmnopqrstuvwxyz0123456789",
             "Xsk-live-abcdefghijklmnopqrstuvwxyz",
             "task-runner-configuration-file-name",
@@ -1006,6 +1014,9 @@ mod tests {
             "idAKIAABCDEFGHIJKLMNOP",
             "headerxoxb-1234567890-abcdefghij",
             "prefix=valueeyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl",
+            // sandboxio's own credentials, in a path.
+            "GET /v1/sandboxes/sbxk_f28d03e0d9dbfb72_1fbdb149bca72d00d31db86709012e5d52ecf13a7568408eaaaa68183b7d9f28",
+            "?token=sbxe_cred1_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
             // Glued at the end too: a key id followed by its secret, a suffix.
             "AKIAABCDEFGHIJKLMNOPwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             "ghp_Zq9abcdefghijklmnopqrstuvwxyz012345_old",
@@ -1018,6 +1029,8 @@ mod tests {
                 "ABCDEFGHIJKLMNOP",
                 "eyJzdWIi",
                 "K7MDENG/bPxRfiCY",
+                "1fbdb149bca72d00d31db867",
+                "00112233445566778899aabbccdd",
             ] {
                 assert!(!out.contains(secret), "{t} -> {out}");
             }

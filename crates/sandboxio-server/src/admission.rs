@@ -4,7 +4,7 @@
 //! `max_concurrent` places as its tenant's: one tenant holds at most its share of them
 //! (`tenant_concurrent`, half by default), so no tenant, whatever its scopes, locks the
 //! others out. Operator actions (the kill switch engaged or released, an approval decided)
-//! by a credential that may take them have a few places of their own besides
+//! by the operator's admin key have a few places of their own besides
 //! ([`OPERATOR_RESERVE`]), so they are never refused for lack of places. A request whose
 //! credential is not known (none was sent, or the credential is in the body, as for the
 //! dashboard's sign-in) may read its body only while holding one of a small pool's
@@ -274,10 +274,12 @@ impl Ticket {
         if !matches!(*s, State::Unknown(_)) {
             return Ok(());
         }
+        // Only the operator's own keys (admin) reach the reserve: an approve key belongs to
+        // a tenant, and a tenant's keys must not be able to hold the places the kill
+        // switch needs (an approval decided by one takes a general place, as any request).
         let operator = self.operator_route
             && credential.kind == CredentialKind::ApiKey
-            && (credential.scopes.contains(Scope::Admin)
-                || credential.scopes.contains(Scope::Approve));
+            && credential.scopes.contains(Scope::Admin);
         let place = self.admission.place(&credential.tenant, operator)?;
         // The unauthenticated place (if any) is given back.
         *s = State::Admitted { _place: place };
@@ -490,6 +492,38 @@ mod tests {
         Ticket::new(a.clone(), &Method::GET, "/v1/sandboxes")
             .admit(&busy)
             .unwrap();
+    }
+
+    #[test]
+    fn a_tenants_approve_key_cannot_hold_the_operators_places() {
+        let a = admission(2);
+        let t: Vec<Ticket> = ["a", "b"]
+            .iter()
+            .map(|tenant| {
+                let t = Ticket::new(a.clone(), &Method::GET, "/v1/sandboxes");
+                t.admit(&key(tenant, &[Scope::Read])).unwrap();
+                t
+            })
+            .collect();
+        // Every general place is taken: approvals by tenants' approve keys are busy, as
+        // any request, however many are tried...
+        let approver = key("a", &[Scope::Approve]);
+        for _ in 0..OPERATOR_RESERVE + 1 {
+            let p = Ticket::new(a.clone(), &Method::POST, "/v1/approvals/apr_1/approve");
+            let e = p.admit(&approver).unwrap_err();
+            assert_eq!(sandboxio_core::ErrorCode::code(&e), "SBX_E1808");
+        }
+        // ... and every one of the operator's places is still there for the admin key.
+        let admin = key("ops", &[Scope::Admin]);
+        let held: Vec<Ticket> = (0..OPERATOR_RESERVE)
+            .map(|_| {
+                let k = Ticket::new(a.clone(), &Method::POST, "/v1/kill");
+                k.admit(&admin).unwrap();
+                k
+            })
+            .collect();
+        assert_eq!(held.len(), OPERATOR_RESERVE);
+        drop(t);
     }
 
     #[test]

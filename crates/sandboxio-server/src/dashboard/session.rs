@@ -1,11 +1,14 @@
 //! Signing in and out of the dashboard.
 //!
-//! `POST /dashboard/signin` takes `{"key": "sbxk_..."}` as JSON (a cross-site form cannot
-//! send that without a preflight), checks the key like the API does, and answers the CSRF
-//! token with the session cookie. Capability tokens cannot sign in. Both are recorded, and
-//! so is a refused key. The key is in the body, so the request reads it as one whose
-//! credential is not known yet: with a place of the small pool kept for those, within a
-//! short time (`crate::admission`).
+//! `POST /dashboard/signin` takes the key as `Authorization: Bearer sbxk_...` (what the
+//! dashboard's page sends), or as `{"key": "sbxk_..."}` in a JSON body (neither can a
+//! cross-site form send without a preflight), checks it like the API does, and answers the
+//! CSRF token with the session cookie. Capability tokens cannot sign in. Both are
+//! recorded, and so is a refused key. A key in the header is known before any body is
+//! read, as on every other route; one in the body is read as a request whose credential is
+//! not known yet: with a place of the small pool kept for those, within a short time
+//! (`crate::admission`), so slow bodies that fill that pool hold up only sign-ins that
+//! send their key the same way.
 
 use axum::extract::State;
 use axum::http::header::SET_COOKIE;
@@ -19,7 +22,7 @@ use super::operator::Operator;
 use super::signin::set_cookie;
 use crate::auth::{authenticate, unauthenticated, Caller};
 use crate::backend::server_record;
-use crate::body::ApiJson;
+use crate::body::{parse_json, read_limited};
 use crate::context::RequestCtx;
 use crate::error::ServerError;
 use crate::state::AppState;
@@ -40,9 +43,26 @@ pub struct SignedIn {
 pub async fn sign_in(
     State(st): State<AppState>,
     ctx: axum::Extension<RequestCtx>,
-    ApiJson(body): ApiJson<SignInBody>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
 ) -> Result<Response, ServerError> {
-    let credential = match authenticate(&st, body.key.trim()).await {
+    let key = match crate::auth::bearer(&headers) {
+        // No body is read.
+        Some(k) => k.to_string(),
+        None => {
+            let bytes = match read_limited(body, st.opts.json_limit).await {
+                Ok(b) => b,
+                Err(e) => {
+                    // Refused for want of a place or of time: recorded like the server's
+                    // other busy refusals.
+                    st.refusals.refused(&st, &ctx.0, None, &e).await;
+                    return Err(e);
+                }
+            };
+            parse_json::<SignInBody>(&bytes)?.key
+        }
+    };
+    let credential = match authenticate(&st, key.trim()).await {
         Ok(c) if c.kind == CredentialKind::ApiKey => c,
         Ok(_) => return Err(unauthenticated(&st, &ctx.0, ServerError::BadCredential).await),
         Err(e) => return Err(unauthenticated(&st, &ctx.0, e).await),
