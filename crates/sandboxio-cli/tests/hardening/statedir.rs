@@ -141,11 +141,12 @@ fn a_state_directory_another_user_can_move_away_is_refused() {
     );
 }
 
-#[test]
-fn without_home_the_state_is_never_put_under_tmp() {
+/// The precondition of the tests without HOME: root here (to become uid 65534), and uid
+/// 65534 without a home directory on this host. `false` (reason printed): skip.
+fn nobody_without_a_home() -> bool {
     if !is_root() {
         eprintln!("skipped: not root (the test runs the CLI as uid 65534)");
-        return;
+        return false;
     }
     let home = std::fs::read_to_string("/etc/passwd")
         .unwrap_or_default()
@@ -154,6 +155,14 @@ fn without_home_the_state_is_never_put_under_tmp() {
         .and_then(|l| l.split(':').nth(5).map(str::to_string));
     if home.as_deref().is_some_and(|h| Path::new(h).is_dir()) {
         eprintln!("skipped: uid 65534 has a home directory here ({home:?})");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn without_home_the_state_is_never_put_under_tmp() {
+    if !nobody_without_a_home() {
         return;
     }
     let cwd = tempfile::Builder::new()
@@ -198,17 +207,7 @@ fn without_home_the_state_is_never_put_under_tmp() {
 /// own `sandboxio.toml` as trusted: `trust` has nowhere to write, and says so.
 #[test]
 fn without_home_the_trust_list_is_never_put_under_tmp() {
-    if !is_root() {
-        eprintln!("skipped: not root (the test runs the CLI as uid 65534)");
-        return;
-    }
-    let home = std::fs::read_to_string("/etc/passwd")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.split(':').nth(2) == Some("65534"))
-        .and_then(|l| l.split(':').nth(5).map(str::to_string));
-    if home.as_deref().is_some_and(|h| Path::new(h).is_dir()) {
-        eprintln!("skipped: uid 65534 has a home directory here ({home:?})");
+    if !nobody_without_a_home() {
         return;
     }
     let cwd = tempfile::Builder::new()

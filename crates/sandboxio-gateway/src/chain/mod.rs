@@ -907,20 +907,23 @@ impl Gateway {
                     "(the check could not run)".into(),
                 ))
             });
-            let moved = match snap {
+            let refusal = match snap {
                 Ok(s) => {
                     ctx.input_snapshot = s;
                     None
                 }
-                Err(pins::SnapshotError::Changed(dir)) => Some(dir),
-                Err(pins::SnapshotError::Copy(e)) => {
-                    let aid = approval_id.clone();
-                    let _ = self
-                        .on_store("withdrawing an approval", move |s, _| {
-                            s.expire_approval(&aid)
-                        })
-                        .await;
-                    return Err(Stop::deny(
+                Err(pins::SnapshotError::Changed(dir)) => Some(
+                    Stop::deny(
+                        Layer::Approval,
+                        format!(
+                            "`{dir}` changed after approval `{approval_id}` was asked for: \
+                             what was approved is not what would run; ask again"
+                        ),
+                    )
+                    .code(crate::denial::PINNED_CHANGED),
+                ),
+                Err(pins::SnapshotError::Copy(e)) => Some(
+                    Stop::deny(
                         Layer::Approval,
                         format!(
                             "the input directory could not be copied for the approved run \
@@ -928,24 +931,18 @@ impl Gateway {
                             pins::SNAPSHOT_MAX_BYTES >> 20
                         ),
                     )
-                    .code(crate::denial::SNAPSHOT_FAILED));
-                }
+                    .code(crate::denial::SNAPSHOT_FAILED),
+                ),
             };
-            if let Some(dir) = moved {
+            if let Some(stop) = refusal {
+                // The approval holds for nothing that could run: withdrawn.
                 let aid = approval_id.clone();
                 let _ = self
                     .on_store("withdrawing an approval", move |s, _| {
                         s.expire_approval(&aid)
                     })
                     .await;
-                return Err(Stop::deny(
-                    Layer::Approval,
-                    format!(
-                        "`{dir}` changed after approval `{approval_id}` was asked for: what \
-                         was approved is not what would run; ask again"
-                    ),
-                )
-                .code(crate::denial::PINNED_CHANGED));
+                return Err(stop);
             }
             let (aid, fp, key, op_id) = (
                 approval_id.clone(),
