@@ -122,14 +122,7 @@ fn state_dir(common: &Common, config: &Config) -> Result<PathBuf, crate::error::
 }
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
+    sandboxio_gateway::runtime::is_root()
 }
 
 impl Loaded {

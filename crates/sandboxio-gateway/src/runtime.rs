@@ -438,17 +438,8 @@ pub fn secrets_key(env: impl Fn(&str) -> Option<String>) -> KeySource {
 /// trust list is never found there (and never created by anyone but root).
 pub const NO_HOME: &str = "/nonexistent";
 
-/// The effective uid (`/proc/self/status`); `u32::MAX` when it cannot be read.
-pub fn effective_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
-        })
-        .unwrap_or(u32::MAX)
-}
+/// The effective uid of this process (the sandbox crate's, for front ends).
+pub use sandboxio_sandbox::ids::effective_uid;
 
 /// The home directory `/etc/passwd` gives `uid`, if it names one.
 pub fn passwd_home(uid: u32) -> Option<PathBuf> {
@@ -464,7 +455,8 @@ pub fn passwd_home(uid: u32) -> Option<PathBuf> {
     })
 }
 
-fn is_root() -> bool {
+/// Whether the real uid of this process is root (`/proc/self/status`).
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
