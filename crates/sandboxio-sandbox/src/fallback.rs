@@ -88,20 +88,22 @@ pub struct LandlockTierPlan {
     pub nproc: Option<u64>,
 }
 
-/// The seccomp rules of this tier: the namespace tier's table for "no network", except
-/// that `socket()` fails for every family (without a network or mount namespace an AF_UNIX
-/// socket reaches the host's Unix sockets: D-Bus, journald, container runtimes), and
-/// `memfd_create` must seal its file non-executable (no pid namespace of its own, so
-/// `vm.memfd_noexec` cannot be set for the payload alone).
+/// The seccomp rules of this tier: the namespace tier's table for a sandbox with host
+/// directories bound in and no network ([`SocketPolicy::PairsOnly`]): without a network or
+/// mount namespace of its own, an AF_UNIX socket reaches the host's Unix sockets (D-Bus,
+/// journald, container runtimes), so `socket()` fails for every family, and only a stream
+/// or seqpacket pair can be made (a datagram pair can `sendto` any socket path, which
+/// Landlock does not mediate). `memfd_create` must seal its file non-executable (no pid
+/// namespace of its own, so `vm.memfd_noexec` cannot be set for the payload alone).
 pub fn seccomp_rules() -> Vec<SeccompRule> {
-    seccomp::rules_for(SocketPolicy::UnixOnly)
+    seccomp::rules_for(SocketPolicy::PairsOnly)
         .into_iter()
         .chain([seccomp::memfd_rule()])
         .map(|mut r| {
             if r.syscall == "socket" {
                 r.action = RuleAction::Errno(libc::EAFNOSUPPORT);
                 r.why = "landlock tier: no network namespace, so no sockets of any family \
-                         (socketpair(AF_UNIX) stays allowed)"
+                         (an AF_UNIX stream or seqpacket socketpair stays allowed)"
                     .to_string();
             }
             r
@@ -508,13 +510,38 @@ mod tests {
     }
 
     #[test]
-    fn socket_is_refused_for_every_family_but_socketpair_is_not() {
+    fn socket_is_refused_for_every_family_and_only_stream_pairs_are_not() {
         let rules = seccomp_rules();
         let sock = rules.iter().find(|r| r.syscall == "socket").unwrap();
         assert_eq!(sock.action, RuleAction::Errno(libc::EAFNOSUPPORT));
-        let pair = rules.iter().find(|r| r.syscall == "socketpair").unwrap();
-        assert!(matches!(pair.action, RuleAction::Checks(_)));
-        assert!(seccomp::compile(&rules).is_ok());
+        let prog = seccomp::compile(&rules).unwrap();
+        let call = |nr: i64, family: i32, ty: i32| {
+            // The pair's descriptors would land at an invalid address: EFAULT once the
+            // filter lets the call by.
+            let a = [family as u64, ty as u64, 0, u64::MAX, 0, 0];
+            crate::sys::seccomp::syscall_in_child(Some(&prog), nr, a)
+        };
+        for family in [libc::AF_UNIX, libc::AF_INET, libc::AF_NETLINK] {
+            assert_eq!(
+                call(libc::SYS_socket, family, libc::SOCK_STREAM),
+                libc::EAFNOSUPPORT
+            );
+        }
+        // A datagram pair can send to any host socket path (journald, /dev/log): refused.
+        for ty in [libc::SOCK_DGRAM, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC] {
+            assert_eq!(
+                call(libc::SYS_socketpair, libc::AF_UNIX, ty),
+                libc::EPERM,
+                "type {ty}"
+            );
+        }
+        for ty in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET] {
+            assert_eq!(
+                call(libc::SYS_socketpair, libc::AF_UNIX, ty),
+                libc::EFAULT,
+                "type {ty}"
+            );
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sandboxio_core::{Enforcement, ExitStatus, IsolationTier};
@@ -438,9 +438,11 @@ impl CopyBudget {
 /// Copies a tree without following symlinks (symlinks and special files are skipped),
 /// giving every entry to `owner` when set. See [`CopyBudget`] for sparse files, hard links
 /// and the caps. Iterative (a work list, not recursion): a sandbox can make its output
-/// thousands of directories deep, which must not overflow the helper's stack. The
-/// destination is walked by descriptor from its root ([`super::dst::Dst`]): no name is
-/// created or opened through a symlink.
+/// thousands of directories deep, which must not overflow the helper's stack. Both sides
+/// are walked by descriptor from their roots ([`super::src::Src`], [`super::dst::Dst`]):
+/// no name is read, created or opened through a symlink, the source's root included (the
+/// landlock tier's output directory is in the program's own workspace, where the program
+/// can put a symlink in its place).
 fn copy_tree(
     src: &Path,
     dst: &super::dst::Dst,
@@ -449,55 +451,72 @@ fn copy_tree(
     budget: &mut CopyBudget,
 ) -> Result<(), NsError> {
     use super::dst::Dst;
+    use super::src::{Hint, Src};
     use std::os::unix::fs::MetadataExt;
-    let mut work = vec![(src.to_path_buf(), PathBuf::new())];
-    while let Some((src, rel)) = work.pop() {
+    let source = Src::open(src).map_err(|e| wrap(src.to_path_buf(), e))?;
+    let mut work = vec![PathBuf::new()];
+    while let Some(rel) = work.pop() {
+        let listed = |e| wrap(source.path_of(&rel), e);
+        let from_dir = source.dir(&rel).map_err(listed)?;
         let dir = dst.dir(&rel).map_err(|e| wrap(dst.path_of(&rel), e))?;
-        let rd = std::fs::read_dir(&src).map_err(|e| wrap(src.clone(), e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| wrap(src.clone(), e))?;
-            let from = entry.path();
-            let name = entry.file_name();
+        for (name, hint) in Src::entries(from_dir.as_fd()).map_err(listed)? {
             let to = rel.join(&name);
+            let from = source.path_of(&to);
             let host = |e| wrap(dst.path_of(&to), e);
-            let meta = std::fs::symlink_metadata(&from).map_err(|e| wrap(from.clone(), e))?;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                budget.take_entry(&from)?;
-                let made = Dst::mkdir(dir.as_fd(), &name, 0o755).map_err(host)?;
-                budget.created.push((to.clone(), true));
-                if let Some((u, g)) = owner {
-                    std::os::unix::fs::fchown(&made, Some(u), Some(g))
-                        .map_err(|e| wrap(dst.path_of(&to), e))?;
+            let hint = match hint {
+                Hint::Unknown => {
+                    Src::look(from_dir.as_fd(), &name).map_err(|e| wrap(from.clone(), e))?
                 }
-                work.push((from, to));
-            } else if ft.is_file() {
-                budget.take_entry(&from)?;
-                let key = (meta.dev(), meta.ino());
-                if meta.nlink() > 1 {
-                    if let Some(first) = budget.links.get(&key) {
-                        dst.link(first, dir.as_fd(), &name).map_err(host)?;
-                        budget.created.push((to, false));
+                h => h,
+            };
+            match hint {
+                Hint::Dir => {
+                    // Still a directory (not a symlink put in its place since the listing)?
+                    // It is reopened from the root, through no symlink, when its turn comes.
+                    if Src::open_dir(from_dir.as_fd(), &name)
+                        .map_err(|e| wrap(from.clone(), e))?
+                        .is_none()
+                    {
                         continue;
                     }
+                    budget.take_entry(&from)?;
+                    let made = Dst::mkdir(dir.as_fd(), &name, 0o755).map_err(host)?;
+                    budget.created.push((to.clone(), true));
+                    if let Some((u, g)) = owner {
+                        std::os::unix::fs::fchown(&made, Some(u), Some(g))
+                            .map_err(|e| wrap(dst.path_of(&to), e))?;
+                    }
+                    work.push(to);
                 }
-                let r = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&from)
-                    .map_err(|e| wrap(from.clone(), e))?;
-                let w = Dst::create(dir.as_fd(), &name, meta.permissions().mode() & 0o755)
-                    .map_err(|e| wrap(dst.path_of(&to), e))?;
-                budget.created.push((to.clone(), false));
-                copy_sparse(&r, &w, meta.len(), &from, wrap, budget)?;
-                if let Some((u, g)) = owner {
-                    std::os::unix::fs::fchown(&w, Some(u), Some(g))
+                Hint::File => {
+                    let Some((r, meta)) = Src::open_file(from_dir.as_fd(), &name)
+                        .map_err(|e| wrap(from.clone(), e))?
+                    else {
+                        continue;
+                    };
+                    budget.take_entry(&from)?;
+                    let key = (meta.dev(), meta.ino());
+                    if meta.nlink() > 1 {
+                        if let Some(first) = budget.links.get(&key) {
+                            dst.link(first, dir.as_fd(), &name).map_err(host)?;
+                            budget.created.push((to, false));
+                            continue;
+                        }
+                    }
+                    let w = Dst::create(dir.as_fd(), &name, meta.permissions().mode() & 0o755)
                         .map_err(|e| wrap(dst.path_of(&to), e))?;
+                    budget.created.push((to.clone(), false));
+                    copy_sparse(&r, &w, meta.len(), &from, wrap, budget)?;
+                    if let Some((u, g)) = owner {
+                        std::os::unix::fs::fchown(&w, Some(u), Some(g))
+                            .map_err(|e| wrap(dst.path_of(&to), e))?;
+                    }
+                    if meta.nlink() > 1 {
+                        budget.links.insert(key, to);
+                    }
+                    budget.files += 1;
                 }
-                if meta.nlink() > 1 {
-                    budget.links.insert(key, to);
-                }
-                budget.files += 1;
+                Hint::Other | Hint::Unknown => {}
             }
         }
     }

@@ -18,6 +18,7 @@ pub mod report;
 pub mod restriction;
 mod root_ops;
 pub mod seccomp;
+mod src;
 pub mod syscalls;
 mod warm;
 

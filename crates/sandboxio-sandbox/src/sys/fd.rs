@@ -35,6 +35,24 @@ pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
     usize::try_from(n).map_err(|_| super::errno())
 }
 
+/// `getdents64(dir, buf)`: fills `buf` with `struct linux_dirent64` records of the open
+/// directory `dir` from its current offset; returns the bytes filled (0 at the end).
+/// Async-signal-safe.
+#[inline]
+pub(crate) fn getdents64(dir: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `dir` is an open descriptor and `buf` writable memory of the length passed,
+    // exclusively borrowed for the call; the kernel writes at most that many bytes.
+    let n = super::cvt_long(unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            dir.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    })?;
+    usize::try_from(n).map_err(|_| libc::EIO)
+}
+
 /// One `write(2)` from `data`. Async-signal-safe.
 #[inline]
 pub(crate) fn write(fd: BorrowedFd<'_>, data: &[u8]) -> Result<usize, i32> {

@@ -203,6 +203,9 @@ attempt('inet6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
 attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
 attempt('netlink', lambda: socket.socket(16, socket.SOCK_RAW, 0))
 attempt('pair', lambda: socket.socketpair())
+attempt('seqpacket_pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
+# A datagram pair can sendto() any host socket path (journald, /dev/log): refused.
+attempt('dgram_pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
 "#;
     let r = ll(&py(script)).await;
     for denied in ["inet", "udp", "inet6", "unix", "netlink"] {
@@ -214,6 +217,82 @@ attempt('pair', lambda: socket.socketpair())
         );
     }
     assert_eq!(result(&r, "pair"), "OK", "{}", r.stdout_lossy());
+    assert_eq!(result(&r, "seqpacket_pair"), "OK", "{}", r.stdout_lossy());
+    assert_eq!(result(&r, "dgram_pair"), "EPERM", "{}", r.stdout_lossy());
+}
+
+/// The output directory of this tier is in the program's own workspace: the program can
+/// put a symlink in its place (or below it). The copy to the caller's output directory,
+/// made by the helper with the caller's rights, must follow none of them, or it reads for
+/// the program what Landlock refused it.
+#[tokio::test]
+async fn copy_out_follows_no_symlink_the_program_planted() {
+    if skip() {
+        return;
+    }
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(secret.path().join("key"), b"host secret").unwrap();
+    std::fs::create_dir(secret.path().join("sub")).unwrap();
+    std::fs::write(secret.path().join("sub/deeper"), b"host secret").unwrap();
+    let s = secret.path().to_str().unwrap();
+    for (case, script) in [
+        (
+            "output replaced by a link",
+            format!(
+                "cat {s}/key || echo refused; cd \"$SANDBOX_OUTPUT/..\" && rmdir sandbox-output \
+                 && ln -s {s} sandbox-output && echo planted"
+            ),
+        ),
+        (
+            "links below the output",
+            format!(
+                "mkdir \"$SANDBOX_OUTPUT/d\" && ln -s {s} \"$SANDBOX_OUTPUT/d/dir\" \
+                 && ln -s {s}/key \"$SANDBOX_OUTPUT/file\" && echo mine > \"$SANDBOX_OUTPUT/own\" \
+                 && echo planted"
+            ),
+        ),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let mut req = sh(&script);
+        req.output_dir = Some(out.path().to_path_buf());
+        let r = ll(&req).await;
+        let said = r.stdout_lossy();
+        assert!(said.contains("planted"), "{case}: {r:?}");
+        assert!(
+            !said.contains("host secret"),
+            "{case}: Landlock let it read: {r:?}"
+        );
+        let mut copied = Vec::new();
+        let mut dirs = vec![out.path().to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let ft = e.file_type().unwrap();
+                assert!(
+                    !ft.is_symlink(),
+                    "{case}: a link was copied: {:?}",
+                    e.path()
+                );
+                if ft.is_dir() {
+                    dirs.push(e.path());
+                } else {
+                    assert_ne!(
+                        std::fs::read(e.path()).unwrap(),
+                        b"host secret",
+                        "{case}: the copy-out read a host file for the program: {:?}",
+                        e.path()
+                    );
+                }
+                copied.push(e.path().strip_prefix(out.path()).unwrap().to_path_buf());
+            }
+        }
+        copied.sort();
+        let want: Vec<std::path::PathBuf> = match case {
+            "output replaced by a link" => Vec::new(),
+            _ => vec!["d".into(), "own".into()],
+        };
+        assert_eq!(copied, want, "{case}: {r:?}");
+    }
 }
 
 #[tokio::test]
