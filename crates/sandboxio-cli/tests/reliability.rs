@@ -17,6 +17,8 @@ mod common;
 mod concurrency;
 #[path = "reliability/crash.rs"]
 mod crash;
+#[path = "reliability/helper_death.rs"]
+mod helper_death;
 #[path = "reliability/killswitch.rs"]
 mod killswitch;
 #[path = "reliability/lost.rs"]

@@ -69,6 +69,15 @@ pub enum GatewayError {
         trail: String,
         why: String,
     },
+    /// The database and the trail's records are both gone, but the audit key (written after
+    /// the database) shows there was state: never a fresh start, and nothing to recover from.
+    #[error("state database `{db}` is {why} and the audit trail `{trail}` holds no records, but `{evidence}` shows that this directory held a state: the kill switch, spend, approvals and idempotency keys it held are not known, so nothing runs; restore the database and the trail from a backup, or start afresh on purpose by removing the whole state directory")]
+    StateGone {
+        db: String,
+        trail: String,
+        why: String,
+        evidence: String,
+    },
     #[error("state database `{db}` is damaged ({why}): nothing runs until an operator recovers with `sandboxio state recover --from-trail` (the damaged file is kept; the kill switch stays engaged until `sandboxio resume`)")]
     StateCorrupt { db: String, why: String },
     #[error("state recovery refused: {why}")]
@@ -113,7 +122,7 @@ impl ErrorCode for GatewayError {
             GatewayError::KeyNotFound { .. } => "SBX_E1522",
             GatewayError::StateDirInsecure { .. } => "SBX_E1530",
             GatewayError::StateFile { .. } => "SBX_E1531",
-            GatewayError::StateLost { .. } => "SBX_E1532",
+            GatewayError::StateLost { .. } | GatewayError::StateGone { .. } => "SBX_E1532",
             GatewayError::StateCorrupt { .. } => "SBX_E1533",
             GatewayError::RecoverRefused { .. } => "SBX_E1534",
             GatewayError::AnchorBroken { .. } => "SBX_E1535",
@@ -140,6 +149,7 @@ impl ErrorCode for GatewayError {
             | GatewayError::StateUrl { .. } => ErrorClass::Usage,
             // State that does not add up: refused until an operator recovers it.
             GatewayError::StateLost { .. }
+            | GatewayError::StateGone { .. }
             | GatewayError::StateCorrupt { .. }
             | GatewayError::AnchorBroken { .. } => ErrorClass::Integrity,
             _ => ErrorClass::Internal,

@@ -61,7 +61,9 @@ pub enum SandboxError {
     PlanDecode { why: String },
     #[error("the helper broke its protocol: {why}")]
     HelperProtocol { why: String },
-    #[error("the helper exited without a final report (status {status})")]
+    /// The helper died without its final report (killed from outside, or crashed): the
+    /// program may have run (its tree is killed when the death is seen).
+    #[error("the helper died before its final report (status {status}); the program, if it had started, was killed")]
     HelperDied { status: String },
     #[error("the helper was started without its pipes (fd {fd}); it is only run by a supervisor")]
     HelperFds { fd: i32 },
@@ -342,6 +344,13 @@ pub const CODES: &[(&str, &str)] = &[
 ];
 
 impl SandboxError {
+    /// Whether the program may have run before this error (its supervisor died, and
+    /// nothing says whether before or after starting it): such an operation is charged its
+    /// reservation, not released, as an interrupted one is.
+    pub fn program_may_have_run(&self) -> bool {
+        matches!(self, SandboxError::HelperDied { .. })
+    }
+
     /// Map a code received from the helper back to the static code, if it is one of ours.
     pub(crate) fn known_code(code: &str) -> &'static str {
         CODES

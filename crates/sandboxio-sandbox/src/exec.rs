@@ -609,6 +609,13 @@ async fn drive(run: Run<'_>, setup: Setup, io: &mut StreamIo) -> Result<ExecResu
             }
         }
     }
+    // The report pipe ended without a final report: the helper died (killed from outside,
+    // or crashed) and no longer supervises the program. Its tree is killed now, while the
+    // helper's pid is not reaped yet (so its process group cannot be anybody else's), not
+    // at the backstop: a program must not run on unsupervised until its timeout.
+    if final_report.is_none() && setup_error.is_none() {
+        hard_kill(guard.helper_pid, guard.cgroup.as_ref());
+    }
     let status = wait_helper(helper.pid)
         .await
         .map_err(|source| SandboxError::Wait { source })?;

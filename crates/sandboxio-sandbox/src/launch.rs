@@ -280,6 +280,17 @@ fn child(c: &Child<'_>, err_w: BorrowedFd<'_>) -> ! {
                 fail_errno(err_w, Stage::SetResUid, e);
             }
         }
+    }
+    // The program dies with the helper that supervises it (set after the change of ids
+    // above, which clears it; kept across exec). A helper that died before this is seen
+    // by its end of the error pipe, closed.
+    if let Err(e) = sys::proc::set_parent_death_signal(libc::SIGKILL) {
+        fail_errno(err_w, Stage::SetParentDeathSignal, e);
+    }
+    if sys::fd::peer_closed(err_w) {
+        sys::proc::exit_now(1);
+    }
+    if s.confine.is_some() {
         // Ambient set cleared, then effective/permitted/inheritable set to zero (allowed
         // for any process: it only lowers).
         if let Err(e) = crate::caps::clear_ambient() {

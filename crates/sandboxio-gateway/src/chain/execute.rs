@@ -49,7 +49,7 @@ impl Gateway {
                 let res = match (l.plain.take(), &sub.executor) {
                     (Some(plain), _) => super::launch::Launch::plain_result(plain)
                         .await
-                        .map_err(|e| (e.code(), format!("the sandbox could not run this: {e}"))),
+                        .map_err(|e| sandbox_failed(ctx, &e)),
                     (None, Some(x)) => match x.run(&req, io, token).await {
                         Ok((r, v)) => {
                             structured = v;
@@ -61,9 +61,7 @@ impl Gateway {
                     // egress proxy while it runs.
                     (None, None) => {
                         match self.run_with_egress(id, sub, &req, tier, token, io).await {
-                            Ok(r) => r.map_err(|e| {
-                                (e.code(), format!("the sandbox could not run this: {e}"))
-                            }),
+                            Ok(r) => r.map_err(|e| sandbox_failed(ctx, &e)),
                             Err(stop) => Err((stop.code.unwrap_or("SBX_E1513"), stop.reason)),
                         }
                     }
@@ -230,4 +228,18 @@ impl Gateway {
             }
         })
     }
+}
+
+/// A sandbox error as the record says it: its code and why; one after which the program
+/// may have run (`SandboxError::program_may_have_run`: its helper died) marks the run
+/// unmeasured, so that it is charged, and is not called a failure to run.
+fn sandbox_failed(
+    ctx: &mut super::stop::RunCtx,
+    e: &sandboxio_sandbox::SandboxError,
+) -> (&'static str, String) {
+    if e.program_may_have_run() {
+        ctx.unmeasured = true;
+        return (e.code(), format!("the sandbox failed during the run: {e}"));
+    }
+    (e.code(), format!("the sandbox could not run this: {e}"))
 }

@@ -997,6 +997,10 @@ impl Gateway {
         rec.verdict = Verdict::Allow;
         rec.layer = Layer::Sandbox;
         let ran = self.run(id, sub, rec, ctx, launched).await;
+        if ran.is_err() && ctx.unmeasured {
+            // Nothing runs free of its budget by its supervisor dying.
+            ctx.charge = Some(rec.cost_reserved.unwrap_or(estimate));
+        }
         let (result, tool_output) = ran?;
         // Settle charges the measured cost, all of it. The reservation was the most the
         // operation could cost, so this passes it only when a measurement exceeds the bound;

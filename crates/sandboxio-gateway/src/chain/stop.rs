@@ -16,6 +16,9 @@ pub(crate) struct RunCtx {
     pub(crate) ran: bool,
     /// The measured cost to settle.
     pub(crate) charge: Option<Money>,
+    /// The program may have run, but nothing measured it (its supervisor died after
+    /// starting it): it is charged its reservation, the most it could cost.
+    pub(crate) unmeasured: bool,
     /// The caller's live I/O, taken by the run.
     pub(crate) stream: Option<sandboxio_sandbox::StreamIo>,
     /// This request's redactor (for live output).

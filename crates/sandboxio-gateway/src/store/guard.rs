@@ -3,7 +3,8 @@
 //! The database holds what must not be forgotten: an engaged kill switch, spend against
 //! ceilings, idempotency keys, approvals. When it is missing, empty (0 bytes), not a
 //! database, or a database holding nothing at all (not even a trail head) while the audit
-//! trail next to it already holds records, the state was lost or damaged, and starting afresh would release the kill switch and forget the spend. Every
+//! trail next to it already holds records (or, for a missing or empty database, while the
+//! audit key written after it is still there), the state was lost or damaged, and starting afresh would release the kill switch and forget the spend. Every
 //! open is then refused with a code that names the recovery command, until an operator
 //! runs it (`sandboxio state recover --from-trail`, which rebuilds spend and keys from the
 //! trail and leaves the kill switch engaged until `sandboxio resume`).
@@ -70,22 +71,45 @@ impl StateFiles {
         })
     }
 
+    /// The loss of a database that is missing, empty or not a file (`why`), when something
+    /// shows that this directory held a state: records in the trail, or else the audit key
+    /// or its public list. Those are written only after the database (the first open
+    /// creates the database, then the key), so a directory that holds one of them without
+    /// its database lost the database; with the trail gone too, the key is all that is
+    /// left to say so. `None`: a new state. (A blank database beside a key is not judged by
+    /// this: a command that opens the state and records nothing leaves exactly that.)
+    fn loss(&self, why: String) -> Result<Option<GatewayError>, GatewayError> {
+        if self.trail_has_records()? {
+            return Ok(Some(GatewayError::StateLost {
+                db: self.db.display().to_string(),
+                trail: self.trail.display().to_string(),
+                why,
+            }));
+        }
+        Ok(["audit.key", "audit.key.pending", "audit.pub"]
+            .into_iter()
+            .map(|name| self.dir.join(name))
+            .find(|p| std::fs::symlink_metadata(p).is_ok())
+            .map(|p| GatewayError::StateGone {
+                db: self.db.display().to_string(),
+                trail: self.trail.display().to_string(),
+                why,
+                evidence: p.display().to_string(),
+            }))
+    }
+
     fn check_not_lost(&self) -> Result<(), GatewayError> {
         let why = match std::fs::metadata(&self.db) {
             // A FIFO, a socket or a device is no database, whatever its size says (a
             // directory is left to SQLite, which cannot open it).
             Ok(m) if !m.is_file() && !m.is_dir() => {
                 let what = sandboxio_core::fileread::not_regular(m.file_type()).to_string();
-                if !self.trail_has_records()? {
-                    return Err(GatewayError::StateFile {
+                return Err(match self.loss(format!("not a database ({what})"))? {
+                    Some(lost) => lost,
+                    None => GatewayError::StateFile {
                         path: self.db.display().to_string(),
                         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, what),
-                    });
-                }
-                return Err(GatewayError::StateLost {
-                    db: self.db.display().to_string(),
-                    trail: self.trail.display().to_string(),
-                    why: format!("not a database ({what})"),
+                    },
                 });
             }
             Ok(m) if m.len() > 0 => return Ok(()),
@@ -98,14 +122,10 @@ impl StateFiles {
                 })
             }
         };
-        if self.trail_has_records()? {
-            return Err(GatewayError::StateLost {
-                db: self.db.display().to_string(),
-                trail: self.trail.display().to_string(),
-                why: why.to_string(),
-            });
+        match self.loss(why.to_string())? {
+            Some(lost) => Err(lost),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A database SQLite cannot read is reported as damaged, with the recovery command.

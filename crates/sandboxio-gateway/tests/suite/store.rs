@@ -1178,6 +1178,60 @@ fn a_lost_or_garbage_state_db_next_to_a_trail_is_refused() {
     assert!(e.to_string().contains(RECOVER_COMMAND), "{e}");
 }
 
+#[test]
+fn a_lost_database_and_trail_beside_the_audit_key_are_refused_not_started_afresh() {
+    // The trail and the database deleted together: no record is left to say the state
+    // existed, but the audit key (written after the database, by the first open) is.
+    for evidence in ["audit.key", "audit.pub", "audit.key.pending"] {
+        for damage in ["missing", "empty", "fifo"] {
+            let dir = tempfile::tempdir().unwrap();
+            let files = StateFiles::new(dir.path().join("state"), None);
+            drop(files.open_store(SyncMode::Full).unwrap());
+            std::fs::write(files.dir.join(evidence), "k\n").unwrap();
+            for ext in ["", "-wal", "-shm"] {
+                let mut p = files.db.as_os_str().to_owned();
+                p.push(ext);
+                let _ = std::fs::remove_file(std::path::PathBuf::from(p));
+            }
+            match damage {
+                "empty" => std::fs::write(&files.db, b"").unwrap(),
+                "fifo" => assert!(std::process::Command::new("mkfifo")
+                    .arg(&files.db)
+                    .status()
+                    .unwrap()
+                    .success()),
+                _ => {}
+            }
+            let e = files.open_store(SyncMode::Full).unwrap_err();
+            assert_eq!(
+                sandboxio_core::ErrorCode::code(&e),
+                "SBX_E1532",
+                "{evidence}, {damage}: {e}"
+            );
+            let text = e.to_string();
+            // Nothing to recover from (the trail is gone): the way out is said instead.
+            assert!(!text.contains(RECOVER_COMMAND), "{text}");
+            assert!(
+                text.contains("removing the whole state directory"),
+                "{text}"
+            );
+            assert!(text.contains(evidence), "names what it found: {text}");
+            let kind = std::fs::symlink_metadata(&files.db).ok().map(|m| m.len());
+            assert!(
+                damage != "missing" || kind.is_none(),
+                "{evidence}: nothing was created"
+            );
+        }
+    }
+    // A new directory (no key, no trail) opens; so does a blank database beside a key (a
+    // command that opened the state and recorded nothing leaves that).
+    let dir = tempfile::tempdir().unwrap();
+    let files = StateFiles::new(dir.path().join("state"), None);
+    drop(files.open_store(SyncMode::Full).unwrap());
+    std::fs::write(files.dir.join("audit.key"), "k\n").unwrap();
+    drop(files.open_store(SyncMode::Full).unwrap());
+}
+
 /// Valid frames at the start of a WAL file: what the next process to open the database
 /// alone reads and checksums to rebuild the WAL's index (frames whose salts match the
 /// header's; a restarted WAL's older frames no longer do).

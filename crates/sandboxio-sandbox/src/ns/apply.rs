@@ -1678,6 +1678,16 @@ fn init_main(
     if let Err(e) = init_setup(ctx) {
         fail_at(e, c"setup");
     }
+    // Becoming root of the namespace (setresuid/setresgid above) cleared the parent-death
+    // signal: the kernel clears it at every change of effective ids. Armed again, then the
+    // helper checked for having died in between (its end of the report pipe then closed):
+    // a killed helper must take the sandbox with it, not leave it running unsupervised.
+    if let Err(e) = sys::proc::set_parent_death_signal(libc::SIGKILL) {
+        fail_at((Stage::SetParentDeathSignal, e), c"");
+    }
+    if sys::fd::peer_closed(report_fd) {
+        sys::proc::exit_now(1);
+    }
     for (step, source) in ctx.steps.iter().zip(&sources) {
         if let Err(e) = run_step(&mut Sys, step, source.as_ref()) {
             fail_at(e, step_target(step));

@@ -162,6 +162,18 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> Result<
     usize::try_from(r).map_err(|_| libc::EIO)
 }
 
+/// Whether the other end of the pipe `fd` is closed (`POLLERR` on a write end whose
+/// readers are gone, `POLLHUP` on a read end whose writers are): the process that held it
+/// died or let go. Does not block. Async-signal-safe.
+pub(crate) fn peer_closed(fd: BorrowedFd<'_>) -> bool {
+    let mut p = [libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    }];
+    matches!(poll(&mut p, 0), Ok(1)) && p[0].revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
 /// Descriptor numbers below 64 that [`claim_inherited`] has taken (each at most once).
 static CLAIMED: AtomicU64 = AtomicU64::new(0);
 
