@@ -44,6 +44,30 @@ DEFAULT_UPLOAD_LIMIT = 16 * 1024 * 1024
 WITHDRAW_WAIT_S = 5.0
 # The server's code for a body larger than its limit (HTTP 413).
 E_BODY_TOO_LARGE = "SBX_E1807"
+# The most this client reads of an answer (every call but a file's download) and of one
+# line of a streamed exec, unless `max_answer_bytes` says otherwise. An exec's answer holds
+# its output, which the server captures up to the sandbox's `stdout_cap`/`stderr_cap` (1
+# MiB each unless its configuration says otherwise): two such streams take at most about
+# 13 MiB as JSON (6 bytes for each control character), far below this. Raise it for a
+# server whose caps are above 16 MiB. A streamed exec's lines carry at most 64 KiB of
+# output each.
+DEFAULT_MAX_ANSWER = 64 * 1024 * 1024
+# The most a file's download reads, unless `max_download_bytes` says otherwise: the
+# server's ceiling for one file (`file_size`, 1 GiB unless `[limits.max]` raises it).
+DEFAULT_MAX_DOWNLOAD = 1024 * 1024 * 1024
+
+
+def malformed(what: str) -> BackendUnavailable:
+    """The error for an answer this client cannot read (``SBX_E2104``)."""
+    return BackendUnavailable(redact(f"the server's answer is malformed: {what}"))
+
+
+def _why(e: BaseException) -> str:
+    """An exception raised while reading an answer, as a short phrase."""
+    text = str(e)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{type(e).__name__}: {text}"
 
 
 class ServerBackend(Backend):
@@ -58,14 +82,21 @@ class ServerBackend(Backend):
         api_key: str,
         audit: AuditConfig | None = None,
         timeout: float = 330.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER,
+        max_download_bytes: int = DEFAULT_MAX_DOWNLOAD,
     ) -> None:
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise InvalidArgument(f"server url `{url}` must be http(s)://host:port")
         if not api_key:
             raise InvalidArgument("an API key is needed (`sandboxio keys create --tenant ...`)")
+        for name, v in (("max_answer_bytes", max_answer_bytes), ("max_download_bytes", max_download_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise InvalidArgument(f"`{name}` must be a positive number of bytes, not `{v!r}`")
         self.url = url.rstrip("/")
         self._key = api_key
+        self.max_answer_bytes = max_answer_bytes
+        self.max_download_bytes = max_download_bytes
         self.audit = audit if audit is not None else AuditConfig()
         if any(type(sink).__name__ != "NoopSink" for sink in self.audit.sinks):
             raise InvalidArgument(
@@ -102,10 +133,14 @@ class ServerBackend(Backend):
         *,
         json_body: Any = None,
         traceparent: str | None = None,
+        limit: int | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """One request on its own connection (``_http``), read whole. Cancelled (a task
-        cancel, ``asyncio.wait_for``), it closes the connection at once, and the server
-        cancels what it ran for it: a command is killed and recorded ``cancelled``."""
+        """One request on its own connection (``_http``), read whole, up to ``limit`` bytes
+        (``max_answer_bytes`` unless given). Cancelled (a task cancel,
+        ``asyncio.wait_for``), it closes the connection at once, and the server cancels
+        what it ran for it: a command is killed and recorded ``cancelled``. A redirect is
+        not followed: it is an error."""
+        bound = self.max_answer_bytes if limit is None else limit
         ctype = None
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -117,17 +152,29 @@ class ServerBackend(Backend):
         async def once() -> tuple[int, dict[str, str], bytes]:
             res = await _http.request(self.url, method, path, headers, body, connect_timeout=self.timeout)
             try:
-                # No bound: a download is a file of any size, as the server streams it.
-                return res.status, res.headers, await res.read_all(limit=None)
+                if 300 <= res.status < 400:
+                    raise self.redirected(res.status, res.headers)
+                return res.status, res.headers, await res.read_all(bound)
             finally:
                 res.close()
 
         try:
             return await asyncio.wait_for(once(), self.timeout)
+        except _http.TooLarge:
+            knob = "max_answer_bytes" if limit is None else "max_download_bytes"
+            raise BackendUnavailable(
+                redact(f"the answer of `{self.url}` is larger than {bound} bytes (`{knob}`): not read further")
+            ) from None
         except _http.HttpError as e:
             raise self.unreachable(e, body, DEFAULT_JSON_LIMIT if json_body is not None else DEFAULT_UPLOAD_LIMIT) from None
         except asyncio.TimeoutError:
             raise BackendUnavailable(redact(f"`{self.url}` did not answer within {self.timeout} s")) from None
+
+    def redirected(self, status: int, headers: Mapping[str, str]) -> BackendUnavailable:
+        where = headers.get("location", "")[:200]
+        return BackendUnavailable(
+            redact(f"`{self.url}` answered {status}, a redirect (to `{where}`), which is not followed")
+        )
 
     def unreachable(self, e: _http.HttpError, body: bytes | None, limit: int = DEFAULT_JSON_LIMIT) -> SandboxioError:
         """The error for a request that failed. Its answer is read even when sending the
@@ -189,6 +236,8 @@ class ServerBackend(Backend):
     @staticmethod
     def answer(status: int, d: dict[str, Any]) -> str:
         """The outcome JSON of a final answer; a problem without a record raises."""
+        if status < 400 and "record" not in d:
+            raise malformed(f"a {status} answer to an operation has no `record`")
         if status >= 400 or "record" not in d:
             if isinstance(d.get("record"), dict):
                 return json.dumps({"record": d["record"], "result": None})
@@ -198,6 +247,9 @@ class ServerBackend(Backend):
                 raise InvalidArgument(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code)
             klass = "usage" if status == 404 else "internal"
             raise SandboxioError(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code, error_class=klass)
+        for k, v in (("record", d["record"]), ("result", d.get("result")), ("output", d.get("output"))):
+            if not isinstance(v, dict) and (k == "record" or v is not None):
+                raise malformed(f"the operation's `{k}` is not a JSON object")
         return json.dumps({"record": d["record"], "result": d.get("result"), "tool_output": d.get("output")})
 
     # -- Backend ------------------------------------------------------------------------
@@ -235,7 +287,10 @@ class ServerBackend(Backend):
             if status in (400, 422):
                 raise InvalidArgument(redact(str(d.get("detail", ""))), code=code)
             raise SandboxioError(redact(f"creating a sandbox: {d.get('detail', status)}"), code=code, error_class="internal")
-        return _ServerSession(self, str(d["id"]), str(d.get("tier", tier or "namespace")))
+        sid = d.get("id")
+        if status not in (200, 201) or not isinstance(sid, str) or not sid:
+            raise malformed(f"creating a sandbox answered {status} without an `id` (a non-empty string)")
+        return _ServerSession(self, sid, str(d.get("tier") or tier or "namespace"))
 
     async def costs(
         self,
@@ -254,14 +309,17 @@ class ServerBackend(Backend):
         if status >= 400:
             raise SandboxioError(redact(str(d.get("detail", status))), code=str(d.get("code") or E_BACKEND_UNAVAILABLE))
         out = []
-        for e in d.get("entries", []):
-            entry = CostEntry(
-                object_id=str(e["object_id"]),
-                description=str(e.get("description", "")),
-                interval_start=_ts(e["interval_start"]),
-                cost_usd=Decimal(str(e["cost_usd"])),
-                labels={str(k): str(v) for k, v in (e.get("labels") or {}).items()},
-            )
+        for e in _entries(d, "the cost report"):
+            try:
+                entry = CostEntry(
+                    object_id=str(e["object_id"]),
+                    description=str(e.get("description", "")),
+                    interval_start=_ts(e["interval_start"]),
+                    cost_usd=Decimal(str(e["cost_usd"])),
+                    labels={str(k): str(v) for k, v in (e.get("labels") or {}).items()},
+                )
+            except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as x:
+                raise malformed(f"an entry of the cost report: {_why(x)}") from None
             if until is not None and entry.interval_start > until:
                 continue
             if labels and any(entry.labels.get(k) != v for k, v in labels.items()):
@@ -278,7 +336,17 @@ def _json(raw: bytes) -> dict[str, Any]:
         v = json.loads(raw or b"{}")
     except ValueError:
         raise BackendUnavailable("the server answered something that is not JSON") from None
-    return v if isinstance(v, dict) else {"value": v}
+    if not isinstance(v, dict):
+        raise malformed(f"a JSON {type(v).__name__}, not a JSON object")
+    return v
+
+
+def _entries(d: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    """The ``entries`` of a listing or report: a list of objects."""
+    entries = d.get("entries", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise malformed(f"the `entries` of {what} are not a list of JSON objects")
+    return entries
 
 
 # Sandboxes dropped without `close()`: each is deleted on the server, best effort, when its
@@ -408,14 +476,16 @@ class _ServerSession:
 
     async def read_file(self, path: str, traceparent: str | None) -> str:
         q = urllib.parse.quote(path)
-        status, headers, raw = await self._b.call("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
+        status, headers, raw = await self._b.call(
+            "GET", self._path(f"/files?path={q}"), traceparent=traceparent, limit=self._b.max_download_bytes
+        )
         if status == 200 and headers.get("content-type", "").startswith("application/json"):
             # A directory: the server answers its listing as JSON (a file is always
             # `application/octet-stream`). As a listing, `Sandbox.read_file` refuses it
             # with `InvalidArgument`, as LocalBackend does.
             listing = _json(raw)
             if "entries" in listing:
-                return self._synthetic("file_read", headers, {"path": path, "entries": listing["entries"]})
+                return self._synthetic("file_read", headers, {"path": path, "entries": _entries(listing, "a listing")})
         if status == 200:
             return self._synthetic("file_read", headers, {"path": path, "content_base64": base64.b64encode(raw).decode()})
         return await self._b.outcome("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
@@ -426,7 +496,7 @@ class _ServerSession:
         if status == 200:
             entries = [
                 {"name": e.get("name"), "is_dir": e.get("is_dir", False), "size": e.get("size", 0)}
-                for e in _json(raw).get("entries", [])
+                for e in _entries(_json(raw), "a listing")
             ]
             return self._synthetic("file_read", headers, {"path": path, "entries": entries})
         return await self._b.outcome("GET", self._path(f"/files/list?path={q}"), traceparent=traceparent)
