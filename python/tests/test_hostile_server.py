@@ -314,3 +314,58 @@ def test_a_malformed_listing_is_a_typed_error(fake: Callable[..., Fake], body: b
     with pytest.raises(SandboxioError) as e:
         run(main())
     assert_backend_error(e.value, "malformed")
+
+
+# -- 11: an approval wait has backoff and a deadline -------------------------------------
+
+
+@pytest.mark.parametrize("poll", [b"202 Accepted", b"408 Request Timeout"])
+def test_an_approval_wait_answered_at_once_backs_off_and_ends_at_the_timeout(fake: Callable[..., Fake], poll: bytes) -> None:
+    """A server that answers every operation and every poll at once with 202 (or 408):
+    the client waits between polls and gives up at its `timeout`."""
+    wait = json.dumps({"approval_id": "apr_x", "wait": "/v1/approvals/apr_x/outcome?timeout=60"}).encode()
+
+    def h(line: str, headers: dict[str, str], conn: socket.socket) -> None:
+        if line.startswith("POST /v1/sandboxes/sbx1/exec"):
+            conn.sendall(answer("202 Accepted", wait))
+        else:
+            conn.sendall(answer(poll.decode(), wait if poll.startswith(b"202") else b"{}"))
+
+    f = fake(on_create(h))
+    b = ServerBackend(f.url, api_key=KEY, timeout=2)
+
+    async def main() -> None:
+        async with await Sandbox.create(b) as sbx:
+            await asyncio.wait_for(sbx.run(["true"]), 20)
+
+    t0 = time.monotonic()
+    with pytest.raises(SandboxioError) as e:
+        run(main())
+    took = time.monotonic() - t0
+    assert_backend_error(e.value, "approval", "2")
+    assert took < 10, took
+    polls = [line for line, _ in f.requests if "/outcome" in line]
+    assert 1 <= len(polls) <= 20, len(polls)
+    # Given up, the approval is withdrawn (a deny), so it does not run for no one.
+    assert any(line.startswith("POST /v1/approvals/apr_x/deny") for line, _ in f.requests)
+
+
+def test_an_approval_wait_path_from_the_server_cannot_inject_a_header(fake: Callable[..., Fake]) -> None:
+    bad = json.dumps({"approval_id": "apr_x", "wait": "/x HTTP/1.1\r\nX-Evil: 1\r\n\r\nGET /y"}).encode()
+
+    def h(line: str, headers: dict[str, str], conn: socket.socket) -> None:
+        if line.startswith("POST /v1/sandboxes/sbx1/exec"):
+            conn.sendall(answer("202 Accepted", bad))
+        else:
+            conn.sendall(answer("200 OK", json.dumps({"record": {**RECORD, "decision": "allow"}, "result": {}}).encode()))
+
+    f = fake(on_create(h))
+
+    async def main() -> None:
+        async with await Sandbox.create(ServerBackend(f.url, api_key=KEY, timeout=5)) as sbx:
+            await sbx.run(["true"])
+
+    with pytest.raises(SandboxioError) as e:
+        run(main())
+    assert_backend_error(e.value, "wait")
+    assert not any("x-evil" in headers for _, headers in f.requests)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,7 @@ class ServerStream:
         if self._tp:
             headers["traceparent"] = self._tp
         body = json.dumps(self._body).encode()
+        started = time.monotonic()
         try:
             res = await _http.request(self._b.url, "POST", self._path, headers, body, connect_timeout=self._b.timeout)
         except _http.HttpError as e:
@@ -101,7 +103,7 @@ class ServerStream:
             raise BackendUnavailable(redact(f"reading the answer of `{self._b.url}` failed: {e}")) from None
         finally:
             res.close()
-        self._outcome = await self._b.settle(res.status, raw)
+        self._outcome = await self._b.settle(res.status, raw, started=started)
         self._queued = whole_events(self._outcome)
         self._ended = True
 

@@ -55,6 +55,10 @@ DEFAULT_MAX_ANSWER = 64 * 1024 * 1024
 # The most a file's download reads, unless `max_download_bytes` says otherwise: the
 # server's ceiling for one file (`file_size`, 1 GiB unless `[limits.max]` raises it).
 DEFAULT_MAX_DOWNLOAD = 1024 * 1024 * 1024
+# How long the client waits before it polls again an approval whose poll answered at once
+# (a long poll answers after up to 60 s): doubled at each quick answer, up to the maximum.
+POLL_BACKOFF_MIN_S = 0.1
+POLL_BACKOFF_MAX_S = 5.0
 
 
 def malformed(what: str) -> BackendUnavailable:
@@ -199,26 +203,71 @@ class ServerBackend(Backend):
 
     async def outcome(self, method: str, path: str, **kw: Any) -> str:
         """An operation's answer as outcome JSON (waiting out an approval), or an error."""
+        started = time.monotonic()
         status, _, raw = await self.call(method, path, **kw)
-        return await self.settle(status, raw)
+        return await self.settle(status, raw, started=started)
 
-    async def settle(self, status: int, raw: bytes) -> str:
-        """The outcome JSON of an answer, after waiting out an approval (202). Cancelled
-        while it waits, it withdraws the request (``withdraw``)."""
+    async def settle(self, status: int, raw: bytes, *, started: float | None = None) -> str:
+        """The outcome JSON of an answer, after waiting out an approval (202): polled
+        (a long poll) until the operation's ``timeout`` from ``started`` has passed, with a
+        growing pause after each poll the server answered at once. Cancelled while it
+        waits, or given up, it withdraws the request (``withdraw``)."""
+        deadline = (time.monotonic() if started is None else started) + self.timeout
         approval: str | None = None
+        delay = POLL_BACKOFF_MIN_S
         try:
             while status == 202:
                 d = _json(raw)
-                approval = str(d.get("approval_id") or approval or "") or None
-                wait = d.get("wait") or f"/v1/approvals/{approval}/outcome?timeout={APPROVAL_POLL_S}"
-                status, _, raw = await self.call("GET", wait)
+                if d.get("approval_id") is not None:
+                    approval = str(d["approval_id"])
+                wait = self._wait_path(d.get("wait"), approval)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._gave_up(approval)
+                t0 = time.monotonic()
+                try:
+                    status, _, raw = await asyncio.wait_for(self.call("GET", wait), left)
+                except asyncio.TimeoutError:
+                    raise self._gave_up(approval) from None
                 if status == 408 or (status == 202 and not raw):
-                    status = 202
-        except asyncio.CancelledError:
+                    status, raw = 202, b""
+                if status == 202 and time.monotonic() - t0 < 1.0:
+                    # Answered at once: not a long poll. Wait before the next one.
+                    await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+                    delay = min(delay * 2, POLL_BACKOFF_MAX_S)
+                else:
+                    delay = POLL_BACKOFF_MIN_S
+        except BaseException:
+            # Cancelled, given up, or the poll failed: nobody will use the outcome.
             if approval is not None:
                 await self.withdraw(approval)
             raise
         return self.answer(status, _json(raw))
+
+    @staticmethod
+    def _wait_path(wait: Any, approval: str | None) -> str:
+        """Where to poll an approval's outcome: the server's ``wait``, a path on it."""
+        if wait is None:
+            if approval is None:
+                raise malformed("a 202 (approval) answer with neither `approval_id` nor `wait`")
+            return f"/v1/approvals/{urllib.parse.quote(approval, safe='')}/outcome?timeout={APPROVAL_POLL_S}"
+        if (
+            not isinstance(wait, str)
+            or not wait.startswith("/")
+            or wait.startswith("//")
+            or not (wait.isascii() and wait.isprintable())
+            or " " in wait
+        ):
+            raise malformed("a 202 (approval) answer whose `wait` is not a path on this server")
+        return wait
+
+    def _gave_up(self, approval: str | None) -> BackendUnavailable:
+        return BackendUnavailable(
+            redact(
+                f"no outcome from `{self.url}` within {self.timeout} s: the operation waited for "
+                f"approval `{approval}`, now withdrawn (a longer `timeout` waits longer)"
+            )
+        )
 
     async def withdraw(self, approval_id: str) -> None:
         """Best effort, bounded: denies the pending approval of an operation whose caller
