@@ -369,3 +369,75 @@ def test_an_approval_wait_path_from_the_server_cannot_inject_a_header(fake: Call
         run(main())
     assert_backend_error(e.value, "wait")
     assert not any("x-evil" in headers for _, headers in f.requests)
+
+
+# -- 12: plain http only to loopback, no credentials in the url, the key never shown -----
+
+
+@pytest.mark.parametrize("url", ["http://203.0.113.7:8700", "http://sandboxio.example:8700", "http://10.0.0.1"])
+def test_plain_http_to_another_host_is_refused_unless_allowed(url: str) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        ServerBackend(url, api_key=KEY)
+    assert "https" in str(e.value) and "allow_insecure_http" in str(e.value)
+    assert KEY not in str(e.value)
+    ServerBackend(url, api_key=KEY, allow_insecure_http=True)
+    ServerBackend(url.replace("http://", "https://"), api_key=KEY)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8700", "http://127.9.8.7", "http://localhost:1", "http://[::1]:8700"])
+def test_plain_http_to_loopback_is_accepted(url: str) -> None:
+    ServerBackend(url, api_key=KEY)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:sbxk_0123456789abcdef_SECRETSECRET@127.0.0.1:8700",
+        "https://sbxk_0123456789abcdef_SECRETSECRET@sandboxio.example",
+        "http://:SECRETSECRET@127.0.0.1:8700",
+    ],
+)
+def test_credentials_in_the_url_are_refused_and_never_shown(url: str) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        ServerBackend(url, api_key=KEY)
+    assert "SECRETSECRET" not in str(e.value) and "SECRETSECRET" not in repr(e.value)
+    assert "api_key" in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["sbxk_a\r\nX-Evil: 1", "sbxk_a\nb", "sbxk a"])
+def test_a_key_that_could_break_the_header_is_refused(key: str) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        ServerBackend("http://127.0.0.1:1", api_key=key)
+    assert key not in str(e.value)
+
+
+def test_the_key_is_never_in_reprs_errors_or_logs(fake: Callable[..., Fake], caplog: Any) -> None:
+    """A server that echoes the request's Authorization header in its problems: the key is
+    in no repr, no error and no log record."""
+
+    def h(line: str, headers: dict[str, str], conn: socket.socket) -> None:
+        echo = json.dumps({"code": "SBX_E1899", "title": "no", "detail": f"you sent {headers.get('authorization')}"}).encode()
+        conn.sendall(answer("500 Internal Server Error", echo))
+
+    f = fake(h)
+    b = ServerBackend(f.url, api_key=KEY, timeout=5)
+    assert KEY not in repr(b) and KEY not in str(vars(b).get("url"))
+    caplog.set_level(logging.DEBUG, logger="sandboxio")
+    with pytest.raises(SandboxioError) as e:
+        run(Sandbox.create(b))
+    assert KEY not in str(e.value) and KEY not in repr(e.value)
+    assert "[REDACTED]" in str(e.value)
+    with pytest.raises(SandboxioError) as e2:
+        run(b.outcome("POST", "/v1/sandboxes/x/exec", json_body={"argv": ["true"]}))
+    assert KEY not in str(e2.value)
+    assert KEY not in caplog.text
+    # What was sent: the host and port as Host, the key only in Authorization.
+    assert all(headers["host"] == f.url.removeprefix("http://") for _, headers in f.requests)
+
+
+def test_a_timeout_error_shows_no_key(fake: Callable[..., Fake]) -> None:
+    f = fake(lambda line, headers, conn: time.sleep(3))
+    b = ServerBackend(f.url, api_key=KEY, timeout=0.5)
+    with pytest.raises(SandboxioError) as e:
+        run(Sandbox.create(b))
+    assert KEY not in str(e.value) and "did not answer" in str(e.value)

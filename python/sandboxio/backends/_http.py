@@ -268,7 +268,10 @@ async def request(
         )
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
         raise HttpError(f"cannot connect: {e or 'timed out'}") from None
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc}", "Connection: close"]
+    if any(c in path for c in " \r\n\t\0"):
+        raise HttpError("a request path with whitespace or a control character")
+    # Host and port only: whatever stood before an `@` (ServerBackend refuses it) is never sent.
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc.rpartition('@')[2]}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import ipaddress
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
+from sandboxio import _redaction
 from sandboxio._redaction import redact
 from sandboxio.audit import AuditConfig
 from sandboxio.backends import _http
@@ -61,6 +63,16 @@ POLL_BACKOFF_MIN_S = 0.1
 POLL_BACKOFF_MAX_S = 5.0
 
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a URL's hostname) can only be this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def malformed(what: str) -> BackendUnavailable:
     """The error for an answer this client cannot read (``SBX_E2104``)."""
     return BackendUnavailable(redact(f"the server's answer is malformed: {what}"))
@@ -88,12 +100,35 @@ class ServerBackend(Backend):
         timeout: float = 330.0,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER,
         max_download_bytes: int = DEFAULT_MAX_DOWNLOAD,
+        allow_insecure_http: bool = False,
     ) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidArgument(f"server url `{url}` must be http(s)://host:port")
-        if not api_key:
+        # The url is not shown in these errors: it may hold a credential.
+        if not isinstance(url, str):
+            raise InvalidArgument("the server url must be a str: http(s)://host:port")
+        try:
+            parsed = urllib.parse.urlparse(url)
+            host = parsed.hostname or ""
+            _ = parsed.port
+        except ValueError:
+            raise InvalidArgument("the server url is not a valid URL: http(s)://host:port") from None
+        if "@" in parsed.netloc:
+            raise InvalidArgument(
+                "the server url must not hold credentials (`user:password@`), which would be sent and "
+                "shown with it: give the API key as `api_key=`"
+            )
+        if parsed.scheme not in ("http", "https") or not host or not parsed.netloc.isprintable() or " " in parsed.netloc:
+            raise InvalidArgument(redact(f"server url `{url}` must be http(s)://host:port"))
+        if parsed.scheme == "http" and not _loopback(host) and not allow_insecure_http:
+            raise InvalidArgument(
+                redact(
+                    f"plain http to `{host}` would send the API key in cleartext: use https, or pass "
+                    "allow_insecure_http=True (a network you trust, e.g. a private one)"
+                )
+            )
+        if not isinstance(api_key, str) or not api_key:
             raise InvalidArgument("an API key is needed (`sandboxio keys create --tenant ...`)")
+        if not (api_key.isascii() and api_key.isprintable()) or any(c.isspace() for c in api_key):
+            raise InvalidArgument("the API key holds whitespace or a character an HTTP header cannot carry")
         for name, v in (("max_answer_bytes", max_answer_bytes), ("max_download_bytes", max_download_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidArgument(f"`{name}` must be a positive number of bytes, not `{v!r}`")
@@ -101,6 +136,9 @@ class ServerBackend(Backend):
         self._key = api_key
         self.max_answer_bytes = max_answer_bytes
         self.max_download_bytes = max_download_bytes
+        # The key is redacted from every message, note, log record and repr of the package.
+        _redaction.register([api_key])
+        weakref.finalize(self, _redaction.unregister, [api_key])
         self.audit = audit if audit is not None else AuditConfig()
         if any(type(sink).__name__ != "NoopSink" for sink in self.audit.sinks):
             raise InvalidArgument(
