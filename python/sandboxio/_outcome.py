@@ -11,6 +11,7 @@ from sandboxio.errors import (
     E_AUDIT_SINK_FAILED,
     E_OPERATION_DENIED,
     AuditSinkError,
+    BackendUnavailable,
     OperationDenied,
     OperationFailed,
     add_note,
@@ -48,9 +49,27 @@ class Outcome:
 
 
 def parse(text: str, *, capture_code: bool) -> Outcome:
-    d = json.loads(text)
-    record = AuditEvent.from_dict(d["record"], capture_code=capture_code)
-    return Outcome(record, d.get("result"), d.get("tool_output"))
+    """The outcome JSON a remote backend answered; one it cannot read is
+    ``BackendUnavailable`` (``SBX_E2104``) naming what was wrong."""
+    try:
+        d = json.loads(text)
+        record = AuditEvent.from_dict(d["record"], capture_code=capture_code)
+        return Outcome(record, d.get("result"), d.get("tool_output"))
+    except MALFORMED as e:
+        raise malformed("its record", e) from None
+
+
+# What reading a malformed answer raises (a missing key, a wrong type, a bad value).
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError)
+
+
+def malformed(what: str, e: BaseException) -> BackendUnavailable:
+    text = str(e)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return BackendUnavailable(
+        _redaction.redact(f"the backend's answer is malformed: {what} ({type(e).__name__}: {text})")
+    )
 
 
 def check(out: Outcome) -> Outcome:

@@ -12,7 +12,7 @@ from sandboxio.events import AuditEvent
 def _bytes(d: Mapping[str, Any], key: str) -> bytes:
     raw = d.get(key) or ""
     if d.get(f"{key}_encoding") == "base64":
-        return base64.b64decode(raw)
+        return base64.b64decode(raw, validate=True)
     return str(raw).encode()
 
 

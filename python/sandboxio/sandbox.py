@@ -256,7 +256,10 @@ class Sandbox:
             raise SandboxioError(f"operation {out.record.operation_id} answered no result", code="SBX_E2105")
         if isinstance(r, ExecResult):  # made in process (`python/src/answer.rs`)
             return r
-        return ExecResult.from_outcome(r, out.record)
+        try:
+            return ExecResult.from_outcome(r, out.record)
+        except _outcome.MALFORMED as e:
+            raise _outcome.malformed("its result", e) from None
 
     async def run(
         self,
@@ -366,7 +369,10 @@ class Sandbox:
                     raw = await h.next()
                     if raw is None:
                         break
-                    ev = _stream_event(json.loads(raw))
+                    try:
+                        ev = _stream_event(json.loads(raw))
+                    except _outcome.MALFORMED as e:
+                        raise _outcome.malformed("a stream event", e) from None
                     if ev.kind == "exit":
                         # Yielded once the outcome says what the output events left out.
                         exit_ev = ev
@@ -378,8 +384,13 @@ class Sandbox:
                     out = _outcome.parse(await h.outcome(), capture_code=capture)
                 except (_native.NativeError, SandboxioError) as e:
                     failed = e
+                if exit_ev is not None and failed is None:
+                    try:
+                        exit_ev = _exit_event(exit_ev, out.result)
+                    except _outcome.MALFORMED as e:
+                        failed = _outcome.malformed("its result", e)
                 if exit_ev is not None:
-                    yield exit_ev if failed is not None else _exit_event(exit_ev, out.result)
+                    yield exit_ev
                 if failed is not None:
                     raise failed
             except _native.NativeError as e:
@@ -429,7 +440,10 @@ class Sandbox:
         v = out.tool_output or {}
         if "entries" not in v:
             raise InvalidArgument(_redaction.redact(f"`{path}` is a file; use read_file"))
-        return [FileEntry(str(e["name"]), bool(e["is_dir"]), int(e.get("size", 0))) for e in v["entries"]]
+        try:
+            return [FileEntry(str(e["name"]), bool(e["is_dir"]), int(e.get("size", 0))) for e in v["entries"]]
+        except _outcome.MALFORMED as e:
+            raise _outcome.malformed("a listing's entry", e) from None
 
     async def delete_file(self, path: str) -> AuditEvent:
         def call(span: Any) -> Awaitable[Answer]:
@@ -515,5 +529,5 @@ def _stream_event(d: Mapping[str, Any]) -> StreamEvent:
         sig = ex.get("signal") if isinstance(ex, dict) else None
         return StreamEvent("exit", b"", int(d.get("elapsed_us", 0)), code, sig)
     raw = d.get("data", "")
-    data = base64.b64decode(raw) if d.get("encoding") == "base64" else str(raw).encode()
+    data = base64.b64decode(raw, validate=True) if d.get("encoding") == "base64" else str(raw).encode()
     return StreamEvent("stderr" if kind == "stderr" else "stdout", data, int(d.get("elapsed_us", 0)))

@@ -149,3 +149,32 @@ def test_the_e2b_backend_reports_no_costs_and_takes_no_tier(e2b_server: tuple[st
         run(b.costs(since=datetime.now(timezone.utc)))
     with pytest.raises(InvalidArgument):
         run(Sandbox.create(b, tier="namespace"))
+
+
+def test_the_e2b_backend_answers_the_programs_bytes_exactly(e2b_server: tuple[str, str, Path]) -> None:
+    """`stdout_raw`/`stderr_raw` are the bytes the program wrote (the server sends them
+    exactly), not the SDK's text with replacement characters; `stdout` is their text."""
+    url, key, _ = e2b_server
+    b = E2BBackend(api_key=key, api_url=url, sandbox_url=url)
+    # Every byte value, split across the server's reads at every offset, then a UTF-8
+    # character cut in two at the end.
+    big = bytes(range(256)) * 400 + b"\xc3"
+    program = (
+        "import sys; sys.stdout.buffer.write(bytes(range(256)) * 400 + b'\\xc3'); "
+        "sys.stderr.buffer.write(b'\\x00\\xfe\\xff err')"
+    )
+
+    async def main() -> None:
+        async with await Sandbox.create(b) as sbx:
+            r = await sbx.run(["sh", "-c", "printf '\\000\\377\\376abc'"])
+            assert r.stdout_raw == b"\x00\xff\xfeabc" and r.exit_code == 0
+            assert r.stdout == "\x00\ufffd\ufffdabc"
+            r = await sbx.run_code(program)
+            assert r.exit_code == 0, r.stderr
+            assert r.stdout_raw == big and r.stderr_raw == b"\x00\xfe\xff err"
+            assert r.stdout_bytes == len(big)
+            r = await sbx.run(["sh", "-c", "printf 'h\\303\\251'; printf '\\377' >&2; exit 4"])
+            assert (r.stdout_raw, r.stderr_raw, r.exit_code) == ("hé".encode(), b"\xff", 4)
+            assert r.stdout == "hé"
+
+    run(main())

@@ -35,6 +35,10 @@ class SendFailed(HttpError):
     """The connection failed while the request was sent, and no answer was read."""
 
 
+class TooLarge(HttpError):
+    """The answer (or one line of a stream) is larger than the caller's bound."""
+
+
 class NoAnswer(HttpError):
     """The request was sent (into the socket's buffers, at least), and the connection
     failed before the first line of an answer: nothing of one was read."""
@@ -152,9 +156,14 @@ class _Conn(asyncio.Protocol):
         return self._take(n)
 
     async def read_exactly(self, n: int) -> bytes:
+        """Exactly ``n`` bytes (a few: a chunk's data is read with ``read_some``)."""
         while len(self.buf) < n:
             if self.eof:
                 raise HttpError(f"the connection closed before the end of the body{_why(self.error)}")
+            if self._reading_paused and self.transport is not None and not self.transport.is_closing():
+                # More than the buffer's high-water mark is wanted: reading must go on.
+                self._reading_paused = False
+                self.transport.resume_reading()
             await self.wait_data()
         return self._take(n)
 
@@ -172,24 +181,37 @@ class Response:
         self._c = conn
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
-        self._left: int | None = int(length) if length is not None and not self._chunked else None
+        self._left: int | None = None
+        if length is not None and not self._chunked:
+            if not length.isdigit() or not length.isascii():
+                raise HttpError(f"the answer's Content-Length `{length[:40]}` is not a number")
+            self._left = int(length)
+        # What is left of the current chunk (a chunk of any size is read in pieces, as
+        # it comes: never waited for whole in the buffer).
+        self._chunk_left = 0
         self._done = False
 
     async def read_chunk(self) -> bytes:
-        """The next piece of the body, or ``b""`` at its end."""
+        """The next piece of the body (at most 64 KiB), or ``b""`` at its end."""
         if self._done:
             return b""
         if self._chunked:
-            line = await self._c.read_line()
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise HttpError("a chunk size that is not hexadecimal") from None
-            if size == 0:
-                self._done = True
-                return b""
-            data = await self._c.read_exactly(size)
-            await self._c.read_exactly(2)
+            if self._chunk_left == 0:
+                line = await self._c.read_line()
+                hexa = line.split(b";", 1)[0].strip()
+                if not hexa or len(hexa) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in hexa):
+                    raise HttpError("a chunk size that is not hexadecimal")
+                size = int(hexa, 16)
+                if size == 0:
+                    self._done = True
+                    return b""
+                self._chunk_left = size
+            data = await self._c.read_some(min(self._chunk_left, 65536))
+            if not data:
+                raise HttpError("the connection closed before the end of a chunk")
+            self._chunk_left -= len(data)
+            if self._chunk_left == 0 and await self._c.read_exactly(2) != b"\r\n":
+                raise HttpError("a chunk that does not end with CRLF")
             return data
         if self._left is not None:
             if self._left == 0:
@@ -205,16 +227,16 @@ class Response:
             self._done = True
         return data
 
-    async def read_all(self, limit: int | None = 64 * 1024 * 1024) -> bytes:
-        """The rest of the body; ``limit=None``: however large (a file's download)."""
+    async def read_all(self, limit: int) -> bytes:
+        """The rest of the body, up to ``limit`` bytes (``TooLarge`` beyond)."""
         out = bytearray()
         while True:
             c = await self.read_chunk()
             if not c:
                 return bytes(out)
             out += c
-            if limit is not None and len(out) > limit:
-                raise HttpError("the answer is larger than expected")
+            if len(out) > limit:
+                raise TooLarge(f"the answer is larger than {limit} bytes")
 
     def close(self) -> None:
         """Closes the connection (idempotent); the server sees the client go away."""
@@ -246,7 +268,10 @@ async def request(
         )
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
         raise HttpError(f"cannot connect: {e or 'timed out'}") from None
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc}", "Connection: close"]
+    if any(c in path for c in " \r\n\t\0"):
+        raise HttpError("a request path with whitespace or a control character")
+    # Host and port only: whatever stood before an `@` (ServerBackend refuses it) is never sent.
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc.rpartition('@')[2]}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
@@ -275,6 +300,8 @@ async def request(
         parts = status_line.decode("latin-1").split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
             raise HttpError("the server did not answer HTTP/1.1")
+        if not (len(parts[1]) == 3 and parts[1].isdigit()):
+            raise HttpError(f"the answer's status `{parts[1][:20]}` is not a 3-digit number")
         status = int(parts[1])
         got: dict[str, str] = {}
         for _ in range(MAX_HEADERS + 1):
@@ -287,10 +314,10 @@ async def request(
             raise HttpError("too many headers")
         if 100 <= status < 200:
             raise HttpError(f"an interim answer ({status}) this client did not ask for")
+        return Response(status, got, conn)
     except (OSError, ValueError) as e:
         conn.close()
         raise HttpError(f"reading the answer failed: {e}") from None
     except BaseException:
         conn.close()
         raise
-    return Response(status, got, conn)

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from sandboxio._redaction import redact
 from sandboxio.backends import _http
-from sandboxio.errors import BackendUnavailable
+from sandboxio.errors import BackendUnavailable, SandboxioError
 
 if TYPE_CHECKING:
     from sandboxio.backends.server import ServerBackend
+
+
+def malformed(what: str) -> BackendUnavailable:
+    """The error for a stream this client cannot read (``SBX_E2104``)."""
+    return BackendUnavailable(redact(f"the server's answer is malformed: {what}"))
 
 NDJSON = "application/x-ndjson"
 # How long a cancellation waits for the server to confirm the kill.
@@ -72,10 +79,14 @@ class ServerStream:
         if self._tp:
             headers["traceparent"] = self._tp
         body = json.dumps(self._body).encode()
+        started = time.monotonic()
         try:
             res = await _http.request(self._b.url, "POST", self._path, headers, body, connect_timeout=self._b.timeout)
         except _http.HttpError as e:
             raise self._b.unreachable(e, body) from None
+        if 300 <= res.status < 400:
+            res.close()
+            raise self._b.redirected(res.status, res.headers)
         ctype = res.headers.get("content-type", "")
         if res.status == 200 and ctype.startswith(NDJSON):
             self._res = res
@@ -83,18 +94,30 @@ class ServerStream:
             return
         # Answered whole: finished at once, asked for approval (202), or refused.
         try:
-            raw = await res.read_all()
+            raw = await res.read_all(self._b.max_answer_bytes)
+        except _http.TooLarge:
+            raise BackendUnavailable(
+                redact(f"the answer of `{self._b.url}` is larger than {self._b.max_answer_bytes} bytes (`max_answer_bytes`)")
+            ) from None
         except (_http.HttpError, OSError, asyncio.IncompleteReadError) as e:
             raise BackendUnavailable(redact(f"reading the answer of `{self._b.url}` failed: {e}")) from None
         finally:
             res.close()
-        self._outcome = await self._b.settle(res.status, raw)
+        self._outcome = await self._b.settle(res.status, raw, started=started)
         self._queued = whole_events(self._outcome)
         self._ended = True
 
     async def _line(self) -> bytes | None:
         assert self._res is not None
+        limit = self._b.max_answer_bytes
         while b"\n" not in self._buf:
+            if len(self._buf) > limit:
+                raise BackendUnavailable(
+                    redact(
+                        f"a line of the stream from `{self._b.url}` is larger than {limit} bytes "
+                        "(`max_answer_bytes`): not read further"
+                    )
+                )
             try:
                 chunk = await self._res.read_chunk()
             except (_http.HttpError, OSError, asyncio.IncompleteReadError) as e:
@@ -103,6 +126,10 @@ class ServerStream:
                 return None
             self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
+        if len(line) > limit:
+            raise BackendUnavailable(
+                redact(f"a line of the stream from `{self._b.url}` is larger than {limit} bytes (`max_answer_bytes`)")
+            )
         return line
 
     async def next(self) -> str | None:
@@ -118,7 +145,14 @@ class ServerStream:
                 return None
             if not line.strip():
                 continue
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                self._finish()
+                raise BackendUnavailable(redact(f"the server's stream sent a line that is not JSON: {line[:80]!r}")) from None
+            if not isinstance(msg, dict):
+                self._finish()
+                raise malformed(f"a line of the stream is a JSON {type(msg).__name__}, not a JSON object")
             kind = msg.get("type")
             if kind in ("stdout", "stderr", "exit"):
                 return line.decode()
@@ -128,9 +162,14 @@ class ServerStream:
             if kind == "result":
                 self._outcome = json.dumps({"record": msg.get("record"), "result": msg.get("result"), "tool_output": None})
             elif kind == "error":
-                problem = msg.get("problem") if isinstance(msg.get("problem"), dict) else {}
+                problem = msg.get("problem")
                 try:
-                    self._outcome = self._b.answer(int(problem.get("status") or 500), problem)
+                    if not isinstance(problem, dict):
+                        raise malformed("the stream's `error` has no `problem` object")
+                    status = problem.get("status") or 500
+                    if not isinstance(status, int):
+                        raise malformed("the stream's `problem` has a `status` that is not a number")
+                    self._outcome = self._b.answer(status, problem)
                 except BaseException as e:  # a problem without a record: raised by outcome()
                     self._error = e
             else:  # heartbeat, or a message this client does not know
@@ -160,11 +199,12 @@ class ServerStream:
         self._ended = True
         try:
             if self._process:
+                pid = urllib.parse.quote(self._process, safe="")
                 await asyncio.wait_for(
-                    self._b.call("DELETE", f"{self._sandbox_path}/processes/{self._process}"),
+                    self._b.call("DELETE", f"{self._sandbox_path}/processes/{pid}"),
                     CANCEL_WAIT_S,
                 )
-        except (asyncio.TimeoutError, BackendUnavailable):
+        except (asyncio.TimeoutError, SandboxioError):
             pass  # closing the connection below cancels it too
         finally:
             if self._res is not None:

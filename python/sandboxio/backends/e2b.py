@@ -11,6 +11,8 @@ sandboxio server (``sandboxio[SBX_Ennnn]: denied at <layer>: <reason>``) becomes
 
 from __future__ import annotations
 
+import base64
+import codecs
 import json
 import re
 import shlex
@@ -105,6 +107,48 @@ class E2BBackend(Backend):
         return f"<E2BBackend template={self.template} caps={self.capabilities.names()}>"
 
 
+class _Recorder:
+    """In place of the SDK command handle's UTF-8 decoder of one output stream: keeps
+    the bytes as they came, and decodes them as the SDK did (for its own ``str``)."""
+
+    def __init__(self) -> None:
+        self.raw = bytearray()
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        self.raw += data
+        return self._text.decode(data, final)
+
+    def reset(self) -> None:
+        self._text.reset()
+
+
+def _recorders(handle: Any) -> tuple[_Recorder, _Recorder]:
+    """The output bytes of a command the SDK started (``commands.run(background=True)``,
+    whose handle has not read any event yet: nothing awaited since it was made). The
+    SDK's result holds ``str`` decoded with replacement characters, not the bytes, so its
+    two decoders are replaced by recorders."""
+    for name in ("_stdout_decoder", "_stderr_decoder"):
+        if not hasattr(handle.__dict__.get(name), "decode"):
+            raise CapabilityNotSupported(
+                "this E2B SDK's command handle has no output decoder to read the bytes from "
+                "(sandboxio is tested with e2b 2.63)"
+            )
+    out, err = _Recorder(), _Recorder()
+    handle._stdout_decoder, handle._stderr_decoder = out, err
+    return out, err
+
+
+def _output(result: dict[str, Any], key: str, raw: bytes) -> None:
+    """``stdout``/``stderr`` of a result: the text, or base64 of bytes that are not UTF-8
+    (``stdout_encoding``), as the server answers them."""
+    try:
+        result[key] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        result[key] = base64.b64encode(raw).decode("ascii")
+        result[f"{key}_encoding"] = "base64"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -185,12 +229,24 @@ class _E2BSession:
         timeout = (o["timeout_ms"] / 1000.0) if o.get("timeout_ms") else 60.0
         t0 = time.monotonic()
         try:
-            r = await self._sbx.commands.run(
-                shlex.join(argv), envs=dict(o.get("env") or {}), timeout=timeout
+            handle = await self._sbx.commands.run(
+                shlex.join(argv), envs=dict(o.get("env") or {}), timeout=timeout, background=True
             )
-            exit_code, out, err, error = r.exit_code, r.stdout, r.stderr, r.error
-        except e2b.CommandExitException as x:
-            exit_code, out, err, error = x.exit_code, x.stdout, x.stderr, x.error
+            try:
+                out, err = _recorders(handle)
+            except CapabilityNotSupported:
+                await handle.kill()
+                raise
+            try:
+                r = await handle.wait()
+                exit_code, error = r.exit_code, r.error
+            except e2b.CommandExitException as x:
+                exit_code, error = x.exit_code, x.error
+            except BaseException:
+                await handle.disconnect()
+                raise
+        except SandboxioError:
+            raise
         except Exception as x:  # noqa: BLE001
             refused = self._refused(event, x)
             if refused is not None:
@@ -204,13 +260,13 @@ class _E2BSession:
             duration_ms=ms,
             status="ok" if exit_code == 0 else "failed",
         )
-        result = {
+        result: dict[str, Any] = {
             "sandbox_id": self.id,
-            "stdout": out or "",
-            "stderr": err or "",
             "duration_ms": ms,
             "timed_out": bool(error and "time limit" in str(error)),
         }
+        _output(result, "stdout", bytes(out.raw))
+        _output(result, "stderr", bytes(err.raw))
         return json.dumps({"record": rec, "result": result})
 
     async def exec(self, argv: Sequence[str], options: str) -> str:

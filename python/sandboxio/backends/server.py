@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import ipaddress
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
+from sandboxio import _redaction
 from sandboxio._redaction import redact
 from sandboxio.audit import AuditConfig
 from sandboxio.backends import _http
@@ -44,6 +46,44 @@ DEFAULT_UPLOAD_LIMIT = 16 * 1024 * 1024
 WITHDRAW_WAIT_S = 5.0
 # The server's code for a body larger than its limit (HTTP 413).
 E_BODY_TOO_LARGE = "SBX_E1807"
+# The most this client reads of an answer (every call but a file's download) and of one
+# line of a streamed exec, unless `max_answer_bytes` says otherwise. An exec's answer holds
+# its output, which the server captures up to the sandbox's `stdout_cap`/`stderr_cap` (1
+# MiB each unless its configuration says otherwise): two such streams take at most about
+# 13 MiB as JSON (6 bytes for each control character), far below this. Raise it for a
+# server whose caps are above 16 MiB. A streamed exec's lines carry at most 64 KiB of
+# output each.
+DEFAULT_MAX_ANSWER = 64 * 1024 * 1024
+# The most a file's download reads, unless `max_download_bytes` says otherwise: the
+# server's ceiling for one file (`file_size`, 1 GiB unless `[limits.max]` raises it).
+DEFAULT_MAX_DOWNLOAD = 1024 * 1024 * 1024
+# How long the client waits before it polls again an approval whose poll answered at once
+# (a long poll answers after up to 60 s): doubled at each quick answer, up to the maximum.
+POLL_BACKOFF_MIN_S = 0.1
+POLL_BACKOFF_MAX_S = 5.0
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a URL's hostname) can only be this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def malformed(what: str) -> BackendUnavailable:
+    """The error for an answer this client cannot read (``SBX_E2104``)."""
+    return BackendUnavailable(redact(f"the server's answer is malformed: {what}"))
+
+
+def _why(e: BaseException) -> str:
+    """An exception raised while reading an answer, as a short phrase."""
+    text = str(e)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{type(e).__name__}: {text}"
 
 
 class ServerBackend(Backend):
@@ -58,14 +98,47 @@ class ServerBackend(Backend):
         api_key: str,
         audit: AuditConfig | None = None,
         timeout: float = 330.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER,
+        max_download_bytes: int = DEFAULT_MAX_DOWNLOAD,
+        allow_insecure_http: bool = False,
     ) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidArgument(f"server url `{url}` must be http(s)://host:port")
-        if not api_key:
+        # The url is not shown in these errors: it may hold a credential.
+        if not isinstance(url, str):
+            raise InvalidArgument("the server url must be a str: http(s)://host:port")
+        try:
+            parsed = urllib.parse.urlparse(url)
+            host = parsed.hostname or ""
+            _ = parsed.port
+        except ValueError:
+            raise InvalidArgument("the server url is not a valid URL: http(s)://host:port") from None
+        if "@" in parsed.netloc:
+            raise InvalidArgument(
+                "the server url must not hold credentials (`user:password@`), which would be sent and "
+                "shown with it: give the API key as `api_key=`"
+            )
+        if parsed.scheme not in ("http", "https") or not host or not parsed.netloc.isprintable() or " " in parsed.netloc:
+            raise InvalidArgument(redact(f"server url `{url}` must be http(s)://host:port"))
+        if parsed.scheme == "http" and not _loopback(host) and not allow_insecure_http:
+            raise InvalidArgument(
+                redact(
+                    f"plain http to `{host}` would send the API key in cleartext: use https, or pass "
+                    "allow_insecure_http=True (a network you trust, e.g. a private one)"
+                )
+            )
+        if not isinstance(api_key, str) or not api_key:
             raise InvalidArgument("an API key is needed (`sandboxio keys create --tenant ...`)")
+        if not (api_key.isascii() and api_key.isprintable()) or any(c.isspace() for c in api_key):
+            raise InvalidArgument("the API key holds whitespace or a character an HTTP header cannot carry")
+        for name, v in (("max_answer_bytes", max_answer_bytes), ("max_download_bytes", max_download_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise InvalidArgument(f"`{name}` must be a positive number of bytes, not `{v!r}`")
         self.url = url.rstrip("/")
         self._key = api_key
+        self.max_answer_bytes = max_answer_bytes
+        self.max_download_bytes = max_download_bytes
+        # The key is redacted from every message, note, log record and repr of the package.
+        _redaction.register([api_key])
+        weakref.finalize(self, _redaction.unregister, [api_key])
         self.audit = audit if audit is not None else AuditConfig()
         if any(type(sink).__name__ != "NoopSink" for sink in self.audit.sinks):
             raise InvalidArgument(
@@ -102,10 +175,14 @@ class ServerBackend(Backend):
         *,
         json_body: Any = None,
         traceparent: str | None = None,
+        limit: int | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """One request on its own connection (``_http``), read whole. Cancelled (a task
-        cancel, ``asyncio.wait_for``), it closes the connection at once, and the server
-        cancels what it ran for it: a command is killed and recorded ``cancelled``."""
+        """One request on its own connection (``_http``), read whole, up to ``limit`` bytes
+        (``max_answer_bytes`` unless given). Cancelled (a task cancel,
+        ``asyncio.wait_for``), it closes the connection at once, and the server cancels
+        what it ran for it: a command is killed and recorded ``cancelled``. A redirect is
+        not followed: it is an error."""
+        bound = self.max_answer_bytes if limit is None else limit
         ctype = None
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -117,17 +194,29 @@ class ServerBackend(Backend):
         async def once() -> tuple[int, dict[str, str], bytes]:
             res = await _http.request(self.url, method, path, headers, body, connect_timeout=self.timeout)
             try:
-                # No bound: a download is a file of any size, as the server streams it.
-                return res.status, res.headers, await res.read_all(limit=None)
+                if 300 <= res.status < 400:
+                    raise self.redirected(res.status, res.headers)
+                return res.status, res.headers, await res.read_all(bound)
             finally:
                 res.close()
 
         try:
             return await asyncio.wait_for(once(), self.timeout)
+        except _http.TooLarge:
+            knob = "max_answer_bytes" if limit is None else "max_download_bytes"
+            raise BackendUnavailable(
+                redact(f"the answer of `{self.url}` is larger than {bound} bytes (`{knob}`): not read further")
+            ) from None
         except _http.HttpError as e:
             raise self.unreachable(e, body, DEFAULT_JSON_LIMIT if json_body is not None else DEFAULT_UPLOAD_LIMIT) from None
         except asyncio.TimeoutError:
             raise BackendUnavailable(redact(f"`{self.url}` did not answer within {self.timeout} s")) from None
+
+    def redirected(self, status: int, headers: Mapping[str, str]) -> BackendUnavailable:
+        where = headers.get("location", "")[:200]
+        return BackendUnavailable(
+            redact(f"`{self.url}` answered {status}, a redirect (to `{where}`), which is not followed")
+        )
 
     def unreachable(self, e: _http.HttpError, body: bytes | None, limit: int = DEFAULT_JSON_LIMIT) -> SandboxioError:
         """The error for a request that failed. Its answer is read even when sending the
@@ -152,26 +241,71 @@ class ServerBackend(Backend):
 
     async def outcome(self, method: str, path: str, **kw: Any) -> str:
         """An operation's answer as outcome JSON (waiting out an approval), or an error."""
+        started = time.monotonic()
         status, _, raw = await self.call(method, path, **kw)
-        return await self.settle(status, raw)
+        return await self.settle(status, raw, started=started)
 
-    async def settle(self, status: int, raw: bytes) -> str:
-        """The outcome JSON of an answer, after waiting out an approval (202). Cancelled
-        while it waits, it withdraws the request (``withdraw``)."""
+    async def settle(self, status: int, raw: bytes, *, started: float | None = None) -> str:
+        """The outcome JSON of an answer, after waiting out an approval (202): polled
+        (a long poll) until the operation's ``timeout`` from ``started`` has passed, with a
+        growing pause after each poll the server answered at once. Cancelled while it
+        waits, or given up, it withdraws the request (``withdraw``)."""
+        deadline = (time.monotonic() if started is None else started) + self.timeout
         approval: str | None = None
+        delay = POLL_BACKOFF_MIN_S
         try:
             while status == 202:
                 d = _json(raw)
-                approval = str(d.get("approval_id") or approval or "") or None
-                wait = d.get("wait") or f"/v1/approvals/{approval}/outcome?timeout={APPROVAL_POLL_S}"
-                status, _, raw = await self.call("GET", wait)
+                if d.get("approval_id") is not None:
+                    approval = str(d["approval_id"])
+                wait = self._wait_path(d.get("wait"), approval)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._gave_up(approval)
+                t0 = time.monotonic()
+                try:
+                    status, _, raw = await asyncio.wait_for(self.call("GET", wait), left)
+                except asyncio.TimeoutError:
+                    raise self._gave_up(approval) from None
                 if status == 408 or (status == 202 and not raw):
-                    status = 202
-        except asyncio.CancelledError:
+                    status, raw = 202, b""
+                if status == 202 and time.monotonic() - t0 < 1.0:
+                    # Answered at once: not a long poll. Wait before the next one.
+                    await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+                    delay = min(delay * 2, POLL_BACKOFF_MAX_S)
+                else:
+                    delay = POLL_BACKOFF_MIN_S
+        except BaseException:
+            # Cancelled, given up, or the poll failed: nobody will use the outcome.
             if approval is not None:
                 await self.withdraw(approval)
             raise
         return self.answer(status, _json(raw))
+
+    @staticmethod
+    def _wait_path(wait: Any, approval: str | None) -> str:
+        """Where to poll an approval's outcome: the server's ``wait``, a path on it."""
+        if wait is None:
+            if approval is None:
+                raise malformed("a 202 (approval) answer with neither `approval_id` nor `wait`")
+            return f"/v1/approvals/{urllib.parse.quote(approval, safe='')}/outcome?timeout={APPROVAL_POLL_S}"
+        if (
+            not isinstance(wait, str)
+            or not wait.startswith("/")
+            or wait.startswith("//")
+            or not (wait.isascii() and wait.isprintable())
+            or " " in wait
+        ):
+            raise malformed("a 202 (approval) answer whose `wait` is not a path on this server")
+        return wait
+
+    def _gave_up(self, approval: str | None) -> BackendUnavailable:
+        return BackendUnavailable(
+            redact(
+                f"no outcome from `{self.url}` within {self.timeout} s: the operation waited for "
+                f"approval `{approval}`, now withdrawn (a longer `timeout` waits longer)"
+            )
+        )
 
     async def withdraw(self, approval_id: str) -> None:
         """Best effort, bounded: denies the pending approval of an operation whose caller
@@ -189,6 +323,8 @@ class ServerBackend(Backend):
     @staticmethod
     def answer(status: int, d: dict[str, Any]) -> str:
         """The outcome JSON of a final answer; a problem without a record raises."""
+        if status < 400 and "record" not in d:
+            raise malformed(f"a {status} answer to an operation has no `record`")
         if status >= 400 or "record" not in d:
             if isinstance(d.get("record"), dict):
                 return json.dumps({"record": d["record"], "result": None})
@@ -198,6 +334,9 @@ class ServerBackend(Backend):
                 raise InvalidArgument(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code)
             klass = "usage" if status == 404 else "internal"
             raise SandboxioError(redact(f"server answered {status}: {d.get('detail') or d.get('title') or ''}"), code=code, error_class=klass)
+        for k, v in (("record", d["record"]), ("result", d.get("result")), ("output", d.get("output"))):
+            if not isinstance(v, dict) and (k == "record" or v is not None):
+                raise malformed(f"the operation's `{k}` is not a JSON object")
         return json.dumps({"record": d["record"], "result": d.get("result"), "tool_output": d.get("output")})
 
     # -- Backend ------------------------------------------------------------------------
@@ -235,7 +374,10 @@ class ServerBackend(Backend):
             if status in (400, 422):
                 raise InvalidArgument(redact(str(d.get("detail", ""))), code=code)
             raise SandboxioError(redact(f"creating a sandbox: {d.get('detail', status)}"), code=code, error_class="internal")
-        return _ServerSession(self, str(d["id"]), str(d.get("tier", tier or "namespace")))
+        sid = d.get("id")
+        if status not in (200, 201) or not isinstance(sid, str) or not sid:
+            raise malformed(f"creating a sandbox answered {status} without an `id` (a non-empty string)")
+        return _ServerSession(self, sid, str(d.get("tier") or tier or "namespace"))
 
     async def costs(
         self,
@@ -254,14 +396,17 @@ class ServerBackend(Backend):
         if status >= 400:
             raise SandboxioError(redact(str(d.get("detail", status))), code=str(d.get("code") or E_BACKEND_UNAVAILABLE))
         out = []
-        for e in d.get("entries", []):
-            entry = CostEntry(
-                object_id=str(e["object_id"]),
-                description=str(e.get("description", "")),
-                interval_start=_ts(e["interval_start"]),
-                cost_usd=Decimal(str(e["cost_usd"])),
-                labels={str(k): str(v) for k, v in (e.get("labels") or {}).items()},
-            )
+        for e in _entries(d, "the cost report"):
+            try:
+                entry = CostEntry(
+                    object_id=str(e["object_id"]),
+                    description=str(e.get("description", "")),
+                    interval_start=_ts(e["interval_start"]),
+                    cost_usd=Decimal(str(e["cost_usd"])),
+                    labels={str(k): str(v) for k, v in (e.get("labels") or {}).items()},
+                )
+            except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as x:
+                raise malformed(f"an entry of the cost report: {_why(x)}") from None
             if until is not None and entry.interval_start > until:
                 continue
             if labels and any(entry.labels.get(k) != v for k, v in labels.items()):
@@ -278,7 +423,17 @@ def _json(raw: bytes) -> dict[str, Any]:
         v = json.loads(raw or b"{}")
     except ValueError:
         raise BackendUnavailable("the server answered something that is not JSON") from None
-    return v if isinstance(v, dict) else {"value": v}
+    if not isinstance(v, dict):
+        raise malformed(f"a JSON {type(v).__name__}, not a JSON object")
+    return v
+
+
+def _entries(d: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    """The ``entries`` of a listing or report: a list of objects."""
+    entries = d.get("entries", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise malformed(f"the `entries` of {what} are not a list of JSON objects")
+    return entries
 
 
 # Sandboxes dropped without `close()`: each is deleted on the server, best effort, when its
@@ -408,14 +563,16 @@ class _ServerSession:
 
     async def read_file(self, path: str, traceparent: str | None) -> str:
         q = urllib.parse.quote(path)
-        status, headers, raw = await self._b.call("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
+        status, headers, raw = await self._b.call(
+            "GET", self._path(f"/files?path={q}"), traceparent=traceparent, limit=self._b.max_download_bytes
+        )
         if status == 200 and headers.get("content-type", "").startswith("application/json"):
             # A directory: the server answers its listing as JSON (a file is always
             # `application/octet-stream`). As a listing, `Sandbox.read_file` refuses it
             # with `InvalidArgument`, as LocalBackend does.
             listing = _json(raw)
             if "entries" in listing:
-                return self._synthetic("file_read", headers, {"path": path, "entries": listing["entries"]})
+                return self._synthetic("file_read", headers, {"path": path, "entries": _entries(listing, "a listing")})
         if status == 200:
             return self._synthetic("file_read", headers, {"path": path, "content_base64": base64.b64encode(raw).decode()})
         return await self._b.outcome("GET", self._path(f"/files?path={q}"), traceparent=traceparent)
@@ -426,7 +583,7 @@ class _ServerSession:
         if status == 200:
             entries = [
                 {"name": e.get("name"), "is_dir": e.get("is_dir", False), "size": e.get("size", 0)}
-                for e in _json(raw).get("entries", [])
+                for e in _entries(_json(raw), "a listing")
             ]
             return self._synthetic("file_read", headers, {"path": path, "entries": entries})
         return await self._b.outcome("GET", self._path(f"/files/list?path={q}"), traceparent=traceparent)
