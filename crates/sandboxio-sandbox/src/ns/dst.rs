@@ -6,88 +6,40 @@
 //! writable mount, or by another sandbox) cannot send the copy anywhere else: the open
 //! fails with `ELOOP` instead.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::tree_root::{cstr, err, TreeRoot, BENEATH, DIR_FLAGS};
 use crate::sys;
-
-/// Below the root: no `..` out of it, no symlink, no magic link.
-const BENEATH: u64 =
-    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-const DIR_FLAGS: u64 =
-    (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
-
-fn err(e: i32) -> io::Error {
-    io::Error::from_raw_os_error(e)
-}
-
-fn cstr(p: &OsStr) -> io::Result<CString> {
-    CString::new(p.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
 
 /// The root directory of a copy's destination.
 pub(super) struct Dst {
-    root: OwnedFd,
-    path: PathBuf,
+    root: TreeRoot,
 }
 
 impl Dst {
     /// Opens `path`, refusing a symlink in any of its components (`ELOOP`).
     pub(super) fn open(path: &Path) -> io::Result<Dst> {
-        let root = sys::fs::openat2_cwd(
-            &cstr(path.as_os_str())?,
-            DIR_FLAGS,
-            0,
-            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-        )
-        .map_err(err)?;
-        Ok(Dst {
-            root,
-            path: path.to_path_buf(),
-        })
+        let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        TreeRoot::open(path, DIR_FLAGS, resolve).map(|root| Dst { root })
     }
 
     /// Opens `path` following symlinks: for a destination no sandbox can reach (the
     /// helper's own staging directory).
     pub(super) fn open_private(path: &Path) -> io::Result<Dst> {
-        let root = sys::fs::openat2_cwd(
-            &cstr(path.as_os_str())?,
-            DIR_FLAGS & !(libc::O_NOFOLLOW as u64),
-            0,
-            0,
-        )
-        .map_err(err)?;
-        Ok(Dst {
-            root,
-            path: path.to_path_buf(),
-        })
+        TreeRoot::open(path, DIR_FLAGS & !(libc::O_NOFOLLOW as u64), 0).map(|root| Dst { root })
     }
 
     /// The host path of `rel` (for messages only: nothing is opened by it).
     pub(super) fn path_of(&self, rel: &Path) -> PathBuf {
-        if rel.as_os_str().is_empty() {
-            self.path.clone()
-        } else {
-            self.path.join(rel)
-        }
+        self.root.path_of(rel)
     }
 
     /// The directory `rel` below the root (the root itself for an empty `rel`).
     pub(super) fn dir(&self, rel: &Path) -> io::Result<OwnedFd> {
-        if rel.as_os_str().is_empty() {
-            return self.root.try_clone();
-        }
-        sys::fs::openat2(
-            self.root.as_fd(),
-            &cstr(rel.as_os_str())?,
-            DIR_FLAGS,
-            0,
-            BENEATH,
-        )
-        .map_err(err)
+        self.root.dir(rel)
     }
 
     /// Makes directory `name` in `dir` and opens it.
@@ -114,7 +66,7 @@ impl Dst {
     pub(super) fn link(&self, first: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
         let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
         let f = sys::fs::openat2(
-            self.root.as_fd(),
+            self.root.fd.as_fd(),
             &cstr(first.as_os_str())?,
             flags,
             0,

@@ -20,6 +20,7 @@ mod root_ops;
 pub mod seccomp;
 mod src;
 pub mod syscalls;
+mod tree_root;
 mod warm;
 
 pub use apply::{

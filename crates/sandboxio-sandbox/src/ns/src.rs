@@ -8,19 +8,14 @@
 //! opened from its directory's descriptor with `O_NOFOLLOW`, and what an entry is comes
 //! from `fstat` of the descriptor opened, not from a look at the name before.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::tree_root::{cstr, err, TreeRoot, BENEATH, DIR_FLAGS};
 use crate::sys;
-
-/// Below the root: no `..` out of it, no symlink, no magic link.
-const BENEATH: u64 =
-    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-const DIR_FLAGS: u64 =
-    (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
 /// A file to read: never through a symlink, and a FIFO swapped in does not block the open.
 const FILE_FLAGS: u64 =
     (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -29,14 +24,6 @@ const FILE_FLAGS: u64 =
 const DT_UNKNOWN: u8 = 0;
 const DT_DIR: u8 = 4;
 const DT_REG: u8 = 8;
-
-fn err(e: i32) -> io::Error {
-    io::Error::from_raw_os_error(e)
-}
-
-fn cstr(p: &OsStr) -> io::Result<CString> {
-    CString::new(p.as_bytes()).map_err(|_| err(libc::EINVAL))
-}
 
 /// What a directory entry is, as its directory listed it. Only a hint: the entry can change
 /// before it is opened, and [`Src::open_dir`] and [`Src::open_file`] check what they open.
@@ -52,44 +39,25 @@ pub(super) enum Hint {
 
 /// The root directory of a copy's source.
 pub(super) struct Src {
-    root: OwnedFd,
-    path: PathBuf,
+    root: TreeRoot,
 }
 
 impl Src {
     /// Opens `path`: a symlink as its last component is refused (`ELOOP`); the components
     /// before it are the caller's (a workspace or input directory the host chose).
     pub(super) fn open(path: &Path) -> io::Result<Src> {
-        let root = sys::fs::openat2_cwd(&cstr(path.as_os_str())?, DIR_FLAGS, 0, 0).map_err(err)?;
-        Ok(Src {
-            root,
-            path: path.to_path_buf(),
-        })
+        TreeRoot::open(path, DIR_FLAGS, 0).map(|root| Src { root })
     }
 
     /// The host path of `rel` (for messages only: nothing is opened by it).
     pub(super) fn path_of(&self, rel: &Path) -> PathBuf {
-        if rel.as_os_str().is_empty() {
-            self.path.clone()
-        } else {
-            self.path.join(rel)
-        }
+        self.root.path_of(rel)
     }
 
     /// The directory `rel` below the root (the root itself for an empty `rel`), reached
     /// through no symlink.
     pub(super) fn dir(&self, rel: &Path) -> io::Result<OwnedFd> {
-        if rel.as_os_str().is_empty() {
-            return self.root.try_clone();
-        }
-        sys::fs::openat2(
-            self.root.as_fd(),
-            &cstr(rel.as_os_str())?,
-            DIR_FLAGS,
-            0,
-            BENEATH,
-        )
-        .map_err(err)
+        self.root.dir(rel)
     }
 
     /// The entries of the open directory `dir` (without `.` and `..`), with their hints.
@@ -187,6 +155,7 @@ fn parse_dirents(buf: &[u8], out: &mut Vec<(OsString, Hint)>) -> io::Result<()> 
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use std::os::fd::AsFd;
 
     fn names(dir: &Path) -> Vec<(String, Hint)> {
         let src = Src::open(dir).unwrap();
