@@ -612,10 +612,15 @@ pub async fn connect(
             session: s,
         } = t?;
         let b: TimeoutBody = parse(&body)?;
+        // The request is checked whole before anything changes: a bad `timeout` resumes
+        // nothing.
+        let extend = b
+            .timeout
+            .map(|secs| timeout_of(secs, st.opts.max_lifetime))
+            .transpose()?;
         // Connecting to a paused sandbox resumes it, as in E2B.
         crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
-        if let Some(secs) = b.timeout {
-            let t = timeout_of(secs, st.opts.max_lifetime)?;
+        if let Some(t) = extend {
             let want = crate::sessions::add_saturating(Utc::now(), t);
             if want > s.expires_at() {
                 s.set_end(want, st.opts.max_lifetime);
