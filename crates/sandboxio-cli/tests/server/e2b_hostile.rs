@@ -2,9 +2,67 @@
 //! with): a template's command limit, label bounds and reserved names, revocation of an
 //! open stream, multipart uploads, `connect` of a paused sandbox, `/health` without a key.
 
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 
 use crate::e2b::{e2b_sandbox, e2b_server};
+use crate::harness::Server;
+
+/// `POST /v2/sandboxes` with `body`: (status, answer).
+fn e2b_create(s: &Server, key: &str, body: &Value) -> (u16, Value) {
+    let r = s
+        .client
+        .post(s.url("/v2/sandboxes"))
+        .header("X-API-Key", key)
+        .json(body)
+        .send()
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().unwrap_or(Value::Null))
+}
+
+/// `[e2b.templates.X] timeout` is each command's limit over
+/// `process.Process/Start` too, whatever time limit the SDK sends (the smaller wins).
+#[test]
+fn a_templates_command_limit_holds_for_commands_started_over_envd() {
+    let s = e2b_server("\n[e2b.templates.small]\ntier = \"process\"\ntimeout = \"2s\"\n");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let (st, v) = e2b_create(&s, &key, &json!({"templateID": "small"}));
+    assert_eq!(st, 201, "{v}");
+    let sbx = (
+        v["sandboxID"].as_str().unwrap().to_string(),
+        v["envdAccessToken"].as_str().unwrap().to_string(),
+    );
+    let msg = serde_json::to_vec(&json!({
+        "process": {"cmd": "sh", "args": ["-c", "sleep 6; echo finished"]}
+    }))
+    .unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    body.extend_from_slice(&msg);
+    for limit in [None, Some("60000")] {
+        let t = Instant::now();
+        let mut req = s
+            .client
+            .post(s.url("/process.Process/Start"))
+            .header("E2b-Sandbox-Id", &sbx.0)
+            .header("X-Access-Token", &sbx.1)
+            .header("Content-Type", "application/connect+json");
+        if let Some(ms) = limit {
+            req = req.header("Connect-Timeout-Ms", ms);
+        }
+        let r = req.body(body.clone()).send().unwrap();
+        assert_eq!(r.status(), 200);
+        let text = String::from_utf8_lossy(&r.bytes().unwrap()).into_owned();
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{limit:?}: the command ran {took:?} past the template's 2 s: {text}"
+        );
+        assert!(text.contains("time limit"), "{limit:?}: {text}");
+    }
+}
 
 /// `connect` with a bad `timeout` is refused before it resumes anything.
 #[test]

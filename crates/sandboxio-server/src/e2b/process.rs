@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use sandboxio_core::{ExecEvent, ExitStatus, OperationArgs, OutputStream};
 use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::Outcome;
@@ -23,6 +24,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::auth::{Envd, InSandbox, Sbx};
 use super::connect::{self, decode_bytes, encode_bytes};
 use super::error::E2bError;
+use super::E2b;
 use crate::answer;
 use crate::backend::{session_submission, Run, Step, SubmitExtras};
 use crate::body::AfterAuth;
@@ -231,8 +233,15 @@ fn event_json(ev: &PEvent) -> Value {
 
 /// The command's time limit: the SDK's `timeout` (sent as `Connect-Timeout-Ms`), else
 /// (`timeout=0`, no limit in E2B) the sandbox's remaining lifetime; never past the
-/// configured ceiling (`[limits.max] timeout`) or the sandbox's end.
-fn timeout_of(st: &AppState, s: &crate::sessions::Session, h: &HeaderMap) -> Duration {
+/// template's command limit (`[e2b.templates.X] timeout`, `template`: the sandbox's, as
+/// `/execute` and the native API hold its commands to it), the configured ceiling
+/// (`[limits.max] timeout`) or the sandbox's end.
+fn timeout_of(
+    st: &AppState,
+    s: &crate::sessions::Session,
+    template: Option<Duration>,
+    h: &HeaderMap,
+) -> Duration {
     let asked = h
         .get("connect-timeout-ms")
         .and_then(|v| v.to_str().ok())
@@ -251,6 +260,7 @@ fn timeout_of(st: &AppState, s: &crate::sessions::Session, h: &HeaderMap) -> Dur
     asked
         .unwrap_or(remaining)
         .min(remaining)
+        .min(template.unwrap_or(Duration::MAX))
         .min(max)
         .max(Duration::from_secs(1))
 }
@@ -457,11 +467,12 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
 /// `process.Process/Start` (server streaming).
 pub async fn start(
     State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
     Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
     AfterAuth(body): AfterAuth,
 ) -> Response {
-    match start_inner(&st, r, &headers, &body).await {
+    match start_inner(&st, &e2b, r, &headers, &body).await {
         Ok(res) => res,
         Err(e) => connect::stream_err(&e),
     }
@@ -469,6 +480,7 @@ pub async fn start(
 
 async fn start_inner(
     st: &AppState,
+    e2b: &E2b,
     r: Result<InSandbox, E2bError>,
     headers: &HeaderMap,
     body: &[u8],
@@ -509,10 +521,17 @@ async fn start_inner(
             .await;
         return Err(e.into());
     }
+    // A template that sets a command limit holds every command of its sandboxes to it
+    // (the limit the sandbox was created with, as for its other commands).
+    let template_limit = e2b
+        .config
+        .template(&r.entry.template)
+        .and_then(|t| t.timeout)
+        .map(|_| s.spec.limits.timeout);
     let pid = r.entry.next_pid();
     let extra = SubmitExtras {
         env: req.process.envs.clone(),
-        timeout: Some(timeout_of(st, &s, headers)),
+        timeout: Some(timeout_of(st, &s, template_limit, headers)),
         ..SubmitExtras::default()
     };
     let mut sub = session_submission(
