@@ -21,6 +21,7 @@ pub mod dashboard;
 pub mod e2b;
 pub mod error;
 pub mod extract;
+pub mod labels;
 pub mod launch;
 pub mod lifecycle;
 pub mod manifest;

@@ -22,6 +22,28 @@ fn e2b_create(s: &Server, key: &str, body: &Value) -> (u16, Value) {
     (st, r.json().unwrap_or(Value::Null))
 }
 
+/// The tenant's E2B sandboxes.
+fn e2b_list(s: &Server, key: &str) -> Vec<Value> {
+    let r = s
+        .client
+        .get(s.url("/v2/sandboxes"))
+        .header("X-API-Key", key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json::<Vec<Value>>().unwrap()
+}
+
+/// The tenant's native sandboxes.
+fn native_list(s: &Server, key: &str) -> Vec<Value> {
+    let v: Value = s.get(key, "/v1/sandboxes").json().unwrap();
+    v["sandboxes"]
+        .as_array()
+        .or_else(|| v.as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// `[e2b.templates.X] timeout` is each command's limit over
 /// `process.Process/Start` too, whatever time limit the SDK sends (the smaller wins).
 #[test]
@@ -62,6 +84,82 @@ fn a_templates_command_limit_holds_for_commands_started_over_envd() {
         );
         assert!(text.contains("time limit"), "{limit:?}: {text}");
     }
+}
+
+/// Labels (E2B metadata, native labels) are bounded; over the bounds the create
+/// is refused with its code and no sandbox is made.
+#[test]
+fn labels_over_their_bounds_are_refused_and_nothing_is_created() {
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let many: serde_json::Map<String, Value> = (0..1000)
+        .map(|i| (format!("k{i:04}"), json!("v".repeat(900))))
+        .collect();
+    let long_key = json!({ "k".repeat(300): "v" });
+    let long_value = json!({"k": "v".repeat(5000)});
+    let total: serde_json::Map<String, Value> = (0..40)
+        .map(|i| (format!("k{i:02}"), json!("v".repeat(1000))))
+        .collect();
+    for labels in [
+        Value::Object(many),
+        long_key,
+        long_value,
+        Value::Object(total),
+        json!({"": "empty"}),
+    ] {
+        let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": labels}));
+        assert_eq!(st, 400, "{v}");
+        assert_eq!(v["sandboxio_code"], "SBX_E1856", "{v}");
+        let r = s.post(
+            &key,
+            "/v1/sandboxes",
+            &json!({"tier": "process", "labels": labels}),
+        );
+        let (st, v) = crate::harness::problem(r);
+        assert_eq!(st, 400, "{v}");
+        assert_eq!(v["code"], "SBX_E1856", "{v}");
+    }
+    assert!(e2b_list(&s, &key).is_empty());
+    assert!(native_list(&s, &key).is_empty(), "a sandbox was made");
+    // Within the bounds: accepted.
+    let ok: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("team{i}"), json!("x".repeat(100))))
+        .collect();
+    let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": ok}));
+    assert_eq!(st, 201, "{v}");
+}
+
+/// The labels the system sets itself (and the cost report reads) cannot be set
+/// by a client: a tenant cannot put its charges into another tenant's report.
+#[test]
+fn reserved_label_names_are_refused() {
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    for name in [
+        "tenant_id",
+        "category",
+        "sandbox_session",
+        "e2b_template",
+        "e2b_pid",
+        "code_context",
+        "refusals",
+        "egress.parent_operation",
+    ] {
+        let labels = json!({ name: "victimcorp" });
+        let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": labels}));
+        assert_eq!(st, 400, "{name}: {v}");
+        assert_eq!(v["sandboxio_code"], "SBX_E1857", "{name}: {v}");
+        let r = s.post(
+            &key,
+            "/v1/sandboxes",
+            &json!({"tier": "process", "labels": labels}),
+        );
+        let (st, v) = crate::harness::problem(r);
+        assert_eq!(st, 400, "{name}: {v}");
+        assert_eq!(v["code"], "SBX_E1857", "{name}: {v}");
+    }
+    assert!(e2b_list(&s, &key).is_empty());
+    assert!(native_list(&s, &key).is_empty(), "a sandbox was made");
 }
 
 /// `connect` with a bad `timeout` is refused before it resumes anything.

@@ -183,6 +183,9 @@ fn check_options(b: &NewSandbox) -> Result<(), E2bError> {
         ));
     }
     let _ = b.secure;
+    if let Some(m) = &b.metadata {
+        crate::labels::check(m)?;
+    }
     for (name, value) in b.env_vars.iter().flatten() {
         if let Some(why) = sandboxio_core::operation::env_problem(name, value) {
             return Err(E2bError::BadRequest {
