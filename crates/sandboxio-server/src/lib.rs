@@ -32,6 +32,7 @@ pub mod outbound;
 pub mod problem;
 pub mod processes;
 pub mod refusals;
+pub mod revocation;
 pub mod routes;
 pub mod serve;
 pub mod sessions;

@@ -2,12 +2,15 @@
 //! with): a template's command limit, label bounds and reserved names, revocation of an
 //! open stream, multipart uploads, `connect` of a paused sandbox, `/health` without a key.
 
+use std::io::Read;
+use std::process::Command;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::e2b::{e2b_sandbox, e2b_server};
-use crate::harness::Server;
+use crate::e2b::{e2b_sandbox, e2b_server, e2b_start};
+use crate::harness::{gone_within, marker, started, Server, BIN};
 
 /// `POST /v2/sandboxes` with `body`: (status, answer).
 fn e2b_create(s: &Server, key: &str, body: &Value) -> (u16, Value) {
@@ -42,6 +45,81 @@ fn native_list(s: &Server, key: &str) -> Vec<Value> {
         .or_else(|| v.as_array())
         .cloned()
         .unwrap_or_default()
+}
+
+/// Reads a streamed body on a thread: its chunks as they come, then `None` at its end.
+fn reader(mut r: reqwest::blocking::Response) -> mpsc::Receiver<Option<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(n) => {
+                    if tx.send(Some(buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (at most `secs`) for `needle` in what `rx` delivers; all of it so far.
+fn wait_for(rx: &mpsc::Receiver<Option<Vec<u8>>>, got: &mut Vec<u8>, needle: &str, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !String::from_utf8_lossy(got).contains(needle) {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Some(b)) => got.extend(b),
+            Ok(None) => panic!(
+                "the stream ended before {needle:?}: {}",
+                String::from_utf8_lossy(got)
+            ),
+            Err(_) => panic!(
+                "no {needle:?} within {secs} s: {}",
+                String::from_utf8_lossy(got)
+            ),
+        }
+    }
+}
+
+/// How long the stream takes to end (at most `secs`; `None`: it did not).
+fn ends_within(
+    rx: &mpsc::Receiver<Option<Vec<u8>>>,
+    got: &mut Vec<u8>,
+    secs: u64,
+) -> Option<Duration> {
+    let t = Instant::now();
+    let end = t + Duration::from_secs(secs);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Some(b)) => got.extend(b),
+            Ok(None) => return Some(t.elapsed()),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn revoke(s: &Server, key: &str) {
+    let kid = key.split('_').nth(1).unwrap();
+    let out = Command::new(BIN)
+        .args(["keys", "revoke", kid, "--state-dir"])
+        .arg(s.state())
+        .arg("--config")
+        .arg(s.dir.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `[e2b.templates.X] timeout` is each command's limit over
@@ -160,6 +238,71 @@ fn reserved_label_names_are_refused() {
     }
     assert!(e2b_list(&s, &key).is_empty());
     assert!(native_list(&s, &key).is_empty(), "a sandbox was made");
+}
+
+/// Revoking a key ends its open E2B command stream at once, and the command it
+/// started is ended too.
+#[test]
+fn revoking_a_key_ends_its_e2b_command_stream_and_the_command() {
+    let s = e2b_server("");
+    let owner = s.key("acme", "exec,run_code,files,read");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let m = marker("revoked-e2b");
+    let script = format!("for i in $(seq 1 60); do echo tick $i; sleep 0.5; done # {m}");
+    let r = e2b_start(&s, &sbx, &["sh", "-c", &script]);
+    assert_eq!(r.status(), 200);
+    let rx = reader(r);
+    let mut got = Vec::new();
+    assert!(started(&m));
+    // "tick 2", base64 in the stream: read until some output came.
+    wait_for(&rx, &mut got, "stdout", 30);
+    revoke(&s, &key);
+    let took = ends_within(&rx, &mut got, 10);
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(4)),
+        "the stream went on after the revocation ({took:?}): {text}"
+    );
+    assert!(text.contains("SBX_E1802"), "{text}");
+    let left = gone_within(&m, 10);
+    assert!(left.is_empty(), "the command outlived its key: {left:?}");
+    // Another key of the tenant still works in the sandbox.
+    let r = s.get(&owner, &format!("/v1/sandboxes/{}", sbx.0));
+    assert_eq!(r.status(), 200);
+}
+
+/// Native: a streamed exec of a key revoked meanwhile ends promptly, and so does
+/// its command.
+#[test]
+fn revoking_a_key_ends_its_native_exec_stream() {
+    let s = Server::start(&[]);
+    let key = s.key("acme", "exec,run_code,files,read");
+    let id = s.sandbox(&key);
+    let m = marker("revoked-native");
+    let script = format!("for i in $(seq 1 60); do echo tick $i; sleep 0.5; done # {m}");
+    let r = s
+        .client
+        .post(s.url(&format!("/v1/sandboxes/{id}/exec")))
+        .bearer_auth(&key)
+        .header("accept", "application/x-ndjson")
+        .json(&json!({"argv": ["sh", "-c", &script], "timeout": "60s"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rx = reader(r);
+    let mut got = Vec::new();
+    wait_for(&rx, &mut got, "tick 2", 30);
+    revoke(&s, &key);
+    let took = ends_within(&rx, &mut got, 10);
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(4)),
+        "the stream went on after the revocation ({took:?}): {text}"
+    );
+    assert!(text.contains("SBX_E1802"), "{text}");
+    let left = gone_within(&m, 10);
+    assert!(left.is_empty(), "the command outlived its key: {left:?}");
 }
 
 /// `connect` with a bad `timeout` is refused before it resumes anything.

@@ -29,6 +29,7 @@ use crate::answer;
 use crate::backend::{session_submission, Run, Step, SubmitExtras};
 use crate::body::AfterAuth;
 use crate::processes::{ProcState, Process};
+use crate::revocation::Revoked;
 use crate::sessions::Busy;
 use crate::state::AppState;
 
@@ -385,8 +386,10 @@ impl Sent {
 /// No output is lost to a slow reader: what the broadcast dropped for it (it lagged) is
 /// sent again from the native process's kept output, in order within each stream, and
 /// the end comes only after all of it. `from_now`: only what comes after (a `Connect` to
-/// a running command); otherwise from the command's first byte.
-fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
+/// a running command); otherwise from the command's first byte. The stream ends with
+/// `SBX_E1802` (Connect `unauthenticated`) once the credential that opened it (`revoked`)
+/// is revoked or expires.
+fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool, mut revoked: Revoked) -> Response {
     let mut rx = p.events.subscribe();
     let mut sent = Sent {
         stdout: 0,
@@ -424,6 +427,12 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
         beat.tick().await;
         loop {
             tokio::select! {
+                biased;
+                () = revoked.wait() => {
+                    let e = E2bError::Server(crate::error::ServerError::BadCredential);
+                    let _ = tx.send(connect::envelope(0x02, &json!({"error": e.connect_body()}))).await;
+                    return;
+                }
                 ev = rx.recv() => match ev {
                     Ok(PEvent::End(end)) => {
                         if sent.flush(&tx, &p).await {
@@ -554,6 +563,12 @@ async fn start_inner(
     let busy = s.begin();
     let mut run = st.backend.start(sub, Some(s.run_token()?), true);
     let native = s.processes.add("exec", argv, true, run.token.clone());
+    // A command lasts no longer than the credential it was started with.
+    let credential = r.caller.credential.id.clone();
+    native.cancel_when(
+        crate::revocation::CANCELLED,
+        st.watch_credential(&credential).wait_owned(),
+    );
     let (ev_tx, _) = broadcast::channel(256);
     let p = Arc::new(E2bProc {
         pid,
@@ -581,7 +596,7 @@ async fn start_inner(
             }
             p.ended(end_of(&out));
             r.entry.add_proc(p.clone());
-            return Ok(follow(p, first, false));
+            return Ok(follow(p, first, false, st.watch_credential(&credential)));
         }
         Ok(Step::Asked(id)) => {
             s.processes.remove(&native.id);
@@ -600,7 +615,7 @@ async fn start_inner(
         Err(_) => {}
     }
     r.entry.add_proc(p.clone());
-    let res = follow(p.clone(), first, false);
+    let res = follow(p.clone(), first, false, st.watch_credential(&credential));
     tokio::spawn(pump(run, p, r.caller.ctx.clone(), busy));
     Ok(res)
 }
@@ -631,7 +646,8 @@ pub async fn connect_to(
         let req: WithProcess = connect::stream_request(&body)?;
         r.caller.require(&st, Scope::Exec).await?;
         let p = find(&r, &req.process)?;
-        Ok::<_, E2bError>(follow(p, Vec::new(), true))
+        let revoked = st.watch_credential(&r.caller.credential.id);
+        Ok::<_, E2bError>(follow(p, Vec::new(), true, revoked))
     };
     match go.await {
         Ok(res) => res,
