@@ -305,6 +305,64 @@ fn revoking_a_key_ends_its_native_exec_stream() {
     assert!(left.is_empty(), "the command outlived its key: {left:?}");
 }
 
+fn upload_multipart(s: &Server, sbx: &(String, String), body: &'static [u8]) -> (u16, Value) {
+    let r = s
+        .client
+        .post(s.url("/files"))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .header("Content-Type", "multipart/form-data; boundary=XB")
+        .body(body)
+        .send()
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().unwrap_or(Value::Null))
+}
+
+fn e2b_read(s: &Server, sbx: &(String, String), path: &str) -> (u16, Vec<u8>) {
+    let r = s
+        .client
+        .get(s.url(&format!(
+            "/files?path={}",
+            path.replace('%', "%25").replace(';', "%3B").replace('=', "%3D")
+        )))
+        .header("E2b-Sandbox-Id", &sbx.0)
+        .header("X-Access-Token", &sbx.1)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.bytes().unwrap().to_vec())
+}
+
+/// A multipart upload is all or nothing for bad input (a bad part is refused
+/// before any part is written), and a quoted `filename` is read whole.
+#[test]
+fn a_multipart_upload_with_a_bad_part_writes_nothing_and_names_are_read_whole() {
+    let s = e2b_server("");
+    let key = s.key("acme", "exec,run_code,files,read");
+    let sbx = e2b_sandbox(&s, &key);
+    let bad: &[u8] = b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"mp1.txt\"\r\n\r\nfirst\r\n--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../../etc/evil\"\r\n\r\nsecond\r\n--XB--\r\n";
+    let (st, v) = upload_multipart(&s, &sbx, bad);
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["sandboxio_code"], "SBX_E2505", "{v}");
+    assert_eq!(e2b_read(&s, &sbx, "mp1.txt").0, 404, "a part was written");
+
+    let quoted: &[u8] = b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a;b=c.txt\"\r\n\r\nquoted\r\n--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"d\\\\e.txt\"\r\n\r\nslash\r\n--XB--\r\n";
+    let (st, v) = upload_multipart(&s, &sbx, quoted);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v[0]["name"], "a;b=c.txt", "{v}");
+    assert_eq!(v[1]["name"], "d\\e.txt", "{v}");
+    assert_eq!(e2b_read(&s, &sbx, "a;b=c.txt"), (200, b"quoted".to_vec()));
+    assert_eq!(e2b_read(&s, &sbx, "a").0, 404);
+
+    // Two `filename`s in one part: which one is meant is not guessed.
+    let twice: &[u8] = b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.txt\"; filename=\"y.txt\"\r\n\r\nz\r\n--XB--\r\n";
+    let (st, v) = upload_multipart(&s, &sbx, twice);
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["sandboxio_code"], "SBX_E2506", "{v}");
+    assert_eq!(e2b_read(&s, &sbx, "x.txt").0, 404);
+    assert_eq!(e2b_read(&s, &sbx, "y.txt").0, 404);
+}
+
 /// `connect` with a bad `timeout` is refused before it resumes anything.
 #[test]
 fn connect_with_a_bad_timeout_leaves_a_paused_sandbox_paused() {
