@@ -20,6 +20,8 @@ mod contexts;
 mod dashboard;
 #[path = "server/e2b.rs"]
 mod e2b;
+#[path = "server/e2b_hostile.rs"]
+mod e2b_hostile;
 #[path = "server/files.rs"]
 mod files;
 #[path = "server/flood.rs"]

@@ -48,6 +48,10 @@ pub enum ServerError {
     Quota { tenant: String, limit: usize },
     #[error("tenant `{tenant}` already runs {limit} background processes (the most it may)")]
     BackgroundQuota { tenant: String, limit: usize },
+    #[error("invalid labels: {why}")]
+    Labels { why: String },
+    #[error("label `{name}` is set by sandboxio itself (the cost report and records read it); choose another name")]
+    ReservedLabel { name: String },
     #[error("invalid approval webhook: {why}")]
     Webhook { why: String },
     #[error("sandbox `{id}` is paused: resume it (`POST /v1/sandboxes/{id}/resume`) first")]
@@ -111,6 +115,8 @@ impl ErrorCode for ServerError {
             ServerError::MethodNotAllowed { .. } => "SBX_E1816",
             ServerError::Paused { .. } => "SBX_E1850",
             ServerError::BackgroundQuota { .. } => "SBX_E1852",
+            ServerError::Labels { .. } => "SBX_E1856",
+            ServerError::ReservedLabel { .. } => "SBX_E1857",
             ServerError::Webhook { .. } => "SBX_E1853",
             ServerError::Lost { .. } => "SBX_E1851",
             ServerError::NoSession => "SBX_E1840",
@@ -133,6 +139,8 @@ impl ErrorCode for ServerError {
             | ServerError::TooLarge { .. }
             | ServerError::SlowBody { .. }
             | ServerError::BadValue { .. }
+            | ServerError::Labels { .. }
+            | ServerError::ReservedLabel { .. }
             | ServerError::Quota { .. }
             | ServerError::TenantBusy { .. }
             | ServerError::Paused { .. }
@@ -175,7 +183,9 @@ impl ServerError {
             | ServerError::Csrf => StatusCode::FORBIDDEN,
             ServerError::NotFound { .. } | ServerError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ServerError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ServerError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
+            ServerError::MalformedJson { .. }
+            | ServerError::Labels { .. }
+            | ServerError::ReservedLabel { .. } => StatusCode::BAD_REQUEST,
             ServerError::InvalidBody { .. } | ServerError::BadValue { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -215,7 +225,9 @@ impl ServerError {
             ServerError::MethodNotAllowed { .. } => "method not allowed",
             ServerError::MalformedJson { .. }
             | ServerError::InvalidBody { .. }
-            | ServerError::BadValue { .. } => "bad request",
+            | ServerError::BadValue { .. }
+            | ServerError::Labels { .. }
+            | ServerError::ReservedLabel { .. } => "bad request",
             ServerError::TooLarge { .. } => "request too large",
             ServerError::Busy { .. } | ServerError::UnauthenticatedBusy => "server busy",
             ServerError::TenantBusy { .. } => "too many requests",

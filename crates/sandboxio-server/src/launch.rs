@@ -121,6 +121,7 @@ pub async fn launch(
     kind: &'static str,
     mode: Mode,
     ctx: &RequestCtx,
+    credential: &str,
 ) -> Result<Response, ServerError> {
     if mode == Mode::Background {
         let limit = st.opts.quota(&s.tenant).max_background;
@@ -155,6 +156,11 @@ pub async fn launch(
     let proc = s
         .processes
         .add(kind, command, mode == Mode::Background, run.token.clone());
+    // It lasts no longer than the credential it was started with (`crate::revocation`).
+    proc.cancel_when(
+        crate::revocation::CANCELLED,
+        st.watch_credential(credential).wait_owned(),
+    );
     let first = if mode == Mode::Wait {
         loop {
             match next(&mut run, &mut starting).await {
@@ -209,11 +215,16 @@ pub async fn launch(
             );
             let s = s.clone();
             let ctx = ctx.clone();
+            let revoked = st.watch_credential(credential);
             tokio::spawn(async move {
                 pump(
                     run,
                     first_event,
-                    StreamOut { tx, format },
+                    StreamOut {
+                        tx,
+                        format,
+                        revoked,
+                    },
                     &proc,
                     &s,
                     &ctx,
@@ -301,6 +312,9 @@ async fn send(tx: &mpsc::Sender<Bytes>, b: Bytes, starting: &mut Starting) -> bo
 struct StreamOut {
     tx: mpsc::Sender<Bytes>,
     format: Format,
+    /// The credential that opened the stream: once it is revoked or expires, the stream
+    /// ends with `SBX_E1802` (and its command is cancelled).
+    revoked: crate::revocation::Revoked,
 }
 
 async fn pump(
@@ -312,7 +326,11 @@ async fn pump(
     ctx: &RequestCtx,
     held: (Busy, Starting),
 ) {
-    let StreamOut { tx, format } = out;
+    let StreamOut {
+        tx,
+        format,
+        mut revoked,
+    } = out;
     let (_busy, mut starting) = held;
     let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
     if !send(&tx, format.frame(&start), &mut starting).await {
@@ -334,6 +352,13 @@ async fn pump(
     beat.tick().await;
     loop {
         tokio::select! {
+            biased;
+            () = revoked.wait() => {
+                proc.kill(crate::revocation::CANCELLED);
+                let p = serde_json::to_value(ServerError::BadCredential.problem()).unwrap_or_default();
+                let _ = send(&tx, format.frame(&error_message(p)), &mut starting).await;
+                return;
+            }
             step = next(&mut run, &mut starting) => {
                 let last = match step {
                     Step::Event(ev) => {

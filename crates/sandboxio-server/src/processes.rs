@@ -65,6 +65,25 @@ impl Process {
         }
     }
 
+    /// Cancels it with `why` when `cond` comes first; nothing once it ended (or is gone).
+    pub fn cancel_when(
+        &self,
+        why: &'static str,
+        cond: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let mut rx = self.state.subscribe();
+        let token = self.token.clone();
+        tokio::spawn(async move {
+            let fired = tokio::select! {
+                () = cond => true,
+                _ = rx.wait_for(|s| *s != ProcState::Running) => false,
+            };
+            if fired && *rx.borrow() == ProcState::Running {
+                token.cancel(why.to_string());
+            }
+        });
+    }
+
     /// Keeps `data` of `stream` (as [`Process::take_event`]); where it starts in all of the
     /// stream kept so far.
     pub fn append(&self, stream: OutputStream, data: &[u8]) -> u64 {

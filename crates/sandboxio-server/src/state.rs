@@ -9,6 +9,7 @@ use crate::dashboard::SignIns;
 use crate::metrics::Telemetry;
 use crate::options::ServeOptions;
 use crate::refusals::Refusals;
+use crate::revocation::{Revocations, Revoked};
 use crate::sessions::Sessions;
 use crate::starts::Starts;
 
@@ -29,6 +30,9 @@ pub struct AppState {
     pub telemetry: Arc<Telemetry>,
     /// The dashboard's signed-in browsers.
     pub signins: Arc<SignIns>,
+    /// Credentials of streams and commands that outlive their request's check
+    /// (`crate::revocation`).
+    pub revocations: Arc<Revocations>,
 }
 
 impl AppState {
@@ -55,7 +59,13 @@ impl AppState {
             draining: Arc::new(AtomicBool::new(false)),
             telemetry: Arc::new(Telemetry::new()),
             signins: Arc::new(SignIns::default()),
+            revocations: Arc::new(Revocations::default()),
         }
+    }
+
+    /// A watch on credential `id`: woken once it is revoked or expires.
+    pub fn watch_credential(&self, id: &str) -> Revoked {
+        self.revocations.watch(self.backend.store(), id)
     }
 
     /// The state with `telemetry`, the tap the gateway was built with (see

@@ -174,16 +174,18 @@ async fn in_sandbox(
     });
     // The credential the token was given to (create: the creating key; connect: the
     // caller that connected); the call acts as it.
-    let holder = token.and_then(|t| e2b.registry.credential_of(id, t));
+    // Checked before the sandbox is looked up: without a token of this sandbox id, an
+    // unknown sandbox and another's answer the same (no oracle of which ids exist). A
+    // token is derived from the sandbox id, so only its holder learns that it is gone
+    // (E2B's `is_running`) or that its facts are damaged.
+    let Some(holder) = token.and_then(|t| e2b.registry.credential_of(id, t)) else {
+        return Err(E2bError::AccessToken {
+            sandbox: id.chars().take(64).collect(),
+        });
+    };
     let entry = match e2b.registry.get(id) {
         Ok(e) => e.ok_or_else(gone)?,
-        // Only the holder of a token of the sandbox learns that its facts are damaged.
-        Err(d) if holder.is_some() => return Err(damaged(id, d)),
-        Err(_) => {
-            return Err(E2bError::AccessToken {
-                sandbox: id.chars().take(64).collect(),
-            })
-        }
+        Err(d) => return Err(damaged(id, d)),
     };
     let Some(session) = st.sessions.get(&entry.tenant, id) else {
         e2b.registry.remove(id);
@@ -191,9 +193,6 @@ async fn in_sandbox(
     };
     let refused = || E2bError::AccessToken {
         sandbox: entry.sandbox_id.clone(),
-    };
-    let Some(holder) = holder else {
-        return Err(refused());
     };
     // Its expiry and revocation apply (and a capability token's key's); a token of another
     // tenant's credential or a capability token for another sandbox never acts here.

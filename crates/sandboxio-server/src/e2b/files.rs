@@ -1,5 +1,5 @@
 //! envd's HTTP routes: `GET /health`, and `/files` (`GET` downloads, `POST` uploads an
-//! `application/octet-stream` body) over the native file API, so each is one operation
+//! `application/octet-stream` body or `multipart/form-data`) over the native file API, so each is one operation
 //! through the chain with its record. Errors are a status with `{"code", "message"}`, as
 //! envd answers them.
 
@@ -132,9 +132,39 @@ async fn write_one(
     Ok(json!({"name": name, "type": "file", "path": to_e2b(&rel)}))
 }
 
+/// The error of a multipart upload stopped after `written` files were written: the
+/// chain's answer, its message naming them.
+fn partly_written(e: E2bError, written: &[serde_json::Value]) -> E2bError {
+    let names: Vec<&str> = written.iter().filter_map(|w| w["path"].as_str()).collect();
+    let note = format!("; written before it: {}", names.join(", "));
+    match e {
+        E2bError::Stopped(mut p) => {
+            p.detail.push_str(&note);
+            E2bError::Stopped(p)
+        }
+        E2bError::Server(se) => {
+            let mut p = se.problem();
+            p.detail.push_str(&note);
+            E2bError::Stopped(Box::new(p))
+        }
+        other => {
+            use sandboxio_core::ErrorCode as _;
+            let mut p = crate::problem::Problem::new(
+                other.status(),
+                "upload stopped",
+                other.code(),
+                other.to_string(),
+            );
+            p.detail.push_str(&note);
+            E2bError::Stopped(Box::new(p))
+        }
+    }
+}
+
 /// `POST /files?path=`: an `application/octet-stream` body (one file at `path`), or
-/// `multipart/form-data` (each part a file named by its `filename`, or by `path` when
-/// there is one part).
+/// `multipart/form-data` (what the E2B SDK sends for `str` and `bytes` data: each part a
+/// file named by its `filename`, or by `path` when there is one part). Every part's name
+/// and path are checked before any is written; each file is then one operation.
 pub async fn upload(
     State(st): State<AppState>,
     Sbx(r, _): Sbx<Envd>,
@@ -165,7 +195,9 @@ pub async fn upload(
         let bytes = crate::body::read_limited(body, st.opts.upload_limit).await?;
         let parts = multipart::parse(&bytes, &boundary)?;
         let one = parts.len() == 1;
-        let mut out = Vec::new();
+        // Every part is checked (its name, its path in the workspace) before any is
+        // written: bad input writes nothing.
+        let mut files = Vec::with_capacity(parts.len());
         for p in parts {
             let path = match (&q.path, p.filename) {
                 (Some(path), _) if one => path.clone(),
@@ -176,7 +208,18 @@ pub async fn upload(
                     })
                 }
             };
-            out.push(write_one(&st, &r, &path, Body::from(p.data)).await?);
+            to_workspace(&path)?;
+            files.push((path, p.data));
+        }
+        let mut out = Vec::new();
+        for (path, data) in files {
+            match write_one(&st, &r, &path, Body::from(data)).await {
+                Ok(v) => out.push(v),
+                // Each file is one operation through the chain: one it stops leaves those
+                // before it written, and the answer says which.
+                Err(e) if !out.is_empty() => return Err(partly_written(e, &out)),
+                Err(e) => return Err(e),
+            }
         }
         Ok::<_, E2bError>(serde_json::Value::Array(out))
     };

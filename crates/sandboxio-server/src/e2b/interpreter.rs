@@ -425,6 +425,12 @@ async fn execute_inner(
         false,
         run.token.clone(),
     );
+    // A cell lasts no longer than the credential it was run with: revoked, the cell is
+    // interrupted and its stream ends.
+    native.cancel_when(
+        crate::revocation::CANCELLED,
+        st.watch_credential(&r.caller.credential.id).wait_owned(),
+    );
     let first = tokio::time::timeout(FIRST_WORD, run.next()).await.ok();
     let mut pre = Vec::new();
     let mut utf8 = Utf8Chunks::default();

@@ -183,6 +183,9 @@ fn check_options(b: &NewSandbox) -> Result<(), E2bError> {
         ));
     }
     let _ = b.secure;
+    if let Some(m) = &b.metadata {
+        crate::labels::check(m)?;
+    }
     for (name, value) in b.env_vars.iter().flatten() {
         if let Some(why) = sandboxio_core::operation::env_problem(name, value) {
             return Err(E2bError::BadRequest {
@@ -612,10 +615,15 @@ pub async fn connect(
             session: s,
         } = t?;
         let b: TimeoutBody = parse(&body)?;
+        // The request is checked whole before anything changes: a bad `timeout` resumes
+        // nothing.
+        let extend = b
+            .timeout
+            .map(|secs| timeout_of(secs, st.opts.max_lifetime))
+            .transpose()?;
         // Connecting to a paused sandbox resumes it, as in E2B.
         crate::lifecycle::resume(&st, &s, &caller.name(), &caller.ctx).await?;
-        if let Some(secs) = b.timeout {
-            let t = timeout_of(secs, st.opts.max_lifetime)?;
+        if let Some(t) = extend {
             let want = crate::sessions::add_saturating(Utc::now(), t);
             if want > s.expires_at() {
                 s.set_end(want, st.opts.max_lifetime);

@@ -39,17 +39,109 @@ fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     (from..=hay.len() - needle.len()).find(|&i| &hay[i..i + needle.len()] == needle)
 }
 
-fn filename(headers: &str) -> Option<String> {
-    headers.lines().find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        if !name.trim().eq_ignore_ascii_case("content-disposition") {
-            return None;
+/// The parameters of a header value after its first item (`form-data; name="f";
+/// filename="a;b.txt"`): a quoted value is read whole (`;` and `=` inside it are its own,
+/// `\x` is `x`), as Go's `mime.ParseMediaType` (which envd uses) reads it.
+fn params(value: &str) -> Result<Vec<(String, String)>, E2bError> {
+    let mut out = Vec::new();
+    let mut chars = value.chars().peekable();
+    // The disposition type.
+    for c in chars.by_ref() {
+        if c == ';' {
+            break;
         }
-        value.split(';').find_map(|p| {
-            let (k, v) = p.split_once('=')?;
-            (k.trim() == "filename").then(|| v.trim().trim_matches('"').to_string())
-        })
-    })
+    }
+    loop {
+        while chars
+            .peek()
+            .is_some_and(|c| c.is_ascii_whitespace() || *c == ';')
+        {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Ok(out);
+        }
+        let mut name = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c == ';' {
+                break;
+            }
+            name.push(c);
+            chars.next();
+        }
+        let name = name.trim().to_ascii_lowercase();
+        if chars.next() != Some('=') {
+            return Err(bad(&format!("parameter `{name}` has no value")));
+        }
+        while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+            chars.next();
+        }
+        let mut v = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            let mut closed = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => {
+                        closed = true;
+                        break;
+                    }
+                    '\\' => match chars.next() {
+                        Some(e) => v.push(e),
+                        None => break,
+                    },
+                    c => v.push(c),
+                }
+            }
+            if !closed {
+                return Err(bad(&format!("parameter `{name}` has an unclosed quote")));
+            }
+            while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+                chars.next();
+            }
+            if chars.peek().is_some_and(|c| *c != ';') {
+                return Err(bad(&format!("text after the quoted `{name}`")));
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ';' {
+                    break;
+                }
+                v.push(c);
+                chars.next();
+            }
+            v = v.trim().to_string();
+        }
+        out.push((name, v));
+    }
+}
+
+/// The `filename` of a part's headers; two `Content-Disposition` headers or two
+/// `filename`s are refused (which one is meant is not guessed).
+fn filename(headers: &str) -> Result<Option<String>, E2bError> {
+    let mut found = None;
+    let mut dispositions = 0;
+    for l in headers.split("\r\n") {
+        let Some((name, value)) = l.split_once(':') else {
+            continue;
+        };
+        if !name.trim().eq_ignore_ascii_case("content-disposition") {
+            continue;
+        }
+        dispositions += 1;
+        if dispositions > 1 {
+            return Err(bad("a part has two `Content-Disposition` headers"));
+        }
+        for (k, v) in params(value)? {
+            if k == "filename" {
+                if found.is_some() {
+                    return Err(bad("a part names two files (`filename` twice)"));
+                }
+                found = Some(v);
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The parts of `body`.
@@ -76,7 +168,7 @@ pub fn parse(body: &[u8], boundary: &str) -> Result<Vec<Part>, E2bError> {
         let data_end =
             find(body, &next_delim, data_start).ok_or_else(|| bad("a part does not end"))?;
         parts.push(Part {
-            filename: filename(&headers),
+            filename: filename(&headers)?,
             data: body[data_start..data_end].to_vec(),
         });
         if parts.len() > 1000 {
@@ -100,6 +192,31 @@ mod tests {
         assert_eq!(parts[0].filename.as_deref(), Some("/home/user/a.txt"));
         assert_eq!(parts[0].data, b"hello");
         assert_eq!(parts[1].data, b"");
+    }
+
+    #[test]
+    fn a_quoted_filename_is_read_whole() {
+        let one = |cd: &str| {
+            let body = format!("--b1\r\nContent-Disposition: {cd}\r\n\r\nx\r\n--b1--\r\n");
+            parse(body.as_bytes(), "b1").map(|mut p| p.remove(0).filename)
+        };
+        let name = |cd: &str| one(cd).unwrap();
+        assert_eq!(
+            name("form-data; name=\"file\"; filename=\"a;b=c.txt\"").as_deref(),
+            Some("a;b=c.txt")
+        );
+        assert_eq!(
+            name("form-data; filename=\"d\\\\e \\\"q\\\".txt\"").as_deref(),
+            Some("d\\e \"q\".txt")
+        );
+        assert_eq!(
+            name("form-data; filename=plain.txt").as_deref(),
+            Some("plain.txt")
+        );
+        assert_eq!(name("form-data; name=\"file\"").as_deref(), None);
+        assert!(one("form-data; filename=\"a\"; filename=\"b\"").is_err());
+        assert!(one("form-data; filename=\"unclosed").is_err());
+        assert!(one("form-data; filename=\"a\"b").is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use sandboxio_core::{ExecEvent, ExitStatus, OperationArgs, OutputStream};
 use sandboxio_gateway::credential::Scope;
 use sandboxio_gateway::Outcome;
@@ -23,10 +24,12 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::auth::{Envd, InSandbox, Sbx};
 use super::connect::{self, decode_bytes, encode_bytes};
 use super::error::E2bError;
+use super::E2b;
 use crate::answer;
 use crate::backend::{session_submission, Run, Step, SubmitExtras};
 use crate::body::AfterAuth;
 use crate::processes::{ProcState, Process};
+use crate::revocation::Revoked;
 use crate::sessions::Busy;
 use crate::state::AppState;
 
@@ -231,8 +234,15 @@ fn event_json(ev: &PEvent) -> Value {
 
 /// The command's time limit: the SDK's `timeout` (sent as `Connect-Timeout-Ms`), else
 /// (`timeout=0`, no limit in E2B) the sandbox's remaining lifetime; never past the
-/// configured ceiling (`[limits.max] timeout`) or the sandbox's end.
-fn timeout_of(st: &AppState, s: &crate::sessions::Session, h: &HeaderMap) -> Duration {
+/// template's command limit (`[e2b.templates.X] timeout`, `template`: the sandbox's, as
+/// `/execute` and the native API hold its commands to it), the configured ceiling
+/// (`[limits.max] timeout`) or the sandbox's end.
+fn timeout_of(
+    st: &AppState,
+    s: &crate::sessions::Session,
+    template: Option<Duration>,
+    h: &HeaderMap,
+) -> Duration {
     let asked = h
         .get("connect-timeout-ms")
         .and_then(|v| v.to_str().ok())
@@ -251,6 +261,7 @@ fn timeout_of(st: &AppState, s: &crate::sessions::Session, h: &HeaderMap) -> Dur
     asked
         .unwrap_or(remaining)
         .min(remaining)
+        .min(template.unwrap_or(Duration::MAX))
         .min(max)
         .max(Duration::from_secs(1))
 }
@@ -375,8 +386,10 @@ impl Sent {
 /// No output is lost to a slow reader: what the broadcast dropped for it (it lagged) is
 /// sent again from the native process's kept output, in order within each stream, and
 /// the end comes only after all of it. `from_now`: only what comes after (a `Connect` to
-/// a running command); otherwise from the command's first byte.
-fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
+/// a running command); otherwise from the command's first byte. The stream ends with
+/// `SBX_E1802` (Connect `unauthenticated`) once the credential that opened it (`revoked`)
+/// is revoked or expires.
+fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool, mut revoked: Revoked) -> Response {
     let mut rx = p.events.subscribe();
     let mut sent = Sent {
         stdout: 0,
@@ -414,6 +427,12 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
         beat.tick().await;
         loop {
             tokio::select! {
+                biased;
+                () = revoked.wait() => {
+                    let e = E2bError::Server(crate::error::ServerError::BadCredential);
+                    let _ = tx.send(connect::envelope(0x02, &json!({"error": e.connect_body()}))).await;
+                    return;
+                }
                 ev = rx.recv() => match ev {
                     Ok(PEvent::End(end)) => {
                         if sent.flush(&tx, &p).await {
@@ -457,11 +476,12 @@ fn follow(p: Arc<E2bProc>, first: Vec<PEvent>, from_now: bool) -> Response {
 /// `process.Process/Start` (server streaming).
 pub async fn start(
     State(st): State<AppState>,
+    Extension(e2b): Extension<Arc<E2b>>,
     Sbx(r, _): Sbx<Envd>,
     headers: HeaderMap,
     AfterAuth(body): AfterAuth,
 ) -> Response {
-    match start_inner(&st, r, &headers, &body).await {
+    match start_inner(&st, &e2b, r, &headers, &body).await {
         Ok(res) => res,
         Err(e) => connect::stream_err(&e),
     }
@@ -469,6 +489,7 @@ pub async fn start(
 
 async fn start_inner(
     st: &AppState,
+    e2b: &E2b,
     r: Result<InSandbox, E2bError>,
     headers: &HeaderMap,
     body: &[u8],
@@ -509,10 +530,17 @@ async fn start_inner(
             .await;
         return Err(e.into());
     }
+    // A template that sets a command limit holds every command of its sandboxes to it
+    // (the limit the sandbox was created with, as for its other commands).
+    let template_limit = e2b
+        .config
+        .template(&r.entry.template)
+        .and_then(|t| t.timeout)
+        .map(|_| s.spec.limits.timeout);
     let pid = r.entry.next_pid();
     let extra = SubmitExtras {
         env: req.process.envs.clone(),
-        timeout: Some(timeout_of(st, &s, headers)),
+        timeout: Some(timeout_of(st, &s, template_limit, headers)),
         ..SubmitExtras::default()
     };
     let mut sub = session_submission(
@@ -535,6 +563,12 @@ async fn start_inner(
     let busy = s.begin();
     let mut run = st.backend.start(sub, Some(s.run_token()?), true);
     let native = s.processes.add("exec", argv, true, run.token.clone());
+    // A command lasts no longer than the credential it was started with.
+    let credential = r.caller.credential.id.clone();
+    native.cancel_when(
+        crate::revocation::CANCELLED,
+        st.watch_credential(&credential).wait_owned(),
+    );
     let (ev_tx, _) = broadcast::channel(256);
     let p = Arc::new(E2bProc {
         pid,
@@ -562,7 +596,7 @@ async fn start_inner(
             }
             p.ended(end_of(&out));
             r.entry.add_proc(p.clone());
-            return Ok(follow(p, first, false));
+            return Ok(follow(p, first, false, st.watch_credential(&credential)));
         }
         Ok(Step::Asked(id)) => {
             s.processes.remove(&native.id);
@@ -581,7 +615,7 @@ async fn start_inner(
         Err(_) => {}
     }
     r.entry.add_proc(p.clone());
-    let res = follow(p.clone(), first, false);
+    let res = follow(p.clone(), first, false, st.watch_credential(&credential));
     tokio::spawn(pump(run, p, r.caller.ctx.clone(), busy));
     Ok(res)
 }
@@ -612,7 +646,8 @@ pub async fn connect_to(
         let req: WithProcess = connect::stream_request(&body)?;
         r.caller.require(&st, Scope::Exec).await?;
         let p = find(&r, &req.process)?;
-        Ok::<_, E2bError>(follow(p, Vec::new(), true))
+        let revoked = st.watch_credential(&r.caller.credential.id);
+        Ok::<_, E2bError>(follow(p, Vec::new(), true, revoked))
     };
     match go.await {
         Ok(res) => res,

@@ -221,7 +221,16 @@ pub async fn run(
         Mode::Background => Mode::Wait,
         m => m,
     };
-    launch(&st, &s, sub, "run_code", mode, &caller.ctx).await
+    launch(
+        &st,
+        &s,
+        sub,
+        "run_code",
+        mode,
+        &caller.ctx,
+        &caller.credential.id,
+    )
+    .await
 }
 
 /// Interrupts the cell running in the context (Python: `KeyboardInterrupt`; Node: the

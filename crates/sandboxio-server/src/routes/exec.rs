@@ -81,7 +81,7 @@ async fn run(
         _ => "exec",
     };
     let sub = session_submission(&s, args, &caller.ctx, extra);
-    launch(&st, &s, sub, kind, mode, &caller.ctx).await
+    launch(&st, &s, sub, kind, mode, &caller.ctx, &caller.credential.id).await
 }
 
 /// Runs a command in the sandbox and answers when it finished: the result (exit status,

@@ -90,6 +90,7 @@ pub async fn create(
             ),
         });
     }
+    crate::labels::check(&body.labels)?;
     for (name, value) in &body.env {
         if let Some(why) = sandboxio_core::operation::env_problem(name, value) {
             return Err(ServerError::BadValue {

@@ -77,7 +77,10 @@ pub async fn exec_ws(
     Ok(ws
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| run(st, s, caller.ctx, socket)))
+        .on_upgrade(move |socket| {
+            let revoked = st.watch_credential(&caller.credential.id);
+            run(st, s, caller.ctx, revoked, socket)
+        }))
 }
 
 async fn close(mut socket: WebSocket, msg: Value) {
@@ -117,7 +120,13 @@ async fn request(socket: &mut WebSocket) -> Result<ExecBody, ServerError> {
     Ok(body)
 }
 
-async fn run(st: AppState, s: std::sync::Arc<Session>, ctx: RequestCtx, mut socket: WebSocket) {
+async fn run(
+    st: AppState,
+    s: std::sync::Arc<Session>,
+    ctx: RequestCtx,
+    revoked: crate::revocation::Revoked,
+    mut socket: WebSocket,
+) {
     let body = match request(&mut socket).await {
         Ok(b) => b,
         Err(e) => return close(socket, problem_message(e.problem())).await,
@@ -141,6 +150,9 @@ async fn run(st: AppState, s: std::sync::Arc<Session>, ctx: RequestCtx, mut sock
     let _busy = s.begin();
     let mut run = st.backend.start(sub, Some(token), true);
     let proc = s.processes.add("exec", command, false, run.token.clone());
+    // Its credential revoked or expired: the command is cancelled, and the socket closes
+    // with its outcome.
+    proc.cancel_when(crate::revocation::CANCELLED, revoked.wait_owned());
     let start = json!({"type": "start", "process_id": proc.id, "sandbox_id": s.id});
     let started = socket
         .send(Message::Text(start.to_string().into()))
