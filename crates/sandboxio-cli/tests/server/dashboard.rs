@@ -328,20 +328,7 @@ fn revoking_the_key_ends_its_dashboard_sessions() {
     let key = s.key("acme", "read");
     let b = sign_in(&s, &key);
     assert_eq!(b.get(&s, "/dashboard/api/snapshot").status(), 200);
-    let id = key.split('_').nth(1).unwrap();
-    let out = std::process::Command::new(crate::harness::BIN)
-        .args(["keys", "revoke", id])
-        .arg("--state-dir")
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    s.revoke(&key);
     let (st, p) = problem(b.get(&s, "/dashboard/api/snapshot"));
     assert_eq!((st, p["code"].as_str().unwrap()), (401, "SBX_E1840"));
     let html = b.get(&s, "/").text().unwrap();

@@ -3,14 +3,13 @@
 //! open stream, multipart uploads, `connect` of a paused sandbox, `/health` without a key.
 
 use std::io::Read;
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::e2b::{e2b_sandbox, e2b_server, e2b_start};
-use crate::harness::{gone_within, marker, started, Server, BIN};
+use crate::harness::{gone_within, marker, started, Server};
 
 /// `POST /v2/sandboxes` with `body`: (status, answer).
 fn e2b_create(s: &Server, key: &str, body: &Value) -> (u16, Value) {
@@ -104,22 +103,6 @@ fn ends_within(
             Err(_) => return None,
         }
     }
-}
-
-fn revoke(s: &Server, key: &str) {
-    let kid = key.split('_').nth(1).unwrap();
-    let out = Command::new(BIN)
-        .args(["keys", "revoke", kid, "--state-dir"])
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `[e2b.templates.X] timeout` is each command's limit over
@@ -257,7 +240,7 @@ fn revoking_a_key_ends_its_e2b_command_stream_and_the_command() {
     assert!(started(&m));
     // "tick 2", base64 in the stream: read until some output came.
     wait_for(&rx, &mut got, "stdout", 30);
-    revoke(&s, &key);
+    s.revoke(&key);
     let took = ends_within(&rx, &mut got, 10);
     let text = String::from_utf8_lossy(&got).into_owned();
     assert!(
@@ -293,7 +276,7 @@ fn revoking_a_key_ends_its_native_exec_stream() {
     let rx = reader(r);
     let mut got = Vec::new();
     wait_for(&rx, &mut got, "tick 2", 30);
-    revoke(&s, &key);
+    s.revoke(&key);
     let took = ends_within(&rx, &mut got, 10);
     let text = String::from_utf8_lossy(&got).into_owned();
     assert!(

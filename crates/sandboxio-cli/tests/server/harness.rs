@@ -208,6 +208,24 @@ impl Server {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
+    /// Revokes API key `key` (`sandboxio keys revoke`, another process, as an operator does).
+    pub fn revoke(&self, key: &str) {
+        let id = key.split('_').nth(1).unwrap();
+        let out = Command::new(BIN)
+            .args(["keys", "revoke", id])
+            .arg("--state-dir")
+            .arg(self.state())
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
