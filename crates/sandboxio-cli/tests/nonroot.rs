@@ -10,6 +10,8 @@
 mod durable;
 #[path = "nonroot/harness.rs"]
 mod harness;
+#[path = "nonroot/helper_death.rs"]
+mod helper_death;
 
 #[path = "nonroot/restricted.rs"]
 mod restricted;
