@@ -4,9 +4,7 @@
 use std::io::Write as _;
 
 use anyhow::Result;
-use sandboxio_core::{
-    HumanDuration, IdempotencyKey, IsolationTier, Operation, OperationArgs, Principal,
-};
+use sandboxio_core::{HumanDuration, Operation, OperationArgs, Principal};
 use sandboxio_gateway::browse::BrowseAnswer;
 use sandboxio_gateway::CancelToken;
 use sandboxio_gateway::{Outcome, Submission};
@@ -44,15 +42,11 @@ pub async fn browse(common: Common, opts: BrowseOpts, url: String) -> Result<i32
         .map(paths::absolute)
         .transpose()?;
     // Checked before the state is opened: a usage error changes nothing.
-    let tier = match &opts.tier {
-        Some(t) => t.parse::<IsolationTier>()?,
-        None => cfg.sandbox.tier,
-    };
-    let idempotency_key = opts
-        .idempotency_key
-        .clone()
-        .map(IdempotencyKey::new)
-        .transpose()?;
+    let (tier, idempotency_key) = super::run::tier_and_key(
+        opts.tier.as_deref(),
+        opts.idempotency_key.as_deref(),
+        cfg.sandbox.tier,
+    )?;
     let runtime = loaded.runtime(&common, approval_timeout)?;
     // Network and limits only: the configured network mode, the flags' limits.
     let base = runtime.exec_request();

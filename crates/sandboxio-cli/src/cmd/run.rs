@@ -89,15 +89,11 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
         .transpose()?;
     // Every other flag, checked before the state is opened: a usage error changes nothing
     // (no checkpoint in the trail, no write to the store).
-    let tier = match &opts.tier {
-        Some(t) => t.parse::<IsolationTier>()?,
-        None => cfg.sandbox.tier,
-    };
-    let idempotency_key = opts
-        .idempotency_key
-        .clone()
-        .map(IdempotencyKey::new)
-        .transpose()?;
+    let (tier, idempotency_key) = tier_and_key(
+        opts.tier.as_deref(),
+        opts.idempotency_key.as_deref(),
+        cfg.sandbox.tier,
+    )?;
     let estimated_cost = opts
         .estimated_cost
         .as_deref()
@@ -245,6 +241,23 @@ pub async fn run(common: Common, opts: RunOpts, what: What) -> Result<i32> {
 }
 
 /// `K=V` from `--env` or `--secret-env`. A secret is never echoed in an error.
+/// `--tier` (else the configured one) and `--idempotency-key` of a run or a browse,
+/// parsed before the state is opened: a usage error changes nothing.
+pub(super) fn tier_and_key(
+    tier: Option<&str>,
+    key: Option<&str>,
+    configured: IsolationTier,
+) -> Result<(IsolationTier, Option<IdempotencyKey>)> {
+    let tier = match tier {
+        Some(t) => t.parse::<IsolationTier>()?,
+        None => configured,
+    };
+    let key = key
+        .map(|k| IdempotencyKey::new(k.to_string()))
+        .transpose()?;
+    Ok((tier, key))
+}
+
 fn env_pair<'a>(flag: &'static str, kv: &'a str) -> Result<(&'a str, &'a str), CliError> {
     let secret = flag == "--secret-env";
     let Some((k, v)) = kv.split_once('=') else {

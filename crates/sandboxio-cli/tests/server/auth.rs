@@ -195,13 +195,7 @@ fn a_revoked_key_and_its_tokens_stop_working() {
     let key = s.key("acme", "all");
     let id = s.sandbox(&key);
     let (_, tok) = mint(&s, &key, &id, json!({"scopes": ["files"], "ttl": "10m"}));
-    let list = std::process::Command::new(crate::harness::BIN)
-        .args(["keys", "list", "--json", "--state-dir"])
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
+    let list = s.operator(&["keys", "list", "--json"]);
     let keys: Value = serde_json::from_slice(&list.stdout).unwrap();
     assert!(!String::from_utf8_lossy(&list.stdout).contains(key.rsplit('_').next().unwrap()));
     let kid = keys
@@ -213,13 +207,7 @@ fn a_revoked_key_and_its_tokens_stop_working() {
         .as_str()
         .unwrap()
         .to_string();
-    let out = std::process::Command::new(crate::harness::BIN)
-        .args(["keys", "revoke", &kid, "--state-dir"])
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
+    let out = s.operator(&["keys", "revoke", &kid]);
     assert!(out.status.success());
     assert_eq!(s.get(&key, "/v1/sandboxes").status(), 401);
     assert_eq!(
@@ -247,13 +235,7 @@ fn a_revoked_key_and_its_tokens_stop_working() {
     let secret = key.rsplit('_').next().unwrap();
     assert!(trail.iter().all(|e| !e.to_string().contains(secret)));
     // An unknown key: a clear code, and nothing changes.
-    let out = std::process::Command::new(crate::harness::BIN)
-        .args(["keys", "revoke", "key_0000000000000000", "--state-dir"])
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
+    let out = s.operator(&["keys", "revoke", "key_0000000000000000"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("SBX_E1522"));
 }

@@ -168,17 +168,7 @@ fn labels_over_their_bounds_are_refused_and_nothing_is_created() {
         Value::Object(total),
         json!({"": "empty"}),
     ] {
-        let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": labels}));
-        assert_eq!(st, 400, "{v}");
-        assert_eq!(v["sandboxio_code"], "SBX_E1856", "{v}");
-        let r = s.post(
-            &key,
-            "/v1/sandboxes",
-            &json!({"tier": "process", "labels": labels}),
-        );
-        let (st, v) = crate::harness::problem(r);
-        assert_eq!(st, 400, "{v}");
-        assert_eq!(v["code"], "SBX_E1856", "{v}");
+        refused_both_ways(&s, &key, &labels, "SBX_E1856", "bounds");
     }
     assert!(e2b_list(&s, &key).is_empty());
     assert!(native_list(&s, &key).is_empty(), "a sandbox was made");
@@ -188,6 +178,22 @@ fn labels_over_their_bounds_are_refused_and_nothing_is_created() {
         .collect();
     let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": ok}));
     assert_eq!(st, 201, "{v}");
+}
+
+/// Creating a sandbox with `labels` is refused with 400 and `code`, as E2B metadata and
+/// as native labels.
+fn refused_both_ways(s: &Server, key: &str, labels: &Value, code: &str, what: &str) {
+    let (st, v) = e2b_create(s, key, &json!({"templateID": "base", "metadata": labels}));
+    assert_eq!(st, 400, "{what}: {v}");
+    assert_eq!(v["sandboxio_code"], code, "{what}: {v}");
+    let r = s.post(
+        key,
+        "/v1/sandboxes",
+        &json!({"tier": "process", "labels": labels}),
+    );
+    let (st, v) = crate::harness::problem(r);
+    assert_eq!(st, 400, "{what}: {v}");
+    assert_eq!(v["code"], code, "{what}: {v}");
 }
 
 /// The labels the system sets itself (and the cost report reads) cannot be set
@@ -206,18 +212,7 @@ fn reserved_label_names_are_refused() {
         "refusals",
         "egress.parent_operation",
     ] {
-        let labels = json!({ name: "victimcorp" });
-        let (st, v) = e2b_create(&s, &key, &json!({"templateID": "base", "metadata": labels}));
-        assert_eq!(st, 400, "{name}: {v}");
-        assert_eq!(v["sandboxio_code"], "SBX_E1857", "{name}: {v}");
-        let r = s.post(
-            &key,
-            "/v1/sandboxes",
-            &json!({"tier": "process", "labels": labels}),
-        );
-        let (st, v) = crate::harness::problem(r);
-        assert_eq!(st, 400, "{name}: {v}");
-        assert_eq!(v["code"], "SBX_E1857", "{name}: {v}");
+        refused_both_ways(&s, &key, &json!({ name: "victimcorp" }), "SBX_E1857", name);
     }
     assert!(e2b_list(&s, &key).is_empty());
     assert!(native_list(&s, &key).is_empty(), "a sandbox was made");

@@ -190,40 +190,40 @@ impl Server {
         self.child.as_ref().unwrap().id()
     }
 
-    /// `sandboxio keys create`: the token printed once.
-    pub fn key(&self, tenant: &str, scopes: &str) -> String {
-        let out = Command::new(BIN)
-            .args(["keys", "create", "--tenant", tenant, "--scopes", scopes])
+    /// `sandboxio <args> --state-dir <its state> --config <its config>`: an operator's
+    /// command against this server's state, from another process.
+    pub fn operator(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
             .arg("--state-dir")
             .arg(self.state())
             .arg("--config")
             .arg(self.dir.path().join("config.toml"))
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// [`Server::operator`] that must succeed: its standard output.
+    pub fn operator_ok(&self, args: &[&str]) -> Vec<u8> {
+        let out = self.operator(args);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
+        out.stdout
+    }
+
+    /// `sandboxio keys create`: the token printed once.
+    pub fn key(&self, tenant: &str, scopes: &str) -> String {
+        let out = self.operator_ok(&["keys", "create", "--tenant", tenant, "--scopes", scopes]);
+        String::from_utf8(out).unwrap().trim().to_string()
     }
 
     /// Revokes API key `key` (`sandboxio keys revoke`, another process, as an operator does).
     pub fn revoke(&self, key: &str) {
         let id = key.split('_').nth(1).unwrap();
-        let out = Command::new(BIN)
-            .args(["keys", "revoke", id])
-            .arg("--state-dir")
-            .arg(self.state())
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.operator_ok(&["keys", "revoke", id]);
     }
 
     pub fn url(&self, path: &str) -> String {

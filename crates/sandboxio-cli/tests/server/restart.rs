@@ -31,19 +31,8 @@ fn append_config(dir: &std::path::Path, text: &str) {
 
 /// What tenant `acme` has reserved in its own budget scope (`sandboxio status`).
 fn reserved(s: &Server) -> f64 {
-    let out = Command::new(BIN)
-        .args(["status", "--tenant", "acme", "--json", "--state-dir"])
-        .arg(s.state())
-        .arg("--config")
-        .arg(s.dir.path().join("config.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = s.operator_ok(&["status", "--tenant", "acme", "--json"]);
+    let v: Value = serde_json::from_slice(&out).unwrap();
     let budgets = v["budgets"].as_array().unwrap();
     let tenant = budgets
         .iter()
